@@ -1,0 +1,76 @@
+package naming_test
+
+import (
+	"crypto/sha256"
+	"testing"
+
+	"github.com/ctdispatch/ctdispatch/naming"
+)
+
+var benchIDs = []string{
+	"dispatch:run1:extract:1",
+	"dispatch:nightly-2026-11-22:report.build:k-kdfo6u43zxiplof3rajyylplvs",
+	"timer:retry:run-0193ab:transform.partition-0042:17:1705340400",
+}
+
+var sinkString string
+var sinkSum [32]byte
+
+// BenchmarkCloudTaskID measures hashing and encoding an ID already parsed,
+// the work done on every dispatch. Compare it with BenchmarkSHA256Baseline
+// (benchstat, or the ratio of the two ns/op in the same run).
+func BenchmarkCloudTaskID(b *testing.B) {
+	ids := make([]naming.ID, len(benchIDs))
+	for i, s := range benchIDs {
+		id, err := naming.Parse(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = id
+	}
+	for _, id := range ids {
+		b.Run(id.Kind.String()+"/"+itoa(len(id.String())), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkString = id.CloudTaskID()
+			}
+		})
+	}
+}
+
+// BenchmarkSHA256Baseline is the floor for BenchmarkCloudTaskID: a bare
+// SHA-256 of the same bytes, with no encoding and no result string.
+func BenchmarkSHA256Baseline(b *testing.B) {
+	for _, s := range benchIDs {
+		id, err := naming.Parse(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(id.Kind.String()+"/"+itoa(len(s)), func(b *testing.B) {
+			in := []byte(s)
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkSum = sha256.Sum256(in)
+			}
+		})
+	}
+}
+
+// BenchmarkParse measures reading an internal ID back into its parts.
+func BenchmarkParse(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, s := range benchIDs {
+			if _, err := naming.Parse(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func itoa(n int) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}

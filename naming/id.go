@@ -1,0 +1,226 @@
+package naming
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind says what an internal ID names: a task attempt or one of the two
+// kinds of timer.
+type Kind uint8
+
+// The kinds of internal ID. The zero Kind is invalid, so an ID left empty by
+// mistake never passes validation.
+const (
+	// KindDispatch names one attempt of a task: dispatch:{run}:{task}:{attempt}.
+	KindDispatch Kind = iota + 1
+	// KindRetry names the timer that fires a retry of an attempt at a due
+	// time: timer:retry:{run}:{task}:{attempt}:{due_epoch}.
+	KindRetry
+	// KindHeartbeat names a liveness check of a running task at a check
+	// time: timer:heartbeat:{run}:{task}:{check_epoch}.
+	KindHeartbeat
+)
+
+// String returns "dispatch", "retry" or "heartbeat", the value stored in the
+// outbox's kind column.
+func (k Kind) String() string {
+	switch k {
+	case KindDispatch:
+		return "dispatch"
+	case KindRetry:
+		return "retry"
+	case KindHeartbeat:
+		return "heartbeat"
+	default:
+		return "Kind(" + strconv.Itoa(int(k)) + ")"
+	}
+}
+
+// ParseKind is the inverse of Kind.String.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "dispatch":
+		return KindDispatch, nil
+	case "retry":
+		return KindRetry, nil
+	case "heartbeat":
+		return KindHeartbeat, nil
+	}
+	return 0, &Error{Component: "kind", Value: s, Rule: "must be dispatch, retry or heartbeat"}
+}
+
+// IsTimer reports whether the kind is a timer (retry or heartbeat).
+func (k Kind) IsTimer() bool { return k == KindRetry || k == KindHeartbeat }
+
+// prefix is the Cloud Tasks ID prefix of the kind: "d_" or "t_".
+func (k Kind) prefix() string {
+	if k.IsTimer() {
+		return "t_"
+	}
+	return "d_"
+}
+
+// ID is an internal ID taken apart. Build one with NewDispatch,
+// NewRetryTimer, NewHeartbeat or Parse, which validate it; a hand-built ID is
+// checked by Validate.
+type ID struct {
+	// Kind says which of the three forms the ID has.
+	Kind Kind
+	// RunID is the orchestration run the task belongs to.
+	RunID string
+	// TaskKey names the task within the run.
+	TaskKey string
+	// Attempt fills the attempt slot of dispatch and retry IDs: a decimal
+	// attempt number, a hashed caller key (AttemptFromKey) or a unique token
+	// (AttemptUnique). Empty for heartbeats.
+	Attempt string
+	// Epoch is the due time of a retry timer or the check time of a heartbeat,
+	// in whole seconds since the Unix epoch. Zero for dispatches.
+	Epoch int64
+}
+
+// Prefixes of the three ID forms, separators included.
+const (
+	dispatchPrefix  = "dispatch:"
+	retryPrefix     = "timer:retry:"
+	heartbeatPrefix = "timer:heartbeat:"
+)
+
+// NewDispatch builds the ID of one attempt of a task.
+func NewDispatch(runID, taskKey, attempt string) (ID, error) {
+	id := ID{Kind: KindDispatch, RunID: runID, TaskKey: taskKey, Attempt: attempt}
+	return id, id.Validate()
+}
+
+// NewRetryTimer builds the ID of the timer that retries an attempt at due.
+// Sub-second precision is dropped: timers are named to the second.
+func NewRetryTimer(runID, taskKey, attempt string, due time.Time) (ID, error) {
+	id := ID{Kind: KindRetry, RunID: runID, TaskKey: taskKey, Attempt: attempt, Epoch: due.Unix()}
+	return id, id.Validate()
+}
+
+// NewHeartbeat builds the ID of a heartbeat check of a task at check.
+// Sub-second precision is dropped: timers are named to the second.
+func NewHeartbeat(runID, taskKey string, check time.Time) (ID, error) {
+	id := ID{Kind: KindHeartbeat, RunID: runID, TaskKey: taskKey, Epoch: check.Unix()}
+	return id, id.Validate()
+}
+
+// IsTimer reports whether the ID names a timer rather than a dispatch.
+func (id ID) IsTimer() bool { return id.Kind.IsTimer() }
+
+// Time returns the due or check time of a timer ID, and the zero time for a
+// dispatch.
+func (id ID) Time() time.Time {
+	if !id.IsTimer() {
+		return time.Time{}
+	}
+	return time.Unix(id.Epoch, 0).UTC()
+}
+
+// String returns the internal ID in its one canonical text form. It does not
+// validate; an ID from a constructor or Parse is always valid.
+func (id ID) String() string {
+	var buf [MaxIDLength]byte
+	return string(id.appendText(buf[:0]))
+}
+
+// appendText appends the text form to dst. Callers pass a stack buffer of
+// MaxIDLength bytes, which holds every valid ID, so the text costs no
+// allocation of its own.
+func (id ID) appendText(dst []byte) []byte {
+	switch id.Kind {
+	case KindDispatch:
+		dst = append(dst, dispatchPrefix...)
+	case KindRetry:
+		dst = append(dst, retryPrefix...)
+	case KindHeartbeat:
+		dst = append(dst, heartbeatPrefix...)
+	default:
+		dst = append(dst, "invalid:"...)
+	}
+	dst = append(dst, id.RunID...)
+	dst = append(dst, ':')
+	dst = append(dst, id.TaskKey...)
+	if id.Kind != KindHeartbeat {
+		dst = append(dst, ':')
+		dst = append(dst, id.Attempt...)
+	}
+	if id.IsTimer() {
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, id.Epoch, 10)
+	}
+	return dst
+}
+
+// Parse reads an internal ID in any of its three forms. It accepts exactly
+// the strings String produces, so Parse(s).String() == s for every s it
+// accepts. Errors match ErrInvalidID and name the component and the rule.
+func Parse(s string) (ID, error) {
+	if len(s) > MaxIDLength {
+		return ID{}, &Error{Input: s, Component: wholeID, Value: s,
+			Rule: fmt.Sprintf("it is %d bytes long; at most %d allowed", len(s), MaxIDLength)}
+	}
+	var id ID
+	var rest string
+	var want int
+	switch {
+	case strings.HasPrefix(s, dispatchPrefix):
+		id.Kind, rest, want = KindDispatch, s[len(dispatchPrefix):], 3
+	case strings.HasPrefix(s, retryPrefix):
+		id.Kind, rest, want = KindRetry, s[len(retryPrefix):], 4
+	case strings.HasPrefix(s, heartbeatPrefix):
+		id.Kind, rest, want = KindHeartbeat, s[len(heartbeatPrefix):], 3
+	default:
+		return ID{}, &Error{Input: s, Component: "prefix", Value: prefixOf(s),
+			Rule: `must be "dispatch:", "timer:retry:" or "timer:heartbeat:"`}
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != want {
+		return ID{}, &Error{Input: s, Component: wholeID, Value: s,
+			Rule: fmt.Sprintf("a %s ID has %d components after its prefix, separated by ':'; found %d",
+				id.Kind, want, len(parts))}
+	}
+	id.RunID, id.TaskKey = parts[0], parts[1]
+	switch id.Kind {
+	case KindDispatch:
+		id.Attempt = parts[2]
+	case KindRetry:
+		id.Attempt = parts[2]
+		epoch, err := parseEpoch("due_epoch", parts[3])
+		if err != nil {
+			return ID{}, withInput(err, s)
+		}
+		id.Epoch = epoch
+	case KindHeartbeat:
+		epoch, err := parseEpoch("check_epoch", parts[2])
+		if err != nil {
+			return ID{}, withInput(err, s)
+		}
+		id.Epoch = epoch
+	}
+	if err := id.Validate(); err != nil {
+		return ID{}, withInput(err, s)
+	}
+	return id, nil
+}
+
+// prefixOf returns what stands before the first ':' of s, for error messages.
+func prefixOf(s string) string {
+	if i := strings.IndexByte(s, ':'); i >= 0 {
+		return s[:i+1]
+	}
+	return s
+}
+
+func withInput(err error, input string) error {
+	var e *Error
+	if errors.As(err, &e) && e.Input == "" {
+		e.Input = input
+	}
+	return err
+}
