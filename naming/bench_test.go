@@ -29,7 +29,7 @@ func BenchmarkCloudTaskID(b *testing.B) {
 		ids[i] = id
 	}
 	for _, id := range ids {
-		b.Run(id.Kind.String()+"/"+itoa(len(id.String())), func(b *testing.B) {
+		b.Run(id.Kind().String()+"/"+itoa(len(id.String())), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				sinkString = id.CloudTaskID()
@@ -46,7 +46,7 @@ func BenchmarkSHA256Baseline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(id.Kind.String()+"/"+itoa(len(s)), func(b *testing.B) {
+		b.Run(id.Kind().String()+"/"+itoa(len(s)), func(b *testing.B) {
 			in := []byte(s)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -31,8 +31,9 @@ func FuzzParse(f *testing.F) {
 		if got := id.String(); got != s {
 			t.Fatalf("Parse(%q).String() = %q", s, got)
 		}
-		if err := id.Validate(); err != nil {
-			t.Fatalf("Parse(%q) accepted an ID that Validate rejects: %v", s, err)
+		rebuilt, err := rebuild(id)
+		if err != nil || rebuilt != id {
+			t.Fatalf("Parse(%q) = %+v, which its constructor builds as %+v, %v", s, id, rebuilt, err)
 		}
 		if !naming.IsCloudTaskID(id.CloudTaskID()) {
 			t.Fatalf("CloudTaskID of %q = %q", s, id.CloudTaskID())
@@ -75,4 +76,17 @@ func FuzzCloudTaskID(f *testing.F) {
 			t.Fatalf("built ID %q does not parse back: %v, %+v", id, err, back)
 		}
 	})
+}
+
+// rebuild makes id again from its parts through the public constructor of
+// its kind.
+func rebuild(id naming.ID) (naming.ID, error) {
+	switch id.Kind() {
+	case naming.KindDispatch:
+		return naming.NewDispatch(id.RunID(), id.TaskKey(), id.Attempt())
+	case naming.KindRetry:
+		return naming.NewRetryTimer(id.RunID(), id.TaskKey(), id.Attempt(), id.Time())
+	default:
+		return naming.NewHeartbeat(id.RunID(), id.TaskKey(), id.Time())
+	}
 }

@@ -64,23 +64,17 @@ func (k Kind) prefix() string {
 	return "d_"
 }
 
-// ID is an internal ID taken apart. Build one with NewDispatch,
-// NewRetryTimer, NewHeartbeat or Parse, which validate it; a hand-built ID is
-// checked by Validate.
+// ID is a validated internal ID. It is an immutable value: build one with
+// NewDispatch, NewRetryTimer, NewHeartbeat or Parse, read it with its
+// accessors. It keeps its text form, so String and CloudTaskID do not rebuild
+// it. The zero ID is not valid; IsZero reports it.
 type ID struct {
-	// Kind says which of the three forms the ID has.
-	Kind Kind
-	// RunID is the orchestration run the task belongs to.
-	RunID string
-	// TaskKey names the task within the run.
-	TaskKey string
-	// Attempt fills the attempt slot of dispatch and retry IDs: a decimal
-	// attempt number, a hashed caller key (AttemptFromKey) or a unique token
-	// (AttemptUnique). Empty for heartbeats.
-	Attempt string
-	// Epoch is the due time of a retry timer or the check time of a heartbeat,
-	// in whole seconds since the Unix epoch. Zero for dispatches.
-	Epoch int64
+	kind    Kind
+	runID   string
+	taskKey string
+	attempt string
+	epoch   int64
+	text    string
 }
 
 // Prefixes of the three ID forms, separators included.
@@ -90,28 +84,57 @@ const (
 	heartbeatPrefix = "timer:heartbeat:"
 )
 
-// NewDispatch builds the ID of one attempt of a task.
+// NewDispatch builds the ID of one attempt of a task. attempt fills the
+// attempt slot: a decimal number (AttemptNumber), a hashed caller key
+// (AttemptFromKey) or a unique token (AttemptUnique).
 func NewDispatch(runID, taskKey, attempt string) (ID, error) {
-	id := ID{Kind: KindDispatch, RunID: runID, TaskKey: taskKey, Attempt: attempt}
-	return id, id.Validate()
+	return build(ID{kind: KindDispatch, runID: runID, taskKey: taskKey, attempt: attempt})
 }
 
 // NewRetryTimer builds the ID of the timer that retries an attempt at due.
 // Sub-second precision is dropped: timers are named to the second.
 func NewRetryTimer(runID, taskKey, attempt string, due time.Time) (ID, error) {
-	id := ID{Kind: KindRetry, RunID: runID, TaskKey: taskKey, Attempt: attempt, Epoch: due.Unix()}
-	return id, id.Validate()
+	return build(ID{kind: KindRetry, runID: runID, taskKey: taskKey, attempt: attempt, epoch: due.Unix()})
 }
 
 // NewHeartbeat builds the ID of a heartbeat check of a task at check.
 // Sub-second precision is dropped: timers are named to the second.
 func NewHeartbeat(runID, taskKey string, check time.Time) (ID, error) {
-	id := ID{Kind: KindHeartbeat, RunID: runID, TaskKey: taskKey, Epoch: check.Unix()}
-	return id, id.Validate()
+	return build(ID{kind: KindHeartbeat, runID: runID, taskKey: taskKey, epoch: check.Unix()})
 }
 
+// build validates the parts of id and fixes its text.
+func build(id ID) (ID, error) {
+	if err := id.validate(); err != nil {
+		return ID{}, err
+	}
+	var buf [MaxIDLength]byte
+	id.text = string(id.appendText(buf[:0]))
+	return id, nil
+}
+
+// Kind says which of the three forms the ID has.
+func (id ID) Kind() Kind { return id.kind }
+
+// RunID returns the orchestration run the task belongs to.
+func (id ID) RunID() string { return id.runID }
+
+// TaskKey returns the name of the task within its run.
+func (id ID) TaskKey() string { return id.taskKey }
+
+// Attempt returns the attempt slot of a dispatch or retry ID, and "" for a
+// heartbeat.
+func (id ID) Attempt() string { return id.attempt }
+
+// Epoch returns the due time of a retry timer or the check time of a
+// heartbeat in whole seconds since the Unix epoch, and 0 for a dispatch.
+func (id ID) Epoch() int64 { return id.epoch }
+
+// IsZero reports whether id is the zero ID, which names nothing.
+func (id ID) IsZero() bool { return id.kind == 0 }
+
 // IsTimer reports whether the ID names a timer rather than a dispatch.
-func (id ID) IsTimer() bool { return id.Kind.IsTimer() }
+func (id ID) IsTimer() bool { return id.kind.IsTimer() }
 
 // Time returns the due or check time of a timer ID, and the zero time for a
 // dispatch.
@@ -119,40 +142,34 @@ func (id ID) Time() time.Time {
 	if !id.IsTimer() {
 		return time.Time{}
 	}
-	return time.Unix(id.Epoch, 0).UTC()
+	return time.Unix(id.epoch, 0).UTC()
 }
 
-// String returns the internal ID in its one canonical text form. It does not
-// validate; an ID from a constructor or Parse is always valid.
-func (id ID) String() string {
-	var buf [MaxIDLength]byte
-	return string(id.appendText(buf[:0]))
-}
+// String returns the internal ID in its one canonical text form, and "" for
+// the zero ID.
+func (id ID) String() string { return id.text }
 
-// appendText appends the text form to dst. Callers pass a stack buffer of
-// MaxIDLength bytes, which holds every valid ID, so the text costs no
-// allocation of its own.
+// appendText appends the text form built from the parts to dst. Callers pass
+// a stack buffer of MaxIDLength bytes, which holds every valid ID.
 func (id ID) appendText(dst []byte) []byte {
-	switch id.Kind {
+	switch id.kind {
 	case KindDispatch:
 		dst = append(dst, dispatchPrefix...)
 	case KindRetry:
 		dst = append(dst, retryPrefix...)
 	case KindHeartbeat:
 		dst = append(dst, heartbeatPrefix...)
-	default:
-		dst = append(dst, "invalid:"...)
 	}
-	dst = append(dst, id.RunID...)
+	dst = append(dst, id.runID...)
 	dst = append(dst, ':')
-	dst = append(dst, id.TaskKey...)
-	if id.Kind != KindHeartbeat {
+	dst = append(dst, id.taskKey...)
+	if id.kind != KindHeartbeat {
 		dst = append(dst, ':')
-		dst = append(dst, id.Attempt...)
+		dst = append(dst, id.attempt...)
 	}
 	if id.IsTimer() {
 		dst = append(dst, ':')
-		dst = strconv.AppendInt(dst, id.Epoch, 10)
+		dst = strconv.AppendInt(dst, id.epoch, 10)
 	}
 	return dst
 }
@@ -170,11 +187,11 @@ func Parse(s string) (ID, error) {
 	var want int
 	switch {
 	case strings.HasPrefix(s, dispatchPrefix):
-		id.Kind, rest, want = KindDispatch, s[len(dispatchPrefix):], 3
+		id.kind, rest, want = KindDispatch, s[len(dispatchPrefix):], 3
 	case strings.HasPrefix(s, retryPrefix):
-		id.Kind, rest, want = KindRetry, s[len(retryPrefix):], 4
+		id.kind, rest, want = KindRetry, s[len(retryPrefix):], 4
 	case strings.HasPrefix(s, heartbeatPrefix):
-		id.Kind, rest, want = KindHeartbeat, s[len(heartbeatPrefix):], 3
+		id.kind, rest, want = KindHeartbeat, s[len(heartbeatPrefix):], 3
 	default:
 		return ID{}, &Error{Input: s, Component: "prefix", Value: prefixOf(s),
 			Rule: `must be "dispatch:", "timer:retry:" or "timer:heartbeat:"`}
@@ -183,29 +200,32 @@ func Parse(s string) (ID, error) {
 	if len(parts) != want {
 		return ID{}, &Error{Input: s, Component: wholeID, Value: s,
 			Rule: fmt.Sprintf("a %s ID has %d components after its prefix, separated by ':'; found %d",
-				id.Kind, want, len(parts))}
+				id.kind, want, len(parts))}
 	}
-	id.RunID, id.TaskKey = parts[0], parts[1]
-	switch id.Kind {
+	id.runID, id.taskKey = parts[0], parts[1]
+	switch id.kind {
 	case KindDispatch:
-		id.Attempt = parts[2]
+		id.attempt = parts[2]
 	case KindRetry:
-		id.Attempt = parts[2]
+		id.attempt = parts[2]
 		epoch, err := parseEpoch("due_epoch", parts[3])
 		if err != nil {
 			return ID{}, withInput(err, s)
 		}
-		id.Epoch = epoch
+		id.epoch = epoch
 	case KindHeartbeat:
 		epoch, err := parseEpoch("check_epoch", parts[2])
 		if err != nil {
 			return ID{}, withInput(err, s)
 		}
-		id.Epoch = epoch
+		id.epoch = epoch
 	}
-	if err := id.Validate(); err != nil {
+	if err := id.validate(); err != nil {
 		return ID{}, withInput(err, s)
 	}
+	// The canonical-form rules make s the one text of these parts, so it is
+	// kept as it is.
+	id.text = s
 	return id, nil
 }
 

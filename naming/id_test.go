@@ -74,23 +74,23 @@ func TestParseRoundTrip(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		in   string
-		want naming.ID
+		want parts
 	}{
-		{"dispatch:run1:extract:1", naming.ID{Kind: naming.KindDispatch, RunID: "run1", TaskKey: "extract", Attempt: "1"}},
-		{"dispatch:R-2024.01_a:load.v2:0", naming.ID{Kind: naming.KindDispatch, RunID: "R-2024.01_a", TaskKey: "load.v2", Attempt: "0"}},
-		{"dispatch:r:t:k-abcdefghijklmnopqrstuvwxyz", naming.ID{Kind: naming.KindDispatch, RunID: "r", TaskKey: "t", Attempt: "k-abcdefghijklmnopqrstuvwxyz"}},
-		{"dispatch:r:t:01HMQ3", naming.ID{Kind: naming.KindDispatch, RunID: "r", TaskKey: "t", Attempt: "01HMQ3"}},
-		{"timer:retry:run1:extract:1:1705340400", naming.ID{Kind: naming.KindRetry, RunID: "run1", TaskKey: "extract", Attempt: "1", Epoch: 1705340400}},
-		{"timer:retry:r:t:2:0", naming.ID{Kind: naming.KindRetry, RunID: "r", TaskKey: "t", Attempt: "2", Epoch: 0}},
-		{"timer:heartbeat:run1:extract:1705340460", naming.ID{Kind: naming.KindHeartbeat, RunID: "run1", TaskKey: "extract", Epoch: 1705340460}},
-		{"timer:heartbeat:r:t:253402300799", naming.ID{Kind: naming.KindHeartbeat, RunID: "r", TaskKey: "t", Epoch: naming.MaxEpoch}},
+		{"dispatch:run1:extract:1", parts{kind: naming.KindDispatch, run: "run1", task: "extract", attempt: "1"}},
+		{"dispatch:R-2024.01_a:load.v2:0", parts{kind: naming.KindDispatch, run: "R-2024.01_a", task: "load.v2", attempt: "0"}},
+		{"dispatch:r:t:k-abcdefghijklmnopqrstuvwxyz", parts{kind: naming.KindDispatch, run: "r", task: "t", attempt: "k-abcdefghijklmnopqrstuvwxyz"}},
+		{"dispatch:r:t:01HMQ3", parts{kind: naming.KindDispatch, run: "r", task: "t", attempt: "01HMQ3"}},
+		{"timer:retry:run1:extract:1:1705340400", parts{kind: naming.KindRetry, run: "run1", task: "extract", attempt: "1", epoch: 1705340400}},
+		{"timer:retry:r:t:2:0", parts{kind: naming.KindRetry, run: "r", task: "t", attempt: "2", epoch: 0}},
+		{"timer:heartbeat:run1:extract:1705340460", parts{kind: naming.KindHeartbeat, run: "run1", task: "extract", epoch: 1705340460}},
+		{"timer:heartbeat:r:t:253402300799", parts{kind: naming.KindHeartbeat, run: "r", task: "t", epoch: naming.MaxEpoch}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
 			got, err := naming.Parse(tt.in)
 			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.want, partsOf(got))
 			require.Equal(t, tt.in, got.String())
 		})
 	}
@@ -188,24 +188,14 @@ func TestConstructors(t *testing.T) {
 	require.EqualError(t, err, `invalid internal ID: due_epoch "-1" is out of range; allowed: 0 to 253402300799 seconds since the Unix epoch`)
 }
 
-func TestValidateHandBuiltIDs(t *testing.T) {
+func TestZeroID(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name    string
-		id      naming.ID
-		wantMsg string
-	}{
-		{"zero", naming.ID{}, `invalid internal ID: kind "Kind(0)" must be dispatch, retry or heartbeat`},
-		{"dispatch with epoch", naming.ID{Kind: naming.KindDispatch, RunID: "r", TaskKey: "t", Attempt: "1", Epoch: 5}, `invalid internal ID: epoch "5" must be 0 in a dispatch ID`},
-		{"heartbeat with attempt", naming.ID{Kind: naming.KindHeartbeat, RunID: "r", TaskKey: "t", Attempt: "1", Epoch: 5}, `invalid internal ID: attempt "1" must be empty in a heartbeat ID`},
-		{"retry without attempt", naming.ID{Kind: naming.KindRetry, RunID: "r", TaskKey: "t", Epoch: 5}, `invalid internal ID: attempt "" is empty; it needs 1 to 64 characters from [A-Za-z0-9._-]`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			require.EqualError(t, tt.id.Validate(), tt.wantMsg)
-		})
-	}
+	var id naming.ID
+	require.True(t, id.IsZero())
+	require.Equal(t, "", id.String())
+	require.Equal(t, "", id.CloudTaskID())
+	_, err := naming.NewRetryTimer("r", "t", "", time.Unix(5, 0))
+	require.EqualError(t, err, `invalid internal ID: attempt "" is empty; it needs 1 to 64 characters from [A-Za-z0-9._-]`)
 }
 
 func TestKindText(t *testing.T) {
@@ -226,4 +216,17 @@ func TestIsCloudTaskID(t *testing.T) {
 	require.False(t, naming.IsCloudTaskID("x_cxtoltqhbncw6nevn7hy53kqn6"))
 	require.False(t, naming.IsCloudTaskID("d_CXTOLTQHBNCW6NEVN7HY53KQN6"))
 	require.False(t, naming.IsCloudTaskID("d_cxtoltqhbncw6nevn7hy53kqn6\n"))
+}
+
+// parts is an ID's accessors gathered for comparison in tables.
+type parts struct {
+	kind    naming.Kind
+	run     string
+	task    string
+	attempt string
+	epoch   int64
+}
+
+func partsOf(id naming.ID) parts {
+	return parts{kind: id.Kind(), run: id.RunID(), task: id.TaskKey(), attempt: id.Attempt(), epoch: id.Epoch()}
 }

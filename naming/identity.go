@@ -94,11 +94,7 @@ func AttemptFromKey(taskKey, callerKey string) (string, error) {
 		return "", err
 	}
 	// The length prefix keeps ("ab","c") and ("a","bc") apart.
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s:%s", len(taskKey), taskKey, callerKey)
-	var out [32]byte
-	lowerBase32.Encode(out[:], h.Sum(nil)[:20])
-	return "k-" + string(out[:hashChars]), nil
+	return hashText("k-", fmt.Sprintf("%d:%s:%s", len(taskKey), taskKey, callerKey)), nil
 }
 
 // AttemptUnique returns a fresh attempt slot that no other call returns:

@@ -77,35 +77,26 @@ func (e *Error) Is(target error) bool {
 	return target == ErrInvalidID || (e.missingKey && target == ErrMissingKey)
 }
 
-// Validate checks every rule an internal ID must follow, so that two
+// validate checks every rule an internal ID must follow, so that two
 // different IDs can never print the same and every printed ID parses back to
 // the same parts.
-func (id ID) Validate() error {
-	if id.Kind < KindDispatch || id.Kind > KindHeartbeat {
-		return &Error{Component: "kind", Value: id.Kind.String(), Rule: "must be dispatch, retry or heartbeat"}
-	}
-	if err := checkComponent("run_id", id.RunID, MaxComponentLength); err != nil {
+func (id ID) validate() error {
+	if err := checkComponent("run_id", id.runID, MaxComponentLength); err != nil {
 		return err
 	}
-	if err := checkComponent("task_key", id.TaskKey, MaxComponentLength); err != nil {
+	if err := checkComponent("task_key", id.taskKey, MaxComponentLength); err != nil {
 		return err
 	}
-	switch id.Kind {
+	switch id.kind {
 	case KindDispatch:
-		if id.Epoch != 0 {
-			return &Error{Component: "epoch", Value: strconv.FormatInt(id.Epoch, 10), Rule: "must be 0 in a dispatch ID"}
-		}
-		return checkAttempt(id.Attempt)
+		return checkAttempt(id.attempt)
 	case KindRetry:
-		if err := checkAttempt(id.Attempt); err != nil {
+		if err := checkAttempt(id.attempt); err != nil {
 			return err
 		}
-		return checkEpoch("due_epoch", id.Epoch)
+		return checkEpoch("due_epoch", id.epoch)
 	default:
-		if id.Attempt != "" {
-			return &Error{Component: "attempt", Value: id.Attempt, Rule: "must be empty in a heartbeat ID"}
-		}
-		return checkEpoch("check_epoch", id.Epoch)
+		return checkEpoch("check_epoch", id.epoch)
 	}
 }
 
