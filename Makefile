@@ -1,0 +1,45 @@
+# ctdispatch: the commands the README and CI use.
+
+STATICCHECK_VERSION := v0.8.2
+GOBIN := $(shell go env GOPATH)/bin
+STATICCHECK := $(GOBIN)/staticcheck
+
+.PHONY: all build test test-short lint fmt tools bench fuzz demo clean
+
+all: lint test
+
+## build: compile the ctdispatch binary into bin/
+build:
+	go build -o bin/ctdispatch ./cmd/ctdispatch
+
+## test: the whole test suite with the race detector (what CI runs)
+test:
+	go test -race -count=1 ./...
+
+## lint: gofmt, go vet and staticcheck must all be clean
+lint: tools
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+	$(STATICCHECK) ./...
+
+## tools: install the pinned linters
+tools:
+	@[ -x $(STATICCHECK) ] && $(STATICCHECK) -version | grep -q "$(STATICCHECK_VERSION:v%=%)" || \
+		GOFLAGS= go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## fmt: rewrite files with gofmt
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## bench: the naming benchmarks, 10 runs each, ready for benchstat
+bench:
+	go test -run '^$$' -bench . -count 10 ./naming/ | tee bench.txt
+
+## fuzz: a short run of each fuzz target
+fuzz:
+	go test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./naming/
+	go test -run '^$$' -fuzz FuzzCloudTaskID -fuzztime 30s ./naming/
+
+clean:
+	rm -rf bin bench.txt

@@ -1,0 +1,52 @@
+// Package naming turns the readable IDs of orchestration work into the task
+// IDs Cloud Tasks deduplicates on.
+//
+// # Two IDs for everything
+//
+// Every dispatch and timer has an internal ID, which people read, and a
+// Cloud Tasks ID, which the service stores as the task's name:
+//
+//	dispatch:{run_id}:{task_key}:{attempt}                  -> d_…
+//	timer:retry:{run_id}:{task_key}:{attempt}:{due_epoch}   -> t_…
+//	timer:heartbeat:{run_id}:{task_key}:{check_epoch}       -> t_…
+//
+// The Cloud Tasks ID is the prefix followed by the first 26 characters of the
+// lowercase, unpadded base32 encoding of SHA-256 of the internal ID. Hashing
+// spreads names evenly (the service is slower for sequential names) and
+// keeps every task ID at 28 characters whatever the components hold.
+//
+// # Idempotency
+//
+// The mapping is deterministic, so a repeated request for the same logical
+// attempt names the same task, and Cloud Tasks answers the second create
+// with ALREADY_EXISTS instead of making a second task. That only holds if
+// two different attempts can never print the same internal ID, which is what
+// the validation rules guarantee: components come from [A-Za-z0-9._-], so
+// they cannot contain the ':' separator, whitespace or control characters;
+// none is empty; lengths are bounded (every ID fits in MaxIDLength bytes, far
+// below the service's 500-character limit); numbers and epochs have one
+// canonical decimal form, so "01" and "1" are not two spellings of one
+// attempt. Parse accepts exactly the strings String produces.
+//
+// # Identity strategies
+//
+// The attempt slot says which requests count as the same. Identity picks one
+// of three rules: a number (strict: the same attempt number is the same
+// task), a caller-provided key (hashed with the task key, so one key used for
+// two kinds of task gives two tasks), or a fresh UUIDv7 (every request is
+// new). PayloadFingerprint hashes a request body, in RFC 8785 canonical form
+// when it is JSON, so the same ID sent with a different body can be reported
+// as a conflict.
+//
+// # Errors
+//
+// Every validation error matches ErrInvalidID with errors.Is and is an
+// *Error naming the component, the offending value and the rule broken. A
+// missing caller key also matches ErrMissingKey.
+//
+// # Performance
+//
+// An ID keeps its text, so String does not allocate and CloudTaskID costs
+// one SHA-256 and one 28-byte allocation; see BenchmarkCloudTaskID against
+// BenchmarkSHA256Baseline.
+package naming
