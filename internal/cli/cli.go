@@ -33,19 +33,6 @@ func DefaultEnv() Env {
 	return Env{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}
 }
 
-// exitError carries a specific exit code out of a command; any other error
-// exits 1.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-// withExitCode makes a command end with the given exit code and message.
-func withExitCode(code int, err error) error { return &exitError{code: code, err: err} }
-
 // Run executes the CLI with args (without the program name) and returns the
 // process exit code: 0 on success, 1 on a failed operation or no result, 2
 // on a usage error.
@@ -61,10 +48,6 @@ func Run(ctx context.Context, args []string, env Env) int {
 		return 0
 	}
 	fmt.Fprintf(env.Err, "ctdispatch: %s\n", oneLine(err.Error()))
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return 2
