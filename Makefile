@@ -32,9 +32,16 @@ tools:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## bench: the naming benchmarks, 10 runs each, ready for benchstat
+## bench: CloudTaskID against its SHA-256 baseline, 10 interleaved runs, compared by benchstat
+BENCHSTAT := $(GOBIN)/benchstat
 bench:
-	go test -run '^$$' -bench . -count 10 ./naming/ | tee bench.txt
+	@[ -x $(BENCHSTAT) ] || GOFLAGS= go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+	go test -c -o bin/naming.test ./naming/
+	rm -f bench.txt; for i in 1 2 3 4 5 6 7 8 9 10; do \
+		bin/naming.test -test.run '^$$' -test.bench 'CloudTaskID|SHA256Baseline' -test.benchmem >> bench.txt; done
+	grep SHA256Baseline bench.txt | sed 's/SHA256Baseline/HashID/' > bench-baseline.txt
+	grep CloudTaskID bench.txt | sed 's/CloudTaskID/HashID/' > bench-cloudtaskid.txt
+	$(BENCHSTAT) bench-baseline.txt bench-cloudtaskid.txt
 
 ## fuzz: a short run of each fuzz target
 fuzz:
@@ -42,4 +49,4 @@ fuzz:
 	go test -run '^$$' -fuzz FuzzCloudTaskID -fuzztime 30s ./naming/
 
 clean:
-	rm -rf bin bench.txt
+	rm -rf bin bench.txt bench-baseline.txt bench-cloudtaskid.txt
