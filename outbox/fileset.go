@@ -1,0 +1,236 @@
+package outbox
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// fileSet keeps the Parquet files of one table open, in step with the
+// directory: each read lists the directory, opens new files, and forgets
+// removed ones. Files that fail to open are reported once (per size and
+// modification time) and skipped.
+type fileSet struct {
+	dir        string
+	table      Table
+	log        *slog.Logger
+	cacheBloom bool
+
+	mu    sync.Mutex
+	files map[string]*openFile
+	bad   map[string]badFile
+}
+
+type openFile struct {
+	*pqFile
+	modTime time.Time
+	refs    int
+	gone    bool
+}
+
+type badFile struct {
+	size    int64
+	modTime time.Time
+	err     *FileError
+}
+
+func newFileSet(dir string, t Table, log *slog.Logger, cacheBloom bool) *fileSet {
+	return &fileSet{dir: dir, table: t, log: log, cacheBloom: cacheBloom, files: map[string]*openFile{}, bad: map[string]badFile{}}
+}
+
+// isDataFile reports whether a directory entry is a table file: hidden
+// names are temporaries of writers in progress.
+func isDataFile(name string) bool {
+	return strings.HasSuffix(name, ".parquet") && !strings.HasPrefix(name, ".")
+}
+
+// acquire refreshes the set and returns the current files, each held until
+// release is called.
+func (fs *fileSet) acquire() ([]*openFile, error) {
+	entries, err := os.ReadDir(fs.dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if !isDataFile(name) || e.IsDir() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed while listing
+		}
+		seen[name] = true
+		if f, ok := fs.files[name]; ok && f.size == info.Size() && f.modTime.Equal(info.ModTime()) {
+			continue
+		} else if ok {
+			fs.dropLocked(name, f) // replaced in place (same name rewritten)
+		}
+		if b, ok := fs.bad[name]; ok && b.size == info.Size() && b.modTime.Equal(info.ModTime()) {
+			continue
+		}
+		p, err := openLocalParquet(filepath.Join(fs.dir, name), fs.table)
+		if err != nil {
+			var fe *FileError
+			if !errors.As(err, &fe) {
+				fe = &FileError{Path: filepath.Join(fs.dir, name), Reason: "cannot open", Err: err}
+			}
+			if errors.Is(fe.Err, os.ErrNotExist) {
+				continue
+			}
+			fs.bad[name] = badFile{size: info.Size(), modTime: info.ModTime(), err: fe}
+			fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
+			continue
+		}
+		delete(fs.bad, name)
+		fs.files[name] = &openFile{pqFile: p, modTime: info.ModTime()}
+	}
+	for name, f := range fs.files {
+		if !seen[name] {
+			fs.dropLocked(name, f)
+		}
+	}
+	for name := range fs.bad {
+		if !seen[name] {
+			delete(fs.bad, name)
+		}
+	}
+	out := make([]*openFile, 0, len(fs.files))
+	for _, f := range fs.files {
+		f.refs++
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out, nil
+}
+
+func (fs *fileSet) dropLocked(name string, f *openFile) {
+	delete(fs.files, name)
+	f.gone = true
+	if f.refs == 0 {
+		f.close()
+	}
+}
+
+func (fs *fileSet) release(files []*openFile) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, f := range files {
+		f.refs--
+		if f.gone && f.refs == 0 {
+			f.close()
+		}
+	}
+}
+
+// damaged returns the files currently skipped.
+func (fs *fileSet) damaged() []*FileError {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	out := make([]*FileError, 0, len(fs.bad))
+	for _, b := range fs.bad {
+		out = append(out, b.err)
+	}
+	return out
+}
+
+// markBad takes a file that failed while being read out of service.
+func (fs *fileSet) markBad(f *openFile, err error) {
+	var fe *FileError
+	if !errors.As(err, &fe) {
+		fe = &FileError{Path: f.path, Reason: "read failed", Err: err}
+	}
+	fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	name := filepath.Base(f.path)
+	if cur, ok := fs.files[name]; ok && cur == f {
+		fs.dropLocked(name, f)
+		fs.bad[name] = badFile{size: f.size, modTime: f.modTime, err: fe}
+	}
+}
+
+func (fs *fileSet) closeAll() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for name, f := range fs.files {
+		fs.dropLocked(name, f)
+	}
+}
+
+// walTails follows the log segments of other processors, reading only
+// what was appended since the last look. A frame still being written is
+// not an error: it is read once complete.
+type walTails struct {
+	dir  string
+	self string
+
+	mu   sync.Mutex
+	segs map[string]*tail
+}
+
+type tail struct {
+	off  int64
+	size int64
+	recs []Record
+}
+
+func newWALTails(dir, self string) *walTails {
+	return &walTails{dir: dir, self: self, segs: map[string]*tail{}}
+}
+
+// records refreshes every followed segment and returns all their records
+// (the slices must not be modified).
+func (w *walTails) records() ([][]Record, error) {
+	segs, err := listSegments(w.dir)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]bool{}
+	var out [][]Record
+	for _, s := range segs {
+		if s.processor == w.self {
+			continue
+		}
+		seen[s.path] = true
+		t, ok := w.segs[s.path]
+		if !ok {
+			t = &tail{}
+			w.segs[s.path] = t
+		}
+		st, err := os.Stat(s.path)
+		if err != nil {
+			delete(w.segs, s.path)
+			continue
+		}
+		if st.Size() != t.size {
+			recs, end, err := readFrames(s.path, t.off)
+			var te *tailError
+			if err != nil && !errors.As(err, &te) {
+				continue // vanished or not a segment: nothing to serve
+			}
+			t.recs = append(t.recs, recs...)
+			t.off = end
+			t.size = st.Size()
+		}
+		if len(t.recs) > 0 {
+			out = append(out, t.recs)
+		}
+	}
+	for p := range w.segs {
+		if !seen[p] {
+			delete(w.segs, p)
+		}
+	}
+	return out, nil
+}

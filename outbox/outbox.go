@@ -1,0 +1,741 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+)
+
+// Durability says when Append returns.
+type Durability int
+
+const (
+	// Durable makes Append return only after the record is on stable
+	// storage (fsync). Concurrent appends share one fsync (group commit).
+	// This is the default.
+	Durable Durability = iota
+	// Interval makes Append return once the record is written to the
+	// operating system; the log is synced every FlushInterval. A machine
+	// crash (not a process crash) may lose the appends of the last interval.
+	Interval
+)
+
+func (d Durability) String() string {
+	switch d {
+	case Durable:
+		return "durable"
+	case Interval:
+		return "interval"
+	}
+	return fmt.Sprintf("Durability(%d)", int(d))
+}
+
+// Options configures Open.
+type Options struct {
+	// Root is the outbox directory; it is created (0700) if missing.
+	// Required.
+	Root string
+	// ProcessorUUID names this process in every record it writes and in its
+	// file names. Defaults to a new random UUID. Two live processes may not
+	// share one.
+	ProcessorUUID uuid.UUID
+	// Durability chooses when Append returns. Defaults to Durable.
+	Durability Durability
+	// FlushInterval is how often the log is synced in Interval mode.
+	// Defaults to 100ms.
+	FlushInterval time.Duration
+	// SegmentMaxBytes rolls the write-ahead log into Parquet files once a
+	// segment reaches this size. Defaults to 16 MiB.
+	SegmentMaxBytes int64
+	// SegmentMaxAge rolls a non-empty segment once it is this old, so data
+	// reaches Parquet (and analysts) within this delay. Defaults to 5m.
+	SegmentMaxAge time.Duration
+	// IndexLimit bounds the in-memory index of this process's own records
+	// (latest state per ID). Past it, IDs already in Parquet files are
+	// forgotten and found through the files instead. Defaults to 1,000,000.
+	IndexLimit int
+	// ReadOnly opens the outbox for reading (and compaction) only: no log,
+	// no lock, no replay of other processors' logs.
+	ReadOnly bool
+	// Logger receives warnings about skipped files and dropped torn log
+	// tails. Defaults to discarding.
+	Logger *slog.Logger
+	// Clock drives timestamps, log syncs and segment ages. Defaults to the
+	// real clock.
+	Clock clockwork.Clock
+}
+
+// WithDefaults returns a copy of o with every unset field at its default.
+func (o Options) WithDefaults() Options {
+	if o.ProcessorUUID == uuid.Nil {
+		o.ProcessorUUID = uuid.New()
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = 100 * time.Millisecond
+	}
+	if o.SegmentMaxBytes == 0 {
+		o.SegmentMaxBytes = 16 << 20
+	}
+	if o.SegmentMaxAge == 0 {
+		o.SegmentMaxAge = 5 * time.Minute
+	}
+	if o.IndexLimit == 0 {
+		o.IndexLimit = 1_000_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Root == "":
+		return errors.New("outbox: Options.Root is empty")
+	case strings.Contains(o.Root, "://"):
+		return fmt.Errorf("outbox: Options.Root %q: only local directories are supported", o.Root)
+	case o.Durability != Durable && o.Durability != Interval:
+		return fmt.Errorf("outbox: Options.Durability %d unknown; allowed: Durable, Interval", int(o.Durability))
+	case o.FlushInterval < 0:
+		return fmt.Errorf("outbox: Options.FlushInterval %s is negative", o.FlushInterval)
+	case o.SegmentMaxBytes < 0:
+		return fmt.Errorf("outbox: Options.SegmentMaxBytes %d is negative", o.SegmentMaxBytes)
+	case o.SegmentMaxAge < 0:
+		return fmt.Errorf("outbox: Options.SegmentMaxAge %s is negative", o.SegmentMaxAge)
+	case o.IndexLimit < 0:
+		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
+	}
+	return nil
+}
+
+type recKey struct {
+	table Table
+	id    string
+}
+
+// segment is this process's open or sealed log segment, with the records it
+// holds (they stay in memory until the segment is converted to Parquet).
+type segment struct {
+	path    string
+	seq     uint64
+	f       *os.File
+	size    int64
+	opened  time.Time
+	dirty   bool // written since the last sync (Interval mode)
+	records []Record
+}
+
+type request struct {
+	rec   Record
+	flush bool
+	done  chan error
+}
+
+type convJob struct {
+	seg  *segment
+	done chan error
+}
+
+// Outbox is an open outbox root. Its methods are safe for concurrent use.
+type Outbox struct {
+	opts      Options
+	root      string
+	walDir    string
+	processor string
+	log       *slog.Logger
+	clock     clockwork.Clock
+	lock      *os.File
+
+	reqs       chan *request
+	quit       chan struct{}
+	writerDone chan struct{}
+	conv       chan convJob
+	convDone   chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// writer-goroutine state
+	cur     *segment
+	nextSeq uint64
+	buf     []byte
+
+	mu     sync.Mutex // guards own, sealed, cur.records, closed
+	own    map[recKey]Record
+	sealed []*segment
+	closed bool
+
+	files map[Table]*fileSet
+	tails *walTails
+}
+
+// Open opens (creating if needed) the outbox at opts.Root. Unless
+// ReadOnly, it takes this processor's lock and converts every log segment of
+// this processor and of dead processors into Parquet files, dropping torn
+// tails (logged with path and offset).
+func Open(ctx context.Context, opts Options) (*Outbox, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.WithDefaults()
+	o := &Outbox{
+		opts:      opts,
+		root:      opts.Root,
+		walDir:    filepath.Join(opts.Root, walDirName),
+		processor: opts.ProcessorUUID.String(),
+		log:       opts.Logger,
+		clock:     opts.Clock,
+		own:       map[recKey]Record{},
+		files:     map[Table]*fileSet{},
+	}
+	if opts.ReadOnly {
+		o.processor = ""
+	}
+	for _, t := range Tables {
+		o.files[t] = newFileSet(filepath.Join(o.root, string(t)), t, o.log, !opts.ReadOnly)
+	}
+	o.tails = newWALTails(o.walDir, o.processor)
+	if opts.ReadOnly {
+		if _, err := os.Stat(o.root); err != nil {
+			return nil, fmt.Errorf("outbox: open %s: %w", o.root, err)
+		}
+		return o, nil
+	}
+	for _, d := range []string{o.root, o.walDir, filepath.Join(o.root, string(TableDispatch)), filepath.Join(o.root, string(TableTimers))} {
+		if err := os.MkdirAll(d, dirPerm); err != nil {
+			return nil, fmt.Errorf("outbox: open %s: %w", o.root, err)
+		}
+	}
+	lock, held, err := tryLock(filepath.Join(o.walDir, o.processor+lockExt), true)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: lock processor %s: %w", o.processor, err)
+	}
+	if held {
+		return nil, fmt.Errorf("%w: %s", ErrProcessorInUse, o.processor)
+	}
+	o.lock = lock
+	if err := o.recover(ctx); err != nil {
+		o.releaseLock()
+		return nil, err
+	}
+	o.reqs = make(chan *request, 1024)
+	o.quit = make(chan struct{})
+	o.writerDone = make(chan struct{})
+	o.conv = make(chan convJob, 16)
+	o.convDone = make(chan struct{})
+	go o.runWriter()
+	go o.runConverter()
+	return o, nil
+}
+
+// ProcessorUUID returns the UUID this outbox writes under ("" when
+// read-only).
+func (o *Outbox) ProcessorUUID() string { return o.processor }
+
+// Root returns the outbox directory.
+func (o *Outbox) Root() string { return o.root }
+
+// recover converts the segments of this processor and of dead processors
+// into Parquet files, and picks the next free segment number.
+func (o *Outbox) recover(ctx context.Context) error {
+	segs, err := listSegments(o.walDir)
+	if err != nil {
+		return fmt.Errorf("outbox: list %s: %w", o.walDir, err)
+	}
+	byProc := map[string][]walSegment{}
+	var procs []string
+	for _, s := range segs {
+		if _, ok := byProc[s.processor]; !ok {
+			procs = append(procs, s.processor)
+		}
+		byProc[s.processor] = append(byProc[s.processor], s)
+		if s.processor == o.processor && s.seq >= o.nextSeq {
+			o.nextSeq = s.seq + 1
+		}
+	}
+	for _, t := range Tables {
+		entries, _ := os.ReadDir(filepath.Join(o.root, string(t)))
+		for _, e := range entries {
+			name, ok := strings.CutSuffix(e.Name(), ".parquet")
+			if !ok {
+				continue
+			}
+			if p, seq, ok := parseSegmentName(name + walExt); ok && p == o.processor && seq >= o.nextSeq {
+				o.nextSeq = seq + 1
+			}
+		}
+	}
+	for _, p := range procs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if p == o.processor {
+			if err := o.adopt(byProc[p]); err != nil {
+				return err
+			}
+			continue
+		}
+		lock, held, err := tryLock(filepath.Join(o.walDir, p+lockExt), false)
+		if err != nil {
+			o.log.Warn("outbox: cannot check processor liveness", "processor", p, "err", err)
+			continue
+		}
+		if held {
+			continue // alive: its segments are read live, never adopted
+		}
+		err = o.adopt(byProc[p])
+		if lock != nil {
+			if err == nil {
+				os.Remove(lock.Name())
+			}
+			lock.Close()
+		}
+		if err != nil {
+			return err
+		}
+		o.log.Info("outbox: replayed log of a stopped processor", "processor", p, "segments", len(byProc[p]))
+	}
+	return nil
+}
+
+// adopt turns segments into Parquet files named after them and removes
+// them. A torn tail is dropped and logged; an unreadable segment is logged
+// and left in place.
+func (o *Outbox) adopt(segs []walSegment) error {
+	for _, s := range segs {
+		recs, end, err := readFrames(s.path, 0)
+		var te *tailError
+		switch {
+		case errors.As(err, &te):
+			o.log.Warn("outbox: dropped torn log tail", "path", s.path, "offset", te.Offset, "bytes", te.Bytes, "reason", te.Reason)
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			o.log.Warn("outbox: skipped log segment", "path", s.path, "err", err)
+			continue
+		}
+		_ = end
+		if err := o.writeSegmentParquet(s.processor, s.seq, recs); err != nil {
+			return err
+		}
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("outbox: remove %s: %w", s.path, err)
+		}
+	}
+	return syncDir(o.walDir)
+}
+
+// writeSegmentParquet writes a segment's records as one Parquet file per
+// table, <root>/<table>/<processor>-<seq>.parquet. Writing the same segment
+// twice produces the same file, so a crash between this and the segment's
+// removal is harmless.
+func (o *Outbox) writeSegmentParquet(processor string, seq uint64, recs []Record) error {
+	byTable := map[Table][]Record{}
+	for _, r := range recs {
+		if r.Table.validate() != nil {
+			continue
+		}
+		byTable[r.Table] = append(byTable[r.Table], r)
+	}
+	for _, t := range Tables {
+		rs := byTable[t]
+		if len(rs) == 0 {
+			continue
+		}
+		sortRecords(rs)
+		name := fmt.Sprintf("%s-%016d.parquet", processor, seq)
+		if err := writeParquet(filepath.Join(o.root, string(t), name), t, rs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Append records r. It returns once the record is durable per
+// Options.Durability. ProcessorUUID is set to this outbox's; a zero
+// UpdatedAt becomes now, a zero CreatedAt becomes UpdatedAt; UpdatedAt is
+// nudged forward by a microsecond if needed so that it strictly increases
+// per ID within this processor.
+func (o *Outbox) Append(ctx context.Context, r Record) error {
+	return o.append(ctx, r, true)
+}
+
+// AppendAsync writes r like Append but returns without waiting for it to
+// reach the log; a crash may lose it. Suited to markers that are safe to
+// lose, such as a pending record written right before a deduplicated call.
+func (o *Outbox) AppendAsync(ctx context.Context, r Record) error {
+	return o.append(ctx, r, false)
+}
+
+func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
+	if o.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	if err := r.validate(); err != nil {
+		return err
+	}
+	r.ProcessorUUID = o.processor
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = o.clock.Now()
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = r.UpdatedAt
+	}
+	r.normalize()
+	req := &request{rec: r, done: make(chan error, 1)}
+	if err := o.send(ctx, req); err != nil {
+		return err
+	}
+	if !wait {
+		return nil
+	}
+	return o.wait(ctx, req)
+}
+
+// wait returns the answer to req, or ErrClosed if the writer stopped
+// without taking it.
+func (o *Outbox) wait(ctx context.Context, req *request) error {
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The record may still be written; the caller just stops waiting.
+		return ctx.Err()
+	case <-o.writerDone:
+		select {
+		case err := <-req.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+func (o *Outbox) send(ctx context.Context, req *request) error {
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	select {
+	case o.reqs <- req:
+		return nil
+	case <-o.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush rolls the current log segment into Parquet files and waits until
+// every segment written so far is in Parquet.
+func (o *Outbox) Flush(ctx context.Context) error {
+	if o.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	req := &request{flush: true, done: make(chan error, 1)}
+	if err := o.send(ctx, req); err != nil {
+		return err
+	}
+	return o.wait(ctx, req)
+}
+
+// Close rolls what remains of the log into Parquet, stops the background
+// goroutines, releases the processor lock and closes every file.
+func (o *Outbox) Close() error {
+	o.closeOnce.Do(func() {
+		o.mu.Lock()
+		o.closed = true
+		o.mu.Unlock()
+		if !o.opts.ReadOnly {
+			close(o.quit)
+			<-o.writerDone
+			close(o.conv)
+			<-o.convDone
+			if o.cur != nil {
+				o.closeErr = errors.Join(o.closeErr, o.cur.f.Close())
+			}
+			o.mu.Lock()
+			left := len(o.sealed)
+			o.mu.Unlock()
+			if left == 0 {
+				os.Remove(o.lock.Name())
+			}
+			o.releaseLock()
+		}
+		for _, fs := range o.files {
+			fs.closeAll()
+		}
+	})
+	return o.closeErr
+}
+
+func (o *Outbox) releaseLock() {
+	if o.lock != nil {
+		o.lock.Close()
+		o.lock = nil
+	}
+}
+
+// runWriter is the single goroutine that writes the log: it takes every
+// request waiting, writes them with one write and one sync, then answers
+// them all.
+func (o *Outbox) runWriter() {
+	defer close(o.writerDone)
+	period := o.opts.SegmentMaxAge
+	if o.opts.Durability == Interval && o.opts.FlushInterval < period {
+		period = o.opts.FlushInterval
+	}
+	ticker := o.clock.NewTicker(period)
+	defer ticker.Stop()
+	batch := make([]*request, 0, 256)
+	for {
+		select {
+		case req := <-o.reqs:
+			batch = append(batch[:0], req)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case r := <-o.reqs:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			o.commit(batch)
+		case <-ticker.Chan():
+			o.tick()
+		case <-o.quit:
+			for {
+				select {
+				case r := <-o.reqs:
+					o.commit([]*request{r})
+					continue
+				default:
+				}
+				break
+			}
+			if err := o.seal(nil); err != nil {
+				o.closeErr = err
+			}
+			return
+		}
+	}
+}
+
+// commit writes a batch of requests in order; a flush request seals the
+// segment after the appends before it.
+func (o *Outbox) commit(batch []*request) {
+	start := 0
+	for i, req := range batch {
+		if !req.flush {
+			continue
+		}
+		o.writeAppends(batch[start:i])
+		start = i + 1
+		if err := o.seal(req.done); err != nil {
+			req.done <- err
+		}
+	}
+	o.writeAppends(batch[start:])
+}
+
+func (o *Outbox) writeAppends(reqs []*request) {
+	if len(reqs) == 0 {
+		return
+	}
+	if err := o.ensureSegment(); err != nil {
+		for _, r := range reqs {
+			r.done <- err
+		}
+		return
+	}
+	o.buf = o.buf[:0]
+	local := map[recKey]time.Time{}
+	o.mu.Lock()
+	for _, req := range reqs {
+		k := recKey{req.rec.Table, req.rec.ID}
+		prev, ok := local[k]
+		if !ok {
+			if p, found := o.own[k]; found {
+				prev, ok = p.UpdatedAt, true
+			}
+		}
+		if ok && !req.rec.UpdatedAt.After(prev) {
+			req.rec.UpdatedAt = prev.Add(time.Microsecond)
+		}
+		local[k] = req.rec.UpdatedAt
+		o.buf = appendFrame(o.buf, &req.rec)
+	}
+	o.mu.Unlock()
+	seg := o.cur
+	_, err := seg.f.Write(o.buf)
+	if err == nil && o.opts.Durability == Durable {
+		err = seg.f.Sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("outbox: write %s: %w", seg.path, err)
+		// The segment's tail is now unknown: stop writing to it. Readers
+		// and recovery stop at the first bad frame.
+		o.seal(nil)
+	} else {
+		seg.size += int64(len(o.buf))
+		seg.dirty = o.opts.Durability == Interval
+		o.mu.Lock()
+		for _, req := range reqs {
+			o.own[recKey{req.rec.Table, req.rec.ID}] = req.rec
+			seg.records = append(seg.records, req.rec)
+		}
+		o.trimIndexLocked()
+		o.mu.Unlock()
+	}
+	for _, req := range reqs {
+		req.done <- err
+	}
+	if err == nil && seg.size >= o.opts.SegmentMaxBytes {
+		o.seal(nil)
+	}
+}
+
+// trimIndexLocked keeps the own index within IndexLimit by dropping IDs
+// whose records are already in Parquet files.
+func (o *Outbox) trimIndexLocked() {
+	if len(o.own) <= o.opts.IndexLimit {
+		return
+	}
+	keep := map[recKey]Record{}
+	add := func(recs []Record) {
+		for _, r := range recs {
+			keep[recKey{r.Table, r.ID}] = o.own[recKey{r.Table, r.ID}]
+		}
+	}
+	for _, s := range o.sealed {
+		add(s.records)
+	}
+	if o.cur != nil {
+		add(o.cur.records)
+	}
+	o.own = keep
+}
+
+func (o *Outbox) ensureSegment() error {
+	if o.cur != nil {
+		return nil
+	}
+	seq := o.nextSeq
+	path := filepath.Join(o.walDir, segmentName(o.processor, seq))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, filePerm)
+	if err != nil {
+		return fmt.Errorf("outbox: create log segment: %w", err)
+	}
+	if _, err := f.Write([]byte(walMagic)); err != nil {
+		f.Close()
+		return fmt.Errorf("outbox: create log segment: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("outbox: create log segment: %w", err)
+	}
+	if err := syncDir(o.walDir); err != nil {
+		f.Close()
+		return fmt.Errorf("outbox: create log segment: %w", err)
+	}
+	o.nextSeq++
+	o.cur = &segment{path: path, seq: seq, f: f, size: int64(len(walMagic)), opened: o.clock.Now()}
+	return nil
+}
+
+// tick syncs the log in Interval mode and rolls a segment that is too old.
+func (o *Outbox) tick() {
+	seg := o.cur
+	if seg == nil {
+		return
+	}
+	if seg.dirty {
+		if err := seg.f.Sync(); err != nil {
+			o.log.Error("outbox: sync log", "path", seg.path, "err", err)
+		} else {
+			seg.dirty = false
+		}
+	}
+	if len(seg.records) > 0 && o.clock.Since(seg.opened) >= o.opts.SegmentMaxAge {
+		o.seal(nil)
+	}
+}
+
+// seal closes the current segment and queues it for conversion to
+// Parquet; done (if any) is answered once it and every earlier segment are
+// converted.
+func (o *Outbox) seal(done chan error) error {
+	seg := o.cur
+	o.cur = nil
+	if seg != nil {
+		var err error
+		if seg.dirty {
+			err = seg.f.Sync()
+		}
+		err = errors.Join(err, seg.f.Close())
+		if err != nil {
+			o.log.Error("outbox: close log segment", "path", seg.path, "err", err)
+		}
+		if len(seg.records) == 0 && err == nil {
+			os.Remove(seg.path)
+			seg = nil
+		} else {
+			o.mu.Lock()
+			o.sealed = append(o.sealed, seg)
+			o.mu.Unlock()
+		}
+	}
+	o.conv <- convJob{seg: seg, done: done}
+	return nil
+}
+
+// runConverter turns sealed segments into Parquet files, in order.
+func (o *Outbox) runConverter() {
+	defer close(o.convDone)
+	var lastErr error
+	for job := range o.conv {
+		if job.seg != nil {
+			lastErr = o.convert(job.seg)
+		}
+		if job.done != nil {
+			job.done <- lastErr
+			lastErr = nil
+		}
+	}
+}
+
+func (o *Outbox) convert(seg *segment) error {
+	if err := o.writeSegmentParquet(o.processor, seg.seq, seg.records); err != nil {
+		o.log.Error("outbox: convert log segment; it stays and is replayed on the next Open", "path", seg.path, "err", err)
+		return err
+	}
+	if err := os.Remove(seg.path); err != nil {
+		o.log.Warn("outbox: remove converted log segment", "path", seg.path, "err", err)
+	}
+	if err := syncDir(o.walDir); err != nil {
+		o.log.Warn("outbox: sync log directory", "path", o.walDir, "err", err)
+	}
+	o.mu.Lock()
+	for i, s := range o.sealed {
+		if s == seg {
+			o.sealed = append(o.sealed[:i], o.sealed[i+1:]...)
+			break
+		}
+	}
+	o.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,450 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/parquet-go/parquet-go"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const testQueue = "projects/p/locations/l/queues/q"
+
+type testBundle struct {
+	root  string
+	clock *clockwork.FakeClock
+	logs  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	return &testBundle{root: t.TempDir(), clock: clockwork.NewFakeClockAt(t0), logs: &syncBuffer{}}
+}
+
+func (b *testBundle) options(proc string) Options {
+	var u uuid.UUID
+	if proc != "" {
+		u = uuid.MustParse(proc)
+	}
+	return Options{
+		Root:          b.root,
+		ProcessorUUID: u,
+		Clock:         b.clock,
+		Logger:        slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+}
+
+func (b *testBundle) open(t *testing.T, proc string) *Outbox {
+	t.Helper()
+	o, err := Open(context.Background(), b.options(proc))
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
+const (
+	procA = "00000000-0000-4000-8000-00000000000a"
+	procB = "00000000-0000-4000-8000-00000000000b"
+)
+
+func dispatchRec(run, task, attempt string, st Status) Record {
+	id := fmt.Sprintf("dispatch:%s:%s:%s", run, task, attempt)
+	return Record{
+		Table: TableDispatch, ID: id, CloudTaskID: "d_" + strings.ToUpper(strings.ReplaceAll(id, ":", "")),
+		Queue: testQueue, RunID: run, TaskKey: task, Attempt: attempt, Status: st, CreateCalls: 1,
+		PayloadSHA256: "ab12",
+	}
+}
+
+func timerRec(run, task string, due time.Time, st Status) Record {
+	id := fmt.Sprintf("timer:heartbeat:%s:%s:%d", run, task, due.Unix())
+	return Record{
+		Table: TableTimers, ID: id, CloudTaskID: "t_" + run + task, Queue: testQueue, RunID: run,
+		TaskKey: task, Kind: "heartbeat", Status: st, DueAt: due,
+	}
+}
+
+func TestAppendThenReadFromLogAndParquet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+
+	pending := dispatchRec("run1", "extract", "1", StatusPending)
+	require.NoError(t, o.Append(ctx, pending))
+	created := pending
+	created.Status = StatusCreated
+	created.CreateCalls = 2
+	require.NoError(t, o.Append(ctx, created)) // same fake instant: nudged by 1µs
+	timer := timerRec("run1", "extract", t0.Add(time.Hour), StatusCreated)
+	require.NoError(t, o.Append(ctx, timer))
+
+	want := Record{
+		Table: TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_DISPATCHRUN1EXTRACT1",
+		TaskName: testQueue + "/tasks/d_DISPATCHRUN1EXTRACT1", Queue: testQueue, RunID: "run1",
+		TaskKey: "extract", Attempt: "1", Kind: "dispatch", Status: StatusCreated, CreateCalls: 2,
+		PayloadSHA256: "ab12", ProcessorUUID: procA, CreatedAt: t0, UpdatedAt: t0.Add(time.Microsecond),
+	}
+	wantTimer := Record{
+		Table: TableTimers, ID: fmt.Sprintf("timer:heartbeat:run1:extract:%d", t0.Add(time.Hour).Unix()),
+		CloudTaskID: "t_run1extract", TaskName: testQueue + "/tasks/t_run1extract", Queue: testQueue,
+		RunID: "run1", TaskKey: "extract", Kind: "heartbeat", Status: StatusCreated, ProcessorUUID: procA,
+		CreatedAt: t0, UpdatedAt: t0, DueAt: t0.Add(time.Hour),
+	}
+	check := func(o *Outbox) {
+		got, ok, err := o.Latest(ctx, TableDispatch, want.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, want, got)
+
+		hist, err := o.Lookup(ctx, Query{ID: want.ID, History: true})
+		require.NoError(t, err)
+		require.Len(t, hist, 2)
+		require.Equal(t, StatusPending, hist[0].Status)
+		require.Equal(t, want, hist[1])
+
+		byTask, err := o.Lookup(ctx, Query{CloudTaskID: "t_run1extract"})
+		require.NoError(t, err)
+		require.Equal(t, []Record{wantTimer}, byTask)
+
+		byRun, err := o.Lookup(ctx, Query{RunID: "run1"})
+		require.NoError(t, err)
+		require.Equal(t, []Record{want, wantTimer}, byRun)
+
+		_, ok, err = o.Latest(ctx, TableDispatch, "dispatch:run1:extract:2")
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+	check(o) // from memory
+	require.NoError(t, o.Flush(ctx))
+	matches, _ := filepath.Glob(filepath.Join(b.root, "*", "*.parquet"))
+	require.Len(t, matches, 2)
+	check(o) // from Parquet
+	require.NoError(t, o.Close())
+	require.ErrorIs(t, o.Append(ctx, pending), ErrClosed)
+
+	ro, err := Open(ctx, Options{Root: b.root, ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+	check(ro)
+	require.ErrorIs(t, ro.Append(ctx, pending), ErrReadOnly)
+	require.Empty(t, ro.Damaged())
+}
+
+func TestFilesAndDirectoriesArePrivate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	require.NoError(t, o.Append(ctx, dispatchRec("r", "t", "1", StatusCreated)))
+	require.NoError(t, o.Flush(ctx))
+	require.NoError(t, o.Append(ctx, dispatchRec("r", "t", "2", StatusCreated)))
+	err := filepath.Walk(b.root, func(path string, info os.FileInfo, err error) error {
+		require.NoError(t, err)
+		if path == b.root {
+			return nil
+		}
+		want := filePerm
+		if info.IsDir() {
+			want = dirPerm
+		}
+		require.Equal(t, want, info.Mode().Perm(), path)
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+func TestParquetSchemaTypes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	require.NoError(t, o.Append(ctx, timerRec("r", "t", t0, StatusCreated)))
+	require.NoError(t, o.Flush(ctx))
+	files, _ := filepath.Glob(filepath.Join(b.root, "timers", "*.parquet"))
+	require.Len(t, files, 1)
+	f, err := os.Open(files[0])
+	require.NoError(t, err)
+	defer f.Close()
+	st, _ := f.Stat()
+	pf, err := parquet.OpenFile(f, st.Size())
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, path := range pf.Schema().Columns() {
+		leaf, _ := pf.Schema().Lookup(path...)
+		got[path[0]] = leaf.Node.Type().Kind().String() + " " + leaf.Node.Type().String()
+	}
+	require.Equal(t, map[string]string{
+		"timer_id": "BYTE_ARRAY STRING", "cloud_task_id": "BYTE_ARRAY STRING", "queue": "BYTE_ARRAY STRING",
+		"run_id": "BYTE_ARRAY STRING", "task_key": "BYTE_ARRAY STRING", "attempt": "BYTE_ARRAY STRING",
+		"kind": "BYTE_ARRAY STRING", "status": "BYTE_ARRAY STRING", "error_code": "BYTE_ARRAY STRING",
+		"create_calls": "INT32 INT(32,true)", "payload_sha256": "BYTE_ARRAY STRING", "processor_uuid": "BYTE_ARRAY STRING",
+		"created_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
+		"updated_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
+		"due_at":     "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
+	}, got)
+	encodings := map[string]string{}
+	for i, c := range pf.Metadata().RowGroups[0].Columns {
+		var names []string
+		for _, e := range c.MetaData.Encoding {
+			names = append(names, e.String())
+		}
+		encodings[pf.Schema().Columns()[i][0]] = strings.Join(names, ",")
+		require.Equal(t, "ZSTD", c.MetaData.Codec.String())
+	}
+	require.Contains(t, encodings["status"], "RLE_DICTIONARY")
+	require.Contains(t, encodings["timer_id"], "DELTA_BYTE_ARRAY")
+	rows := parquet.NewGenericReader[timerRow](f)
+	buf := make([]timerRow, 1)
+	n, _ := rows.Read(buf)
+	require.Equal(t, 1, n)
+	require.Equal(t, procA, buf[0].ProcessorUUID)
+	require.Equal(t, t0.UnixMicro(), buf[0].DueAt)
+}
+
+func TestTwoProcessorsSeeEachOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	a := b.open(t, procA)
+	bb := b.open(t, procB)
+
+	rec := dispatchRec("run1", "load", "1", StatusPending)
+	require.NoError(t, a.Append(ctx, rec))
+	got, ok, err := bb.Latest(ctx, TableDispatch, rec.ID)
+	require.NoError(t, err)
+	require.True(t, ok, "B sees A's log")
+	require.Equal(t, procA, got.ProcessorUUID)
+
+	b.clock.Advance(time.Second)
+	rec.Status = StatusCreated
+	require.NoError(t, bb.Append(ctx, rec)) // B recovers A's pending record
+	for _, o := range []*Outbox{a, bb} {
+		got, _, err := o.Latest(ctx, TableDispatch, rec.ID)
+		require.NoError(t, err)
+		require.Equal(t, StatusCreated, got.Status)
+		require.Equal(t, procB, got.ProcessorUUID)
+	}
+	require.NoError(t, a.Flush(ctx))
+	require.NoError(t, bb.Flush(ctx))
+	hist, err := a.Lookup(ctx, Query{ID: rec.ID, History: true})
+	require.NoError(t, err)
+	require.Len(t, hist, 2)
+	require.Equal(t, []string{procA, procB}, []string{hist[0].ProcessorUUID, hist[1].ProcessorUUID})
+
+	_, err = Open(ctx, b.options(procA))
+	require.ErrorIs(t, err, ErrProcessorInUse)
+}
+
+func TestPendingFindsStaleRecordsOfAnyProcessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	a := b.open(t, procA)
+	bb := b.open(t, procB)
+
+	require.NoError(t, a.Append(ctx, dispatchRec("r", "stale-a", "1", StatusPending)))
+	require.NoError(t, a.Flush(ctx))
+	require.NoError(t, bb.Append(ctx, dispatchRec("r", "stale-b", "1", StatusPending)))
+	require.NoError(t, a.Append(ctx, dispatchRec("r", "done", "1", StatusPending)))
+	b.clock.Advance(time.Minute)
+	require.NoError(t, bb.Append(ctx, dispatchRec("r", "done", "1", StatusCreated)))
+	require.NoError(t, a.Append(ctx, dispatchRec("r", "fresh", "1", StatusPending)))
+
+	got, err := bb.Pending(ctx, TableDispatch, 30*time.Second)
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.ID)
+	}
+	sort.Strings(ids)
+	require.Equal(t, []string{"dispatch:r:stale-a:1", "dispatch:r:stale-b:1"}, ids)
+}
+
+func TestDamagedAndForeignFilesAreSkippedAndReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	rec := dispatchRec("r", "t", "1", StatusCreated)
+	require.NoError(t, o.Append(ctx, rec))
+	require.NoError(t, o.Flush(ctx))
+
+	dir := filepath.Join(b.root, string(TableDispatch))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "garbage.parquet"), []byte("not parquet at all"), 0o600))
+	good, _ := filepath.Glob(filepath.Join(dir, procA+"-*.parquet"))
+	require.Len(t, good, 1)
+	data, err := os.ReadFile(good[0])
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "truncated.parquet"), data[:len(data)/2], 0o600))
+	type other struct {
+		Name string `parquet:"name"`
+	}
+	var buf bytes.Buffer
+	require.NoError(t, parquet.Write(&buf, []other{{Name: "x"}}))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other.parquet"), buf.Bytes(), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".half-written.parquet.tmp-1"), []byte("x"), 0o600))
+
+	got, err := o.Lookup(ctx, Query{ID: rec.ID})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	var reports []string
+	for _, fe := range o.Damaged() {
+		reports = append(reports, filepath.Base(fe.Path)+": "+fe.Reason)
+	}
+	require.Equal(t, []string{
+		"garbage.parquet: not a readable Parquet file",
+		"other.parquet: no column dispatch_id: not a dispatch_outbox file",
+		"truncated.parquet: not a readable Parquet file",
+	}, reports)
+	require.ErrorIs(t, o.Damaged()[0], ErrDamaged)
+	require.ErrorIs(t, o.Damaged()[1], ErrForeignFile)
+	require.NotErrorIs(t, o.Damaged()[1], ErrDamaged)
+	require.Contains(t, b.logs.String(), "garbage.parquet")
+}
+
+func TestTornLogTailIsDroppedOnRecovery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	walDir := filepath.Join(b.root, walDirName)
+	require.NoError(t, os.MkdirAll(walDir, 0o700))
+	var seg []byte
+	seg = append(seg, walMagic...)
+	good := dispatchRec("r", "t", "1", StatusCreated)
+	good.ProcessorUUID, good.UpdatedAt, good.CreatedAt = procB, t0, t0
+	seg = appendFrame(seg, &good)
+	torn := dispatchRec("r", "t", "2", StatusCreated)
+	torn.UpdatedAt, torn.CreatedAt = t0, t0
+	whole := appendFrame(nil, &torn)
+	seg = append(seg, whole[:len(whole)-3]...) // the crash cut the last frame short
+	require.NoError(t, os.WriteFile(filepath.Join(walDir, segmentName(procB, 0)), seg, 0o600))
+
+	o := b.open(t, procA) // procB is dead: its log is adopted
+	got, err := o.Lookup(ctx, Query{RunID: "r"})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, good.ID, got[0].ID)
+	require.Contains(t, b.logs.String(), "dropped torn log tail")
+	require.Contains(t, b.logs.String(), "reason=\"short frame\"")
+	left, _ := filepath.Glob(filepath.Join(walDir, procB+"*"))
+	require.Empty(t, left)
+}
+
+func TestCorruptFrameChecksum(t *testing.T) {
+	t.Parallel()
+	rec := dispatchRec("r", "t", "1", StatusCreated)
+	frames := appendFrame([]byte(walMagic), &rec)
+	frames = appendFrame(frames, &rec)
+	frames[len(frames)-1] ^= 0xff
+	path := filepath.Join(t.TempDir(), "x.wal")
+	require.NoError(t, os.WriteFile(path, frames, 0o600))
+	recs, end, err := readFrames(path, 0)
+	require.Len(t, recs, 1)
+	var te *tailError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, "checksum mismatch", te.Reason)
+	require.Equal(t, te.Offset, end)
+}
+
+func TestRecordCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	r := timerRec("run-9", "task.x", t0.Add(90*time.Minute), StatusFailed)
+	r.ErrorCode, r.CreateCalls, r.ProcessorUUID = "PermissionDenied", 7, procA
+	r.CreatedAt, r.UpdatedAt = t0, t0.Add(time.Second)
+	r.normalize()
+	got, err := decodeRecord(appendRecord(nil, &r))
+	require.NoError(t, err)
+	require.Equal(t, r, got)
+	_, err = decodeRecord(appendRecord(nil, &r)[:10])
+	require.ErrorIs(t, err, errBadRecord)
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{}, "outbox: Options.Root is empty"},
+		{Options{Root: "gs://b/p"}, `outbox: Options.Root "gs://b/p": only local directories are supported`},
+		{Options{Root: "x", Durability: 7}, "outbox: Options.Durability 7 unknown; allowed: Durable, Interval"},
+		{Options{Root: "x", FlushInterval: -1}, "outbox: Options.FlushInterval -1ns is negative"},
+	} {
+		_, err := Open(context.Background(), tc.opts)
+		require.EqualError(t, err, tc.want)
+	}
+}
+
+func TestSegmentRollsBySizeAndAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	opts := b.options(procA)
+	opts.SegmentMaxBytes = 1 // every write rolls
+	o, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer o.Close()
+	for i := range 3 {
+		require.NoError(t, o.Append(ctx, dispatchRec("r", "t", fmt.Sprint(i), StatusCreated)))
+	}
+	require.NoError(t, o.Flush(ctx))
+	files, _ := filepath.Glob(filepath.Join(b.root, string(TableDispatch), "*.parquet"))
+	require.Len(t, files, 3)
+
+	b2 := setup(t)
+	o2 := b2.open(t, procA)
+	require.NoError(t, o2.Append(ctx, dispatchRec("r", "t", "1", StatusCreated)))
+	b2.clock.BlockUntilContext(ctx, 1) // the writer's ticker
+	b2.clock.Advance(5 * time.Minute)
+	require.NoError(t, o2.Flush(ctx)) // waits for the age roll queued before it
+	files, _ = filepath.Glob(filepath.Join(b2.root, string(TableDispatch), "*.parquet"))
+	require.Len(t, files, 1)
+}
+
+func TestIntervalDurability(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	opts := b.options(procA)
+	opts.Durability = Interval
+	o, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer o.Close()
+	require.NoError(t, o.Append(ctx, dispatchRec("r", "t", "1", StatusCreated)))
+	require.NoError(t, o.AppendAsync(ctx, dispatchRec("r", "t", "2", StatusCreated)))
+	require.NoError(t, o.Flush(ctx))
+	got, err := o.Lookup(ctx, Query{RunID: "r"})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+}

@@ -1,0 +1,448 @@
+package outbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/bloom"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// field identifies the Record field a column fills.
+type field uint8
+
+const (
+	fieldNone field = iota
+	fieldID
+	fieldCloudTaskID
+	fieldQueue
+	fieldRunID
+	fieldTaskKey
+	fieldAttempt
+	fieldKind
+	fieldStatus
+	fieldErrorCode
+	fieldCreateCalls
+	fieldPayload
+	fieldProcessor
+	fieldCreatedAt
+	fieldUpdatedAt
+	fieldDueAt
+)
+
+var columnFields = map[string]field{
+	"cloud_task_id": fieldCloudTaskID, "queue": fieldQueue, "run_id": fieldRunID, "task_key": fieldTaskKey,
+	"attempt": fieldAttempt, "kind": fieldKind, "status": fieldStatus, "error_code": fieldErrorCode,
+	"create_calls": fieldCreateCalls, "payload_sha256": fieldPayload, "processor_uuid": fieldProcessor,
+	"created_at": fieldCreatedAt, "updated_at": fieldUpdatedAt, "due_at": fieldDueAt,
+}
+
+// column describes how one leaf column of a file maps onto a Record.
+type column struct {
+	field field
+	// unit converts a stored time to microseconds: its value per
+	// microsecond is a divisor (nanoseconds) and a multiplier (millis).
+	timeDiv, timeMul int64
+}
+
+// pqFile is one Parquet file of a table, opened once and kept: the footer,
+// the column mapping, and (when cached) the bloom filters of the ID column.
+type pqFile struct {
+	path  string
+	size  int64
+	table Table
+	f     io.Closer
+	pf    *parquet.File
+	cols  []column // by leaf index
+	byFld map[field]int
+	ours  bool // written by this package (sorted, our layout)
+
+	mu     sync.Mutex
+	blooms map[int]bloom.SplitBlockFilter // row group -> ID bloom filter bits
+}
+
+// openParquet opens and checks a Parquet file of table t. Every failure is
+// a *FileError naming the path and the reason.
+func openParquet(path string, t Table, ra readerAtCloser, size int64) (*pqFile, error) {
+	pf, err := parquet.OpenFile(ra, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: err}
+	}
+	p := &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}}
+	leaves := pf.Schema().Columns()
+	p.cols = make([]column, len(leaves))
+	for i, lp := range leaves {
+		if len(lp) != 1 {
+			continue // nested columns are not part of the outbox layout
+		}
+		name := lp[0]
+		fld := columnFields[name]
+		if name == t.idColumn() {
+			fld = fieldID
+		}
+		if fld == fieldNone {
+			continue
+		}
+		leaf, _ := pf.Schema().Lookup(lp...)
+		c := column{field: fld}
+		if fld == fieldCreatedAt || fld == fieldUpdatedAt || fld == fieldDueAt {
+			c.timeDiv, c.timeMul, err = timeUnit(leaf.Node.Type())
+			if err != nil {
+				return nil, &FileError{Path: path, Reason: fmt.Sprintf("column %s: %v", name, err), Err: ErrForeignFile}
+			}
+		}
+		p.cols[i] = c
+		p.byFld[fld] = i
+	}
+	idx, ok := p.byFld[fieldID]
+	if !ok {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("no column %s: not a %s file", t.idColumn(), t), Err: ErrForeignFile}
+	}
+	if leaf, _ := pf.Schema().Lookup(leaves[idx]...); leaf.Node.Type().Kind() != parquet.ByteArray {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("column %s is %s, want a string", t.idColumn(), leaf.Node.Type()), Err: ErrForeignFile}
+	}
+	_, p.ours = pf.Lookup(metaKeyWriter)
+	return p, nil
+}
+
+// timeUnit returns how to turn a stored timestamp into microseconds.
+func timeUnit(t parquet.Type) (div, mul int64, err error) {
+	if t.Kind() != parquet.Int64 {
+		return 0, 0, fmt.Errorf("timestamp stored as %s, want INT64", t.Kind())
+	}
+	lt := t.LogicalType()
+	if lt == nil {
+		return 1, 1, nil // plain INT64: microseconds, as this package writes
+	}
+	ts, ok := lt.Value.(*format.TimestampType)
+	if !ok {
+		return 1, 1, nil
+	}
+	switch ts.Unit.Value.(type) {
+	case *format.MilliSeconds:
+		return 1, 1000, nil
+	case *format.NanoSeconds:
+		return 1000, 1, nil
+	}
+	return 1, 1, nil
+}
+
+func (p *pqFile) close() error { return p.f.Close() }
+
+// decode turns a row of this file into a Record.
+func (p *pqFile) decode(row parquet.Row) Record {
+	r := Record{Table: p.table}
+	for _, v := range row {
+		ci := v.Column()
+		if ci < 0 || ci >= len(p.cols) || v.IsNull() {
+			continue
+		}
+		c := p.cols[ci]
+		switch c.field {
+		case fieldNone:
+		case fieldCreateCalls:
+			switch v.Kind() {
+			case parquet.Int32:
+				r.CreateCalls = v.Int32()
+			case parquet.Int64:
+				r.CreateCalls = int32(v.Int64())
+			}
+		case fieldCreatedAt, fieldUpdatedAt, fieldDueAt:
+			t := time.Time{}
+			if us := v.Int64() / c.timeDiv * c.timeMul; us != 0 {
+				t = time.UnixMicro(us).UTC()
+			}
+			switch c.field {
+			case fieldCreatedAt:
+				r.CreatedAt = t
+			case fieldUpdatedAt:
+				r.UpdatedAt = t
+			default:
+				r.DueAt = t
+			}
+		default:
+			s := string(v.ByteArray())
+			switch c.field {
+			case fieldID:
+				r.ID = s
+			case fieldCloudTaskID:
+				r.CloudTaskID = s
+			case fieldQueue:
+				r.Queue = s
+			case fieldRunID:
+				r.RunID = s
+			case fieldTaskKey:
+				r.TaskKey = s
+			case fieldAttempt:
+				r.Attempt = s
+			case fieldKind:
+				r.Kind = s
+			case fieldStatus:
+				r.Status = Status(s)
+			case fieldErrorCode:
+				r.ErrorCode = s
+			case fieldPayload:
+				r.PayloadSHA256 = s
+			case fieldProcessor:
+				r.ProcessorUUID = s
+			}
+		}
+	}
+	r.normalize()
+	return r
+}
+
+// scan calls fn for every row of the file, in file order.
+func (p *pqFile) scan(fn func(Record) error) error {
+	buf := make([]parquet.Row, 256)
+	for _, rg := range p.pf.RowGroups() {
+		rows := rg.Rows()
+		for {
+			n, err := rows.ReadRows(buf)
+			for _, row := range buf[:n] {
+				if ferr := fn(p.decode(row)); ferr != nil {
+					rows.Close()
+					return ferr
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				rows.Close()
+				return p.fail("reading rows", err)
+			}
+		}
+		rows.Close()
+	}
+	return nil
+}
+
+func (p *pqFile) fail(what string, err error) error {
+	var fe *FileError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &FileError{Path: p.path, Reason: what, Err: err}
+}
+
+// find returns every row whose column fld equals value. It skips row groups
+// by their statistics and bloom filters, and pages by the page index, so a
+// hit reads a few pages and a miss usually reads nothing beyond the footer.
+func (p *pqFile) find(fld field, value string, cacheBloom bool) ([]Record, error) {
+	ci, ok := p.byFld[fld]
+	if !ok {
+		return nil, nil
+	}
+	want := []byte(value)
+	var out []Record
+	for gi, rg := range p.pf.RowGroups() {
+		cc, ok := rg.ColumnChunks()[ci].(*parquet.FileColumnChunk)
+		if !ok || cc.Type().Kind() != parquet.ByteArray {
+			continue
+		}
+		if min, max, ok := cc.Bounds(); ok && (bytes.Compare(want, min.ByteArray()) < 0 || bytes.Compare(want, max.ByteArray()) > 0) {
+			continue
+		}
+		maybe, err := p.bloomCheck(gi, cc, fld, want, cacheBloom)
+		if err != nil {
+			return nil, err
+		}
+		if !maybe {
+			continue
+		}
+		rowsIdx, err := p.matchRows(cc, rg.NumRows(), want)
+		if err != nil {
+			return nil, err
+		}
+		if len(rowsIdx) == 0 {
+			continue
+		}
+		recs, err := p.readRows(rg, rowsIdx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
+// bloomCheck reports whether the row group may contain value. The ID
+// column's filter is kept in memory when cacheBloom is set, since Latest asks
+// about new IDs on every dispatch.
+func (p *pqFile) bloomCheck(gi int, cc *parquet.FileColumnChunk, fld field, want []byte, cacheBloom bool) (bool, error) {
+	if cacheBloom && fld == fieldID {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		f, ok := p.blooms[gi]
+		if !ok {
+			bf, err := cc.BloomFilterFrom(p.pf)
+			switch {
+			case errors.Is(err, parquet.ErrMissingBloomFilter):
+			case err != nil:
+				return false, p.fail("reading bloom filter", err)
+			case bf != nil:
+				bits := make([]byte, bf.Size())
+				if _, err := bf.ReadAt(bits, 0); err != nil && !errors.Is(err, io.EOF) {
+					return false, p.fail("reading bloom filter", err)
+				}
+				f = bloom.MakeSplitBlockFilter(bits)
+			}
+			if p.blooms == nil {
+				p.blooms = map[int]bloom.SplitBlockFilter{}
+			}
+			p.blooms[gi] = f
+		}
+		if f == nil {
+			return true, nil
+		}
+		return f.Check(bloom.XXH64{}.Sum64(want)), nil
+	}
+	bf := cc.BloomFilter()
+	if bf == nil {
+		return true, nil
+	}
+	ok, err := bf.Check(parquet.ByteArrayValue(want))
+	if err != nil {
+		return false, p.fail("reading bloom filter", err)
+	}
+	return ok, nil
+}
+
+// matchRows returns the indexes (within the row group) of the rows whose
+// value in the chunk equals want, reading only pages whose page-index
+// bounds admit it.
+func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []byte) ([]int64, error) {
+	type span struct{ from, to int64 }
+	spans := []span{{0, numRows}}
+	if ci, err := cc.ColumnIndex(); err == nil {
+		if oi, err := cc.OffsetIndex(); err == nil && oi.NumPages() == ci.NumPages() {
+			spans = spans[:0]
+			for i := 0; i < ci.NumPages(); i++ {
+				if ci.NullPage(i) {
+					continue
+				}
+				if bytes.Compare(want, ci.MinValue(i).ByteArray()) < 0 || bytes.Compare(want, ci.MaxValue(i).ByteArray()) > 0 {
+					continue
+				}
+				end := numRows
+				if i+1 < oi.NumPages() {
+					end = oi.FirstRowIndex(i + 1)
+				}
+				from := oi.FirstRowIndex(i)
+				if n := len(spans); n > 0 && spans[n-1].to == from {
+					spans[n-1].to = end
+				} else {
+					spans = append(spans, span{from, end})
+				}
+			}
+		}
+	}
+	var hits []int64
+	vals := make([]parquet.Value, 512)
+	for _, s := range spans {
+		pages := cc.Pages()
+		if err := pages.SeekToRow(s.from); err != nil {
+			pages.Close()
+			return nil, p.fail("seeking in column "+p.table.idColumn(), err)
+		}
+		row := s.from
+		for row < s.to {
+			page, err := pages.ReadPage()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				pages.Close()
+				return nil, p.fail("reading page", err)
+			}
+			vr := page.Values()
+			for row < s.to {
+				n, err := vr.ReadValues(vals)
+				for _, v := range vals[:n] {
+					if row >= s.to {
+						break
+					}
+					if !v.IsNull() && bytes.Equal(v.ByteArray(), want) {
+						hits = append(hits, row)
+					}
+					row++
+				}
+				if errors.Is(err, io.EOF) || n == 0 {
+					break
+				}
+				if err != nil {
+					parquet.Release(page)
+					pages.Close()
+					return nil, p.fail("reading values", err)
+				}
+			}
+			parquet.Release(page)
+		}
+		pages.Close()
+	}
+	return hits, nil
+}
+
+// readRows reads whole rows at the given indexes of a row group, seeking
+// each column through its offset index.
+func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) ([]Record, error) {
+	for _, c := range rg.ColumnChunks() {
+		if fc, ok := c.(*parquet.FileColumnChunk); ok {
+			_, _ = fc.OffsetIndex() // loads it, so seeks jump straight to the page
+		}
+	}
+	rows := rg.Rows()
+	defer rows.Close()
+	buf := make([]parquet.Row, 1)
+	out := make([]Record, 0, len(idx))
+	next := int64(-1)
+	for _, i := range idx {
+		if i != next {
+			if err := rows.SeekToRow(i); err != nil {
+				return nil, p.fail("seeking to a row", err)
+			}
+		}
+		n, err := rows.ReadRows(buf)
+		if n != 1 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, p.fail("reading a row", err)
+		}
+		out = append(out, p.decode(buf[0]))
+		next = i + 1
+	}
+	return out, nil
+}
+
+// readerAtCloser is what a Parquet file is read through.
+type readerAtCloser interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// openLocalParquet opens a file on disk.
+func openLocalParquet(path string, t Table) (*pqFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &FileError{Path: path, Reason: "cannot open", Err: err}
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, &FileError{Path: path, Reason: "cannot stat", Err: err}
+	}
+	p, err := openParquet(path, t, f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return p, nil
+}

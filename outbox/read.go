@@ -1,0 +1,311 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Query selects records for Lookup. Exactly one of ID, CloudTaskID and
+// RunID is set.
+type Query struct {
+	// Table limits the search to one table; empty searches both.
+	Table Table
+	// ID selects by internal ID (dispatch_id or timer_id).
+	ID string
+	// CloudTaskID selects by Cloud Tasks task ID.
+	CloudTaskID string
+	// RunID selects every record of a run.
+	RunID string
+	// History returns every recorded state instead of only the latest per
+	// ID. History is kept until compaction folds it.
+	History bool
+}
+
+func (q Query) validate() error {
+	n := 0
+	for _, s := range []string{q.ID, q.CloudTaskID, q.RunID} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return errors.New("outbox: Query needs exactly one of ID, CloudTaskID, RunID")
+	}
+	if q.Table != "" {
+		return q.Table.validate()
+	}
+	return nil
+}
+
+func (q Query) field() (field, string) {
+	switch {
+	case q.ID != "":
+		return fieldID, q.ID
+	case q.CloudTaskID != "":
+		return fieldCloudTaskID, q.CloudTaskID
+	}
+	return fieldRunID, q.RunID
+}
+
+func (q Query) match(r *Record) bool {
+	switch {
+	case q.ID != "":
+		return r.ID == q.ID
+	case q.CloudTaskID != "":
+		return r.CloudTaskID == q.CloudTaskID
+	}
+	return r.RunID == q.RunID
+}
+
+func (o *Outbox) checkOpen() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Latest returns the current state of an ID across all processors' data:
+// this process's records from memory, other processors' logs, and every
+// Parquet file (skipping files by bloom filter, held in memory). ok is
+// false when the ID was never recorded.
+func (o *Outbox) Latest(ctx context.Context, t Table, id string) (Record, bool, error) {
+	if err := t.validate(); err != nil {
+		return Record{}, false, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return Record{}, false, err
+	}
+	var best Record
+	found := false
+	consider := func(r *Record) {
+		if r.Table == t && r.ID == id && (!found || newer(r, &best)) {
+			best, found = *r, true
+		}
+	}
+	o.mu.Lock()
+	if r, ok := o.own[recKey{t, id}]; ok {
+		consider(&r)
+	}
+	o.mu.Unlock()
+	err := o.search(ctx, t, Query{ID: id}, false, consider)
+	return best, found, err
+}
+
+// Lookup returns the records matching q from every source, sorted by
+// table, ID and time. Without q.History only the latest state of each ID is
+// returned.
+func (o *Outbox) Lookup(ctx context.Context, q Query) ([]Record, error) {
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return nil, err
+	}
+	tables := Tables
+	if q.Table != "" {
+		tables = []Table{q.Table}
+	}
+	var all []Record
+	for _, t := range tables {
+		err := o.search(ctx, t, q, true, func(r *Record) { all = append(all, *r) })
+		if err != nil {
+			return nil, err
+		}
+	}
+	return arrange(all, q.History), nil
+}
+
+// arrange sorts records, drops exact duplicates (a record may be seen in a
+// log and in the Parquet file it was just converted into) and, without
+// history, keeps only the latest per ID.
+func arrange(recs []Record, history bool) []Record {
+	sort.SliceStable(recs, func(i, j int) bool {
+		a, b := &recs[i], &recs[j]
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return newer(b, a)
+	})
+	out := recs[:0]
+	for i := range recs {
+		r := recs[i]
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if last.Table == r.Table && last.ID == r.ID {
+				if last.UpdatedAt.Equal(r.UpdatedAt) && last.Status == r.Status && last.ProcessorUUID == r.ProcessorUUID {
+					continue
+				}
+				if !history {
+					*last = r // sorted oldest first: the later one wins
+					continue
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// search feeds fn every record of table t matching q: this process's
+// unconverted records (when own), other processors' logs, and the Parquet
+// files found through their indexes.
+func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func(*Record)) error {
+	if own {
+		o.mu.Lock()
+		segs := append([]*segment(nil), o.sealed...)
+		if o.cur != nil {
+			segs = append(segs, o.cur)
+		}
+		var snap [][]Record
+		for _, s := range segs {
+			snap = append(snap, s.records[:len(s.records):len(s.records)])
+		}
+		o.mu.Unlock()
+		for _, recs := range snap {
+			for i := range recs {
+				if recs[i].Table == t && q.match(&recs[i]) {
+					fn(&recs[i])
+				}
+			}
+		}
+	}
+	// Logs before files: a segment converted in between is then seen in
+	// its Parquet file, never missed.
+	tails, err := o.tails.records()
+	if err != nil {
+		return fmt.Errorf("outbox: read logs: %w", err)
+	}
+	for _, recs := range tails {
+		for i := range recs {
+			if recs[i].Table == t && q.match(&recs[i]) {
+				fn(&recs[i])
+			}
+		}
+	}
+	fs := o.files[t]
+	files, err := fs.acquire()
+	if err != nil {
+		return fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+	}
+	defer fs.release(files)
+	fld, val := q.field()
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		recs, err := f.find(fld, val, fs.cacheBloom)
+		if err != nil {
+			fs.markBad(f, err)
+			continue
+		}
+		for i := range recs {
+			fn(&recs[i])
+		}
+	}
+	return nil
+}
+
+// scanAll feeds fn every record of table t from every source, file by
+// file. Used by Pending, Stats and tools; it reads everything.
+func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
+	o.mu.Lock()
+	var snap [][]Record
+	for _, s := range o.sealed {
+		snap = append(snap, s.records[:len(s.records):len(s.records)])
+	}
+	if o.cur != nil {
+		snap = append(snap, o.cur.records[:len(o.cur.records):len(o.cur.records)])
+	}
+	o.mu.Unlock()
+	tails, err := o.tails.records()
+	if err != nil {
+		return fmt.Errorf("outbox: read logs: %w", err)
+	}
+	for _, recs := range append(snap, tails...) {
+		for i := range recs {
+			if recs[i].Table == t {
+				fn(&recs[i])
+			}
+		}
+	}
+	fs := o.files[t]
+	files, err := fs.acquire()
+	if err != nil {
+		return fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+	}
+	defer fs.release(files)
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := f.scan(func(r Record) error { fn(&r); return nil })
+		if err != nil {
+			fs.markBad(f, err)
+		}
+	}
+	return nil
+}
+
+// Pending returns the records of table t whose latest state is pending and
+// was written more than olderThan ago, by any processor, oldest first. The
+// dispatcher's recovery re-drives them.
+func (o *Outbox) Pending(ctx context.Context, t Table, olderThan time.Duration) ([]Record, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return nil, err
+	}
+	cutoff := o.clock.Now().Add(-olderThan)
+	// Two passes keep memory proportional to the candidates, not the table:
+	// first every old pending record, then the latest state of those IDs.
+	cand := map[string]Record{}
+	err := o.scanAll(ctx, t, func(r *Record) {
+		if r.Status == StatusPending && !r.UpdatedAt.After(cutoff) {
+			cand[r.ID] = *r
+		}
+	})
+	if err != nil || len(cand) == 0 {
+		return nil, err
+	}
+	err = o.scanAll(ctx, t, func(r *Record) {
+		if c, ok := cand[r.ID]; ok && newer(r, &c) {
+			cand[r.ID] = *r
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for _, r := range cand {
+		if r.Status == StatusPending && !r.UpdatedAt.After(cutoff) {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
+			return out[i].UpdatedAt.Before(out[j].UpdatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// Damaged returns the files currently skipped because they are damaged or
+// foreign, each with its path and the reason.
+func (o *Outbox) Damaged() []*FileError {
+	var out []*FileError
+	for _, t := range Tables {
+		out = append(out, o.files[t].damaged()...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
