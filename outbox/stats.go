@@ -1,0 +1,106 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+)
+
+// TableStats describes one table: its files and the current state of its
+// IDs.
+type TableStats struct {
+	// Table is the table.
+	Table Table
+	// Files and Bytes count the readable Parquet files and their size.
+	Files int
+	Bytes int64
+	// Rows counts Parquet rows (every recorded state not yet folded).
+	Rows int64
+	// LogRecords counts records still only in write-ahead logs.
+	LogRecords int64
+	// IDs counts distinct IDs.
+	IDs int64
+	// ByStatus, ByQueue, ByKind and ByProcessor count IDs by their latest
+	// state's status, queue, kind and writing processor.
+	ByStatus, ByQueue, ByKind, ByProcessor map[string]int64
+	// Skipped lists damaged or foreign files left out.
+	Skipped []*FileError
+}
+
+// Stats summarizes every table. It reads everything, streaming: memory
+// stays proportional to the number of files and unconverted log records.
+func (o *Outbox) Stats(ctx context.Context) ([]TableStats, error) {
+	if err := o.checkOpen(); err != nil {
+		return nil, err
+	}
+	var out []TableStats
+	for _, t := range Tables {
+		st, err := o.tableStats(ctx, t)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
+	st := TableStats{Table: t, ByStatus: map[string]int64{}, ByQueue: map[string]int64{},
+		ByKind: map[string]int64{}, ByProcessor: map[string]int64{}}
+	var mem []Record
+	o.mu.Lock()
+	for _, s := range o.sealed {
+		mem = append(mem, s.records...)
+	}
+	if o.cur != nil {
+		mem = append(mem, o.cur.records...)
+	}
+	o.mu.Unlock()
+	tails, err := o.tails.records()
+	if err != nil {
+		return st, fmt.Errorf("outbox: read logs: %w", err)
+	}
+	for _, recs := range tails {
+		mem = append(mem, recs...)
+	}
+	kept := mem[:0]
+	for _, r := range mem {
+		if r.Table == t {
+			kept = append(kept, r)
+		}
+	}
+	mem = kept
+	st.LogRecords = int64(len(mem))
+
+	fs := o.files[t]
+	files, err := fs.acquire()
+	if err != nil {
+		return st, fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+	}
+	defer fs.release(files)
+	var streams []recordStream
+	for _, f := range files {
+		st.Files++
+		st.Bytes += f.size
+		st.Rows += f.pf.NumRows()
+		if f.ours {
+			fst := newFileStream(f.pqFile, nil)
+			defer fst.close()
+			streams = append(streams, fst)
+			continue
+		}
+		if err := f.scan(func(r Record) error { mem = append(mem, r); return nil }); err != nil {
+			return st, err
+		}
+	}
+	streams = append(streams, newSliceStream(mem))
+	err = mergeLatest(ctx, streams, func(r Record) error {
+		st.IDs++
+		st.ByStatus[string(r.Status)]++
+		st.ByQueue[r.Queue]++
+		st.ByKind[r.Kind]++
+		st.ByProcessor[r.ProcessorUUID]++
+		return nil
+	})
+	st.Skipped = fs.damaged()
+	return st, err
+}
