@@ -221,4 +221,3 @@ func TestStats(t *testing.T) {
 	require.Equal(t, map[string]int64{"dispatch": 2}, d.ByKind)
 	require.Equal(t, map[string]int64{"heartbeat": 1}, st[1].ByKind)
 }
-

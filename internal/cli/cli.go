@@ -117,6 +117,9 @@ Start with:
 	// Each command lives in a file of its own; register it here.
 	root.AddCommand(
 		newIDCmd(env),
+		newQueryCmd(env),
+		newStatsCmd(env),
+		newCompactCmd(env),
 	)
 	return root
 }

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// openOutbox opens an existing outbox directory for reading. Skipped files
+// are logged through env.Logger (stderr) with their path and reason.
+func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outbox.Outbox, error) {
+	if dir == "" {
+		return nil, usagef("--outbox DIR is required")
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: %w", dir, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("outbox %s: not a directory", dir)
+	}
+	return outbox.Open(ctx, outbox.Options{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
+}
+
+const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+// recordJSON is the JSON form of a record; keys are the Parquet column
+// names, plus table and the derived task_name.
+type recordJSON struct {
+	Table         string `json:"table"`
+	ID            string `json:"id"`
+	CloudTaskID   string `json:"cloud_task_id"`
+	TaskName      string `json:"task_name"`
+	Queue         string `json:"queue"`
+	RunID         string `json:"run_id"`
+	TaskKey       string `json:"task_key"`
+	Attempt       string `json:"attempt"`
+	Kind          string `json:"kind"`
+	Status        string `json:"status"`
+	ErrorCode     string `json:"error_code"`
+	CreateCalls   int32  `json:"create_calls"`
+	PayloadSHA256 string `json:"payload_sha256"`
+	ProcessorUUID string `json:"processor_uuid"`
+	CreatedAt     string `json:"created_at"`
+	UpdatedAt     string `json:"updated_at"`
+	DueAt         string `json:"due_at,omitempty"`
+}
+
+func toRecordJSON(r outbox.Record) recordJSON {
+	return recordJSON{
+		Table: string(r.Table), ID: r.ID, CloudTaskID: r.CloudTaskID, TaskName: r.TaskName, Queue: r.Queue,
+		RunID: r.RunID, TaskKey: r.TaskKey, Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status),
+		ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256,
+		ProcessorUUID: r.ProcessorUUID, CreatedAt: formatTime(r.CreatedAt), UpdatedAt: formatTime(r.UpdatedAt),
+		DueAt: formatTime(r.DueAt),
+	}
+}
+
+var csvHeader = []string{"table", "id", "cloud_task_id", "task_name", "queue", "run_id", "task_key", "attempt",
+	"kind", "status", "error_code", "create_calls", "payload_sha256", "processor_uuid", "created_at", "updated_at", "due_at"}
+
+func (j recordJSON) csvRow() []string {
+	return []string{j.Table, j.ID, j.CloudTaskID, j.TaskName, j.Queue, j.RunID, j.TaskKey, j.Attempt, j.Kind,
+		j.Status, j.ErrorCode, strconv.Itoa(int(j.CreateCalls)), j.PayloadSHA256, j.ProcessorUUID,
+		j.CreatedAt, j.UpdatedAt, j.DueAt}
+}
+
+func writeRecords(w io.Writer, format string, recs []outbox.Record) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		for _, r := range recs {
+			if err := enc.Encode(toRecordJSON(r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "csv":
+		cw := csv.NewWriter(w)
+		if err := cw.Write(csvHeader); err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if err := cw.Write(toRecordJSON(r).csvRow()); err != nil {
+				return err
+			}
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tCLOUD TASK ID\tERROR\tCALLS\tUPDATED AT\tDUE AT\tPROCESSOR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.CloudTaskID, dash(r.ErrorCode),
+			r.CreateCalls, formatTime(r.UpdatedAt), dash(formatTime(r.DueAt)), r.ProcessorUUID)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newQueryCmd(env *Env) *cobra.Command {
+	var (
+		dir, dispatchID, timerID, cloudTaskID, run, format string
+		history                                            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "query --outbox DIR (--dispatch-id ID | --timer-id ID | --cloud-task-id ID | --run RUN) [--history] [--format table|json|csv]",
+		Short: "Show the outbox records of a dispatch, a timer, a Cloud Tasks task or a run",
+		Long: `Show the outbox records of a dispatch, a timer, a Cloud Tasks task or a run.
+
+The search covers every Parquet file of the outbox and the write-ahead logs of
+running dispatchers, using the files' bloom filters and page indexes, so a
+lookup by ID reads a small part of even a large table. By default each ID shows
+its latest state; --history shows every recorded state not yet folded by
+compaction.
+
+Formats: table (aligned columns, the default), json (one object per line, keys
+as the Parquet columns) and csv (with a header). Exits 1 when nothing matches.
+Damaged or foreign files are reported on stderr and skipped.`,
+		Example: `  ctdispatch query --outbox ./outbox --dispatch-id dispatch:run1:extract:1
+  ctdispatch query --outbox ./outbox --cloud-task-id d_cxtoltqhbncw6nevn7hy53kqn6 --history
+  ctdispatch query --outbox ./outbox --run run1 --format csv`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var q outbox.Query
+			var what string
+			n := 0
+			for _, sel := range []struct {
+				v, flag string
+				set     func()
+			}{
+				{dispatchID, "dispatch_id", func() { q.ID, q.Table = dispatchID, outbox.TableDispatch }},
+				{timerID, "timer_id", func() { q.ID, q.Table = timerID, outbox.TableTimers }},
+				{cloudTaskID, "cloud_task_id", func() { q.CloudTaskID = cloudTaskID }},
+				{run, "run_id", func() { q.RunID = run }},
+			} {
+				if sel.v != "" {
+					n++
+					sel.set()
+					what = fmt.Sprintf("%s %q", sel.flag, sel.v)
+				}
+			}
+			if n != 1 {
+				return usagef("give exactly one of --dispatch-id, --timer-id, --cloud-task-id, --run")
+			}
+			switch format {
+			case "table", "json", "csv":
+			default:
+				return usagef("--format %q unknown; allowed: table, json, csv", format)
+			}
+			q.History = history
+			ctx := cmd.Context()
+			o, err := openOutbox(ctx, env, dir, true)
+			if err != nil {
+				return err
+			}
+			defer o.Close()
+			recs, err := o.Lookup(ctx, q)
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				return errors.New("no record with " + what + " in " + dir) // exit 1
+			}
+			return writeRecords(cmd.OutOrStdout(), format, recs)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "outbox", "", "outbox directory (required)")
+	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
+	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
+	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")
+	f.StringVar(&run, "run", "", "run ID: every dispatch and timer of the run")
+	f.BoolVar(&history, "history", false, "show every recorded state, not only the latest")
+	f.StringVar(&format, "format", "table", "output format: table, json or csv")
+	return cmd
+}

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+const (
+	cliQueue = "projects/p/locations/l/queues/orders"
+	cliProc  = "00000000-0000-4000-8000-0000000000aa"
+)
+
+var cliT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// seedOutbox writes a small outbox: one dispatch with a pending and a
+// created state, one failed dispatch, and one retry timer, all in Parquet.
+func seedOutbox(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := context.Background()
+	clock := clockwork.NewFakeClockAt(cliT0)
+	o, err := outbox.Open(ctx, outbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(cliProc), Clock: clock})
+	require.NoError(t, err)
+	d := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_cxtoltqhbncw6nevn7hy53kqn6",
+		Queue: cliQueue, RunID: "run1", TaskKey: "extract", Attempt: "1", Status: outbox.StatusPending, PayloadSHA256: "ab"}
+	require.NoError(t, o.Append(ctx, d))
+	clock.Advance(1500 * time.Millisecond)
+	d.Status, d.CreateCalls = outbox.StatusCreated, 1
+	require.NoError(t, o.Append(ctx, d))
+	f := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:load:2", CloudTaskID: "d_loadloadloadloadloadloadlo",
+		Queue: cliQueue, RunID: "run1", TaskKey: "load", Attempt: "2", Status: outbox.StatusFailed, ErrorCode: "PermissionDenied", CreateCalls: 3}
+	require.NoError(t, o.Append(ctx, f))
+	tm := outbox.Record{Table: outbox.TableTimers, ID: "timer:retry:run1:extract:1:1772370000", CloudTaskID: "t_hlljqq57362d4n3x2kett7jrqf",
+		Queue: cliQueue, RunID: "run1", TaskKey: "extract", Attempt: "1", Kind: "retry", Status: outbox.StatusCreated,
+		CreateCalls: 1, DueAt: time.Unix(1772370000, 0)}
+	require.NoError(t, o.Append(ctx, tm))
+	require.NoError(t, o.Close())
+	return dir
+}
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, Env{Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+func TestQueryCommand(t *testing.T) {
+	t.Parallel()
+	dir := seedOutbox(t)
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{
+			name: "latest state by dispatch ID",
+			args: []string{"query", "--outbox", dir, "--dispatch-id", "dispatch:run1:extract:1"},
+			wantStdout: "ID                       STATUS   CLOUD TASK ID                 ERROR  CALLS  UPDATED AT                   DUE AT  PROCESSOR\n" +
+				"dispatch:run1:extract:1  created  d_cxtoltqhbncw6nevn7hy53kqn6  -      1      2026-03-01T12:00:01.500000Z  -       " + cliProc + "\n",
+		},
+		{
+			name: "history as CSV",
+			args: []string{"query", "--outbox", dir, "--cloud-task-id", "d_cxtoltqhbncw6nevn7hy53kqn6", "--history", "--format", "csv"},
+			wantStdout: strings.Join(csvHeader, ",") + "\n" +
+				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,pending,,0,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:00.000000Z,\n" +
+				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:01.500000Z,2026-03-01T12:00:01.500000Z,\n",
+		},
+		{
+			name: "timer as JSON",
+			args: []string{"query", "--outbox", dir, "--timer-id", "timer:retry:run1:extract:1:1772370000", "--format", "json"},
+			wantStdout: `{"table":"timers","id":"timer:retry:run1:extract:1:1772370000","cloud_task_id":"t_hlljqq57362d4n3x2kett7jrqf",` +
+				`"task_name":"` + cliQueue + `/tasks/t_hlljqq57362d4n3x2kett7jrqf","queue":"` + cliQueue + `","run_id":"run1","task_key":"extract",` +
+				`"attempt":"1","kind":"retry","status":"created","error_code":"","create_calls":1,"payload_sha256":"","processor_uuid":"` + cliProc + `",` +
+				`"created_at":"2026-03-01T12:00:01.500000Z","updated_at":"2026-03-01T12:00:01.500000Z","due_at":"2026-03-01T13:00:00.000000Z"}` + "\n",
+		},
+		{
+			name: "whole run",
+			args: []string{"query", "--outbox", dir, "--run", "run1"},
+			wantStdout: "ID                                     STATUS   CLOUD TASK ID                 ERROR             CALLS  UPDATED AT                   DUE AT                       PROCESSOR\n" +
+				"dispatch:run1:extract:1                created  d_cxtoltqhbncw6nevn7hy53kqn6  -                 1      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
+				"dispatch:run1:load:2                   failed   d_loadloadloadloadloadloadlo  PermissionDenied  3      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
+				"timer:retry:run1:extract:1:1772370000  created  t_hlljqq57362d4n3x2kett7jrqf  -                 1      2026-03-01T12:00:01.500000Z  2026-03-01T13:00:00.000000Z  " + cliProc + "\n",
+		},
+		{
+			name:       "nothing matches",
+			args:       []string{"query", "--outbox", dir, "--dispatch-id", "dispatch:run1:extract:9"},
+			wantCode:   1,
+			wantStderr: "ctdispatch: no record with dispatch_id \"dispatch:run1:extract:9\" in " + dir + "\n",
+		},
+		{
+			name:       "two selectors",
+			args:       []string{"query", "--outbox", dir, "--run", "a", "--dispatch-id", "b"},
+			wantCode:   2,
+			wantStderr: "ctdispatch: give exactly one of --dispatch-id, --timer-id, --cloud-task-id, --run\n",
+		},
+		{
+			name:       "bad format",
+			args:       []string{"query", "--outbox", dir, "--run", "a", "--format", "xml"},
+			wantCode:   2,
+			wantStderr: "ctdispatch: --format \"xml\" unknown; allowed: table, json, csv\n",
+		},
+		{
+			name:       "missing outbox flag",
+			args:       []string{"query", "--run", "a"},
+			wantCode:   2,
+			wantStderr: "ctdispatch: --outbox DIR is required\n",
+		},
+		{
+			name:       "outbox does not exist",
+			args:       []string{"query", "--outbox", filepath.Join(dir, "nope"), "--run", "a"},
+			wantCode:   1,
+			wantStderr: "ctdispatch: outbox " + filepath.Join(dir, "nope") + ": stat " + filepath.Join(dir, "nope") + ": no such file or directory\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runCLI(t, tc.args...)
+			require.Equal(t, tc.wantStderr, stderr)
+			require.Equal(t, tc.wantStdout, stdout)
+			require.Equal(t, tc.wantCode, code)
+		})
+	}
+}
+
+func TestQueryReportsDamagedFilesAndGoesOn(t *testing.T) {
+	t.Parallel()
+	dir := seedOutbox(t)
+	bad := filepath.Join(dir, "dispatch_outbox", "broken.parquet")
+	require.NoError(t, os.WriteFile(bad, []byte("PAR1 not really"), 0o600))
+	code, stdout, stderr := runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:run1:load:2", "--format", "json")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, `"status":"failed"`)
+	require.Contains(t, stderr, "level=WARN msg=\"outbox: skipped file\" path="+bad+" reason=\"not a readable Parquet file\"")
+}
+
