@@ -147,4 +147,3 @@ func TestQueryReportsDamagedFilesAndGoesOn(t *testing.T) {
 	require.Contains(t, stdout, `"status":"failed"`)
 	require.Contains(t, stderr, "level=WARN msg=\"outbox: skipped file\" path="+bad+" reason=\"not a readable Parquet file\"")
 }
-

@@ -40,4 +40,3 @@ func trimRight(lines []string) []string {
 	}
 	return out
 }
-
