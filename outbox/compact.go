@@ -210,7 +210,11 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 	if err != nil {
 		return st, fmt.Errorf("outbox: create %s: %w", out, err)
 	}
-	rw := newRowWriter(af, t)
+	codec := flushCodec
+	if total >= bestCodecMinRows {
+		codec = compactCodec
+	}
+	rw := newRowWriter(af, t, codec)
 	err = mergeLatest(ctx, streams, func(r Record) error {
 		if r.Status.Terminal() {
 			if keep, ok := opts.Retention.For(r.Queue); ok && !r.UpdatedAt.After(now.Add(-keep)) {

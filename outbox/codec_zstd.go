@@ -1,0 +1,55 @@
+package outbox
+
+import (
+	"github.com/klauspost/compress/zstd"
+	"github.com/parquet-go/parquet-go/compress"
+	pzstd "github.com/parquet-go/parquet-go/compress/zstd"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// zstdCodec compresses pages, keeping its encoders for the life of the
+// process. parquet-go's codec pools them in a sync.Pool, which every
+// garbage collection empties; the stronger levels allocate tens of
+// megabytes of tables per encoder, so re-creating one per page made
+// writing several times slower. Frames are standard zstd, decoded by any
+// reader.
+type zstdCodec struct {
+	level zstd.EncoderLevel
+	free  chan *zstd.Encoder
+	dec   pzstd.Codec
+}
+
+var _ compress.Codec = (*zstdCodec)(nil)
+
+func newZstdCodec(level zstd.EncoderLevel) *zstdCodec {
+	return &zstdCodec{level: level, free: make(chan *zstd.Encoder, 4)}
+}
+
+func (c *zstdCodec) String() string                            { return "ZSTD" }
+func (c *zstdCodec) CompressionCodec() format.CompressionCodec { return format.Zstd }
+
+func (c *zstdCodec) Encode(dst, src []byte) ([]byte, error) {
+	var e *zstd.Encoder
+	select {
+	case e = <-c.free:
+	default:
+		var err error
+		e, err = zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(c.level),
+			zstd.WithEncoderConcurrency(1),
+			zstd.WithZeroFrames(true),
+			zstd.WithEncoderCRC(false),
+		)
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := e.EncodeAll(src, dst[:0])
+	select {
+	case c.free <- e:
+	default: // enough kept; let this one go
+	}
+	return out, nil
+}
+
+func (c *zstdCodec) Decode(dst, src []byte) ([]byte, error) { return c.dec.Decode(dst, src) }

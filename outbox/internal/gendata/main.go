@@ -1,0 +1,150 @@
+// Command gendata writes a synthetic dispatch_outbox table for measuring
+// the outbox at scale: IDs dispatch:run{N}:task{M}:{attempt}, real Cloud
+// Tasks IDs, a realistic spread of queues, statuses and processors, and a
+// pending state before the outcome for a share of the IDs (so compaction
+// has history to fold). Rows are dealt round-robin into several files, each
+// sorted by ID, as dispatchers' log conversions produce them.
+//
+//	go run ./outbox/internal/gendata -rows 5000000 -files 10 -out /tmp/outbox5m
+//	ctdispatch compact --outbox /tmp/outbox5m
+//
+// The output is the same for the same flags.
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+func main() {
+	rows := flag.Int("rows", 5_000_000, "distinct dispatch IDs to generate")
+	files := flag.Int("files", 10, "files to spread them over")
+	pendingShare := flag.Float64("pending-history", 0.1, "share of IDs that also get an earlier pending row")
+	out := flag.String("out", "", "outbox root to create (required)")
+	seed := flag.Uint64("seed", 1, "random seed")
+	flag.Parse()
+	if *out == "" || *rows <= 0 || *files <= 0 {
+		fmt.Fprintln(os.Stderr, "gendata: -out is required; -rows and -files must be positive")
+		os.Exit(2)
+	}
+	if err := generate(*out, *rows, *files, *pendingShare, *seed); err != nil {
+		fmt.Fprintln(os.Stderr, "gendata:", err)
+		os.Exit(1)
+	}
+}
+
+var (
+	queues = []string{
+		"projects/acme-prod/locations/us-central1/queues/extract",
+		"projects/acme-prod/locations/us-central1/queues/transform",
+		"projects/acme-prod/locations/us-central1/queues/load",
+		"projects/acme-prod/locations/europe-west1/queues/reports",
+	}
+	processors = []string{
+		"0b6f8e2a-3c1d-4f5e-8a9b-1c2d3e4f5a60", "1c7a9f3b-4d2e-4a6f-9bac-2d3e4f5a6b71",
+		"2d8bae4c-5e3f-4b7a-8cbd-3e4f5a6b7c82", "3e9cbf5d-6f4a-4c8b-9dce-4f5a6b7c8d93",
+	}
+	failCodes = []string{"PermissionDenied", "InvalidArgument", "FailedPrecondition"}
+)
+
+const tasksPerRun, attemptsPerTask = 500, 2
+
+// record builds the final state of the i-th ID.
+func record(i int, rng *rand.Rand, base time.Time) (outbox.Record, error) {
+	run := i / (tasksPerRun * attemptsPerTask)
+	task := i / attemptsPerTask % tasksPerRun
+	attempt := i%attemptsPerTask + 1
+	id, err := naming.NewDispatch(fmt.Sprintf("run%d", run), fmt.Sprintf("task%d", task), fmt.Sprint(attempt))
+	if err != nil {
+		return outbox.Record{}, err
+	}
+	created := base.Add(time.Duration(i) * 20 * time.Millisecond).Add(time.Duration(rng.IntN(1000)) * time.Microsecond)
+	r := outbox.Record{
+		Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
+		Queue: queues[task%len(queues)], RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(),
+		Status: outbox.StatusCreated, CreateCalls: 1, ProcessorUUID: processors[run%len(processors)],
+		CreatedAt: created, UpdatedAt: created.Add(time.Duration(5+rng.IntN(200)) * time.Millisecond),
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, `{"run":%d,"task":%d}`, run, task))
+	r.PayloadSHA256 = hex.EncodeToString(sum[:])
+	switch p := rng.IntN(1000); {
+	case p < 30:
+		r.Status, r.ErrorCode, r.CreateCalls = outbox.StatusFailed, failCodes[p%len(failCodes)], int32(1+p%3)
+	case p < 80:
+		r.Status, r.CreateCalls = outbox.StatusAlreadyExisted, 2
+	case p < 90:
+		r.Status, r.CreateCalls = outbox.StatusPending, 0
+	case p < 130:
+		r.ErrorCode, r.CreateCalls = "Unavailable", 2 // created after a transient error
+	}
+	return r, nil
+}
+
+func generate(root string, rows, files int, pendingShare float64, seed uint64) error {
+	dir := filepath.Join(root, string(outbox.TableDispatch))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for f := range files {
+		rng := rand.New(rand.NewPCG(seed, uint64(f)))
+		var recs []outbox.Record
+		for i := f; i < rows; i += files {
+			r, err := record(i, rng, base)
+			if err != nil {
+				return err
+			}
+			if r.Status != outbox.StatusPending && rng.Float64() < pendingShare {
+				p := r
+				p.Status, p.ErrorCode, p.CreateCalls, p.UpdatedAt = outbox.StatusPending, "", 0, r.CreatedAt
+				recs = append(recs, p)
+			}
+			recs = append(recs, r)
+		}
+		sort.SliceStable(recs, func(a, b int) bool { return recs[a].ID < recs[b].ID })
+		if err := writeFile(filepath.Join(dir, fmt.Sprintf("gen-%04d.parquet", f)), recs); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "gendata: file %d/%d: %d rows\n", f+1, files, len(recs))
+	}
+	return nil
+}
+
+func writeFile(path string, recs []outbox.Record) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	fw, err := outbox.NewFileWriter(bw, outbox.TableDispatch)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	for _, r := range recs {
+		if err := fw.Write(r); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := fw.Close(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
