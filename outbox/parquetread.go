@@ -139,63 +139,67 @@ func (p *pqFile) close() error { return p.f.Close() }
 func (p *pqFile) decode(row parquet.Row) Record {
 	r := Record{Table: p.table}
 	for _, v := range row {
-		ci := v.Column()
-		if ci < 0 || ci >= len(p.cols) || v.IsNull() {
-			continue
-		}
-		c := p.cols[ci]
-		switch c.field {
-		case fieldNone:
-		case fieldCreateCalls:
-			switch v.Kind() {
-			case parquet.Int32:
-				r.CreateCalls = v.Int32()
-			case parquet.Int64:
-				r.CreateCalls = int32(v.Int64())
-			}
-		case fieldCreatedAt, fieldUpdatedAt, fieldDueAt:
-			t := time.Time{}
-			if us := v.Int64() / c.timeDiv * c.timeMul; us != 0 {
-				t = time.UnixMicro(us).UTC()
-			}
-			switch c.field {
-			case fieldCreatedAt:
-				r.CreatedAt = t
-			case fieldUpdatedAt:
-				r.UpdatedAt = t
-			default:
-				r.DueAt = t
-			}
-		default:
-			s := string(v.ByteArray())
-			switch c.field {
-			case fieldID:
-				r.ID = s
-			case fieldCloudTaskID:
-				r.CloudTaskID = s
-			case fieldQueue:
-				r.Queue = s
-			case fieldRunID:
-				r.RunID = s
-			case fieldTaskKey:
-				r.TaskKey = s
-			case fieldAttempt:
-				r.Attempt = s
-			case fieldKind:
-				r.Kind = s
-			case fieldStatus:
-				r.Status = Status(s)
-			case fieldErrorCode:
-				r.ErrorCode = s
-			case fieldPayload:
-				r.PayloadSHA256 = s
-			case fieldProcessor:
-				r.ProcessorUUID = s
-			}
-		}
+		p.set(&r, v.Column(), v)
 	}
 	r.normalize()
 	return r
+}
+
+// set stores the value of leaf column ci in the field it maps to.
+func (p *pqFile) set(r *Record, ci int, v parquet.Value) {
+	if ci < 0 || ci >= len(p.cols) || v.IsNull() {
+		return
+	}
+	c := p.cols[ci]
+	switch c.field {
+	case fieldNone:
+	case fieldCreateCalls:
+		switch v.Kind() {
+		case parquet.Int32:
+			r.CreateCalls = v.Int32()
+		case parquet.Int64:
+			r.CreateCalls = int32(v.Int64())
+		}
+	case fieldCreatedAt, fieldUpdatedAt, fieldDueAt:
+		t := time.Time{}
+		if us := v.Int64() / c.timeDiv * c.timeMul; us != 0 {
+			t = time.UnixMicro(us).UTC()
+		}
+		switch c.field {
+		case fieldCreatedAt:
+			r.CreatedAt = t
+		case fieldUpdatedAt:
+			r.UpdatedAt = t
+		default:
+			r.DueAt = t
+		}
+	default:
+		s := string(v.ByteArray())
+		switch c.field {
+		case fieldID:
+			r.ID = s
+		case fieldCloudTaskID:
+			r.CloudTaskID = s
+		case fieldQueue:
+			r.Queue = s
+		case fieldRunID:
+			r.RunID = s
+		case fieldTaskKey:
+			r.TaskKey = s
+		case fieldAttempt:
+			r.Attempt = s
+		case fieldKind:
+			r.Kind = s
+		case fieldStatus:
+			r.Status = Status(s)
+		case fieldErrorCode:
+			r.ErrorCode = s
+		case fieldPayload:
+			r.PayloadSHA256 = s
+		case fieldProcessor:
+			r.ProcessorUUID = s
+		}
+	}
 }
 
 // scan calls fn for every row of the file, in file order.
@@ -378,48 +382,78 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 					break
 				}
 				if err != nil {
-					parquet.Release(page)
 					pages.Close()
 					return nil, p.fail("reading values", err)
 				}
 			}
-			parquet.Release(page)
 		}
 		pages.Close()
 	}
 	return hits, nil
 }
 
-// readRows reads whole rows at the given indexes of a row group, seeking
-// each column through its offset index.
+// readRows reads whole rows at the given (ascending) indexes of a row
+// group. It reads one column at a time, seeking through the offset index
+// and closing each column's page reader before the next, so only a page or
+// two is ever decoded in memory: reading all columns at once would hold a
+// page of every column, and in a short-lived process (the CLI) touching
+// that much fresh memory costs more than the reads.
 func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) ([]Record, error) {
-	for _, c := range rg.ColumnChunks() {
-		if fc, ok := c.(*parquet.FileColumnChunk); ok {
-			_, _ = fc.OffsetIndex() // loads it, so seeks jump straight to the page
+	recs := make([]Record, len(idx))
+	vals := make([]parquet.Value, 256)
+	for ci, chunk := range rg.ColumnChunks() {
+		if ci >= len(p.cols) || p.cols[ci].field == fieldNone {
+			continue
 		}
-	}
-	rows := rg.Rows()
-	defer rows.Close()
-	buf := make([]parquet.Row, 1)
-	out := make([]Record, 0, len(idx))
-	next := int64(-1)
-	for _, i := range idx {
-		if i != next {
-			if err := rows.SeekToRow(i); err != nil {
+		cc, ok := chunk.(*parquet.FileColumnChunk)
+		if !ok {
+			continue
+		}
+		_, _ = cc.OffsetIndex() // loads it, so seeks jump straight to the page
+		pages := cc.Pages()
+		for k := 0; k < len(idx); {
+			if err := pages.SeekToRow(idx[k]); err != nil {
+				pages.Close()
 				return nil, p.fail("seeking to a row", err)
 			}
-		}
-		n, err := rows.ReadRows(buf)
-		if n != 1 {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
+			page, err := pages.ReadPage()
+			if err != nil {
+				pages.Close()
+				return nil, p.fail("reading a page", err)
 			}
-			return nil, p.fail("reading a row", err)
+			// The page starts at row idx[k]; take every wanted row in it.
+			first, end := idx[k], idx[k]+page.NumRows()
+			vr := page.Values()
+			row := first
+			for k < len(idx) && idx[k] < end {
+				n, err := vr.ReadValues(vals)
+				for _, v := range vals[:n] {
+					if k < len(idx) && row == idx[k] {
+						p.set(&recs[k], ci, v)
+						k++
+					}
+					row++
+				}
+				if n == 0 || errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					pages.Close()
+					return nil, p.fail("reading values", err)
+				}
+			}
+			if row == first {
+				pages.Close()
+				return nil, p.fail("reading a page", io.ErrUnexpectedEOF)
+			}
 		}
-		out = append(out, p.decode(buf[0]))
-		next = i + 1
+		pages.Close()
 	}
-	return out, nil
+	for i := range recs {
+		recs[i].Table = p.table
+		recs[i].normalize()
+	}
+	return recs, nil
 }
 
 // readerAtCloser is what a Parquet file is read through.
