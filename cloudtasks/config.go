@@ -1,0 +1,211 @@
+package cloudtasks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	ctapi "cloud.google.com/go/cloudtasks/apiv2"
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/api/option"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// Config configures a Dispatcher. Zero fields take the defaults documented
+// on them; NewDispatcher validates the result and names the field at fault.
+type Config struct {
+	// Project is the Google Cloud project ID. Required.
+	Project string
+	// Location is the Cloud Tasks location, for example "europe-west1".
+	// Required.
+	Location string
+	// Queue is the queue ID used when a request names none. Required.
+	Queue string
+
+	// Client is a ready Cloud Tasks client. When set, EmulatorAddr and
+	// ClientOptions are ignored and Close leaves the client open.
+	Client *ctapi.Client
+	// EmulatorAddr points the dispatcher at a Cloud Tasks emulator
+	// (host:port) over plain gRPC without authentication.
+	EmulatorAddr string
+	// ClientOptions are passed to the official client when neither Client
+	// nor EmulatorAddr is set. Defaults to none: application default
+	// credentials against the real service.
+	ClientOptions []option.ClientOption
+
+	// Outbox records every dispatch. When nil, the dispatcher opens one at
+	// OutboxDir; when both are empty it keeps records in memory only (the
+	// process forgets them on exit; Cloud Tasks still deduplicates by name).
+	Outbox Outbox
+	// OutboxDir is the root of an outbox the dispatcher opens (and closes)
+	// itself, with ProcessorUUID and durable appends. Ignored when Outbox is
+	// set.
+	OutboxDir string
+
+	// DurablePending makes Dispatch wait until the pending marker is
+	// durable before calling CreateTask. Defaults to off: the marker is
+	// written without waiting for fsync and only the outcome is waited for
+	// (see ADR 0006); a crash can then lose the marker, never an answered
+	// outcome.
+	DurablePending bool
+
+	// ProcessorUUID names this process in the records it writes (audit
+	// only). Defaults to a new UUIDv7; replaced by the Outbox's own UUID when
+	// an Outbox is given.
+	ProcessorUUID uuid.UUID
+	// Retry is the policy for transient errors. Zero fields take the
+	// defaults documented on RetryPolicy.
+	Retry RetryPolicy
+	// StaleAfter is how old a pending record must be before Recover re-drives
+	// it, and before Dispatch reports finishing it as "recovered". Defaults
+	// to 1m.
+	StaleAfter time.Duration
+	// EnforceOwnership refuses to take over pending records written by
+	// another processor (in Dispatch and Recover). Defaults to off, so any
+	// instance finishes a crashed instance's work.
+	EnforceOwnership bool
+
+	// Logger receives one line per dispatch event, each carrying the
+	// internal ID; never payloads or credentials. Defaults to discarding.
+	Logger *slog.Logger
+	// MeterProvider receives the dispatcher's metrics. Defaults to a no-op
+	// provider.
+	MeterProvider metric.MeterProvider
+	// Clock drives timestamps, schedule-time checks and backoff sleeps.
+	// Defaults to the real clock; tests pass a fake one.
+	Clock clockwork.Clock
+}
+
+// RetryPolicy bounds the retries of transient errors. The delay before call
+// n+1 is min(Initial·Multiplier^(n-1), Max), scaled by a random factor in
+// [1-Jitter, 1]; retries stop at MaxCalls or when the caller's context ends.
+type RetryPolicy struct {
+	// Initial is the delay before the first retry. Defaults to 50ms.
+	Initial time.Duration
+	// Max caps a single delay. Defaults to 5s.
+	Max time.Duration
+	// Multiplier grows the delay after each retry. Defaults to 2.
+	Multiplier float64
+	// Jitter is the fraction of each delay that is randomised, in [0, 1].
+	// Defaults to 0.5; set a negative value for none.
+	Jitter float64
+	// MaxCalls bounds the calls per Dispatch, the first included. Defaults
+	// to 10; the caller's context usually ends the loop first.
+	MaxCalls int
+}
+
+// Defaults for Config and RetryPolicy.
+const (
+	DefaultStaleAfter      = time.Minute
+	DefaultRetryInitial    = 50 * time.Millisecond
+	DefaultRetryMax        = 5 * time.Second
+	DefaultRetryMultiplier = 2.0
+	DefaultRetryJitter     = 0.5
+	DefaultRetryMaxCalls   = 10
+)
+
+// WithDefaults returns a copy of c with every unset field at its default.
+// It does not open anything.
+func (c Config) WithDefaults() Config {
+	if c.ProcessorUUID == uuid.Nil {
+		c.ProcessorUUID = uuid.Must(uuid.NewV7())
+	}
+	c.Retry = c.Retry.WithDefaults()
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	return c
+}
+
+// WithDefaults returns a copy of p with every unset field at its default.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.Initial == 0 {
+		p.Initial = DefaultRetryInitial
+	}
+	if p.Max == 0 {
+		p.Max = DefaultRetryMax
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = DefaultRetryMultiplier
+	}
+	if p.Jitter == 0 {
+		p.Jitter = DefaultRetryJitter
+	}
+	if p.Jitter < 0 {
+		p.Jitter = 0
+	}
+	if p.MaxCalls == 0 {
+		p.MaxCalls = DefaultRetryMaxCalls
+	}
+	return p
+}
+
+var (
+	projectPattern  = regexp.MustCompile(`^[a-z][a-z0-9:.-]{0,99}$`)
+	locationPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	queuePattern    = regexp.MustCompile(`^[A-Za-z0-9-]{1,100}$`)
+)
+
+// validate checks a Config that already has its defaults.
+func (c Config) validate() error {
+	bad := func(field, value, rule string) error { return &ConfigError{Field: field, Value: value, Rule: rule} }
+	switch {
+	case !projectPattern.MatchString(c.Project):
+		return bad("Project", c.Project, "is not a project ID; allowed: lowercase letters, digits, '-', '.', ':', starting with a letter")
+	case !locationPattern.MatchString(c.Location):
+		return bad("Location", c.Location, "is not a location; allowed: lowercase letters, digits and '-', for example europe-west1")
+	case !queuePattern.MatchString(c.Queue):
+		return bad("Queue", c.Queue, "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]")
+	case c.StaleAfter < 0:
+		return bad("StaleAfter", c.StaleAfter.String(), "is negative")
+	case c.Retry.Initial < 0:
+		return bad("Retry.Initial", c.Retry.Initial.String(), "is negative")
+	case c.Retry.Max < c.Retry.Initial:
+		return bad("Retry.Max", c.Retry.Max.String(), fmt.Sprintf("is below Retry.Initial (%s)", c.Retry.Initial))
+	case c.Retry.Multiplier < 1:
+		return bad("Retry.Multiplier", fmt.Sprint(c.Retry.Multiplier), "is below 1")
+	case c.Retry.Jitter > 1:
+		return bad("Retry.Jitter", fmt.Sprint(c.Retry.Jitter), "is above 1; allowed: [0, 1]")
+	case c.Retry.MaxCalls < 1:
+		return bad("Retry.MaxCalls", fmt.Sprint(c.Retry.MaxCalls), "is below 1")
+	}
+	return nil
+}
+
+// queuePath returns the full resource name of a queue ID.
+func (c *Config) queuePath(queue string) string {
+	return "projects/" + c.Project + "/locations/" + c.Location + "/queues/" + queue
+}
+
+// Outbox is what the dispatcher needs from the outbox; *outbox.Outbox
+// satisfies it. Tests may pass a fake to inject failures.
+type Outbox interface {
+	// Append records r and returns once it is durable.
+	Append(ctx context.Context, r outbox.Record) error
+	// AppendAsync records r without waiting for it to be durable.
+	AppendAsync(ctx context.Context, r outbox.Record) error
+	// Latest returns the current state of an ID across all processors.
+	Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error)
+	// Pending returns the records whose latest state is pending and older
+	// than olderThan, from any processor.
+	Pending(ctx context.Context, t outbox.Table, olderThan time.Duration) ([]outbox.Record, error)
+	// ProcessorUUID names the process in the records it writes.
+	ProcessorUUID() string
+}
+
+var _ Outbox = (*outbox.Outbox)(nil)

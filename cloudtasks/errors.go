@@ -1,0 +1,161 @@
+package cloudtasks
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Sentinel errors; match them with errors.Is.
+var (
+	// ErrInvalidConfig matches every error NewDispatcher returns for a bad
+	// Config; the *ConfigError names the field.
+	ErrInvalidConfig = errors.New("invalid dispatcher config")
+	// ErrInvalidRequest matches every *RequestError: a request the service
+	// would refuse, caught before any I/O.
+	ErrInvalidRequest = errors.New("invalid dispatch request")
+	// ErrPayloadConflict matches a *ConflictError: the ID was recorded with a
+	// different payload.
+	ErrPayloadConflict = errors.New("payload conflicts with the recorded one")
+	// ErrNotOwner is returned when EnforceOwnership is on and the ID's
+	// pending record belongs to another processor.
+	ErrNotOwner = errors.New("dispatch owned by another processor")
+	// ErrCreateFailed matches a *CallError from a permanent (non-retryable)
+	// error code: the outbox records the attempt as failed.
+	ErrCreateFailed = errors.New("create task failed")
+	// ErrGaveUp matches a *CallError returned after transient errors when
+	// the retry policy or the caller's context ran out; the outcome is
+	// unknown and the record stays pending for Recover.
+	ErrGaveUp = errors.New("gave up retrying")
+	// ErrClosed is returned by calls made after Close.
+	ErrClosed = errors.New("dispatcher closed")
+)
+
+// ConfigError names the Config field that is wrong, its value and the rule.
+type ConfigError struct {
+	// Field is the Config field, for example "Project".
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Rule says what is allowed.
+	Rule string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("cloudtasks: Config.%s %q %s", e.Field, e.Value, e.Rule)
+}
+
+// Is makes a ConfigError match ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// RequestError names the request field that breaks a service limit, its
+// value (shortened when long; never a body) and the rule.
+type RequestError struct {
+	// Field is the request field, for example "URL" or "ScheduleTime".
+	Field string
+	// Value is the offending value as text, or a size for bodies and headers.
+	Value string
+	// Rule says what is allowed.
+	Rule string
+	// Err is an underlying cause (for example a *naming.Error), if any.
+	Err error
+}
+
+func (e *RequestError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("cloudtasks: %s %s", e.Field, e.Rule)
+	}
+	return fmt.Sprintf("cloudtasks: %s %q %s", e.Field, e.Value, e.Rule)
+}
+
+// Is makes a RequestError match ErrInvalidRequest.
+func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// Unwrap returns the underlying cause, if any.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// ConflictError reports an ID already recorded with a different payload
+// fingerprint. Reusing an ID for different work is a bug in the caller, so
+// it is reported rather than answered as a duplicate.
+type ConflictError struct {
+	// ID is the internal ID.
+	ID string
+	// Recorded is the fingerprint in the outbox (or of the call in flight).
+	Recorded string
+	// Given is the fingerprint of this call's payload.
+	Given string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("cloudtasks: %s: payload sha256 %.12s… differs from the recorded %.12s…; use a new attempt for a new payload",
+		e.ID, e.Given, e.Recorded)
+}
+
+// Is makes a ConflictError match ErrPayloadConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrPayloadConflict }
+
+// OwnershipError reports a pending record of another processor that this
+// dispatcher may not take over because EnforceOwnership is on.
+type OwnershipError struct {
+	// ID is the internal ID.
+	ID string
+	// Owner is the processor UUID on the pending record.
+	Owner string
+}
+
+func (e *OwnershipError) Error() string {
+	return fmt.Sprintf("cloudtasks: %s is pending under processor %s and ownership is enforced", e.ID, e.Owner)
+}
+
+// Is makes an OwnershipError match ErrNotOwner.
+func (e *OwnershipError) Is(target error) bool { return target == ErrNotOwner }
+
+// CallError is a failed Cloud Tasks call for one ID. It unwraps to the gRPC
+// status error, so status.FromError, status.Code and errors.As work on it,
+// and it matches ErrCreateFailed (permanent code) or ErrGaveUp (transient
+// codes until the policy or context ran out).
+type CallError struct {
+	// ID is the internal ID.
+	ID string
+	// Method is the RPC: "CreateTask" or "DeleteTask".
+	Method string
+	// Code is the gRPC code of the last error.
+	Code codes.Code
+	// Calls is how many calls were made.
+	Calls int
+	// Transient is true when the last error was transient (so the outcome
+	// is unknown).
+	Transient bool
+	// Err is the last error (a gRPC status error or a context error).
+	Err error
+}
+
+func (e *CallError) Error() string {
+	verb := "failed"
+	if e.Transient {
+		verb = fmt.Sprintf("gave up after %d calls", e.Calls)
+	}
+	return fmt.Sprintf("cloudtasks: %s %s %s: %s: %v", e.Method, e.ID, verb, e.Code, e.Err)
+}
+
+// Unwrap returns the last error.
+func (e *CallError) Unwrap() error { return e.Err }
+
+// GRPCStatus returns the status of the last error, so status.FromError
+// finds it directly.
+func (e *CallError) GRPCStatus() *status.Status {
+	if s, ok := status.FromError(e.Err); ok {
+		return s
+	}
+	return status.New(e.Code, e.Err.Error())
+}
+
+// Is makes a CallError match ErrGaveUp or ErrCreateFailed.
+func (e *CallError) Is(target error) bool {
+	if e.Transient {
+		return target == ErrGaveUp
+	}
+	return target == ErrCreateFailed
+}

@@ -1,0 +1,88 @@
+package cloudtasks
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
+)
+
+// meterName is the instrumentation scope of the dispatcher's metrics.
+const meterName = "github.com/ctdispatch/ctdispatch/cloudtasks"
+
+// The metric names, each documented in doc.go.
+const (
+	MetricOutcomes         = "ctdispatch.dispatch.outcomes"
+	MetricIdempotentSkips  = "ctdispatch.dispatch.idempotent_skips"
+	MetricPayloadConflicts = "ctdispatch.dispatch.payload_conflicts"
+	MetricCalls            = "ctdispatch.cloudtasks.calls"
+	MetricDuration         = "ctdispatch.dispatch.duration"
+	MetricRecoveries       = "ctdispatch.recover.records"
+	MetricHandovers        = "ctdispatch.recover.handovers"
+)
+
+type metrics struct {
+	outcomes  metric.Int64Counter
+	skips     metric.Int64Counter
+	conflicts metric.Int64Counter
+	calls     metric.Int64Counter
+	duration  metric.Float64Histogram
+	recovered metric.Int64Counter
+	handovers metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter(meterName)
+	var ms metrics
+	var err error
+	if ms.outcomes, err = m.Int64Counter(MetricOutcomes,
+		metric.WithDescription("Dispatches and timers by kind and outcome (created, already_existed, recovered, failed, cancelled, gave_up).")); err != nil {
+		return nil, err
+	}
+	if ms.skips, err = m.Int64Counter(MetricIdempotentSkips,
+		metric.WithDescription("Calls answered from the outbox without a Cloud Tasks call.")); err != nil {
+		return nil, err
+	}
+	if ms.conflicts, err = m.Int64Counter(MetricPayloadConflicts,
+		metric.WithDescription("Calls refused because the ID was recorded with another payload.")); err != nil {
+		return nil, err
+	}
+	if ms.calls, err = m.Int64Counter(MetricCalls,
+		metric.WithDescription("Cloud Tasks calls by method and gRPC status code.")); err != nil {
+		return nil, err
+	}
+	if ms.duration, err = m.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time from Dispatch or ScheduleTimer to its answer, by kind and outcome.")); err != nil {
+		return nil, err
+	}
+	if ms.recovered, err = m.Int64Counter(MetricRecoveries,
+		metric.WithDescription("Stale pending records finished by recovery, by kind and result (created, not_found).")); err != nil {
+		return nil, err
+	}
+	if ms.handovers, err = m.Int64Counter(MetricHandovers,
+		metric.WithDescription("Records finished by a processor other than the one that left them pending.")); err != nil {
+		return nil, err
+	}
+	return &ms, nil
+}
+
+func (m *metrics) outcome(ctx context.Context, kind, outcome string, took time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", outcome))
+	m.outcomes.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, took.Seconds(), attrs)
+}
+
+func (m *metrics) call(ctx context.Context, method string, code codes.Code) {
+	m.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("method", method), attribute.String("code", code.String())))
+}
+
+func (m *metrics) kindCount(ctx context.Context, c metric.Int64Counter, kind string) {
+	c.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+}
+
+// metricAttrs labels a recovery by kind and result.
+func metricAttrs(kind, result string) metric.AddOption {
+	return metric.WithAttributes(attribute.String("kind", kind), attribute.String("result", result))
+}

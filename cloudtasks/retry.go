@@ -1,0 +1,84 @@
+package cloudtasks
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// codeOf returns the gRPC code of err; context errors map to Canceled and
+// DeadlineExceeded.
+func codeOf(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	}
+	return codes.Unknown
+}
+
+// Transient reports whether a call that failed with code may succeed when
+// repeated. Repeating CreateTask is safe only because every task is named:
+// a repeat of a call that did create the task gets AlreadyExists.
+func Transient(code codes.Code) bool {
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal:
+		return true
+	}
+	return false
+}
+
+// delay returns the wait before call n+1 (n ≥ 1 calls made so far). u is a
+// uniform random number in [0, 1) that scales the jittered part.
+func (p RetryPolicy) delay(n int, u float64) time.Duration {
+	d := float64(p.Initial) * math.Pow(p.Multiplier, float64(n-1))
+	if d > float64(p.Max) {
+		d = float64(p.Max)
+	}
+	d *= 1 - p.Jitter*u
+	return time.Duration(d)
+}
+
+// sleep waits d on clock, or returns the context's error if it ends first.
+func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retry calls fn until it succeeds, fails with a code that is not
+// transient, the policy's MaxCalls is reached or ctx ends. It returns the
+// number of calls made and the last error.
+func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, fn func(context.Context) error) (int, error) {
+	calls := 0
+	for {
+		calls++
+		err := fn(ctx)
+		if err == nil || !Transient(codeOf(err)) || calls >= p.MaxCalls || ctx.Err() != nil {
+			return calls, err
+		}
+		if serr := sleep(ctx, clock, p.delay(calls, rnd())); serr != nil {
+			return calls, err
+		}
+	}
+}
