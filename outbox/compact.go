@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,10 +158,10 @@ func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) (CompactStats
 func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions) (TableCompaction, error) {
 	st := TableCompaction{Table: t}
 	fs := o.files[t]
-	removeStaleTemps(fs.dir, o.clock.Now().Add(-time.Hour))
-	files, err := fs.acquire()
+	o.store.cleanTemps(ctx, t, o.clock.Now().Add(-time.Hour))
+	files, err := fs.acquire(ctx)
 	if err != nil {
-		return st, fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+		return st, err
 	}
 	defer fs.release(files)
 	st.Skipped = fs.damaged()
@@ -205,11 +202,12 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 
 	now := o.clock.Now()
 	name := fmt.Sprintf("compacted-%d-%s.parquet", now.UnixMicro(), randomHex(4))
-	out := filepath.Join(fs.dir, name)
-	af, err := createAtomic(out)
+	out := o.store.where(t, name)
+	sw, err := o.store.create(ctx, t, name)
 	if err != nil {
 		return st, fmt.Errorf("outbox: create %s: %w", out, err)
 	}
+	af := &countingWriter{storeWriter: sw}
 	codec := flushCodec
 	if total >= bestCodecMinRows {
 		codec = compactCodec
@@ -241,38 +239,34 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 		}
 		st.Output = out
 		st.FilesOut = 1
-		if info, err := os.Stat(out); err == nil {
-			st.BytesOut = info.Size()
-		}
+		st.BytesOut = af.n
 	}
 	for _, f := range files {
-		if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := o.store.remove(ctx, t, f.name); err != nil {
 			return st, fmt.Errorf("outbox: remove compacted input %s: %w", f.path, err)
 		}
 	}
-	if err := syncDir(fs.dir); err != nil {
-		return st, fmt.Errorf("outbox: sync %s: %w", fs.dir, err)
+	if err := o.store.sync(t); err != nil {
+		return st, fmt.Errorf("outbox: sync %s: %w", o.store.where(t, ""), err)
 	}
 	return st, nil
 }
 
 // isCompacted reports whether a file is already the output of a compaction.
 func isCompacted(f *openFile) bool {
-	return f.ours && strings.HasPrefix(filepath.Base(f.path), "compacted-")
+	return f.ours && strings.HasPrefix(f.name, "compacted-")
 }
 
-// removeStaleTemps deletes temporaries that an interrupted writer left;
-// recent ones may belong to a writer still at work.
-func removeStaleTemps(dir string, before time.Time) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ".tmp-") {
-			continue
-		}
-		if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	storeWriter
+	n int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.storeWriter.Write(p)
+	w.n += int64(n)
+	return n, err
 }
 
 func randomHex(n int) string {

@@ -1,10 +1,11 @@
 package outbox
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +17,7 @@ import (
 // removed ones. Files that fail to open are reported once (per size and
 // modification time) and skipped.
 type fileSet struct {
-	dir        string
+	store      tableStore
 	table      Table
 	log        *slog.Logger
 	cacheBloom bool
@@ -39,8 +40,8 @@ type badFile struct {
 	err     *FileError
 }
 
-func newFileSet(dir string, t Table, log *slog.Logger, cacheBloom bool) *fileSet {
-	return &fileSet{dir: dir, table: t, log: log, cacheBloom: cacheBloom, files: map[string]*openFile{}, bad: map[string]badFile{}}
+func newFileSet(store tableStore, t Table, log *slog.Logger, cacheBloom bool) *fileSet {
+	return &fileSet{store: store, table: t, log: log, cacheBloom: cacheBloom, files: map[string]*openFile{}, bad: map[string]badFile{}}
 }
 
 // isDataFile reports whether a directory entry is a table file: hidden
@@ -51,47 +52,40 @@ func isDataFile(name string) bool {
 
 // acquire refreshes the set and returns the current files, each held until
 // release is called.
-func (fs *fileSet) acquire() ([]*openFile, error) {
-	entries, err := os.ReadDir(fs.dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
+	entries, err := fs.store.list(ctx, fs.table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	seen := map[string]bool{}
 	for _, e := range entries {
-		name := e.Name()
-		if !isDataFile(name) || e.IsDir() {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // removed while listing
-		}
+		name := e.name
 		seen[name] = true
-		if f, ok := fs.files[name]; ok && f.size == info.Size() && f.modTime.Equal(info.ModTime()) {
+		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
 			continue
 		} else if ok {
 			fs.dropLocked(name, f) // replaced in place (same name rewritten)
 		}
-		if b, ok := fs.bad[name]; ok && b.size == info.Size() && b.modTime.Equal(info.ModTime()) {
+		if b, ok := fs.bad[name]; ok && b.size == e.size && b.modTime.Equal(e.modTime) {
 			continue
 		}
-		p, err := openLocalParquet(filepath.Join(fs.dir, name), fs.table)
+		p, err := fs.open(ctx, name)
 		if err != nil {
 			var fe *FileError
 			if !errors.As(err, &fe) {
-				fe = &FileError{Path: filepath.Join(fs.dir, name), Reason: "cannot open", Err: err}
+				fe = &FileError{Path: fs.store.where(fs.table, name), Reason: "cannot open", Err: err}
 			}
 			if errors.Is(fe.Err, os.ErrNotExist) {
 				continue
 			}
-			fs.bad[name] = badFile{size: info.Size(), modTime: info.ModTime(), err: fe}
+			fs.bad[name] = badFile{size: e.size, modTime: e.modTime, err: fe}
 			fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
 			continue
 		}
 		delete(fs.bad, name)
-		fs.files[name] = &openFile{pqFile: p, modTime: info.ModTime()}
+		fs.files[name] = &openFile{pqFile: p, modTime: e.modTime}
 	}
 	for name, f := range fs.files {
 		if !seen[name] {
@@ -110,6 +104,22 @@ func (fs *fileSet) acquire() ([]*openFile, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
 	return out, nil
+}
+
+// open opens one file of the set.
+func (fs *fileSet) open(ctx context.Context, name string) (*pqFile, error) {
+	where := fs.store.where(fs.table, name)
+	ra, size, err := fs.store.open(ctx, fs.table, name)
+	if err != nil {
+		return nil, &FileError{Path: where, Reason: "cannot open", Err: err}
+	}
+	p, err := openParquet(where, fs.table, ra, size)
+	if err != nil {
+		ra.Close()
+		return nil, err
+	}
+	p.name = name
+	return p, nil
 }
 
 func (fs *fileSet) dropLocked(name string, f *openFile) {
@@ -151,7 +161,7 @@ func (fs *fileSet) markBad(f *openFile, err error) {
 	fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	name := filepath.Base(f.path)
+	name := f.name
 	if cur, ok := fs.files[name]; ok && cur == f {
 		fs.dropLocked(name, f)
 		fs.bad[name] = badFile{size: f.size, modTime: f.modTime, err: fe}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"gocloud.dev/blob"
 )
 
 // Durability says when Append returns.
@@ -41,9 +42,20 @@ func (d Durability) String() string {
 
 // Options configures Open.
 type Options struct {
-	// Root is the outbox directory; it is created (0700) if missing.
-	// Required.
+	// Root is where the tables live: a local directory (created 0700 if
+	// missing), or a bucket URL such as gs://bucket/prefix,
+	// s3://bucket?region=eu-west-1 or mem:// (any gocloud.dev/blob URL;
+	// credentials come from the environment as that package describes).
+	// Required unless Bucket is set.
 	Root string
+	// Bucket, if set, holds the tables instead of Root; the caller keeps
+	// ownership (Close does not close it). Use blob.PrefixedBucket for a
+	// prefix.
+	Bucket *blob.Bucket
+	// LogDir is the local directory of the write-ahead log (in its wal/
+	// subdirectory). Defaults to Root when Root is a directory; required
+	// for a bucket unless ReadOnly.
+	LogDir string
 	// ProcessorUUID names this process in every record it writes and in its
 	// file names. Defaults to a new random UUID. Two live processes may not
 	// share one.
@@ -100,12 +112,21 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
+func isURL(s string) bool { return strings.Contains(s, "://") }
+
+func (o Options) rootName() string {
+	if o.Bucket != nil {
+		return "Options.Bucket"
+	}
+	return o.Root
+}
+
 func (o Options) validate() error {
 	switch {
-	case o.Root == "":
+	case o.Root == "" && o.Bucket == nil:
 		return errors.New("outbox: Options.Root is empty")
-	case strings.Contains(o.Root, "://"):
-		return fmt.Errorf("outbox: Options.Root %q: only local directories are supported", o.Root)
+	case (o.Bucket != nil || isURL(o.Root)) && o.LogDir == "" && !o.ReadOnly:
+		return fmt.Errorf("outbox: Options.LogDir is empty; a bucket root (%s) needs a local directory for the log", o.rootName())
 	case o.Durability != Durable && o.Durability != Interval:
 		return fmt.Errorf("outbox: Options.Durability %d unknown; allowed: Durable, Interval", int(o.Durability))
 	case o.FlushInterval < 0:
@@ -176,6 +197,7 @@ type Outbox struct {
 	sealed []*segment
 	closed bool
 
+	store tableStore
 	files map[Table]*fileSet
 	tails *walTails
 }
@@ -189,44 +211,70 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 		return nil, err
 	}
 	opts = opts.WithDefaults()
+	logDir := opts.LogDir
+	if logDir == "" {
+		logDir = opts.Root
+	}
 	o := &Outbox{
 		opts:      opts,
 		root:      opts.Root,
-		walDir:    filepath.Join(opts.Root, walDirName),
+		walDir:    filepath.Join(logDir, walDirName),
 		processor: opts.ProcessorUUID.String(),
 		log:       opts.Logger,
 		clock:     opts.Clock,
 		own:       map[recKey]Record{},
 		files:     map[Table]*fileSet{},
 	}
+	switch {
+	case opts.Bucket != nil:
+		o.store = &blobStore{bucket: opts.Bucket, url: "bucket:"}
+	case isURL(opts.Root):
+		bs, err := openBlobStore(ctx, opts.Root)
+		if err != nil {
+			return nil, err
+		}
+		o.store = bs
+	default:
+		o.store = localStore{root: opts.Root}
+	}
 	if opts.ReadOnly {
 		o.processor = ""
 	}
 	for _, t := range Tables {
-		o.files[t] = newFileSet(filepath.Join(o.root, string(t)), t, o.log, !opts.ReadOnly)
+		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly)
 	}
 	o.tails = newWALTails(o.walDir, o.processor)
 	if opts.ReadOnly {
-		if _, err := os.Stat(o.root); err != nil {
-			return nil, fmt.Errorf("outbox: open %s: %w", o.root, err)
+		if _, isLocal := o.store.(localStore); isLocal {
+			if _, err := os.Stat(o.root); err != nil {
+				return nil, fmt.Errorf("outbox: open %s: %w", o.root, err)
+			}
 		}
 		return o, nil
 	}
-	for _, d := range []string{o.root, o.walDir, filepath.Join(o.root, string(TableDispatch)), filepath.Join(o.root, string(TableTimers))} {
+	dirs := []string{logDir, o.walDir}
+	if _, isLocal := o.store.(localStore); isLocal {
+		dirs = append(dirs, filepath.Join(o.root, string(TableDispatch)), filepath.Join(o.root, string(TableTimers)))
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, dirPerm); err != nil {
-			return nil, fmt.Errorf("outbox: open %s: %w", o.root, err)
+			o.store.close()
+			return nil, fmt.Errorf("outbox: open %s: %w", d, err)
 		}
 	}
 	lock, held, err := tryLock(filepath.Join(o.walDir, o.processor+lockExt), true)
 	if err != nil {
+		o.store.close()
 		return nil, fmt.Errorf("outbox: lock processor %s: %w", o.processor, err)
 	}
 	if held {
+		o.store.close()
 		return nil, fmt.Errorf("%w: %s", ErrProcessorInUse, o.processor)
 	}
 	o.lock = lock
 	if err := o.recover(ctx); err != nil {
 		o.releaseLock()
+		o.store.close()
 		return nil, err
 	}
 	o.reqs = make(chan *request, 1024)
@@ -265,9 +313,12 @@ func (o *Outbox) recover(ctx context.Context) error {
 		}
 	}
 	for _, t := range Tables {
-		entries, _ := os.ReadDir(filepath.Join(o.root, string(t)))
+		entries, err := o.store.list(ctx, t)
+		if err != nil {
+			return fmt.Errorf("outbox: list %s: %w", o.store.where(t, ""), err)
+		}
 		for _, e := range entries {
-			name, ok := strings.CutSuffix(e.Name(), ".parquet")
+			name, ok := strings.CutSuffix(e.name, ".parquet")
 			if !ok {
 				continue
 			}
@@ -281,7 +332,7 @@ func (o *Outbox) recover(ctx context.Context) error {
 			return err
 		}
 		if p == o.processor {
-			if err := o.adopt(byProc[p]); err != nil {
+			if err := o.adopt(ctx, byProc[p]); err != nil {
 				return err
 			}
 			continue
@@ -294,7 +345,7 @@ func (o *Outbox) recover(ctx context.Context) error {
 		if held {
 			continue // alive: its segments are read live, never adopted
 		}
-		err = o.adopt(byProc[p])
+		err = o.adopt(ctx, byProc[p])
 		if lock != nil {
 			if err == nil {
 				os.Remove(lock.Name())
@@ -312,7 +363,7 @@ func (o *Outbox) recover(ctx context.Context) error {
 // adopt turns segments into Parquet files named after them and removes
 // them. A torn tail is dropped and logged; an unreadable segment is logged
 // and left in place.
-func (o *Outbox) adopt(segs []walSegment) error {
+func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 	for _, s := range segs {
 		recs, end, err := readFrames(s.path, 0)
 		var te *tailError
@@ -326,7 +377,7 @@ func (o *Outbox) adopt(segs []walSegment) error {
 			continue
 		}
 		_ = end
-		if err := o.writeSegmentParquet(s.processor, s.seq, recs); err != nil {
+		if err := o.writeSegmentParquet(ctx, s.processor, s.seq, recs); err != nil {
 			return err
 		}
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -340,7 +391,7 @@ func (o *Outbox) adopt(segs []walSegment) error {
 // table, <root>/<table>/<processor>-<seq>.parquet. Writing the same segment
 // twice produces the same file, so a crash between this and the segment's
 // removal is harmless.
-func (o *Outbox) writeSegmentParquet(processor string, seq uint64, recs []Record) error {
+func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq uint64, recs []Record) error {
 	byTable := map[Table][]Record{}
 	for _, r := range recs {
 		if r.Table.validate() != nil {
@@ -355,8 +406,12 @@ func (o *Outbox) writeSegmentParquet(processor string, seq uint64, recs []Record
 		}
 		sortRecords(rs)
 		name := fmt.Sprintf("%s-%016d.parquet", processor, seq)
-		if err := writeParquet(filepath.Join(o.root, string(t), name), t, rs); err != nil {
-			return err
+		w, err := o.store.create(ctx, t, name)
+		if err != nil {
+			return fmt.Errorf("outbox: create %s: %w", o.store.where(t, name), err)
+		}
+		if err := writeRecords(w, t, rs); err != nil {
+			return fmt.Errorf("outbox: write %s: %w", o.store.where(t, name), err)
 		}
 	}
 	return nil
@@ -478,6 +533,7 @@ func (o *Outbox) Close() error {
 		for _, fs := range o.files {
 			fs.closeAll()
 		}
+		o.closeErr = errors.Join(o.closeErr, o.store.close())
 	})
 	return o.closeErr
 }
@@ -719,7 +775,7 @@ func (o *Outbox) runConverter() {
 }
 
 func (o *Outbox) convert(seg *segment) error {
-	if err := o.writeSegmentParquet(o.processor, seg.seq, seg.records); err != nil {
+	if err := o.writeSegmentParquet(context.Background(), o.processor, seg.seq, seg.records); err != nil {
 		o.log.Error("outbox: convert log segment; it stays and is replayed on the next Open", "path", seg.path, "err", err)
 		return err
 	}

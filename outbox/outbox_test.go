@@ -397,7 +397,7 @@ func TestOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{Options{}, "outbox: Options.Root is empty"},
-		{Options{Root: "gs://b/p"}, `outbox: Options.Root "gs://b/p": only local directories are supported`},
+		{Options{Root: "gs://b/p"}, "outbox: Options.LogDir is empty; a bucket root (gs://b/p) needs a local directory for the log"},
 		{Options{Root: "x", Durability: 7}, "outbox: Options.Durability 7 unknown; allowed: Durable, Interval"},
 		{Options{Root: "x", FlushInterval: -1}, "outbox: Options.FlushInterval -1ns is negative"},
 	} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -54,7 +55,8 @@ type column struct {
 // pqFile is one Parquet file of a table, opened once and kept: the footer,
 // the column mapping, and (when cached) the bloom filters of the ID column.
 type pqFile struct {
-	path  string
+	path  string // for messages: a path or a URL
+	name  string // within the table
 	size  int64
 	table Table
 	f     io.Closer
@@ -478,5 +480,6 @@ func openLocalParquet(path string, t Table) (*pqFile, error) {
 		f.Close()
 		return nil, err
 	}
+	p.name = filepath.Base(path)
 	return p, nil
 }

@@ -258,26 +258,32 @@ func (a *atomicFile) abort() {
 	os.Remove(a.f.Name())
 }
 
+// writeRecords writes recs (sorted by sortRecords) as one Parquet file
+// through w, committing it on success and aborting it otherwise.
+func writeRecords(w storeWriter, t Table, recs []Record) error {
+	rw := newRowWriter(w, t, flushCodec)
+	for i := range recs {
+		if err := rw.write(&recs[i]); err != nil {
+			w.abort()
+			return err
+		}
+	}
+	if err := rw.close(); err != nil {
+		w.abort()
+		return err
+	}
+	return w.commit()
+}
+
 // writeParquet writes recs (sorted by sortRecords) as one Parquet file at
-// path, atomically.
+// a local path, atomically.
 func writeParquet(path string, t Table, recs []Record) error {
 	af, err := createAtomic(path)
 	if err != nil {
 		return fmt.Errorf("outbox: create %s: %w", path, err)
 	}
-	rw := newRowWriter(af, t, flushCodec)
-	for i := range recs {
-		if err := rw.write(&recs[i]); err != nil {
-			af.abort()
-			return fmt.Errorf("outbox: write %s: %w", path, err)
-		}
-	}
-	if err := rw.close(); err != nil {
-		af.abort()
+	if err := writeRecords(af, t, recs); err != nil {
 		return fmt.Errorf("outbox: write %s: %w", path, err)
-	}
-	if err := af.commit(); err != nil {
-		return fmt.Errorf("outbox: commit %s: %w", path, err)
 	}
 	return nil
 }

@@ -191,9 +191,9 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 		}
 	}
 	fs := o.files[t]
-	files, err := fs.acquire()
+	files, err := fs.acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+		return err
 	}
 	defer fs.release(files)
 	fld, val := q.field()
@@ -237,9 +237,9 @@ func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
 		}
 	}
 	fs := o.files[t]
-	files, err := fs.acquire()
+	files, err := fs.acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+		return err
 	}
 	defer fs.release(files)
 	for _, f := range files {

@@ -72,9 +72,9 @@ func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
 	st.LogRecords = int64(len(mem))
 
 	fs := o.files[t]
-	files, err := fs.acquire()
+	files, err := fs.acquire(ctx)
 	if err != nil {
-		return st, fmt.Errorf("outbox: list %s: %w", fs.dir, err)
+		return st, err
 	}
 	defer fs.release(files)
 	var streams []recordStream

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,11 +18,16 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-// openOutbox opens an existing outbox directory for reading. Skipped files
-// are logged through env.Logger (stderr) with their path and reason.
+// openOutbox opens an existing outbox: a directory, or a bucket URL
+// (gs://, s3://) which is always opened read-only, since write-ahead logs
+// live on the dispatchers' machines. Skipped files are logged through
+// env.Logger (stderr) with their path and reason.
 func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outbox.Outbox, error) {
 	if dir == "" {
 		return nil, usagef("--outbox DIR is required")
+	}
+	if strings.Contains(dir, "://") {
+		return outbox.Open(ctx, outbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
 	}
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -190,7 +196,7 @@ Damaged or foreign files are reported on stderr and skipped.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "outbox", "", "outbox directory (required)")
+	f.StringVar(&dir, "outbox", "", "outbox directory or bucket URL (gs://bucket/prefix, s3://…) (required)")
 	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
 	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
 	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")

@@ -147,3 +147,12 @@ func TestQueryReportsDamagedFilesAndGoesOn(t *testing.T) {
 	require.Contains(t, stdout, `"status":"failed"`)
 	require.Contains(t, stderr, "level=WARN msg=\"outbox: skipped file\" path="+bad+" reason=\"not a readable Parquet file\"")
 }
+
+func TestQueryBucketURL(t *testing.T) {
+	t.Parallel()
+	// mem:// opens an empty bucket: the command runs and finds nothing.
+	code, stdout, stderr := runCLI(t, "query", "--outbox", "mem://", "--run", "run1")
+	require.Equal(t, 1, code)
+	require.Equal(t, "", stdout)
+	require.Equal(t, "ctdispatch: no record with run_id \"run1\" in mem://\n", stderr)
+}

@@ -1,0 +1,120 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/gcsblob"
+	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcp"
+)
+
+// fakeGCSBucket serves a bucket from fake-gcs-server, in process, through
+// the real GCS client that gcsblob uses.
+func fakeGCSBucket(t *testing.T) *blob.Bucket {
+	t.Helper()
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true})
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "ctdispatch-outbox"})
+	b, err := gcsblob.OpenBucket(context.Background(), &gcp.HTTPClient{Client: *srv.HTTPClient()}, "ctdispatch-outbox", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return blob.PrefixedBucket(b, "prod/")
+}
+
+func TestBucketStorage(t *testing.T) {
+	t.Parallel()
+	for name, bucket := range map[string]func(*testing.T) *blob.Bucket{
+		"fake GCS": fakeGCSBucket,
+		"memblob":  func(*testing.T) *blob.Bucket { return memblob.OpenBucket(nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			bkt := bucket(t)
+			opts := b.options(procA)
+			opts.Root, opts.Bucket, opts.LogDir = "", bkt, b.root
+			o, err := Open(ctx, opts)
+			require.NoError(t, err)
+			defer o.Close()
+
+			for i := range 5 {
+				require.NoError(t, o.Append(ctx, dispatchRec("r", fmt.Sprint(i), "1", StatusPending)))
+			}
+			require.NoError(t, o.Flush(ctx))
+			b.clock.Advance(time.Hour)
+			require.NoError(t, o.Append(ctx, dispatchRec("r", "1", "1", StatusCreated)))
+			require.NoError(t, o.Append(ctx, timerRec("r", "1", t0, StatusCreated)))
+			require.NoError(t, o.Flush(ctx))
+
+			keys := listKeys(t, bkt)
+			require.Equal(t, []string{
+				"dispatch_outbox/" + procA + "-0000000000000000.parquet",
+				"dispatch_outbox/" + procA + "-0000000000000001.parquet",
+				"timers/" + procA + "-0000000000000001.parquet",
+			}, keys)
+			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/broken.parquet", []byte("no"), nil))
+
+			// Another process reads the same bucket.
+			ro, err := Open(ctx, Options{Bucket: bkt, ReadOnly: true})
+			require.NoError(t, err)
+			defer ro.Close()
+			for _, ob := range []*Outbox{o, ro} {
+				got, ok, err := ob.Latest(ctx, TableDispatch, "dispatch:r:1:1")
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, StatusCreated, got.Status)
+				hist, err := ob.Lookup(ctx, Query{RunID: "r", History: true})
+				require.NoError(t, err)
+				require.Len(t, hist, 7)
+			}
+			require.Len(t, ro.Damaged(), 1)
+			require.Equal(t, "bucket:/dispatch_outbox/broken.parquet", ro.Damaged()[0].Path)
+			require.NoError(t, bkt.Delete(ctx, "dispatch_outbox/broken.parquet"))
+
+			st, err := ro.Compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
+			require.NoError(t, err)
+			require.Equal(t, int64(4), st.Tables[0].RowsOut, "four pending kept, one created dropped")
+			require.Equal(t, int64(1), st.Tables[0].Dropped)
+			keys = listKeys(t, bkt)
+			require.Len(t, keys, 1, "%v", keys)
+			pending, err := o.Pending(ctx, TableDispatch, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, pending, 4)
+		})
+	}
+}
+
+func listKeys(t *testing.T, b *blob.Bucket) []string {
+	t.Helper()
+	var keys []string
+	it := b.List(nil)
+	for {
+		obj, err := it.Next(context.Background())
+		if err != nil {
+			break
+		}
+		keys = append(keys, obj.Key)
+	}
+	return keys
+}
+
+func TestBucketURLRoot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, err := Open(ctx, Options{Root: "mem://", LogDir: t.TempDir()})
+	require.NoError(t, err)
+	require.NoError(t, o.Append(ctx, dispatchRec("r", "t", "1", StatusCreated)))
+	require.NoError(t, o.Flush(ctx))
+	got, err := o.Lookup(ctx, Query{ID: "dispatch:r:t:1"})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, o.Close())
+}

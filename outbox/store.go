@@ -1,0 +1,258 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	// Drivers for the URL schemes Options.Root accepts.
+	_ "gocloud.dev/blob/gcsblob"
+	_ "gocloud.dev/blob/memblob"
+	_ "gocloud.dev/blob/s3blob"
+)
+
+// tableStore holds the Parquet files of the tables: a local directory or a
+// bucket. Writes are atomic in both: a file is either complete or absent.
+type tableStore interface {
+	// list returns the table's data files (hidden temporaries excluded).
+	list(ctx context.Context, t Table) ([]storeEntry, error)
+	// open opens a file for random access.
+	open(ctx context.Context, t Table, name string) (readerAtCloser, int64, error)
+	// create starts a file that appears under name only on commit.
+	create(ctx context.Context, t Table, name string) (storeWriter, error)
+	// remove deletes a file; a missing one is not an error.
+	remove(ctx context.Context, t Table, name string) error
+	// sync makes removals durable (local directories).
+	sync(t Table) error
+	// where names a file for messages: a path or a URL.
+	where(t Table, name string) string
+	// cleanTemps removes temporaries older than before.
+	cleanTemps(ctx context.Context, t Table, before time.Time)
+	close() error
+}
+
+type storeEntry struct {
+	name    string
+	size    int64
+	modTime time.Time
+}
+
+type storeWriter interface {
+	io.Writer
+	commit() error
+	abort()
+}
+
+// localStore keeps tables in <root>/<table>/.
+type localStore struct{ root string }
+
+func (s localStore) dir(t Table) string { return filepath.Join(s.root, string(t)) }
+
+func (s localStore) list(_ context.Context, t Table) ([]storeEntry, error) {
+	entries, err := os.ReadDir(s.dir(t))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]storeEntry, 0, len(entries))
+	for _, e := range entries {
+		if !isDataFile(e.Name()) || e.IsDir() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed while listing
+		}
+		out = append(out, storeEntry{name: e.Name(), size: info.Size(), modTime: info.ModTime()})
+	}
+	return out, nil
+}
+
+func (s localStore) open(_ context.Context, t Table, name string) (readerAtCloser, int64, error) {
+	f, err := os.Open(filepath.Join(s.dir(t), name))
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+func (s localStore) create(_ context.Context, t Table, name string) (storeWriter, error) {
+	return createAtomic(filepath.Join(s.dir(t), name))
+}
+
+func (s localStore) remove(_ context.Context, t Table, name string) error {
+	err := os.Remove(filepath.Join(s.dir(t), name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (s localStore) sync(t Table) error { return syncDir(s.dir(t)) }
+
+func (s localStore) where(t Table, name string) string { return filepath.Join(s.dir(t), name) }
+
+func (s localStore) cleanTemps(_ context.Context, t Table, before time.Time) {
+	entries, _ := os.ReadDir(s.dir(t))
+	for _, e := range entries {
+		if !isTemp(e.Name()) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
+			os.Remove(filepath.Join(s.dir(t), e.Name()))
+		}
+	}
+}
+
+func (s localStore) close() error { return nil }
+
+func isTemp(name string) bool { return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") }
+
+// blobStore keeps tables in a bucket under <prefix><table>/. An object
+// becomes visible only when its writer closes, so no rename is needed.
+type blobStore struct {
+	bucket *blob.Bucket
+	url    string // for messages
+	owned  bool   // opened from a URL, closed with the outbox
+}
+
+func openBlobStore(ctx context.Context, url string) (*blobStore, error) {
+	b, err := blob.OpenBucket(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: open bucket %s: %w", url, err)
+	}
+	return &blobStore{bucket: b, url: strings.TrimSuffix(url, "/"), owned: true}, nil
+}
+
+func (s *blobStore) key(t Table, name string) string { return path.Join(string(t), name) }
+
+func (s *blobStore) list(ctx context.Context, t Table) ([]storeEntry, error) {
+	it := s.bucket.List(&blob.ListOptions{Prefix: string(t) + "/"})
+	var out []storeEntry
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		name := path.Base(obj.Key)
+		if obj.IsDir || !isDataFile(name) || obj.Key != s.key(t, name) {
+			continue
+		}
+		out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+	}
+}
+
+func (s *blobStore) open(ctx context.Context, t Table, name string) (readerAtCloser, int64, error) {
+	key := s.key(t, name)
+	attrs, err := s.bucket.Attributes(ctx, key)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, 0, fmt.Errorf("%w: %v", os.ErrNotExist, err)
+		}
+		return nil, 0, err
+	}
+	return &blobReaderAt{ctx: context.WithoutCancel(ctx), bucket: s.bucket, key: key, size: attrs.Size}, attrs.Size, nil
+}
+
+func (s *blobStore) create(ctx context.Context, t Table, name string) (storeWriter, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := s.bucket.NewWriter(wctx, s.key(t, name), &blob.WriterOptions{ContentType: "application/vnd.apache.parquet"})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &blobWriter{w: w, cancel: cancel, bucket: s.bucket, key: s.key(t, name)}, nil
+}
+
+func (s *blobStore) remove(ctx context.Context, t Table, name string) error {
+	err := s.bucket.Delete(ctx, s.key(t, name))
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil
+	}
+	return err
+}
+
+func (s *blobStore) sync(Table) error { return nil }
+
+func (s *blobStore) where(t Table, name string) string { return s.url + "/" + s.key(t, name) }
+
+func (s *blobStore) cleanTemps(context.Context, Table, time.Time) {} // objects have no temporaries
+
+func (s *blobStore) close() error {
+	if s.owned {
+		return s.bucket.Close()
+	}
+	return nil
+}
+
+// blobReaderAt reads an object by ranges, as Parquet readers seek.
+type blobReaderAt struct {
+	ctx    context.Context
+	bucket *blob.Bucket
+	key    string
+	size   int64
+}
+
+func (r *blobReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	if off+n > r.size {
+		n = r.size - off
+	}
+	rr, err := r.bucket.NewRangeReader(r.ctx, r.key, off, n, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rr.Close()
+	got, err := io.ReadFull(rr, p[:n])
+	if err == nil && got < len(p) {
+		err = io.EOF
+	}
+	return got, err
+}
+
+func (r *blobReaderAt) Close() error { return nil }
+
+// blobWriter commits on Close and aborts by cancelling its context first.
+// Some drivers still create the object when the cancel comes late, so an
+// abort also deletes it.
+type blobWriter struct {
+	w      *blob.Writer
+	cancel context.CancelFunc
+	bucket *blob.Bucket
+	key    string
+}
+
+func (w *blobWriter) Write(p []byte) (int, error) { return w.w.Write(p) }
+
+func (w *blobWriter) commit() error {
+	defer w.cancel()
+	return w.w.Close()
+}
+
+func (w *blobWriter) abort() {
+	w.cancel()
+	_ = w.w.Close()
+	_ = w.bucket.Delete(context.Background(), w.key)
+}
