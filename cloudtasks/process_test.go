@@ -1,0 +1,189 @@
+package cloudtasks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/google/uuid"
+	"github.com/googleapis/gax-go/v2"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// The tests below re-run this test binary as separate dispatcher
+// processes. The child reads what to do from these variables.
+const (
+	envHelper = "CTDISPATCH_TEST_HELPER" // "herd" or "kill"
+	envAddr   = "CTDISPATCH_TEST_ADDR"
+	envRoot   = "CTDISPATCH_TEST_ROOT"
+	envCount  = "CTDISPATCH_TEST_COUNT"
+)
+
+// TestHelperProcess is not a test: it is the body of a child process.
+func TestHelperProcess(t *testing.T) {
+	mode := os.Getenv(envHelper)
+	if mode == "" {
+		t.Skip("runs only as a child process")
+	}
+	ctx := context.Background()
+	fake := &fakeServer{addr: os.Getenv(envAddr)}
+	cfg := testConfig()
+	cfg.ProcessorUUID = uuid.Must(uuid.NewV7())
+	box, err := outbox.Open(ctx, outbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: cfg.ProcessorUUID})
+	require.NoError(t, err)
+	switch mode {
+	case "herd":
+		cfg.Outbox = box
+		cfg.Client = fake.client(t)
+		d, err := NewDispatcher(ctx, &cfg)
+		require.NoError(t, err)
+		n, _ := strconv.Atoi(os.Getenv(envCount))
+		outcomes := herd(t, n, func(int) (DispatchResult, error) {
+			return d.Dispatch(ctx, request("run1", "procs", 1, `{"k":"v"}`))
+		})
+		require.NoError(t, d.Close())
+		require.NoError(t, box.Close())
+		require.NoError(t, json.NewEncoder(os.Stdout).Encode(outcomes))
+	case "kill":
+		cfg.DurablePending = true
+		d, err := newWithClient(cfg, exitAfterCreate{fake.client(t)}, box)
+		require.NoError(t, err)
+		_, err = d.Dispatch(ctx, request("run1", "killed", 1, "x"))
+		t.Fatalf("the process should have died; Dispatch returned %v", err)
+	}
+}
+
+// exitAfterCreate ends the process as soon as CreateTask has succeeded,
+// before the dispatcher can record the outcome: a kill -9 at the worst
+// moment.
+type exitAfterCreate struct{ taskClient }
+
+func (e exitAfterCreate) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	task, err := e.taskClient.CreateTask(ctx, req, opts...)
+	if err == nil {
+		os.Exit(7)
+	}
+	return task, err
+}
+
+func child(t *testing.T, mode, addr, root string, extra ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envHelper+"="+mode, envAddr+"="+addr, envRoot+"="+root)
+	cmd.Env = append(cmd.Env, extra...)
+	return cmd
+}
+
+// Three separate processes, each with 200 concurrent identical calls, share
+// one outbox root and one server: one task, one "created".
+func TestDispatchThunderingHerdProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Parallel()
+	fake := startFake(t)
+	root := t.TempDir()
+	const procs, each = 3, 200
+	total := map[Outcome]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range procs {
+		wg.Go(func() {
+			cmd := child(t, "herd", fake.addr, root, envCount+"="+strconv.Itoa(each))
+			out, err := cmd.Output()
+			if !assertNoError(t, err, out) {
+				return
+			}
+			var got map[Outcome]int
+			// The test framework prints "PASS" after the child's line.
+			if err := json.NewDecoder(bytes.NewReader(out)).Decode(&got); err != nil {
+				t.Errorf("child output %q: %v", out, err)
+				return
+			}
+			mu.Lock()
+			for k, v := range got {
+				total[k] += v
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: procs*each - 1}, total)
+	stored, created := fake.counts()
+	require.Equal(t, 1, stored)
+	require.Equal(t, 1, created)
+}
+
+// A process killed between recording pending and recording the outcome:
+// another instance's Recover finishes the record, no second task is
+// created, and the history names both processors.
+func TestRecoverAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	t.Parallel()
+	fake := startFake(t)
+	root := t.TempDir()
+	out, err := child(t, "kill", fake.addr, root).CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "child output: %s", out)
+	require.Equal(t, 7, exit.ExitCode(), "child output: %s", out)
+
+	// Recovery runs an hour later, so the record is stale.
+	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
+	b := &testBundle{fake: fake, root: root}
+	d, box, reader := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
+	const id = "dispatch:run1:killed:1"
+	before := history(t, box, id)
+	require.Equal(t, []outbox.Status{outbox.StatusPending}, statuses(before))
+	dead := before[0].ProcessorUUID
+
+	st, err := d.Recover(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
+
+	recs := history(t, box, id)
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(recs))
+	require.Equal(t, []string{dead, d.ProcessorUUID()}, []string{recs[0].ProcessorUUID, recs[1].ProcessorUUID})
+	require.NotEqual(t, dead, d.ProcessorUUID())
+	require.Equal(t, int64(1), counter(t, reader, MetricHandovers))
+	require.Equal(t, int64(1), counter(t, reader, MetricRecoveries))
+
+	// The caller's repeat is answered from the outbox.
+	res, err := d.Dispatch(context.Background(), request("run1", "killed", 1, "x"))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeAlreadyExisted, res.Outcome)
+	require.True(t, res.Skipped)
+	stored, created := fake.counts()
+	require.Equal(t, 1, stored)
+	require.Equal(t, 1, created)
+
+	// A second pass finds nothing to do.
+	st, err = d.Recover(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, RecoverStats{}, st)
+}
+
+func assertNoError(t *testing.T, err error, out []byte) bool {
+	t.Helper()
+	if err != nil {
+		var stderr string
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			stderr = string(ee.Stderr)
+		}
+		t.Errorf("child: %v\nstdout: %s\nstderr: %s", err, out, stderr)
+		return false
+	}
+	return true
+}
