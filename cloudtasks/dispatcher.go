@@ -353,8 +353,16 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 	case code == codes.AlreadyExists:
 		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
 	case Transient(code) || ctx.Err() != nil:
+		// The outcome is unknown (the task may exist): the record stays
+		// pending, now durably and with the calls made, for Recover or the
+		// caller's repeat.
 		d.log.Warn("gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
-		return f, &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
+		cerr := &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
+		rec.ErrorCode = code.String()
+		if aerr := d.box.Append(context.WithoutCancel(ctx), rec); aerr != nil {
+			return f, errors.Join(cerr, fmt.Errorf("cloudtasks: %s: record pending: %w", key, aerr))
+		}
+		return f, cerr
 	default:
 		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
 		d.log.Warn("CreateTask failed", "id", key, "code", code.String(), "calls", calls)

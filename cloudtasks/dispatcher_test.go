@@ -188,7 +188,10 @@ func TestDispatchGivesUpWithinContext(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, 3, ce.Calls)
 	// The outcome is unknown: the record stays pending for Recover.
-	require.Equal(t, []outbox.Status{outbox.StatusPending}, statuses(history(t, b.box, "dispatch:run1:t:1")))
+	recs := history(t, b.box, "dispatch:run1:t:1")
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending}, statuses(recs))
+	require.Equal(t, "Unavailable", recs[1].ErrorCode)
+	require.Equal(t, int32(3), recs[1].CreateCalls)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
