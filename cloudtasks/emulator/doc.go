@@ -1,0 +1,55 @@
+// Package emulator is an in-process Cloud Tasks emulator: a real gRPC
+// server that the official client (cloud.google.com/go/cloudtasks/apiv2)
+// talks to unmodified, in the style of pubsub's pstest.
+//
+//	srv, err := emulator.New(emulator.Config{Queues: []emulator.QueueConfig{{Name: queue}}})
+//	defer srv.Close()
+//	client, err := srv.NewClient(ctx) // or cloudtasks.NewClient(ctx, srv.ClientOptions()...)
+//
+// # What is emulated
+//
+// Queues (create, get, list, update with field masks, delete, purge, pause,
+// resume) and tasks (create, get, list with BASIC and FULL views, delete,
+// run, batch create and batch delete as finished long-running operations
+// that the client's operations client can fetch on the same connection).
+// IAM, CMEK and locations answer codes.Unimplemented.
+//
+// Requests are checked as the service checks them, with its status codes:
+// NotFound for a missing queue or task, AlreadyExists for a taken name,
+// InvalidArgument naming the field and the rule (anchored task and queue
+// IDs, a task named into another queue, 1 MB task size, schedule_time at
+// most 30 days ahead, dispatch_deadline from 15 s to 30 min, URL length,
+// a body only with POST, PUT or PATCH).
+//
+// # Names
+//
+// A task name stays taken while the task exists and for
+// Config.NameReuseWindow (24 h by default) after it was executed,
+// exhausted, deleted or purged; a CreateTask with that name gets
+// AlreadyExists until the window has passed on the clock.
+//
+// # Delivery
+//
+// HTTP tasks are sent to their URL when due, within the queue's token
+// bucket (max_dispatches_per_second) and max_concurrent_dispatches, never
+// from a paused queue, with the service's X-CloudTasks-* headers, the
+// task's own headers and body, and an OIDC token signed by the emulator
+// (its keys are served at JWKSURL). An attempt is bounded by the task's
+// dispatch_deadline. A 2xx deletes the task; anything else is retried with
+// the queue's backoff (min_backoff doubled max_doublings times, then
+// linear, capped at max_backoff) until max_attempts and max_retry_duration
+// are both used up, and then the task is deleted. Deliveries records every
+// attempt.
+//
+// # Time
+//
+// Everything time-based reads Config.Clock. Tests pass a clockwork fake
+// clock, advance it, and call RunDue to deliver what has become due and
+// wait for the attempts to finish: no sleeps.
+//
+// # Faults
+//
+// Config.Faults (or SetFaults) injects error codes, latency and
+// "commit then fail" (the call takes effect, the caller sees an error)
+// into chosen RPCs at chosen rates, repeatably for a given seed.
+package emulator

@@ -1,0 +1,119 @@
+package emulator
+
+import (
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"math/big"
+	"net/http"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Paths served by the emulator's HTTP server.
+const (
+	// DiscoveryPath serves the OpenID Connect discovery document.
+	DiscoveryPath = "/.well-known/openid-configuration"
+	// JWKSPath serves the public keys that verify the OIDC tokens.
+	JWKSPath = "/oauth2/v3/certs"
+)
+
+// tokenLifetime is how long a signed OIDC token is valid, as Google's are.
+const tokenLifetime = time.Hour
+
+// OIDCClaims are the claims of the tokens the emulator signs.
+type OIDCClaims struct {
+	// Email is the task's service account.
+	Email string `json:"email"`
+	// EmailVerified is always true.
+	EmailVerified bool `json:"email_verified"`
+	jwt.RegisteredClaims
+}
+
+func keyID(pub *rsa.PublicKey) string {
+	sum := sha256.Sum256(pub.N.Bytes())
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+// signOIDC returns an RS256 JWT for a task's OIDC token.
+func (s *Server) signOIDC(serviceAccount, audience string, now time.Time) (string, error) {
+	claims := OIDCClaims{
+		Email:         serviceAccount,
+		EmailVerified: true,
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.issuer,
+			Subject:   serviceAccount,
+			Audience:  jwt.ClaimStrings{audience},
+			IssuedAt:  jwt.NewNumericDate(now),
+			NotBefore: jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(tokenLifetime)),
+		},
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+	tok.Header["kid"] = s.kid
+	return tok.SignedString(s.key)
+}
+
+// Issuer is the "iss" claim of the OIDC tokens the emulator signs.
+func (s *Server) Issuer() string { return s.issuer }
+
+// JWKSURL is where a worker fetches the keys that verify the tokens.
+func (s *Server) JWKSURL() string { return "http://" + s.HTTPAddr() + JWKSPath }
+
+// PublicKey returns the key that verifies the emulator's OIDC tokens.
+func (s *Server) PublicKey() *rsa.PublicKey { return &s.key.PublicKey }
+
+// JWK is one RSA public key in JSON Web Key form.
+type JWK struct {
+	Kty string `json:"kty"`
+	Alg string `json:"alg"`
+	Use string `json:"use"`
+	Kid string `json:"kid"`
+	N   string `json:"n"`
+	E   string `json:"e"`
+}
+
+// PublicKey decodes the key's modulus and exponent.
+func (k JWK) PublicKey() (*rsa.PublicKey, error) {
+	n, err := base64.RawURLEncoding.DecodeString(k.N)
+	if err != nil {
+		return nil, err
+	}
+	e, err := base64.RawURLEncoding.DecodeString(k.E)
+	if err != nil {
+		return nil, err
+	}
+	return &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}, nil
+}
+
+// JWKS is a JSON Web Key Set, as served at JWKSPath.
+type JWKS struct {
+	Keys []JWK `json:"keys"`
+}
+
+func (s *Server) oidcHandler() http.Handler {
+	pub := &s.key.PublicKey
+	set := JWKS{Keys: []JWK{{
+		Kty: "RSA", Alg: "RS256", Use: "sig", Kid: s.kid,
+		N: base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
+		E: base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
+	}}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+JWKSPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(set)
+	})
+	mux.HandleFunc("GET "+DiscoveryPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"issuer":                                s.issuer,
+			"jwks_uri":                              s.JWKSURL(),
+			"id_token_signing_alg_values_supported": []string{"RS256"},
+			"subject_types_supported":               []string{"public"},
+			"response_types_supported":              []string{"id_token"},
+		})
+	})
+	return mux
+}

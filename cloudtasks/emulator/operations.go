@@ -1,0 +1,210 @@
+package emulator
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"github.com/google/uuid"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+type longrunningOp = longrunningpb.Operation
+
+// finishOpLocked stores a finished operation, named after the queue's
+// location, and returns a copy. A repeated request ID returns the first
+// operation, as the service does.
+func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Message) (*longrunningOp, error) {
+	loc := parent
+	if qn, err := parseQueueName(parent); err == nil {
+		loc = qn.location
+	}
+	m, err := anypb.New(meta)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "operation metadata: %v", err)
+	}
+	r, err := anypb.New(resp)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "operation response: %v", err)
+	}
+	op := &longrunningOp{
+		Name:     loc + "/operations/" + uuid.NewString(),
+		Metadata: m,
+		Done:     true,
+		Result:   &longrunningpb.Operation_Response{Response: r},
+	}
+	s.ops[op.Name] = op
+	if requestID != "" {
+		s.opsByReq[requestID] = op.Name
+	}
+	return proto.Clone(op).(*longrunningOp), nil
+}
+
+func (s *Server) opForRequestLocked(requestID string) *longrunningOp {
+	if requestID == "" {
+		return nil
+	}
+	if name, ok := s.opsByReq[requestID]; ok {
+		if op := s.ops[name]; op != nil {
+			return proto.Clone(op).(*longrunningOp)
+		}
+	}
+	return nil
+}
+
+func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longrunningOp, error) {
+	if _, err := parseQueueName(req.GetParent()); err != nil {
+		return nil, invalid("parent: %v", err)
+	}
+	if n := len(req.Requests); n == 0 || n > maxBatchCreate {
+		return nil, invalid("requests holds %d requests; a batch holds 1 to %d", n, maxBatchCreate)
+	}
+	for i, r := range req.Requests {
+		if r.GetParent() != req.Parent {
+			return nil, invalid("requests[%d].parent %q differs from parent %q; a batch targets one queue", i, r.GetParent(), req.Parent)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if op := s.opForRequestLocked(req.RequestId); op != nil {
+		return op, nil
+	}
+	if _, err := s.queueLocked(req.Parent); err != nil {
+		return nil, err
+	}
+	now := timestamppb.New(s.clock.Now())
+	meta := &cloudtaskspb.BatchCreateTasksMetadata{StartTime: now, EndTime: now}
+	resp := &cloudtaskspb.BatchCreateTasksResponse{}
+	for i, r := range req.Requests {
+		t, err := s.createTaskLocked(r)
+		if err != nil {
+			if meta.FailedRequests == nil {
+				meta.FailedRequests = make(map[int32]*rpcstatus.Status)
+			}
+			meta.FailedRequests[int32(i)] = status.Convert(err).Proto()
+			continue
+		}
+		resp.Tasks = append(resp.Tasks, t.snapshot(r.ResponseView))
+	}
+	meta.State = batchState(len(meta.FailedRequests), len(req.Requests), cloudtaskspb.BatchCreateTasksMetadata_SUCCEEDED, cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED, cloudtaskspb.BatchCreateTasksMetadata_FAILED)
+	return s.finishOpLocked(req.Parent, req.RequestId, meta, resp)
+}
+
+func batchState[S any](failed, total int, ok, partial, fail S) S {
+	switch failed {
+	case 0:
+		return ok
+	case total:
+		return fail
+	default:
+		return partial
+	}
+}
+
+func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longrunningOp, error) {
+	if _, err := parseQueueName(req.GetParent()); err != nil {
+		return nil, invalid("parent: %v", err)
+	}
+	if n := len(req.Names); n == 0 || n > maxBatchDelete {
+		return nil, invalid("names holds %d names; a batch holds 1 to %d", n, maxBatchDelete)
+	}
+	for i, n := range req.Names {
+		if !strings.HasPrefix(n, req.Parent+"/tasks/") {
+			return nil, invalid("names[%d] %q is not a task of parent %q", i, n, req.Parent)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if op := s.opForRequestLocked(req.RequestId); op != nil {
+		return op, nil
+	}
+	if _, err := s.queueLocked(req.Parent); err != nil {
+		return nil, err
+	}
+	now := timestamppb.New(s.clock.Now())
+	meta := &cloudtaskspb.BatchDeleteTasksMetadata{StartTime: now, EndTime: now}
+	for i, n := range req.Names {
+		if err := s.deleteTaskLocked(n); err != nil {
+			if meta.FailedRequests == nil {
+				meta.FailedRequests = make(map[int32]*rpcstatus.Status)
+			}
+			meta.FailedRequests[int32(i)] = status.Convert(err).Proto()
+		}
+	}
+	meta.State = batchState(len(meta.FailedRequests), len(req.Names), cloudtaskspb.BatchDeleteTasksMetadata_SUCCEEDED, cloudtaskspb.BatchDeleteTasksMetadata_PARTIALLY_SUCCEEDED, cloudtaskspb.BatchDeleteTasksMetadata_FAILED)
+	return s.finishOpLocked(req.Parent, req.RequestId, meta, &emptypb.Empty{})
+}
+
+// operations implements google.longrunning.Operations for the batch RPCs.
+// Batches finish before their RPC returns, so every operation is done.
+type operations struct {
+	longrunningpb.UnimplementedOperationsServer
+	s *Server
+}
+
+func (o *operations) GetOperation(_ context.Context, req *longrunningpb.GetOperationRequest) (*longrunningOp, error) {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	op := o.s.ops[req.GetName()]
+	if op == nil {
+		return nil, notFound("operation %s does not exist", req.GetName())
+	}
+	return proto.Clone(op).(*longrunningOp), nil
+}
+
+func (o *operations) WaitOperation(ctx context.Context, req *longrunningpb.WaitOperationRequest) (*longrunningOp, error) {
+	return o.GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: req.GetName()})
+}
+
+func (o *operations) ListOperations(_ context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
+	after, size, err := pageArgs(req.PageToken, req.PageSize, 1000)
+	if err != nil {
+		return nil, err
+	}
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	var names []string
+	for n := range o.s.ops {
+		if strings.HasPrefix(n, req.GetName()) && n > after {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	resp := &longrunningpb.ListOperationsResponse{}
+	for i, n := range names {
+		if i == size {
+			resp.NextPageToken = pageToken(names[i-1])
+			break
+		}
+		resp.Operations = append(resp.Operations, proto.Clone(o.s.ops[n]).(*longrunningOp))
+	}
+	return resp, nil
+}
+
+func (o *operations) DeleteOperation(_ context.Context, req *longrunningpb.DeleteOperationRequest) (*emptypb.Empty, error) {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	if o.s.ops[req.GetName()] == nil {
+		return nil, notFound("operation %s does not exist", req.GetName())
+	}
+	delete(o.s.ops, req.GetName())
+	return &emptypb.Empty{}, nil
+}
+
+func (o *operations) CancelOperation(_ context.Context, req *longrunningpb.CancelOperationRequest) (*emptypb.Empty, error) {
+	o.s.mu.Lock()
+	defer o.s.mu.Unlock()
+	if o.s.ops[req.GetName()] == nil {
+		return nil, notFound("operation %s does not exist", req.GetName())
+	}
+	// Already done: cancelling a finished operation has no effect.
+	return &emptypb.Empty{}, nil
+}

@@ -1,0 +1,262 @@
+package emulator
+
+import (
+	"container/heap"
+	"math"
+	"time"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// The queue settings the service picks when a field is left unspecified.
+const (
+	DefaultMaxDispatchesPerSecond  = 500
+	DefaultMaxConcurrentDispatches = 1000
+	DefaultMaxAttempts             = 100
+	DefaultMinBackoff              = 100 * time.Millisecond
+	DefaultMaxBackoff              = time.Hour
+	DefaultMaxDoublings            = 16
+)
+
+func (q QueueConfig) rateLimits() *cloudtaskspb.RateLimits {
+	return &cloudtaskspb.RateLimits{
+		MaxDispatchesPerSecond:  q.MaxDispatchesPerSecond,
+		MaxConcurrentDispatches: q.MaxConcurrentDispatches,
+	}
+}
+
+func (q QueueConfig) retryConfig() *cloudtaskspb.RetryConfig {
+	rc := &cloudtaskspb.RetryConfig{MaxAttempts: q.MaxAttempts, MaxDoublings: q.MaxDoublings}
+	if q.MaxRetryDuration != 0 {
+		rc.MaxRetryDuration = durationpb.New(q.MaxRetryDuration)
+	}
+	if q.MinBackoff != 0 {
+		rc.MinBackoff = durationpb.New(q.MinBackoff)
+	}
+	if q.MaxBackoff != 0 {
+		rc.MaxBackoff = durationpb.New(q.MaxBackoff)
+	}
+	return rc
+}
+
+func (q QueueConfig) proto() *cloudtaskspb.Queue {
+	pb := &cloudtaskspb.Queue{Name: q.Name, RateLimits: q.rateLimits(), RetryConfig: q.retryConfig()}
+	if q.Paused {
+		pb.State = cloudtaskspb.Queue_PAUSED
+	}
+	return pb
+}
+
+// fillQueueDefaults replaces unspecified rate limits and retry settings by
+// the service's defaults and computes the output-only burst size.
+func fillQueueDefaults(pb *cloudtaskspb.Queue) {
+	if pb.RateLimits == nil {
+		pb.RateLimits = &cloudtaskspb.RateLimits{}
+	}
+	rl := pb.RateLimits
+	if rl.MaxDispatchesPerSecond == 0 {
+		rl.MaxDispatchesPerSecond = DefaultMaxDispatchesPerSecond
+	}
+	if rl.MaxConcurrentDispatches == 0 {
+		rl.MaxConcurrentDispatches = DefaultMaxConcurrentDispatches
+	}
+	// The service sizes the bucket itself, at least one second's worth.
+	rl.MaxBurstSize = int32(math.Max(1, math.Ceil(rl.MaxDispatchesPerSecond)))
+	if pb.RetryConfig == nil {
+		pb.RetryConfig = &cloudtaskspb.RetryConfig{}
+	}
+	rc := pb.RetryConfig
+	if rc.MaxAttempts == 0 {
+		rc.MaxAttempts = DefaultMaxAttempts
+	}
+	if rc.MinBackoff == nil {
+		rc.MinBackoff = durationpb.New(DefaultMinBackoff)
+	}
+	if rc.MaxBackoff == nil {
+		rc.MaxBackoff = durationpb.New(DefaultMaxBackoff)
+	}
+	if rc.MaxDoublings == 0 {
+		rc.MaxDoublings = DefaultMaxDoublings
+	}
+	if rc.MaxRetryDuration == nil {
+		rc.MaxRetryDuration = durationpb.New(0)
+	}
+	if pb.State == cloudtaskspb.Queue_STATE_UNSPECIFIED {
+		pb.State = cloudtaskspb.Queue_RUNNING
+	}
+}
+
+// retryPolicy is a RetryConfig in plain Go values.
+type retryPolicy struct {
+	maxAttempts            int32
+	maxRetryDuration       time.Duration
+	minBackoff, maxBackoff time.Duration
+	maxDoublings           int32
+}
+
+// effectiveRetry merges a task's own retry settings over its queue's.
+func effectiveRetry(queue, task *cloudtaskspb.RetryConfig) retryPolicy {
+	p := retryPolicy{
+		maxAttempts:      queue.GetMaxAttempts(),
+		maxRetryDuration: queue.GetMaxRetryDuration().AsDuration(),
+		minBackoff:       queue.GetMinBackoff().AsDuration(),
+		maxBackoff:       queue.GetMaxBackoff().AsDuration(),
+		maxDoublings:     queue.GetMaxDoublings(),
+	}
+	if task == nil {
+		return p
+	}
+	if task.MaxAttempts != 0 {
+		p.maxAttempts = task.MaxAttempts
+	}
+	if task.MaxRetryDuration != nil {
+		p.maxRetryDuration = task.MaxRetryDuration.AsDuration()
+	}
+	if task.MinBackoff != nil {
+		p.minBackoff = task.MinBackoff.AsDuration()
+	}
+	if task.MaxBackoff != nil {
+		p.maxBackoff = task.MaxBackoff.AsDuration()
+	}
+	if task.MaxDoublings != 0 {
+		p.maxDoublings = task.MaxDoublings
+	}
+	return p
+}
+
+// backoff is the delay before retry number n (0 for the first retry): it
+// starts at min_backoff, doubles max_doublings times, then grows by the
+// last doubled interval each time, and never exceeds max_backoff.
+func (p retryPolicy) backoff(n int32) time.Duration {
+	d := p.minBackoff
+	if n <= p.maxDoublings {
+		for range n {
+			d *= 2
+			if d >= p.maxBackoff {
+				return p.maxBackoff
+			}
+		}
+	} else {
+		for range p.maxDoublings {
+			d *= 2
+			if d >= p.maxBackoff {
+				return p.maxBackoff
+			}
+		}
+		step := d
+		d += step * time.Duration(n-p.maxDoublings)
+	}
+	return min(d, p.maxBackoff)
+}
+
+// exhausted reports whether a task that has been attempted attempts times,
+// first at first and created at created, gets no further attempt: both
+// max_attempts and max_retry_duration must be satisfied (an unlimited one
+// defers to the other; both unlimited means the retention limit).
+func (p retryPolicy) exhausted(attempts int32, first, created, now time.Time) bool {
+	if p.maxAttempts < 0 && p.maxRetryDuration <= 0 {
+		return now.Sub(created) >= maxTaskRetention
+	}
+	attemptsDone := p.maxAttempts < 0 || attempts >= p.maxAttempts
+	durationDone := p.maxRetryDuration <= 0 || now.Sub(first) >= p.maxRetryDuration
+	return attemptsDone && durationDone
+}
+
+// queue is the emulator's state for one queue.
+type queue struct {
+	pb      *cloudtaskspb.Queue
+	id      string
+	tasks   map[string]*task // by full task name
+	pending taskHeap         // tasks waiting for their time, not in flight
+	// Token bucket for max_dispatches_per_second.
+	tokens   float64
+	refilled time.Time
+	running  int32 // attempts in flight
+	urls     map[string]string
+}
+
+func newQueue(pb *cloudtaskspb.Queue, id string, now time.Time) *queue {
+	return &queue{
+		pb:       pb,
+		id:       id,
+		tasks:    make(map[string]*task),
+		tokens:   float64(pb.RateLimits.MaxBurstSize),
+		refilled: now,
+		urls:     make(map[string]string),
+	}
+}
+
+// intern keeps one copy of each target URL per queue: most tasks of a
+// queue share a handful of URLs, and a million copies would dominate the
+// memory of a large backlog.
+func (q *queue) intern(s string) string {
+	if v, ok := q.urls[s]; ok {
+		return v
+	}
+	if len(q.urls) < 1024 {
+		q.urls[s] = s
+	}
+	return s
+}
+
+func (q *queue) refill(now time.Time) {
+	rl := q.pb.RateLimits
+	if el := now.Sub(q.refilled); el > 0 {
+		q.tokens = math.Min(float64(rl.MaxBurstSize), q.tokens+el.Seconds()*rl.MaxDispatchesPerSecond)
+	}
+	q.refilled = now
+}
+
+// task is one stored task. Its proto keeps only what the caller sent;
+// times live here as Unix nanoseconds so a large backlog stays small.
+type task struct {
+	pb       *cloudtaskspb.Task
+	q        *queue
+	schedule int64 // schedule_time
+	created  int64 // create_time
+	seq      uint64
+	index    int32 // position in q.pending, -1 when not there
+	running  bool
+	removed  bool
+	// Attempt history that the worker sees in headers.
+	executions   int32
+	prevResponse int32
+	retryReason  string
+}
+
+type taskHeap []*task
+
+func (h taskHeap) Len() int { return len(h) }
+func (h taskHeap) Less(i, j int) bool {
+	if h[i].schedule != h[j].schedule {
+		return h[i].schedule < h[j].schedule
+	}
+	return h[i].seq < h[j].seq
+}
+func (h taskHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = int32(i), int32(j)
+}
+func (h *taskHeap) Push(x any) {
+	t := x.(*task)
+	t.index = int32(len(*h))
+	*h = append(*h, t)
+}
+func (h *taskHeap) Pop() any {
+	old := *h
+	n := len(old)
+	t := old[n-1]
+	old[n-1] = nil
+	t.index = -1
+	*h = old[:n-1]
+	return t
+}
+
+func (q *queue) push(t *task) { heap.Push(&q.pending, t) }
+
+func (q *queue) unschedule(t *task) {
+	if t.index >= 0 {
+		heap.Remove(&q.pending, int(t.index))
+	}
+}
