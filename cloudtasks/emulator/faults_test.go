@@ -1,0 +1,84 @@
+package emulator_test
+
+import (
+	"context"
+	"testing"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+)
+
+func TestCommitThenFail(t *testing.T) {
+	t.Parallel()
+	for _, code := range []codes.Code{codes.Unavailable, codes.DeadlineExceeded} {
+		t.Run(code.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(c *emulator.Config) {
+				c.DisableDelivery = true
+				c.Faults = emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"CreateTask"}, Rate: 1, Code: code, CommitThenFail: true}}}
+			})
+			ctx := context.Background()
+			name := queue + "/tasks/d_commit"
+			_, err := b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: httpTask(name)})
+			requireCode(t, err, code, "injected fault after the call took effect")
+			require.Len(t, b.srv.Tasks(queue), 1, "the task was created although the caller saw an error")
+
+			require.NoError(t, b.srv.SetFaults(emulator.Faults{}))
+			_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: httpTask(name)})
+			requireCode(t, err, codes.AlreadyExists, "already exists")
+		})
+	}
+}
+
+func TestFaultsBeforeCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *emulator.Config) {
+		c.DisableDelivery = true
+		c.Faults = emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.ResourceExhausted}}}
+	})
+	_, err := b.client.CreateTask(context.Background(), &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: httpTask(queue + "/tasks/x")})
+	requireCode(t, err, codes.ResourceExhausted, "injected fault")
+	require.Empty(t, b.srv.Tasks(queue), "a plain fault leaves nothing behind")
+	_, err = b.client.GetQueue(context.Background(), &cloudtaskspb.GetQueueRequest{Name: queue})
+	require.NoError(t, err, "other methods are not affected")
+}
+
+// outcomes returns the codes of n GetQueue calls.
+func outcomes(t *testing.T, b *testBundle, n int) []codes.Code {
+	t.Helper()
+	out := make([]codes.Code, n)
+	for i := range out {
+		_, err := b.client.GetQueue(context.Background(), &cloudtaskspb.GetQueueRequest{Name: queue})
+		out[i] = status.Code(err)
+	}
+	return out
+}
+
+func TestFaultsAreDeterministicBySeed(t *testing.T) {
+	t.Parallel()
+	faults := func(seed uint64) emulator.Faults {
+		return emulator.Faults{Seed: seed, Rules: []emulator.FaultRule{
+			{Methods: []string{"GetQueue"}, Rate: 0.5, Code: codes.Aborted}, // not retried by the client
+			{Rate: 0.2, Code: codes.Internal},
+		}}
+	}
+	a := setup(t, func(c *emulator.Config) { c.DisableDelivery = true; c.Faults = faults(7) })
+	b := setup(t, func(c *emulator.Config) { c.DisableDelivery = true; c.Faults = faults(7) })
+	first := outcomes(t, a, 40)
+	// Calls of another method in between do not shift GetQueue's decisions.
+	for range 5 {
+		_, _ = b.client.GetTask(context.Background(), &cloudtaskspb.GetTaskRequest{Name: queue + "/tasks/x"})
+	}
+	require.Equal(t, first, outcomes(t, b, 40))
+	require.Contains(t, first, codes.Aborted)
+	require.Contains(t, first, codes.OK)
+
+	require.NoError(t, a.srv.SetFaults(faults(8)))
+	require.NotEqual(t, first, outcomes(t, a, 40), "another seed, other decisions")
+	require.NoError(t, a.srv.SetFaults(faults(7)))
+	require.Equal(t, first, outcomes(t, a, 40), "SetFaults restarts the streams")
+}
