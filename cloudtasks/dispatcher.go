@@ -155,6 +155,10 @@ func newWithClient(cfg Config, client taskClient, box Outbox) (*Dispatcher, erro
 	return &Dispatcher{cfg: c, client: client, box: box, processor: box.ProcessorUUID(), log: c.Logger, clock: c.Clock, m: m}, nil
 }
 
+// Now returns the current time on the dispatcher's clock, against which
+// schedule times are checked.
+func (d *Dispatcher) Now() time.Time { return d.clock.Now() }
+
 // ProcessorUUID returns the UUID this dispatcher writes into its records.
 func (d *Dispatcher) ProcessorUUID() string { return d.processor }
 

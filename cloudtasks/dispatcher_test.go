@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -45,13 +46,10 @@ func TestDispatchCreatesThenSkips(t *testing.T) {
 	require.Equal(t, 0, second.Calls)
 	require.Equal(t, first.FirstRecorded, second.FirstRecorded)
 
-	stored, created := b.fake.counts()
-	require.Equal(t, 1, stored)
-	require.Equal(t, 1, created)
-	require.Equal(t, 1, b.fake.calls["CreateTask"])
-
-	task := b.fake.task(first.TaskName)
-	hdr := task.GetHttpRequest().GetHeaders()
+	tasks := b.emu.Tasks(testQueue)
+	require.Len(t, tasks, 1)
+	require.Equal(t, first.TaskName, tasks[0].GetName())
+	hdr := tasks[0].GetHttpRequest().GetHeaders()
 	require.Equal(t, "dispatch:run1:extract:1", hdr[HeaderIdempotencyKey])
 	require.Equal(t, first.CloudTaskID, hdr[HeaderTaskID])
 
@@ -81,7 +79,7 @@ func TestDispatchPayloadConflict(t *testing.T) {
 	require.Equal(t, "dispatch:run1:extract:1", ce.ID)
 	require.Equal(t, naming.PayloadFingerprint([]byte(`{"a":1}`)), ce.Recorded)
 	require.Equal(t, int64(1), counter(t, b.reader, MetricPayloadConflicts))
-	require.Equal(t, 1, b.fake.calls["CreateTask"])
+	require.Equal(t, int64(1), counter(t, b.reader, MetricCalls, attribute.String("method", "CreateTask")))
 }
 
 func TestDispatchAlreadyExistsIsSuccess(t *testing.T) {
@@ -99,7 +97,7 @@ func TestDispatchAlreadyExistsIsSuccess(t *testing.T) {
 	require.Equal(t, OutcomeCreated, res.Outcome)
 
 	// Wipe what the outbox knows by using a fresh root: the service answers.
-	fresh := &testBundle{fake: b.fake, root: t.TempDir()}
+	fresh := &testBundle{be: b.be, root: t.TempDir()}
 	d3, box3, _ := fresh.newDispatcher(t, nil)
 	res, err = d3.Dispatch(ctx, request("run1", "extract", 1, "x"))
 	require.NoError(t, err)
@@ -110,7 +108,7 @@ func TestDispatchAlreadyExistsIsSuccess(t *testing.T) {
 
 func TestDispatchPermanentErrorThenRetry(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setupFake(t, nil)
 	ctx := context.Background()
 	b.fake.setFault(func(method string, n int) (error, bool) {
 		if n == 1 {
@@ -147,7 +145,7 @@ func TestDispatchPermanentErrorThenRetry(t *testing.T) {
 
 func TestDispatchCommitThenFail(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1} })
+	b := setupFake(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1} })
 	ctx := context.Background()
 	// Every first call of a task commits and then answers Unavailable or
 	// DeadlineExceeded; the repeat gets AlreadyExists.
@@ -170,16 +168,50 @@ func TestDispatchCommitThenFail(t *testing.T) {
 		require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(recs))
 		require.Equal(t, int32(2), recs[1].CreateCalls)
 	}
-	stored, created := b.fake.counts()
+	stored, created := b.be.counts()
 	require.Equal(t, 20, stored)
 	require.Equal(t, 20, created)
 	require.Equal(t, int64(10), counter(t, b.reader, MetricCalls, attribute.String("code", "Unavailable")))
 	require.Equal(t, int64(10), counter(t, b.reader, MetricCalls, attribute.String("code", "DeadlineExceeded")))
 }
 
+// The emulator's fault plan: half of all CreateTask calls take effect and
+// then fail with Unavailable. Every dispatch still ends with one task and a
+// record that says what the service answered.
+func TestDispatchCommitThenFailEmulator(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 50} })
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Seed: 7, Rules: []emulator.FaultRule{
+		{Methods: []string{"CreateTask"}, Rate: 0.5, Code: codes.Unavailable, CommitThenFail: true},
+	}}))
+	ctx := context.Background()
+	const n = 100
+	got := map[Outcome]int{}
+	for i := range n {
+		res, err := b.d.Dispatch(ctx, request("run1", "t", uint64(i), "x"))
+		require.NoError(t, err)
+		got[res.Outcome]++
+		recs := history(t, b.box, res.ID)
+		last := recs[len(recs)-1]
+		require.Equal(t, int32(res.Calls), last.CreateCalls)
+		if res.Calls == 1 {
+			require.Equal(t, OutcomeCreated, res.Outcome)
+			require.Equal(t, outbox.StatusCreated, last.Status)
+		} else {
+			// The first call created the task; its answer was lost.
+			require.Equal(t, OutcomeAlreadyExisted, res.Outcome)
+			require.Equal(t, outbox.StatusAlreadyExisted, last.Status)
+		}
+	}
+	require.Equal(t, n, b.emu.TaskCount())
+	require.Equal(t, n, got[OutcomeCreated]+got[OutcomeAlreadyExisted])
+	require.NotZero(t, got[OutcomeCreated])
+	require.NotZero(t, got[OutcomeAlreadyExisted])
+}
+
 func TestDispatchGivesUpWithinContext(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 3} })
+	b := setupFake(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 3} })
 	b.fake.setFault(func(string, int) (error, bool) { return status.Error(codes.Unavailable, "down"), false })
 	_, err := b.d.Dispatch(context.Background(), request("run1", "t", 1, "x"))
 	require.ErrorIs(t, err, ErrGaveUp)
@@ -209,7 +241,7 @@ func TestDispatchThunderingHerd(t *testing.T) {
 		return b.d.Dispatch(context.Background(), request("run1", "herd", 1, `{"k":"v"}`))
 	})
 	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
-	stored, created := b.fake.counts()
+	stored, created := b.be.counts()
 	require.Equal(t, 1, stored)
 	require.Equal(t, 1, created)
 	require.Equal(t, int64(1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "created")))
@@ -230,7 +262,7 @@ func TestDispatchThunderingHerdThreeDispatchers(t *testing.T) {
 		return ds[i%3].Dispatch(context.Background(), request("run1", "herd3", 1, `{"k":"v"}`))
 	})
 	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
-	stored, created := b.fake.counts()
+	stored, created := b.be.counts()
 	require.Equal(t, 1, stored)
 	require.Equal(t, 1, created)
 }

@@ -122,7 +122,9 @@ func (f *fakeServer) DeleteTask(_ context.Context, req *cloudtaskspb.DeleteTaskR
 	return &emptypb.Empty{}, nil
 }
 
-// snapshot returns the number of tasks stored and created so far.
+func (f *fakeServer) address() string { return f.addr }
+
+// counts returns the number of tasks stored and created so far.
 func (f *fakeServer) counts() (stored, created int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

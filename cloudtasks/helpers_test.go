@@ -4,17 +4,22 @@ import (
 	"context"
 	"testing"
 
+	ctapi "cloud.google.com/go/cloudtasks/apiv2"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 type testBundle struct {
-	fake   *fakeServer
+	be     backend
+	fake   *fakeServer      // set by setupFake
+	emu    *emulator.Server // set by setup
 	root   string
 	box    *outbox.Outbox
 	d      *Dispatcher
@@ -26,11 +31,56 @@ func testConfig() Config {
 	return Config{Project: "proj", Location: "europe-west1", Queue: "default"}
 }
 
-// setup starts a fake server and a dispatcher with a durable outbox in a
+// backend is the Cloud Tasks server of a test: the in-repo emulator, or the
+// scripted fake for tests that decide each call's answer.
+type backend interface {
+	client(t testing.TB) *ctapi.Client
+	address() string
+	counts() (stored, created int)
+}
+
+// testQueue is the queue every test uses.
+const testQueue = "projects/proj/locations/europe-west1/queues/default"
+
+type emuBackend struct{ *emulator.Server }
+
+// startEmulator starts the in-repo emulator, store-only, with the test queue.
+func startEmulator(t testing.TB) emuBackend {
+	t.Helper()
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Queues: []emulator.QueueConfig{{Name: testQueue}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { emu.Close() })
+	return emuBackend{emu}
+}
+
+func (e emuBackend) client(t testing.TB) *ctapi.Client {
+	t.Helper()
+	c, err := e.NewClient(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (e emuBackend) address() string { return e.Addr() }
+
+// counts returns the tasks stored; the emulator creates each name once.
+func (e emuBackend) counts() (int, int) { n := e.TaskCount(); return n, n }
+
+// setup starts the emulator and a dispatcher with a durable outbox in a
 // temporary directory. edit may change the config first.
 func setup(t testing.TB, edit func(*Config)) *testBundle {
 	t.Helper()
-	b := &testBundle{fake: startFake(t), root: t.TempDir()}
+	emu := startEmulator(t)
+	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	b.d, b.box, b.reader = b.newDispatcher(t, edit)
+	return b
+}
+
+// setupFake is setup over the scripted fake server.
+func setupFake(t testing.TB, edit func(*Config)) *testBundle {
+	t.Helper()
+	f := startFake(t)
+	b := &testBundle{be: f, fake: f, root: t.TempDir()}
 	b.d, b.box, b.reader = b.newDispatcher(t, edit)
 	return b
 }
@@ -44,7 +94,7 @@ func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatche
 	cfg.ProcessorUUID = uuid.Must(uuid.NewV7())
 	reader := sdkmetric.NewManualReader()
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	cfg.Client = b.fake.client(t)
+	cfg.Client = b.be.client(t)
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -91,7 +91,7 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	t.Parallel()
-	fake := startFake(t)
+	emu := startEmulator(t)
 	root := t.TempDir()
 	const procs, each = 3, 200
 	total := map[Outcome]int{}
@@ -99,7 +99,7 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 	var wg sync.WaitGroup
 	for range procs {
 		wg.Go(func() {
-			cmd := child(t, "herd", fake.addr, root, envCount+"="+strconv.Itoa(each))
+			cmd := child(t, "herd", emu.Addr(), root, envCount+"="+strconv.Itoa(each))
 			out, err := cmd.Output()
 			if !assertNoError(t, err, out) {
 				return
@@ -119,9 +119,7 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: procs*each - 1}, total)
-	stored, created := fake.counts()
-	require.Equal(t, 1, stored)
-	require.Equal(t, 1, created)
+	require.Equal(t, 1, emu.TaskCount())
 }
 
 // A process killed between recording pending and recording the outcome:
@@ -132,16 +130,16 @@ func TestRecoverAfterKill(t *testing.T) {
 		t.Skip("starts a process")
 	}
 	t.Parallel()
-	fake := startFake(t)
+	emu := startEmulator(t)
 	root := t.TempDir()
-	out, err := child(t, "kill", fake.addr, root).CombinedOutput()
+	out, err := child(t, "kill", emu.Addr(), root).CombinedOutput()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "child output: %s", out)
 	require.Equal(t, 7, exit.ExitCode(), "child output: %s", out)
 
 	// Recovery runs an hour later, so the record is stale.
 	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
-	b := &testBundle{fake: fake, root: root}
+	b := &testBundle{be: emu, emu: emu.Server, root: root}
 	d, box, reader := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
 	const id = "dispatch:run1:killed:1"
 	before := history(t, box, id)
@@ -164,9 +162,7 @@ func TestRecoverAfterKill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, OutcomeAlreadyExisted, res.Outcome)
 	require.True(t, res.Skipped)
-	stored, created := fake.counts()
-	require.Equal(t, 1, stored)
-	require.Equal(t, 1, created)
+	require.Equal(t, 1, emu.TaskCount())
 
 	// A second pass finds nothing to do.
 	st, err = d.Recover(context.Background())
