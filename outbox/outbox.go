@@ -43,8 +43,9 @@ func (d Durability) String() string {
 // Options configures Open.
 type Options struct {
 	// Root is where the tables live: a local directory (created 0700 if
-	// missing), or a bucket URL such as gs://bucket/prefix,
-	// s3://bucket?region=eu-west-1 or mem:// (any gocloud.dev/blob URL;
+	// missing), or a bucket URL: mem://, and gs://bucket/prefix or
+	// s3://bucket?region=eu-west-1 once package outbox/cloudblob is
+	// imported (any gocloud.dev/blob URL whose driver is registered;
 	// credentials come from the environment as that package describes).
 	// Required unless Bucket is set.
 	Root string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -14,10 +15,10 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
-	// Drivers for the URL schemes Options.Root accepts.
-	_ "gocloud.dev/blob/gcsblob"
+	// mem:// is always available; gs:// and s3:// come with the cloudblob
+	// subpackage, which keeps their client libraries out of programs that
+	// do not need them.
 	_ "gocloud.dev/blob/memblob"
-	_ "gocloud.dev/blob/s3blob"
 )
 
 // tableStore holds the Parquet files of the tables: a local directory or a
@@ -135,9 +136,23 @@ type blobStore struct {
 func openBlobStore(ctx context.Context, url string) (*blobStore, error) {
 	b, err := blob.OpenBucket(ctx, url)
 	if err != nil {
+		if strings.HasPrefix(url, "gs://") || strings.HasPrefix(url, "s3://") {
+			err = fmt.Errorf("%w (import github.com/ctdispatch/ctdispatch/outbox/cloudblob to register gs:// and s3://)", err)
+		}
 		return nil, fmt.Errorf("outbox: open bucket %s: %w", url, err)
 	}
-	return &blobStore{bucket: b, url: strings.TrimSuffix(url, "/"), owned: true}, nil
+	return &blobStore{bucket: b, url: displayURL(url), owned: true}, nil
+}
+
+// displayURL turns a bucket URL into the prefix of object names in
+// messages: gs://b?prefix=p/ becomes gs://b/p (other parameters dropped).
+func displayURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return strings.TrimSuffix(raw, "/")
+	}
+	name := strings.Trim(path.Join(u.Host, u.Path, u.Query().Get("prefix")), "/")
+	return u.Scheme + "://" + name
 }
 
 func (s *blobStore) key(t Table, name string) string { return path.Join(string(t), name) }

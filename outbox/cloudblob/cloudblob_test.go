@@ -1,0 +1,53 @@
+package cloudblob_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+	_ "github.com/ctdispatch/ctdispatch/outbox/cloudblob"
+)
+
+// TestGSURL opens an outbox by gs:// URL against fake-gcs-server, which the
+// GCS client reaches through STORAGE_EMULATOR_HOST (no credentials).
+func TestGSURL(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	// PublicHost makes the server answer the client's object downloads,
+	// which go to http://<host>/<bucket>/<object>.
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1",
+		Port: uint16(port), PublicHost: fmt.Sprintf("127.0.0.1:%d", port)})
+	require.NoError(t, err)
+	defer srv.Stop()
+	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "outbox-test"})
+	t.Setenv("STORAGE_EMULATOR_HOST", srv.URL()[len("http://"):])
+
+	ctx := context.Background()
+	o, err := outbox.Open(ctx, outbox.Options{Root: "gs://outbox-test?prefix=prod/", LogDir: t.TempDir()})
+	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, o.Append(ctx, outbox.Record{Table: outbox.TableDispatch,
+			ID: fmt.Sprintf("dispatch:r:t:%d", i+1), RunID: "r", Status: outbox.StatusCreated}))
+	}
+	require.NoError(t, o.Close())
+
+	list, err := srv.ListObjectsWithOptionsPaginated("outbox-test", fakestorage.ListOptions{Prefix: "prod/"})
+	require.NoError(t, err)
+	require.Len(t, list.Objects, 1)
+	require.Regexp(t, `^prod/dispatch_outbox/[0-9a-f-]{36}-0000000000000000\.parquet$`, list.Objects[0].Name)
+
+	ro, err := outbox.Open(ctx, outbox.Options{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+	got, err := ro.Lookup(ctx, outbox.Query{RunID: "r"})
+	require.NoError(t, err)
+	require.Empty(t, ro.Damaged())
+	require.Len(t, got, 3)
+}
