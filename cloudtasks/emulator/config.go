@@ -87,6 +87,10 @@ type Config struct {
 	// DisableDelivery stores tasks without ever delivering them, for pure
 	// API tests and benchmarks.
 	DisableDelivery bool
+	// ManualDelivery turns the background delivery loop off: tasks are
+	// delivered only by RunDue (and RunTask), so a test decides exactly
+	// when attempts happen.
+	ManualDelivery bool
 	// DeliveryLogLimit is how many attempts Deliveries remembers (the
 	// oldest are dropped first). Defaults to DefaultDeliveryLogLimit.
 	DeliveryLogLimit int

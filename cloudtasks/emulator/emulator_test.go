@@ -34,12 +34,12 @@ type testBundle struct {
 	clock  *clockwork.FakeClock
 }
 
-// setup starts an emulator with one queue, a fake clock and delivery on,
-// and the official client over loopback gRPC.
+// setup starts an emulator with one queue, a fake clock and manual
+// delivery (RunDue), and the official client over loopback gRPC.
 func setup(t *testing.T, mutate ...func(*emulator.Config)) *testBundle {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
-	cfg := emulator.Config{Clock: clock, Queues: []emulator.QueueConfig{{Name: queue}}, SigningKey: testKey}
+	cfg := emulator.Config{Clock: clock, Queues: []emulator.QueueConfig{{Name: queue}}, SigningKey: testKey, ManualDelivery: true}
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -124,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 	s.done.Add(2)
 	go func() { defer s.done.Done(); _ = s.grpc.Serve(s.lis) }()
 	go func() { defer s.done.Done(); _ = s.http.Serve(s.hlis) }()
-	if !cfg.DisableDelivery {
+	if !cfg.DisableDelivery && !cfg.ManualDelivery {
 		s.done.Add(1)
 		go func() { defer s.done.Done(); s.loop(ctx) }()
 	}

@@ -146,7 +146,7 @@ func (s *Server) createTaskLocked(req *cloudtaskspb.CreateTaskRequest) (*task, e
 	q.tasks[pb.Name] = t
 	s.tasks[pb.Name] = t
 	q.push(t)
-	if !s.cfg.DisableDelivery && q.pending[0] == t {
+	if q.pending[0] == t {
 		s.poke()
 	}
 	return t, nil
