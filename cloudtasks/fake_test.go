@@ -130,9 +130,3 @@ func (f *fakeServer) counts() (stored, created int) {
 	defer f.mu.Unlock()
 	return len(f.tasks), f.created
 }
-
-func (f *fakeServer) task(name string) *cloudtaskspb.Task {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.tasks[name]
-}
