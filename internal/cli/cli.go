@@ -120,6 +120,7 @@ Start with:
 		newQueryCmd(env),
 		newStatsCmd(env),
 		newCompactCmd(env),
+		newEmulatorCmd(env),
 	)
 	return root
 }

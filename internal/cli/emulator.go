@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+)
+
+// emulatorHostEnv names the emulator's address for every ctdispatch command
+// (a convention shared with the Firebase Admin SDK).
+const emulatorHostEnv = "CLOUD_TASKS_EMULATOR_HOST"
+
+// defaultEmulatorAddr is used when neither --addr nor the environment says.
+const defaultEmulatorAddr = "127.0.0.1:8123"
+
+func newEmulatorCmd(env *Env) *cobra.Command {
+	var (
+		addr, httpAddr, configPath string
+		queues, faults             []string
+		seed                       uint64
+		reuse                      time.Duration
+		latency                    time.Duration
+		noDelivery                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "emulator [--addr HOST:PORT] [--queue NAME]... [--config FILE]",
+		Short: "Run the Cloud Tasks emulator until interrupted",
+		Long: `Run the in-repo Cloud Tasks emulator: a gRPC server that the official
+client talks to unmodified, which stores tasks with the service's rules and
+delivers HTTP tasks to their URLs (with the X-CloudTasks-* headers, OIDC
+tokens, rate limits and retries).
+
+It listens on --addr, by default $` + emulatorHostEnv + ` or ` + defaultEmulatorAddr + `,
+and serves until SIGINT or SIGTERM. Point a client at it with
+  option.WithEndpoint(addr), option.WithoutAuthentication() and an insecure
+  gRPC transport (emulator.ClientOptions(addr) does all three).
+
+Queues come from --queue (full names, service defaults) and from --config,
+a JSON or YAML file:
+  name_reuse_window: 1h
+  queues:
+    - name: projects/p/locations/l/queues/q
+      max_dispatches_per_second: 10
+      max_concurrent_dispatches: 5
+      max_attempts: 5
+      min_backoff: 1s
+      max_backoff: 1m
+      max_doublings: 3
+  faults:
+    seed: 1
+    rules:
+      - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
+
+--fault METHOD[,METHOD]:CODE:RATE[:commit] adds a fault rule from the
+command line ("*" for every RPC), for example
+  --fault CreateTask:UNAVAILABLE:0.05:commit`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := emulator.Config{
+				Addr:            addr,
+				HTTPAddr:        httpAddr,
+				Logger:          env.Logger,
+				NameReuseWindow: reuse,
+				DisableDelivery: noDelivery,
+			}
+			if cfg.Addr == "" {
+				cfg.Addr = env.Getenv(emulatorHostEnv)
+			}
+			if cfg.Addr == "" {
+				cfg.Addr = defaultEmulatorAddr
+			}
+			if configPath != "" {
+				data, err := os.ReadFile(configPath)
+				if err != nil {
+					return fmt.Errorf("--config: %w", err)
+				}
+				if err := emulator.ReadConfigFile(data, &cfg); err != nil {
+					return usagef("--config %s: %v", configPath, err)
+				}
+			}
+			for _, q := range queues {
+				cfg.Queues = append(cfg.Queues, emulator.QueueConfig{Name: q})
+			}
+			if seed != 0 {
+				cfg.Faults.Seed = seed
+			}
+			for _, f := range faults {
+				rule, err := parseFaultFlag(f)
+				if err != nil {
+					return err
+				}
+				cfg.Faults.Rules = append(cfg.Faults.Rules, rule)
+			}
+			if latency > 0 {
+				cfg.Faults.Rules = append(cfg.Faults.Rules, emulator.FaultRule{Rate: 1, Latency: latency})
+			}
+			srv, err := emulator.New(cfg)
+			if errors.Is(err, emulator.ErrInvalidConfig) {
+				return usagef("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Cloud Tasks emulator listening on %s\n", srv.Addr())
+			fmt.Fprintf(out, "export %s=%s\n", emulatorHostEnv, srv.Addr())
+			fmt.Fprintf(out, "OIDC keys: %s (issuer %s)\n", srv.JWKSURL(), srv.Issuer())
+			for _, q := range srv.Queues() {
+				fmt.Fprintf(out, "queue %s\n", q.Name)
+			}
+			env.Logger.Info("emulator started", "addr", srv.Addr(), "queues", len(cfg.Queues))
+			<-ctx.Done()
+			env.Logger.Info("emulator stopping", "tasks", srv.TaskCount())
+			if err := srv.Close(); err != nil {
+				return fmt.Errorf("emulator: shutting down: %w", err)
+			}
+			fmt.Fprintln(out, "emulator stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "", "gRPC listen address (default $"+emulatorHostEnv+" or "+defaultEmulatorAddr+")")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the OIDC discovery/JWKS HTTP server")
+	f.StringArrayVar(&queues, "queue", nil, "create this queue at start (full name; repeatable)")
+	f.StringVar(&configPath, "config", "", "JSON or YAML file with queues, faults and reuse windows")
+	f.DurationVar(&reuse, "name-reuse-window", 0, "how long a task name stays taken after the task is gone (default 24h)")
+	f.StringArrayVar(&faults, "fault", nil, "inject faults: METHOD[,METHOD]:CODE:RATE[:commit] (repeatable)")
+	f.Uint64Var(&seed, "fault-seed", 0, "seed that makes fault decisions repeatable")
+	f.DurationVar(&latency, "latency", 0, "add this latency to every RPC")
+	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
+	return cmd
+}
+
+// parseFaultFlag reads METHOD[,METHOD]:CODE:RATE[:commit].
+func parseFaultFlag(v string) (emulator.FaultRule, error) {
+	parts := strings.Split(v, ":")
+	if len(parts) < 3 || len(parts) > 4 || (len(parts) == 4 && parts[3] != "commit") {
+		return emulator.FaultRule{}, usagef("--fault %q: want METHOD[,METHOD]:CODE:RATE[:commit], for example CreateTask:UNAVAILABLE:0.05:commit", v)
+	}
+	var rule emulator.FaultRule
+	if parts[0] != "*" {
+		rule.Methods = strings.Split(parts[0], ",")
+	}
+	code, ok := emulator.ParseCode(parts[1])
+	if !ok {
+		return rule, usagef("--fault %q: %q is not a gRPC code name such as UNAVAILABLE", v, parts[1])
+	}
+	rate, err := strconv.ParseFloat(parts[2], 64)
+	if err != nil {
+		return rule, usagef("--fault %q: rate %q is not a number from 0 to 1", v, parts[2])
+	}
+	rule.Code, rule.Rate, rule.CommitThenFail = code, rate, len(parts) == 4
+	return rule, nil
+}

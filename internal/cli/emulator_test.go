@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+)
+
+// startEmulatorCmd runs `ctdispatch emulator args...` in-process and
+// returns its first output lines' address, a stop function that cancels
+// it and returns its exit code and the rest of its output.
+func startEmulatorCmd(t *testing.T, getenv func(string) string, args ...string) (addr string, lines []string, stop func() (int, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var errBuf bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		code := Run(ctx, append([]string{"emulator"}, args...), Env{Out: pw, Err: &errBuf, Getenv: getenv})
+		pw.Close()
+		done <- code
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.HasPrefix(sc.Text(), "OIDC keys:") {
+			break
+		}
+	}
+	require.NotEmpty(t, lines, "no output; stderr: %s", errBuf.String())
+	addr = strings.TrimPrefix(lines[0], "Cloud Tasks emulator listening on ")
+	stop = func() (int, string) {
+		cancel()
+		rest, _ := io.ReadAll(pr)
+		return <-done, string(rest)
+	}
+	t.Cleanup(func() { cancel() })
+	return addr, lines, stop
+}
+
+func TestEmulatorCommandServesUntilCancelled(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "emulator.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`
+name_reuse_window: 1h
+queues:
+  - name: projects/p/locations/l/queues/slow
+    max_dispatches_per_second: 2
+    max_attempts: 5
+    min_backoff: 1s
+`), 0o600))
+	addr, lines, stop := startEmulatorCmd(t, nil, "--addr", "127.0.0.1:0", "--queue", "projects/p/locations/l/queues/q", "--config", cfgPath, "--no-delivery")
+	require.Equal(t, "export CLOUD_TASKS_EMULATOR_HOST="+addr, lines[1])
+
+	ctx := context.Background()
+	client, err := cloudtasks.NewClient(ctx, emulator.ClientOptions(addr)...)
+	require.NoError(t, err)
+	defer client.Close()
+	q, err := client.GetQueue(ctx, &cloudtaskspb.GetQueueRequest{Name: "projects/p/locations/l/queues/slow"})
+	require.NoError(t, err)
+	require.Equal(t, 2.0, q.RateLimits.MaxDispatchesPerSecond)
+	require.Equal(t, int32(5), q.RetryConfig.MaxAttempts)
+	require.Equal(t, "1s", q.RetryConfig.MinBackoff.AsDuration().String())
+	_, err = client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: "projects/p/locations/l/queues/q", Task: &cloudtaskspb.Task{
+		Name:        "projects/p/locations/l/queues/q/tasks/t1",
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{Url: "http://127.0.0.1:1/"}},
+	}})
+	require.NoError(t, err)
+
+	code, rest := stop()
+	require.Equal(t, 0, code)
+	require.Contains(t, rest, "emulator stopped")
+}
+
+func TestEmulatorCommandAddressFromEnvironmentAndFaults(t *testing.T) {
+	t.Parallel()
+	getenv := func(k string) string {
+		if k == emulatorHostEnv {
+			return "127.0.0.1:0"
+		}
+		return ""
+	}
+	addr, _, stop := startEmulatorCmd(t, getenv, "--queue", "projects/p/locations/l/queues/q", "--fault", "CreateTask:UNAVAILABLE:1:commit")
+	require.True(t, strings.HasPrefix(addr, "127.0.0.1:"), addr)
+	ctx := context.Background()
+	client, err := cloudtasks.NewClient(ctx, emulator.ClientOptions(addr)...)
+	require.NoError(t, err)
+	defer client.Close()
+	_, err = client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: "projects/p/locations/l/queues/q", Task: &cloudtaskspb.Task{
+		Name:        "projects/p/locations/l/queues/q/tasks/t1",
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{Url: "http://127.0.0.1:1/"}},
+	}})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	_, err = client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: "projects/p/locations/l/queues/q/tasks/t1"})
+	require.NoError(t, err, "committed before failing")
+	code, _ := stop()
+	require.Equal(t, 0, code)
+}
+
+func TestEmulatorCommandUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"queues": [{"name": "projects/p/locations/l/queues/q", "min_backoff": "soon"}]}`), 0o600))
+	misspelt := filepath.Join(dir, "misspelt.yaml")
+	require.NoError(t, os.WriteFile(misspelt, []byte("queue:\n  - name: x\n"), 0o600))
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"bad fault", []string{"--fault", "CreateTask:UNAVAILABLE"}, `want METHOD[,METHOD]:CODE:RATE[:commit]`},
+		{"bad code", []string{"--fault", "CreateTask:NOPE:0.1"}, `"NOPE" is not a gRPC code name`},
+		{"bad method", []string{"--fault", "Create:UNAVAILABLE:0.1"}, `is not a Cloud Tasks RPC name`},
+		{"bad queue", []string{"--queue", "q"}, `Config.Queues[0].Name "q"`},
+		{"bad duration", []string{"--config", bad}, `queues[0].min_backoff "soon" is not a duration`},
+		{"unknown key", []string{"--config", misspelt}, `field queue not found`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var errBuf bytes.Buffer
+			code := Run(context.Background(), append([]string{"emulator", "--addr", "127.0.0.1:0"}, tt.args...), Env{Err: &errBuf})
+			require.Equal(t, 2, code, errBuf.String())
+			require.Contains(t, errBuf.String(), tt.msg)
+		})
+	}
+}
