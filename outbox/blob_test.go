@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -85,9 +87,30 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
 			keys = listKeys(t, bkt)
 			require.Len(t, keys, 1, "%v", keys)
+			// o's cached listing still names the files ro compacted away:
+			// reading one fails as not found, o lists again and finds the
+			// compacted file; nothing is reported damaged.
 			pending, err := o.Pending(ctx, TableDispatch, time.Minute)
 			require.NoError(t, err)
 			require.Len(t, pending, 4)
+			require.Empty(t, o.Damaged())
+
+			// A file another process adds appears once o's listing expires
+			// (5s for a bucket).
+			other := filepath.Join(t.TempDir(), "other.parquet")
+			rec := dispatchRec("r", "other", "1", StatusCreated)
+			rec.UpdatedAt, rec.CreatedAt = t0, t0
+			require.NoError(t, writeParquet(other, TableDispatch, []Record{rec}))
+			data, err := os.ReadFile(other)
+			require.NoError(t, err)
+			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/other.parquet", data, nil))
+			_, ok, err := o.Latest(ctx, TableDispatch, rec.ID)
+			require.NoError(t, err)
+			require.False(t, ok, "listing still cached")
+			b.clock.Advance(5 * time.Second)
+			_, ok, err = o.Latest(ctx, TableDispatch, rec.ID)
+			require.NoError(t, err)
+			require.True(t, ok)
 		})
 	}
 }

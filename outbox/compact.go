@@ -241,6 +241,7 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 		st.FilesOut = 1
 		st.BytesOut = af.n
 	}
+	fs.invalidate()
 	for _, f := range files {
 		if err := o.store.remove(ctx, t, f.name); err != nil {
 			return st, fmt.Errorf("outbox: remove compacted input %s: %w", f.path, err)

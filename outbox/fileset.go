@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"gocloud.dev/gcerrors"
 )
 
 // fileSet keeps the Parquet files of one table open, in step with the
@@ -21,10 +24,15 @@ type fileSet struct {
 	table      Table
 	log        *slog.Logger
 	cacheBloom bool
+	// refresh is how long a listing is reused (0: list on every read).
+	refresh time.Duration
+	clock   clockwork.Clock
 
-	mu    sync.Mutex
-	files map[string]*openFile
-	bad   map[string]badFile
+	mu       sync.Mutex
+	files    map[string]*openFile
+	bad      map[string]badFile
+	listedAt time.Time
+	stale    bool
 }
 
 type openFile struct {
@@ -40,8 +48,17 @@ type badFile struct {
 	err     *FileError
 }
 
-func newFileSet(store tableStore, t Table, log *slog.Logger, cacheBloom bool) *fileSet {
-	return &fileSet{store: store, table: t, log: log, cacheBloom: cacheBloom, files: map[string]*openFile{}, bad: map[string]badFile{}}
+func newFileSet(store tableStore, t Table, log *slog.Logger, cacheBloom bool, refresh time.Duration, clock clockwork.Clock) *fileSet {
+	return &fileSet{store: store, table: t, log: log, cacheBloom: cacheBloom, refresh: refresh, clock: clock,
+		files: map[string]*openFile{}, bad: map[string]badFile{}}
+}
+
+// invalidate makes the next read list the files again (after this process
+// wrote or removed some).
+func (fs *fileSet) invalidate() {
+	fs.mu.Lock()
+	fs.stale = true
+	fs.mu.Unlock()
 }
 
 // isDataFile reports whether a directory entry is a table file: hidden
@@ -53,12 +70,20 @@ func isDataFile(name string) bool {
 // acquire refreshes the set and returns the current files, each held until
 // release is called.
 func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
+	fs.mu.Lock()
+	if !fs.stale && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
+		defer fs.mu.Unlock()
+		return fs.holdLocked(), nil
+	}
+	fs.mu.Unlock()
+	listedAt := fs.clock.Now()
 	entries, err := fs.store.list(ctx, fs.table)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.listedAt, fs.stale = listedAt, false
 	seen := map[string]bool{}
 	for _, e := range entries {
 		name := e.name
@@ -97,13 +122,18 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 			delete(fs.bad, name)
 		}
 	}
+	return fs.holdLocked(), nil
+}
+
+// holdLocked returns the current files, each held until release.
+func (fs *fileSet) holdLocked() []*openFile {
 	out := make([]*openFile, 0, len(fs.files))
 	for _, f := range fs.files {
 		f.refs++
 		out = append(out, f)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
-	return out, nil
+	return out
 }
 
 // open opens one file of the set.
@@ -152,8 +182,20 @@ func (fs *fileSet) damaged() []*FileError {
 	return out
 }
 
-// markBad takes a file that failed while being read out of service.
-func (fs *fileSet) markBad(f *openFile, err error) {
+// markBad takes a file that failed while being read out of service. A
+// file that vanished (compacted away by another process since the listing)
+// is not damaged: it is forgotten, the next read lists again, and markBad
+// reports true so the caller can retry.
+func (fs *fileSet) markBad(f *openFile, err error) (vanished bool) {
+	if errors.Is(err, os.ErrNotExist) || gcerrors.Code(err) == gcerrors.NotFound {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		if cur, ok := fs.files[f.name]; ok && cur == f {
+			fs.dropLocked(f.name, f)
+		}
+		fs.stale = true
+		return true
+	}
 	var fe *FileError
 	if !errors.As(err, &fe) {
 		fe = &FileError{Path: f.path, Reason: "read failed", Err: err}
@@ -166,6 +208,7 @@ func (fs *fileSet) markBad(f *openFile, err error) {
 		fs.dropLocked(name, f)
 		fs.bad[name] = badFile{size: f.size, modTime: f.modTime, err: fe}
 	}
+	return false
 }
 
 func (fs *fileSet) closeAll() {

@@ -76,6 +76,12 @@ type Options struct {
 	// (latest state per ID). Past it, IDs already in Parquet files are
 	// forgotten and found through the files instead. Defaults to 1,000,000.
 	IndexLimit int
+	// RefreshInterval is how long a listing of the table files is reused
+	// before reads list them again, which is how files written by other
+	// processes appear. This process's own conversions and compactions are
+	// seen at once. Defaults to 0 (list on every read) for a directory and
+	// 5s for a bucket, where a listing is a remote call; negative means 0.
+	RefreshInterval time.Duration
 	// ReadOnly opens the outbox for reading (and compaction) only: no log,
 	// no lock, no replay of other processors' logs.
 	ReadOnly bool
@@ -241,8 +247,12 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 	if opts.ReadOnly {
 		o.processor = ""
 	}
+	refresh := opts.RefreshInterval
+	if _, isLocal := o.store.(localStore); !isLocal && refresh == 0 {
+		refresh = 5 * time.Second
+	}
 	for _, t := range Tables {
-		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly)
+		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, max(refresh, 0), o.clock)
 	}
 	o.tails = newWALTails(o.walDir, o.processor)
 	if opts.ReadOnly {
@@ -414,6 +424,7 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 		if err := writeRecords(w, t, rs); err != nil {
 			return fmt.Errorf("outbox: write %s: %w", o.store.where(t, name), err)
 		}
+		o.files[t].invalidate()
 	}
 	return nil
 }

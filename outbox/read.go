@@ -190,27 +190,43 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 			}
 		}
 	}
-	fs := o.files[t]
-	files, err := fs.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer fs.release(files)
 	fld, val := q.field()
-	for _, f := range files {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		recs, err := f.find(fld, val, fs.cacheBloom)
-		if err != nil {
-			fs.markBad(f, err)
-			continue
-		}
+	return o.eachFile(ctx, t, func(f *openFile) error {
+		recs, err := f.find(fld, val, o.files[t].cacheBloom)
 		for i := range recs {
 			fn(&recs[i])
 		}
+		return err
+	})
+}
+
+// eachFile calls read for every table file. A file that turns out damaged
+// is reported and skipped; if one vanished (another process compacted it
+// away after a cached listing), the files are listed again and read once
+// more, so its data is found in the file that replaced it. Records read
+// twice are harmless to every caller (they fold or deduplicate).
+func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) error) error {
+	fs := o.files[t]
+	for attempt := 0; ; attempt++ {
+		files, err := fs.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		vanished := false
+		for _, f := range files {
+			if err := ctx.Err(); err != nil {
+				fs.release(files)
+				return err
+			}
+			if err := read(f); err != nil && fs.markBad(f, err) {
+				vanished = true
+			}
+		}
+		fs.release(files)
+		if !vanished || attempt == 2 {
+			return nil
+		}
 	}
-	return nil
 }
 
 // scanAll feeds fn every record of table t from every source, file by
@@ -236,22 +252,9 @@ func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
 			}
 		}
 	}
-	fs := o.files[t]
-	files, err := fs.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer fs.release(files)
-	for _, f := range files {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := f.scan(func(r Record) error { fn(&r); return nil })
-		if err != nil {
-			fs.markBad(f, err)
-		}
-	}
-	return nil
+	return o.eachFile(ctx, t, func(f *openFile) error {
+		return f.scan(func(r Record) error { fn(&r); return nil })
+	})
 }
 
 // Pending returns the records of table t whose latest state is pending and
