@@ -1,0 +1,268 @@
+package cloudtaskstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Target is a Cloud Tasks endpoint under test.
+type Target struct {
+	// Client is the official client connected to the target.
+	Client *cloudtasks.Client
+	// Location is where the suite creates its queues:
+	// projects/PROJECT/locations/LOCATION.
+	Location string
+	// Now is the target's current time. Defaults to time.Now.
+	Now func() time.Time
+	// Advance moves the target's clock forward. Nil for a target on real
+	// time (the real service): tests that need to wait out the name reuse
+	// window are skipped.
+	Advance func(time.Duration)
+	// NameReuseWindow is how long the target keeps a departed task's name
+	// taken; only used with Advance. Defaults to 24h.
+	NameReuseWindow time.Duration
+}
+
+// RunConformanceTests asserts, through the official client, the behaviours
+// of Cloud Tasks that ctdispatch relies on. newTarget is called once per
+// subtest. Every subtest creates its own paused queue, so nothing is ever
+// delivered, and deletes it afterwards.
+func RunConformanceTests(t *testing.T, newTarget func(t *testing.T) Target) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"CreateGetDuplicate", testCreateGetDuplicate},
+		{"NotFound", testNotFound},
+		{"InvalidArguments", testInvalidArguments},
+		{"Views", testViews},
+		{"ListTasksPaging", testListTasksPaging},
+		{"DeletedNameStaysTaken", testDeletedNameStaysTaken},
+		{"PurgedNameStaysTaken", testPurgedNameStaysTaken},
+		{"NameFreeAfterWindow", testNameFreeAfterWindow},
+		{"BatchCreate", testBatchCreate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.fn(t, newHarness(t, newTarget(t)))
+		})
+	}
+}
+
+// harness is one subtest's target and its queue.
+type harness struct {
+	Target
+	ctx   context.Context
+	queue string
+}
+
+func newHarness(t *testing.T, tg Target) *harness {
+	t.Helper()
+	if tg.Now == nil {
+		tg.Now = time.Now
+	}
+	if tg.NameReuseWindow == 0 {
+		tg.NameReuseWindow = 24 * time.Hour
+	}
+	ctx := context.Background()
+	h := &harness{Target: tg, ctx: ctx, queue: tg.Location + "/queues/ctd-conformance-" + randomID(8)}
+	_, err := tg.Client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: tg.Location, Queue: &cloudtaskspb.Queue{Name: h.queue}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tg.Client.DeleteQueue(context.Background(), &cloudtaskspb.DeleteQueueRequest{Name: h.queue}) })
+	_, err = tg.Client.PauseQueue(ctx, &cloudtaskspb.PauseQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	return h
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (h *harness) taskName(id string) string { return h.queue + "/tasks/" + id }
+
+// task is an HTTP task an hour ahead, so even an unpaused queue would not
+// deliver it during the test.
+func (h *harness) task(name string) *cloudtaskspb.Task {
+	return &cloudtaskspb.Task{
+		Name:         name,
+		ScheduleTime: timestamppb.New(h.Now().Add(time.Hour)),
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+			Url:     "https://example.com/ctdispatch-conformance",
+			Headers: map[string]string{"Content-Type": "application/json"},
+			Body:    []byte(`{"conformance":true}`),
+		}},
+	}
+}
+
+func (h *harness) create(task *cloudtaskspb.Task) (*cloudtaskspb.Task, error) {
+	return h.Client.CreateTask(h.ctx, &cloudtaskspb.CreateTaskRequest{Parent: h.queue, Task: task})
+}
+
+func requireCode(t *testing.T, err error, want codes.Code) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, want.String(), status.Code(err).String(), "error: %v", err)
+}
+
+func testCreateGetDuplicate(t *testing.T, h *harness) {
+	name := h.taskName("d_" + randomID(13))
+	created, err := h.create(h.task(name))
+	require.NoError(t, err)
+	require.Equal(t, name, created.Name)
+	got, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+	require.NoError(t, err)
+	require.Equal(t, name, got.Name)
+	require.Equal(t, int32(0), got.DispatchCount)
+	_, err = h.create(h.task(name))
+	requireCode(t, err, codes.AlreadyExists)
+}
+
+func testNotFound(t *testing.T, h *harness) {
+	_, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: h.taskName("missing")})
+	requireCode(t, err, codes.NotFound)
+	err = h.Client.DeleteTask(h.ctx, &cloudtaskspb.DeleteTaskRequest{Name: h.taskName("missing")})
+	requireCode(t, err, codes.NotFound)
+	missingQueue := h.Location + "/queues/ctd-missing-" + randomID(8)
+	_, err = h.Client.CreateTask(h.ctx, &cloudtaskspb.CreateTaskRequest{Parent: missingQueue, Task: h.task("")})
+	requireCode(t, err, codes.NotFound)
+	_, err = h.Client.GetQueue(h.ctx, &cloudtaskspb.GetQueueRequest{Name: missingQueue})
+	requireCode(t, err, codes.NotFound)
+}
+
+func testInvalidArguments(t *testing.T, h *harness) {
+	tests := []struct {
+		name   string
+		mutate func(*cloudtaskspb.Task)
+	}{
+		{"task ID with a dot", func(tk *cloudtaskspb.Task) { tk.Name = h.taskName("a.b") }},
+		{"task ID with padding", func(tk *cloudtaskspb.Task) { tk.Name = h.taskName("d_abc=") }},
+		{"task ID too long", func(tk *cloudtaskspb.Task) { tk.Name = h.taskName(strings.Repeat("a", 501)) }},
+		{"task named into another queue", func(tk *cloudtaskspb.Task) {
+			tk.Name = h.Location + "/queues/ctd-other/tasks/t1"
+		}},
+		{"schedule more than 30 days ahead", func(tk *cloudtaskspb.Task) {
+			tk.ScheduleTime = timestamppb.New(h.Now().Add(31 * 24 * time.Hour))
+		}},
+		{"dispatch deadline under 15s", func(tk *cloudtaskspb.Task) { tk.DispatchDeadline = durationpb.New(5 * time.Second) }},
+		{"dispatch deadline over 30m", func(tk *cloudtaskspb.Task) { tk.DispatchDeadline = durationpb.New(31 * time.Minute) }},
+		{"body with GET", func(tk *cloudtaskspb.Task) {
+			tk.GetHttpRequest().HttpMethod = cloudtaskspb.HttpMethod_GET
+		}},
+		{"URL without scheme", func(tk *cloudtaskspb.Task) { tk.GetHttpRequest().Url = "example.com/x" }},
+		{"task over 1 MB", func(tk *cloudtaskspb.Task) { tk.GetHttpRequest().Body = make([]byte, 1<<20+1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			task := h.task(h.taskName("valid"))
+			tt.mutate(task)
+			_, err := h.create(task)
+			requireCode(t, err, codes.InvalidArgument)
+		})
+	}
+}
+
+func testViews(t *testing.T, h *harness) {
+	name := h.taskName("view")
+	_, err := h.create(h.task(name))
+	require.NoError(t, err)
+	basic, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+	require.NoError(t, err)
+	require.Empty(t, basic.GetHttpRequest().GetBody(), "BASIC view leaves the body out")
+	full, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: name, ResponseView: cloudtaskspb.Task_FULL})
+	require.NoError(t, err)
+	require.Equal(t, []byte(`{"conformance":true}`), full.GetHttpRequest().GetBody())
+	require.Equal(t, "application/json", full.GetHttpRequest().GetHeaders()["Content-Type"])
+}
+
+func testListTasksPaging(t *testing.T, h *harness) {
+	want := []string{h.taskName("list-a"), h.taskName("list-b"), h.taskName("list-c")}
+	for _, n := range want {
+		_, err := h.create(h.task(n))
+		require.NoError(t, err)
+	}
+	var got []string
+	it := h.Client.ListTasks(h.ctx, &cloudtaskspb.ListTasksRequest{Parent: h.queue, PageSize: 2})
+	for {
+		tk, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, tk.Name)
+	}
+	require.ElementsMatch(t, want, got)
+}
+
+func testDeletedNameStaysTaken(t *testing.T, h *harness) {
+	name := h.taskName("deleted")
+	_, err := h.create(h.task(name))
+	require.NoError(t, err)
+	require.NoError(t, h.Client.DeleteTask(h.ctx, &cloudtaskspb.DeleteTaskRequest{Name: name}))
+	_, err = h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+	requireCode(t, err, codes.NotFound)
+	_, err = h.create(h.task(name))
+	requireCode(t, err, codes.AlreadyExists)
+}
+
+func testPurgedNameStaysTaken(t *testing.T, h *harness) {
+	name := h.taskName("purged")
+	_, err := h.create(h.task(name))
+	require.NoError(t, err)
+	_, err = h.Client.PurgeQueue(h.ctx, &cloudtaskspb.PurgeQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	_, err = h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+	requireCode(t, err, codes.NotFound)
+	_, err = h.create(h.task(name))
+	requireCode(t, err, codes.AlreadyExists)
+}
+
+func testNameFreeAfterWindow(t *testing.T, h *harness) {
+	if h.Advance == nil {
+		t.Skip("the target runs on real time; waiting out the name reuse window is impractical")
+	}
+	name := h.taskName("reused")
+	_, err := h.create(h.task(name))
+	require.NoError(t, err)
+	require.NoError(t, h.Client.DeleteTask(h.ctx, &cloudtaskspb.DeleteTaskRequest{Name: name}))
+	h.Advance(h.NameReuseWindow)
+	_, err = h.create(h.task(name))
+	require.NoError(t, err)
+}
+
+func testBatchCreate(t *testing.T, h *harness) {
+	dup := h.taskName("batch-dup")
+	_, err := h.create(h.task(dup))
+	require.NoError(t, err)
+	op, err := h.Client.BatchCreateTasks(h.ctx, &cloudtaskspb.BatchCreateTasksRequest{Parent: h.queue, Requests: []*cloudtaskspb.CreateTaskRequest{
+		{Parent: h.queue, Task: h.task(h.taskName("batch-1"))},
+		{Parent: h.queue, Task: h.task(dup)},
+	}})
+	if status.Code(err) == codes.Unimplemented {
+		t.Skip("BatchCreateTasks is not available on this target")
+	}
+	require.NoError(t, err)
+	resp, err := op.Wait(h.ctx)
+	require.NoError(t, err)
+	require.Len(t, resp.GetTasks(), 1)
+	require.Equal(t, h.taskName("batch-1"), resp.GetTasks()[0].Name)
+	meta, err := op.Metadata()
+	require.NoError(t, err)
+	require.Len(t, meta.GetFailedRequests(), 1)
+	require.Equal(t, int32(codes.AlreadyExists), meta.GetFailedRequests()[1].GetCode())
+}

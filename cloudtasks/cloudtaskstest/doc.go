@@ -1,0 +1,26 @@
+// Package cloudtaskstest is a conformance suite for Cloud Tasks endpoints:
+// it asserts, through the official Go client, the behaviours ctdispatch
+// depends on (real status codes, anchored name validation, the service's
+// limits, names that stay taken after delete and purge, BASIC and FULL
+// views, paging, batch creation).
+//
+// # Targets
+//
+// The same suite runs against the in-repo emulator (always, on a fake
+// clock, so it also checks that names become free after the reuse window)
+// and against real Cloud Tasks when credentials are available:
+//
+//	CTDISPATCH_CONFORMANCE_PROJECT=my-project \
+//	CTDISPATCH_CONFORMANCE_LOCATION=europe-west1 \
+//	go test ./cloudtasks/cloudtaskstest -run Conformance -v
+//
+// uses Application Default Credentials. Each subtest creates a paused
+// queue named ctd-conformance-<random>, never delivers anything, and
+// deletes the queue at the end (the service keeps deleted queue names for
+// a few days; the random suffix avoids clashes).
+//
+// # Use in your own tests
+//
+// RunConformanceTests takes a function that returns a Target; point it at
+// any endpoint that claims to speak Cloud Tasks.
+package cloudtaskstest
