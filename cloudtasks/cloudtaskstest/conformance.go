@@ -82,7 +82,9 @@ func newHarness(t *testing.T, tg Target) *harness {
 	h := &harness{Target: tg, ctx: ctx, queue: tg.Location + "/queues/ctd-conformance-" + randomID(8)}
 	_, err := tg.Client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: tg.Location, Queue: &cloudtaskspb.Queue{Name: h.queue}})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = tg.Client.DeleteQueue(context.Background(), &cloudtaskspb.DeleteQueueRequest{Name: h.queue}) })
+	t.Cleanup(func() {
+		_ = tg.Client.DeleteQueue(context.Background(), &cloudtaskspb.DeleteQueueRequest{Name: h.queue})
+	})
 	_, err = tg.Client.PauseQueue(ctx, &cloudtaskspb.PauseQueueRequest{Name: h.queue})
 	require.NoError(t, err)
 	return h
