@@ -280,10 +280,10 @@ func tableOf(id naming.ID) outbox.Table {
 // create the task, record the outcome.
 func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp string, now time.Time) (*flight, error) {
 	f := &flight{fp: fp}
-	key := id.String()
+	key, cloudID := id.String(), id.CloudTaskID()
 	table := tableOf(id)
 	queuePath := d.QueuePath(t.Queue)
-	f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: queuePath + "/tasks/" + id.CloudTaskID()}
+	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: queuePath + "/tasks/" + cloudID}
 
 	prev, found, err := d.box.Latest(ctx, table, key)
 	if err != nil {
@@ -317,7 +317,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 	}
 
 	rec := outbox.Record{
-		Table: table, ID: key, CloudTaskID: id.CloudTaskID(), Queue: queuePath,
+		Table: table, ID: key, CloudTaskID: cloudID, Queue: queuePath,
 		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(),
 		Status: outbox.StatusPending, PayloadSHA256: fp, CreatedAt: micro(now),
 	}
@@ -338,7 +338,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 	if err := appendPending(ctx, rec); err != nil {
 		return f, fmt.Errorf("cloudtasks: %s: record pending: %w", key, err)
 	}
-	req := t.createRequest(queuePath, id, now)
+	req := t.createRequest(queuePath, key, cloudID, now)
 	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
 		_, err := d.client.CreateTask(ctx, req)
 		code := codeOf(err)

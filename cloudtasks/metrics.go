@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -24,6 +25,10 @@ const (
 )
 
 type metrics struct {
+	// attrs caches the attribute options per label pair, so a dispatch does
+	// not build them again.
+	attrs sync.Map // string → metric.MeasurementOption
+
 	outcomes  metric.Int64Counter
 	skips     metric.Int64Counter
 	conflicts metric.Int64Counter
@@ -68,14 +73,25 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	return &ms, nil
 }
 
+// labels returns the cached attribute option {k1=v1, k2=v2}.
+func (m *metrics) labels(k1, v1, k2, v2 string) metric.MeasurementOption {
+	key := k1 + "=" + v1 + "," + k2 + "=" + v2
+	if o, ok := m.attrs.Load(key); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String(k1, v1), attribute.String(k2, v2)))
+	m.attrs.Store(key, o)
+	return o
+}
+
 func (m *metrics) outcome(ctx context.Context, kind, outcome string, took time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", outcome))
+	attrs := m.labels("kind", kind, "outcome", outcome)
 	m.outcomes.Add(ctx, 1, attrs)
 	m.duration.Record(ctx, took.Seconds(), attrs)
 }
 
 func (m *metrics) call(ctx context.Context, method string, code codes.Code) {
-	m.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("method", method), attribute.String("code", code.String())))
+	m.calls.Add(ctx, 1, m.labels("method", method, "code", code.String()))
 }
 
 func (m *metrics) kindCount(ctx context.Context, c metric.Int64Counter, kind string) {

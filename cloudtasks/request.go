@@ -189,13 +189,12 @@ func (t *Task) method() string {
 // createRequest builds the CreateTask request for the task named by id in
 // the queue at queuePath. A past schedule time is left out, so the task
 // fires at once.
-func (t *Task) createRequest(queuePath string, id naming.ID, now time.Time) *cloudtaskspb.CreateTaskRequest {
-	cloudID := id.CloudTaskID()
+func (t *Task) createRequest(queuePath, id, cloudID string, now time.Time) *cloudtaskspb.CreateTaskRequest {
 	headers := make(map[string]string, len(t.Headers)+2)
 	for k, v := range t.Headers {
 		headers[k] = v
 	}
-	headers[HeaderIdempotencyKey] = id.String()
+	headers[HeaderIdempotencyKey] = id
 	headers[HeaderTaskID] = cloudID
 	hr := &cloudtaskspb.HttpRequest{
 		Url:        t.URL,

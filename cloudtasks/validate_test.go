@@ -140,7 +140,7 @@ func TestCreateRequest(t *testing.T) {
 		ScheduleTime: now.Add(time.Hour), DispatchDeadline: time.Minute,
 	}
 	queue := "projects/p/locations/l/queues/q"
-	req := task.createRequest(queue, id, now)
+	req := task.createRequest(queue, id.String(), id.CloudTaskID(), now)
 	require.Equal(t, queue, req.GetParent())
 	require.Equal(t, queue+"/tasks/"+id.CloudTaskID(), req.GetTask().GetName())
 	hr := req.GetTask().GetHttpRequest()
@@ -156,7 +156,7 @@ func TestCreateRequest(t *testing.T) {
 
 	// A past schedule time fires at once: no schedule_time is sent.
 	task.ScheduleTime = now.Add(-time.Hour)
-	require.Nil(t, task.createRequest(queue, id, now).GetTask().GetScheduleTime())
+	require.Nil(t, task.createRequest(queue, id.String(), id.CloudTaskID(), now).GetTask().GetScheduleTime())
 }
 
 func TestTransient(t *testing.T) {

@@ -1,0 +1,82 @@
+package cloudtasks
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// benchConcurrency is the number of concurrent callers in the benchmarks.
+const benchConcurrency = 64
+
+// runConcurrent runs fn b.N times from benchConcurrency goroutines.
+func runConcurrent(b *testing.B, fn func(i int64) error) {
+	b.SetParallelism((benchConcurrency + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := fn(next.Add(1)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkDispatch compares, in one run, bare named CreateTask calls with
+// Dispatch over the same client and emulator at 64 concurrent callers.
+// The ratio of their ns/op is the dispatcher's overhead (issue target:
+// Dispatch with the durable outbox at ≥ 0.8x the bare throughput).
+func BenchmarkDispatch(b *testing.B) {
+	emu := startEmulator(b)
+	client := emu.client(b)
+	body := []byte(`{"table":"orders","day":"2026-01-01"}`)
+	task := Task{URL: "https://worker.example/run", Body: body}
+
+	b.Run("bare-createtask", func(b *testing.B) {
+		run := uuid.NewString()
+		runConcurrent(b, func(i int64) error {
+			id, err := naming.NewDispatch(run, "t", strconv.FormatInt(i, 10))
+			if err != nil {
+				return err
+			}
+			_, err = client.CreateTask(context.Background(), task.createRequest(testQueue, id.String(), id.CloudTaskID(), time.Now()))
+			return err
+		})
+	})
+	for _, mode := range []struct {
+		name           string
+		memory         bool
+		durablePending bool
+	}{{"dispatch-durable", false, false}, {"dispatch-durable-pending-synced", false, true}, {"dispatch-memory-outbox", true, false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			ctx := context.Background()
+			cfg := testConfig()
+			if !mode.memory {
+				box, err := outbox.Open(ctx, outbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+				require.NoError(b, err)
+				defer box.Close()
+				cfg.Outbox = box
+			}
+			cfg.Client, cfg.DurablePending = client, mode.durablePending
+			d, err := NewDispatcher(ctx, &cfg)
+			require.NoError(b, err)
+			defer d.Close()
+			run := uuid.NewString()
+			runConcurrent(b, func(i int64) error {
+				_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: uint64(i)}, Task: task})
+				return err
+			})
+		})
+	}
+}
