@@ -130,3 +130,54 @@ func TestGroupCommitSpeedup(t *testing.T) {
 	t.Logf("%d durable appends, %d writers: group commit %v (%.0f/s), fsync per record %v (%.0f/s): %.1fx",
 		n, benchWriters, group, n/group.Seconds(), single, n/single.Seconds(), single.Seconds()/group.Seconds())
 }
+
+// BenchmarkLatest measures the dispatcher's per-call question against an
+// outbox of 20 files of 2000 records each:
+//
+//	go test -run '^$' -bench Latest ./outbox/
+func BenchmarkLatest(b *testing.B) {
+	ctx := context.Background()
+	root := b.TempDir()
+	writer, err := Open(ctx, Options{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for f := range 20 {
+		for i := range 2000 {
+			if err := writer.AppendAsync(ctx, dispatchRec(fmt.Sprintf("run%d", f), fmt.Sprintf("task%d", i), "1", StatusCreated)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := writer.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := writer.Close(); err != nil {
+		b.Fatal(err)
+	}
+	o, err := Open(ctx, Options{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	if err := o.Append(ctx, dispatchRec("own", "task", "1", StatusCreated)); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name, id string
+		found    bool
+	}{
+		{"own-record", "dispatch:own:task:1", true},
+		{"in-a-file", "dispatch:run7:task1234:1", true},
+		{"new-id", "dispatch:run7:task1234:2", false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				_, found, err := o.Latest(ctx, TableDispatch, bc.id)
+				if err != nil || found != bc.found {
+					b.Fatal(found, err)
+				}
+			}
+		})
+	}
+}

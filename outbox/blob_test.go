@@ -43,6 +43,7 @@ func TestBucketStorage(t *testing.T) {
 			bkt := bucket(t)
 			opts := b.options(procA)
 			opts.Root, opts.Bucket, opts.LogDir = "", bkt, b.root
+			opts.RefreshInterval = 0 // the bucket default: 5s
 			o, err := Open(ctx, opts)
 			require.NoError(t, err)
 			defer o.Close()

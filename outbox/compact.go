@@ -159,6 +159,7 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 	st := TableCompaction{Table: t}
 	fs := o.files[t]
 	o.store.cleanTemps(ctx, t, o.clock.Now().Add(-time.Hour))
+	fs.invalidate() // compact what is there now, not a cached view
 	files, err := fs.acquire(ctx)
 	if err != nil {
 		return st, err
@@ -208,11 +209,11 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 		return st, fmt.Errorf("outbox: create %s: %w", out, err)
 	}
 	af := &countingWriter{storeWriter: sw}
-	codec := flushCodec
+	l := flushLayout
 	if total >= bestCodecMinRows {
-		codec = compactCodec
+		l = compactLayout
 	}
-	rw := newRowWriter(af, t, codec)
+	rw := newRowWriter(af, t, l)
 	err = mergeLatest(ctx, streams, func(r Record) error {
 		if r.Status.Terminal() {
 			if keep, ok := opts.Retention.For(r.Queue); ok && !r.UpdatedAt.After(now.Add(-keep)) {

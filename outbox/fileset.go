@@ -223,11 +223,14 @@ func (fs *fileSet) closeAll() {
 // what was appended since the last look. A frame still being written is
 // not an error: it is read once complete.
 type walTails struct {
-	dir  string
-	self string
+	dir     string
+	self    string
+	refresh time.Duration
+	clock   clockwork.Clock
 
-	mu   sync.Mutex
-	segs map[string]*tail
+	mu       sync.Mutex
+	segs     map[string]*tail
+	lookedAt time.Time
 }
 
 type tail struct {
@@ -236,21 +239,28 @@ type tail struct {
 	recs []Record
 }
 
-func newWALTails(dir, self string) *walTails {
-	return &walTails{dir: dir, self: self, segs: map[string]*tail{}}
+func newWALTails(dir, self string, refresh time.Duration, clock clockwork.Clock) *walTails {
+	return &walTails{dir: dir, self: self, refresh: refresh, clock: clock, segs: map[string]*tail{}}
 }
 
 // records refreshes every followed segment and returns all their records
 // (the slices must not be modified).
 func (w *walTails) records() ([][]Record, error) {
+	w.mu.Lock()
+	if w.refresh > 0 && !w.lookedAt.IsZero() && w.clock.Since(w.lookedAt) < w.refresh {
+		defer w.mu.Unlock()
+		return w.snapshotLocked(), nil
+	}
+	w.mu.Unlock()
+	lookedAt := w.clock.Now()
 	segs, err := listSegments(w.dir)
 	if err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.lookedAt = lookedAt
 	seen := map[string]bool{}
-	var out [][]Record
 	for _, s := range segs {
 		if s.processor == w.self {
 			continue
@@ -276,14 +286,21 @@ func (w *walTails) records() ([][]Record, error) {
 			t.off = end
 			t.size = st.Size()
 		}
-		if len(t.recs) > 0 {
-			out = append(out, t.recs)
-		}
 	}
 	for p := range w.segs {
 		if !seen[p] {
 			delete(w.segs, p)
 		}
 	}
-	return out, nil
+	return w.snapshotLocked(), nil
+}
+
+func (w *walTails) snapshotLocked() [][]Record {
+	var out [][]Record
+	for _, t := range w.segs {
+		if len(t.recs) > 0 {
+			out = append(out, t.recs[:len(t.recs):len(t.recs)])
+		}
+	}
+	return out
 }

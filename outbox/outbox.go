@@ -76,11 +76,13 @@ type Options struct {
 	// (latest state per ID). Past it, IDs already in Parquet files are
 	// forgotten and found through the files instead. Defaults to 1,000,000.
 	IndexLimit int
-	// RefreshInterval is how long a listing of the table files is reused
-	// before reads list them again, which is how files written by other
-	// processes appear. This process's own conversions and compactions are
-	// seen at once. Defaults to 0 (list on every read) for a directory and
-	// 5s for a bucket, where a listing is a remote call; negative means 0.
+	// RefreshInterval is how long reads reuse their view of other
+	// processes' data (the listing of table files and of other processes'
+	// logs) before looking again: how stale Latest, Lookup and Pending may
+	// be about what other processes wrote. This process's own appends,
+	// conversions and compactions are seen at once. Defaults to 1s for a
+	// directory and 5s for a bucket, where a listing is a remote call;
+	// negative means look on every read.
 	RefreshInterval time.Duration
 	// ReadOnly opens the outbox for reading (and compaction) only: no log,
 	// no lock, no replay of other processors' logs.
@@ -248,13 +250,17 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 		o.processor = ""
 	}
 	refresh := opts.RefreshInterval
-	if _, isLocal := o.store.(localStore); !isLocal && refresh == 0 {
-		refresh = 5 * time.Second
+	if refresh == 0 {
+		refresh = time.Second
+		if _, isLocal := o.store.(localStore); !isLocal {
+			refresh = 5 * time.Second
+		}
 	}
+	refresh = max(refresh, 0)
 	for _, t := range Tables {
-		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, max(refresh, 0), o.clock)
+		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, refresh, o.clock)
 	}
-	o.tails = newWALTails(o.walDir, o.processor)
+	o.tails = newWALTails(o.walDir, o.processor, refresh, o.clock)
 	if opts.ReadOnly {
 		if _, isLocal := o.store.(localStore); isLocal {
 			if _, err := os.Stat(o.root); err != nil {

@@ -57,10 +57,11 @@ func (b *testBundle) options(proc string) Options {
 		u = uuid.MustParse(proc)
 	}
 	return Options{
-		Root:          b.root,
-		ProcessorUUID: u,
-		Clock:         b.clock,
-		Logger:        slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Root:            b.root,
+		ProcessorUUID:   u,
+		RefreshInterval: -1, // see other processes' writes at once
+		Clock:           b.clock,
+		Logger:          slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
 
@@ -249,12 +250,17 @@ func TestTwoProcessorsSeeEachOther(t *testing.T) {
 	b.clock.Advance(time.Second)
 	rec.Status = StatusCreated
 	require.NoError(t, bb.Append(ctx, rec)) // B recovers A's pending record
-	for _, o := range []*Outbox{a, bb} {
-		got, _, err := o.Latest(ctx, TableDispatch, rec.ID)
-		require.NoError(t, err)
-		require.Equal(t, StatusCreated, got.Status)
-		require.Equal(t, procB, got.ProcessorUUID)
-	}
+	got, _, err = bb.Latest(ctx, TableDispatch, rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusCreated, got.Status)
+	// A answers Latest for its own ID from memory; Lookup sees B's state.
+	got, _, err = a.Latest(ctx, TableDispatch, rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusPending, got.Status)
+	latest, err := a.Lookup(ctx, Query{ID: rec.ID})
+	require.NoError(t, err)
+	require.Equal(t, StatusCreated, latest[0].Status)
+	require.Equal(t, procB, latest[0].ProcessorUUID)
 	require.NoError(t, a.Flush(ctx))
 	require.NoError(t, bb.Flush(ctx))
 	hist, err := a.Lookup(ctx, Query{ID: rec.ID, History: true})
@@ -447,4 +453,30 @@ func TestIntervalDurability(t *testing.T) {
 	got, err := o.Lookup(ctx, Query{RunID: "r"})
 	require.NoError(t, err)
 	require.Len(t, got, 2)
+}
+
+func TestOtherProcessesAreSeenWithinRefreshInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	a := b.open(t, procA)
+	opts := b.options(procB)
+	opts.RefreshInterval = 0 // the default for a directory: 1s
+	bb, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer bb.Close()
+
+	rec := dispatchRec("r", "t", "1", StatusCreated)
+	_, found, err := bb.Latest(ctx, TableDispatch, rec.ID) // B looks: nothing yet
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, a.Append(ctx, rec))
+	_, found, err = bb.Latest(ctx, TableDispatch, rec.ID)
+	require.NoError(t, err)
+	require.False(t, found, "B's view is less than a second old")
+	b.clock.Advance(time.Second)
+	got, found, err := bb.Latest(ctx, TableDispatch, rec.ID)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, procA, got.ProcessorUUID)
 }

@@ -86,16 +86,6 @@ const (
 	// page's min and max. IDs share long prefixes (dispatch:run17:…), and the
 	// default of 16 bytes would make every page look alike.
 	indexBoundBytes = 128
-	// idBloomBits sizes the bloom filter of the ID column. The file is
-	// sorted by ID, so row-group bounds and the page index already find the
-	// one page an ID can be on; the filter only spares that page read for
-	// IDs never written (the common question of Latest), so a small filter
-	// (about one false positive in ten) is worth its half byte per row.
-	idBloomBits = 4
-	// cloudBloomBits sizes the bloom filter of cloud_task_id, a hash with
-	// no order: the filter is the only way to skip a row group, so it gets
-	// more bits (about 2% false positives).
-	cloudBloomBits = 8
 	// metaKeyWriter marks files written by this package.
 	metaKeyWriter = "ctdispatch.outbox"
 	// metaKeySorted says the rows are sorted by ID, then updated_at.
@@ -114,12 +104,35 @@ var (
 	compactCodec = newZstdCodec(zstd.SpeedBestCompression)
 )
 
-func writerOptions(t Table, codec compress.Codec) []parquet.WriterOption {
+// layout is what differs between the files this package writes.
+type layout struct {
+	codec compress.Codec
+	// idBloomBits and cloudBloomBits size the bloom filters of the ID
+	// column and of cloud_task_id, in bits per value.
+	idBloomBits, cloudBloomBits uint
+}
+
+var (
+	// flushLayout is for converted log segments: small files, many of
+	// them, each covering a wide range of IDs, and asked on every dispatch
+	// whether they hold a new ID: bloom filters with about 1% false
+	// positives, cheap at this size.
+	flushLayout = layout{codec: flushCodec, idBloomBits: 10, cloudBloomBits: 10}
+	// compactLayout is for large compaction outputs. Sorted by ID, their
+	// row-group bounds and page index already find the one page an ID can
+	// be on, so the ID filter only spares that page read for IDs never
+	// written and a small one (about one false positive in ten) is worth its
+	// half byte per row. cloud_task_id is a hash with no order, the filter
+	// its only pruning: about 3% false positives.
+	compactLayout = layout{codec: compactCodec, idBloomBits: 4, cloudBloomBits: 8}
+)
+
+func writerOptions(t Table, l layout) []parquet.WriterOption {
 	return []parquet.WriterOption{
 		// The default zstd level stores blocks without matches raw; the
 		// random half of a Cloud Tasks ID (base32) then stays at 8 bits a
 		// character. The next level entropy-codes them (about 5 bits).
-		parquet.Compression(codec),
+		parquet.Compression(l.codec),
 		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.PageBufferSize(pageBufferBytes),
 		parquet.ColumnIndexSizeLimit(func([]string) int { return indexBoundBytes }),
@@ -129,8 +142,8 @@ func writerOptions(t Table, codec compress.Codec) []parquet.WriterOption {
 		// header only adds bytes (a tenth of a percent of the file).
 		parquet.DataPageStatistics(false),
 		parquet.BloomFilters(
-			parquet.SplitBlockFilter(idBloomBits, t.idColumn()),
-			parquet.SplitBlockFilter(cloudBloomBits, "cloud_task_id"),
+			parquet.SplitBlockFilter(l.idBloomBits, t.idColumn()),
+			parquet.SplitBlockFilter(l.cloudBloomBits, "cloud_task_id"),
 		),
 		parquet.KeyValueMetadata(metaKeyWriter, "1"),
 		parquet.KeyValueMetadata(metaKeySorted, "id,updated_at"),
@@ -159,12 +172,12 @@ type rowWriter struct {
 	rows  int64
 }
 
-func newRowWriter(w io.Writer, t Table, codec compress.Codec) *rowWriter {
+func newRowWriter(w io.Writer, t Table, l layout) *rowWriter {
 	rw := &rowWriter{table: t}
 	if t == TableTimers {
-		rw.tw = parquet.NewGenericWriter[timerRow](w, writerOptions(t, codec)...)
+		rw.tw = parquet.NewGenericWriter[timerRow](w, writerOptions(t, l)...)
 	} else {
-		rw.dw = parquet.NewGenericWriter[dispatchRow](w, writerOptions(t, codec)...)
+		rw.dw = parquet.NewGenericWriter[dispatchRow](w, writerOptions(t, l)...)
 	}
 	return rw
 }
@@ -261,7 +274,7 @@ func (a *atomicFile) abort() {
 // writeRecords writes recs (sorted by sortRecords) as one Parquet file
 // through w, committing it on success and aborting it otherwise.
 func writeRecords(w storeWriter, t Table, recs []Record) error {
-	rw := newRowWriter(w, t, flushCodec)
+	rw := newRowWriter(w, t, flushLayout)
 	for i := range recs {
 		if err := rw.write(&recs[i]); err != nil {
 			w.abort()
@@ -317,7 +330,7 @@ func NewFileWriter(w io.Writer, t Table) (*FileWriter, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
-	return &FileWriter{rw: newRowWriter(w, t, flushCodec)}, nil
+	return &FileWriter{rw: newRowWriter(w, t, flushLayout)}, nil
 }
 
 // Write adds a record. It fails if the record's ID sorts before the

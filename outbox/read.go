@@ -69,10 +69,13 @@ func (o *Outbox) checkOpen() error {
 	return nil
 }
 
-// Latest returns the current state of an ID across all processors' data:
-// this process's records from memory, other processors' logs, and every
-// Parquet file (skipping files by bloom filter, held in memory). ok is
-// false when the ID was never recorded.
+// Latest returns the current state of an ID. For an ID this process
+// wrote, the answer comes from memory without I/O (a later state written by
+// another process for the same ID, such as a recovery, is then not seen;
+// Lookup sees everything). Other IDs are looked up in other processes' logs
+// and every Parquet file, skipping files by bloom filter held in memory,
+// with the view of other processes at most RefreshInterval old. ok is false
+// when the ID was never recorded.
 func (o *Outbox) Latest(ctx context.Context, t Table, id string) (Record, bool, error) {
 	if err := t.validate(); err != nil {
 		return Record{}, false, err
@@ -88,10 +91,11 @@ func (o *Outbox) Latest(ctx context.Context, t Table, id string) (Record, bool, 
 		}
 	}
 	o.mu.Lock()
-	if r, ok := o.own[recKey{t, id}]; ok {
-		consider(&r)
-	}
+	r, ok := o.own[recKey{t, id}]
 	o.mu.Unlock()
+	if ok {
+		return r, true, nil
+	}
 	err := o.search(ctx, t, Query{ID: id}, false, consider)
 	return best, found, err
 }
@@ -230,8 +234,10 @@ func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) err
 }
 
 // scanAll feeds fn every record of table t from every source, file by
-// file. Used by Pending, Stats and tools; it reads everything.
+// file, listing the files afresh. Used by Pending and tools; it reads
+// everything.
 func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
+	o.files[t].invalidate()
 	o.mu.Lock()
 	var snap [][]Record
 	for _, s := range o.sealed {

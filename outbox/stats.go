@@ -72,6 +72,7 @@ func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
 	st.LogRecords = int64(len(mem))
 
 	fs := o.files[t]
+	fs.invalidate() // a full report lists afresh
 	files, err := fs.acquire(ctx)
 	if err != nil {
 		return st, err
