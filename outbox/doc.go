@@ -31,13 +31,21 @@
 //
 // # Reading
 //
-// Latest, Lookup and Pending see everything: this process's records in
-// memory, the live logs of other processes (read incrementally), and every
-// Parquet file. A lookup by ID skips row groups by min/max statistics and
+// Latest, Lookup and Pending see this process's records in memory, the
+// live logs of other processes (read incrementally), and every Parquet file;
+// their view of other processes is at most Options.RefreshInterval old, and
+// Latest answers an ID this process wrote from memory alone. A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
 // a small fraction of a large file. Files are sorted by ID. A damaged or
 // foreign file is logged with its path and the reason, listed by Damaged,
 // and skipped; it never hides the other files.
+//
+// # Buckets
+//
+// The tables (not the log) can live in a bucket through gocloud.dev/blob:
+// Options.Root "mem://", or "gs://…" and "s3://…" once package
+// outbox/cloudblob is imported, or an opened bucket in Options.Bucket; the
+// log then goes to Options.LogDir.
 //
 // # Compaction and retention
 //
