@@ -167,9 +167,9 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 		// failed attempt rather than crash the loop.
 		req = nil
 	}
-	h := make(http.Header, len(hr.Headers)+10)
-	for k, v := range hr.Headers {
-		h.Set(k, v)
+	h := make(http.Header, len(t.headers)/2+10)
+	for i := 0; i+1 < len(t.headers); i += 2 {
+		h.Set(t.headers[i], t.headers[i+1])
 	}
 	_, taskID, _ := parseTaskName(p.Name)
 	h.Set("User-Agent", "Google-Cloud-Tasks")

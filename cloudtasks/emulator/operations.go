@@ -84,7 +84,7 @@ func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longru
 	meta := &cloudtaskspb.BatchCreateTasksMetadata{StartTime: now, EndTime: now}
 	resp := &cloudtaskspb.BatchCreateTasksResponse{}
 	for i, r := range req.Requests {
-		t, err := s.createTaskLocked(r)
+		t, err := s.createTaskLocked(r, false)
 		if err != nil {
 			if meta.FailedRequests == nil {
 				meta.FailedRequests = make(map[int32]*rpcstatus.Status)

@@ -174,6 +174,7 @@ type queue struct {
 	refilled time.Time
 	running  int32 // attempts in flight
 	urls     map[string]string
+	oidc     map[[2]string]*cloudtaskspb.HttpRequest_OidcToken
 }
 
 func newQueue(pb *cloudtaskspb.Queue, id string, now time.Time) *queue {
@@ -184,6 +185,7 @@ func newQueue(pb *cloudtaskspb.Queue, id string, now time.Time) *queue {
 		tokens:   float64(pb.RateLimits.MaxBurstSize),
 		refilled: now,
 		urls:     make(map[string]string),
+		oidc:     make(map[[2]string]*cloudtaskspb.HttpRequest_OidcToken),
 	}
 }
 
@@ -198,6 +200,33 @@ func (q *queue) intern(s string) string {
 		q.urls[s] = s
 	}
 	return s
+}
+
+// compactHeaders stores a task's headers as key, value pairs: a map costs
+// several hundred bytes even for two headers. Names and common values are
+// interned.
+func (q *queue) compactHeaders(h map[string]string) []string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]string, 0, 2*len(h))
+	for k, v := range h {
+		out = append(out, q.intern(k), q.intern(v))
+	}
+	return out
+}
+
+// internOIDC shares one token setting between the tasks that use the same
+// service account and audience; stored tasks never modify it.
+func (q *queue) internOIDC(a *cloudtaskspb.HttpRequest_OidcToken) *cloudtaskspb.HttpRequest_OidcToken {
+	k := [2]string{a.OidcToken.GetServiceAccountEmail(), a.OidcToken.GetAudience()}
+	if v, ok := q.oidc[k]; ok {
+		return v
+	}
+	if len(q.oidc) < 64 {
+		q.oidc[k] = a
+	}
+	return a
 }
 
 func (q *queue) refill(now time.Time) {
@@ -219,6 +248,7 @@ type task struct {
 	index    int32 // position in q.pending, -1 when not there
 	running  bool
 	removed  bool
+	headers  []string // the task's HTTP headers as key, value pairs
 	// Attempt history that the worker sees in headers.
 	executions   int32
 	prevResponse int32
@@ -259,4 +289,16 @@ func (q *queue) unschedule(t *task) {
 	if t.index >= 0 {
 		heap.Remove(&q.pending, int(t.index))
 	}
+}
+
+// headerMap rebuilds the task's headers for a response.
+func (t *task) headerMap() map[string]string {
+	if len(t.headers) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(t.headers)/2)
+	for i := 0; i+1 < len(t.headers); i += 2 {
+		m[t.headers[i]] = t.headers[i+1]
+	}
+	return m
 }

@@ -43,7 +43,6 @@ type Server struct {
 
 	mu         sync.Mutex
 	queues     map[string]*queue
-	tasks      map[string]*task     // every stored task, by full name
 	names      map[string]time.Time // task name -> when it may be reused
 	queueNames map[string]time.Time // deleted queue name -> when it may be reused
 	ops        map[string]*longrunningpb.Operation
@@ -74,7 +73,6 @@ func New(cfg Config) (*Server, error) {
 		log:        cfg.Logger,
 		faults:     newFaultState(cfg.Faults),
 		queues:     make(map[string]*queue),
-		tasks:      make(map[string]*task),
 		names:      make(map[string]time.Time),
 		queueNames: make(map[string]time.Time),
 		ops:        make(map[string]*longrunningpb.Operation),
@@ -224,7 +222,11 @@ func (s *Server) Tasks(queue string) []*cloudtaskspb.Task {
 func (s *Server) TaskCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.tasks)
+	n := 0
+	for _, q := range s.queues {
+		n += len(q.tasks)
+	}
+	return n
 }
 
 // RememberedNames returns the task names that are taken although their
@@ -257,11 +259,12 @@ func (s *Server) SetFaults(f Faults) error {
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range s.tasks {
-		t.removed = true
+	for _, q := range s.queues {
+		for _, t := range q.tasks {
+			t.removed = true
+		}
 	}
 	s.queues = make(map[string]*queue)
-	s.tasks = make(map[string]*task)
 	s.names = make(map[string]time.Time)
 	s.queueNames = make(map[string]time.Time)
 	s.ops = make(map[string]*longrunningpb.Operation)

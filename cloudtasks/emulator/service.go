@@ -225,9 +225,19 @@ func (v *service) ResumeQueue(_ context.Context, req *cloudtaskspb.ResumeQueueRe
 
 func (v *service) CreateTask(_ context.Context, req *cloudtaskspb.CreateTaskRequest) (*cloudtaskspb.Task, error) {
 	s := v.s
+	// Validate outside the lock: it is the costly part and needs no state.
+	// A task scheduled near the 30-day limit is checked against the time
+	// before the lock, which differs from the time inside by microseconds.
+	validated := false
+	if _, err := parseQueueName(req.GetParent()); err == nil {
+		if err := validateTask(req.Task, req.Parent, s.clock.Now()); err != nil {
+			return nil, err
+		}
+		validated = true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, err := s.createTaskLocked(req)
+	t, err := s.createTaskLocked(req, validated)
 	if err != nil {
 		return nil, err
 	}

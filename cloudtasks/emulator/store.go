@@ -69,8 +69,8 @@ func (s *Server) queueLocked(name string) (*queue, error) {
 
 // nameTaken reports whether a task name is in use or still remembered,
 // forgetting it once its window has passed.
-func (s *Server) nameTakenLocked(name string, now time.Time) bool {
-	if _, ok := s.tasks[name]; ok {
+func (s *Server) nameTakenLocked(q *queue, name string, now time.Time) bool {
+	if _, ok := q.tasks[name]; ok {
 		return true
 	}
 	until, ok := s.names[name]
@@ -108,30 +108,32 @@ func (s *Server) removeTaskLocked(t *task, now time.Time) {
 	t.removed = true
 	t.q.unschedule(t)
 	delete(t.q.tasks, t.pb.Name)
-	delete(s.tasks, t.pb.Name)
 	s.rememberLocked(t.pb.Name, now)
 }
 
 // createTaskLocked validates and stores req's task. It takes ownership of
 // the request's task message.
-func (s *Server) createTaskLocked(req *cloudtaskspb.CreateTaskRequest) (*task, error) {
+// The caller has either validated the task (validated) or not.
+func (s *Server) createTaskLocked(req *cloudtaskspb.CreateTaskRequest, validated bool) (*task, error) {
 	q, err := s.queueLocked(req.GetParent())
 	if err != nil {
 		return nil, err
 	}
 	now := s.clock.Now()
 	pb := req.Task
-	if err := validateTask(pb, q.pb.Name, now); err != nil {
-		return nil, err
+	if !validated {
+		if err := validateTask(pb, q.pb.Name, now); err != nil {
+			return nil, err
+		}
 	}
 	if pb.Name == "" {
 		for {
 			pb.Name = q.pb.Name + "/tasks/" + strconv.FormatUint(rand.Uint64()>>1, 10)
-			if !s.nameTakenLocked(pb.Name, now) {
+			if !s.nameTakenLocked(q, pb.Name, now) {
 				break
 			}
 		}
-	} else if s.nameTakenLocked(pb.Name, now) {
+	} else if s.nameTakenLocked(q, pb.Name, now) {
 		return nil, grpcstatus.Errorf(codes.AlreadyExists, "task %s already exists or was executed, deleted or purged within the name reuse window (%s)", pb.Name, s.cfg.NameReuseWindow)
 	}
 	sched := now
@@ -140,11 +142,15 @@ func (s *Server) createTaskLocked(req *cloudtaskspb.CreateTaskRequest) (*task, e
 	}
 	hr := pb.GetHttpRequest()
 	hr.Url = q.intern(hr.Url)
+	headers := q.compactHeaders(hr.Headers)
+	hr.Headers = nil
+	if a, ok := hr.AuthorizationHeader.(*cloudtaskspb.HttpRequest_OidcToken); ok {
+		hr.AuthorizationHeader = q.internOIDC(a)
+	}
 	pb.ScheduleTime, pb.CreateTime, pb.View = nil, nil, cloudtaskspb.Task_VIEW_UNSPECIFIED
 	s.seq++
-	t := &task{pb: pb, q: q, schedule: sched.UnixNano(), created: now.Truncate(time.Second).UnixNano(), seq: s.seq, index: -1}
+	t := &task{pb: pb, q: q, schedule: sched.UnixNano(), created: now.Truncate(time.Second).UnixNano(), seq: s.seq, index: -1, headers: headers}
 	q.tasks[pb.Name] = t
-	s.tasks[pb.Name] = t
 	q.push(t)
 	if q.pending[0] == t {
 		s.poke()
@@ -153,10 +159,14 @@ func (s *Server) createTaskLocked(req *cloudtaskspb.CreateTaskRequest) (*task, e
 }
 
 func (s *Server) taskLocked(name string) (*task, error) {
-	if _, _, err := parseTaskName(name); err != nil {
+	qname, _, err := parseTaskName(name)
+	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	t := s.tasks[name]
+	var t *task
+	if q := s.queues[qname]; q != nil {
+		t = q.tasks[name]
+	}
 	if t == nil {
 		return nil, notFound("task %s does not exist (it may have been executed, deleted or purged)", name)
 	}
@@ -198,7 +208,7 @@ func (t *task) snapshot(view cloudtaskspb.Task_View) *cloudtaskspb.Task {
 		c := &cloudtaskspb.HttpRequest{
 			Url:        hr.Url,
 			HttpMethod: hr.HttpMethod,
-			Headers:    hr.Headers,
+			Headers:    t.headerMap(),
 		}
 		if c.HttpMethod == cloudtaskspb.HttpMethod_HTTP_METHOD_UNSPECIFIED {
 			c.HttpMethod = cloudtaskspb.HttpMethod_POST
