@@ -360,7 +360,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		// The outcome is unknown (the task may exist): the record stays
 		// pending, now durably and with the calls made, for Recover or the
 		// caller's repeat.
-		d.log.Warn("gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
+		d.log.Info("gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
 		cerr := &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
 		rec.ErrorCode = code.String()
 		if aerr := d.box.Append(context.WithoutCancel(ctx), rec); aerr != nil {
@@ -369,7 +369,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		return f, cerr
 	default:
 		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
-		d.log.Warn("CreateTask failed", "id", key, "code", code.String(), "calls", calls)
+		d.log.Info("CreateTask failed", "id", key, "code", code.String(), "calls", calls)
 		cerr := &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Err: err}
 		if aerr := d.box.Append(context.WithoutCancel(ctx), rec); aerr != nil {
 			return f, errors.Join(cerr, fmt.Errorf("cloudtasks: %s: record failure: %w", key, aerr))

@@ -121,6 +121,7 @@ Start with:
 		newStatsCmd(env),
 		newCompactCmd(env),
 		newEmulatorCmd(env),
+		newDispatchCmd(env), newTimerCmd(env), newRecoverCmd(env),
 	)
 	return root
 }
