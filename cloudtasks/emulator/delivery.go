@@ -39,6 +39,8 @@ type Delivery struct {
 	ScheduleTime, DispatchTime, ResponseTime time.Time
 	// StatusCode is the worker's HTTP status, 0 when there was no response.
 	StatusCode int
+	// ResponseBody is the start of the worker's answer (at most 4 KiB).
+	ResponseBody []byte
 	// Err describes a failure without a response (timeout, refused).
 	Err string
 	// Outcome is one of the Outcome… constants.
@@ -233,6 +235,7 @@ func (s *Server) send(a *attempt) (code int, retryAfter time.Duration, err error
 		}
 		return 0, 0, err
 	}
+	a.rec.ResponseBody, _ = io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {

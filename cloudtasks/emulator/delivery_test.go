@@ -344,3 +344,37 @@ func TestRunTaskIgnoresScheduleAndPause(t *testing.T) {
 	_, err = b.client.RunTask(context.Background(), &cloudtaskspb.RunTaskRequest{Name: name})
 	requireCode(t, err, codes.NotFound, "does not exist")
 }
+
+func TestResetAndResponseBody(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(rw, "no such run")
+	}))
+	t.Cleanup(w.Close)
+	_, err := b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/extra"}})
+	require.NoError(t, err)
+	name := queue + "/tasks/t1"
+	task := &cloudtaskspb.Task{Name: name, MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{Url: w.URL}}}
+	_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: task})
+	require.NoError(t, err)
+	require.Equal(t, 1, runDue(t, b))
+	ds := b.srv.Deliveries()
+	require.Len(t, ds, 1)
+	require.Equal(t, 400, ds[0].StatusCode)
+	require.Equal(t, "no such run", string(ds[0].ResponseBody))
+	got, err := b.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+	require.NoError(t, err)
+	require.Equal(t, int32(codes.InvalidArgument), got.LastAttempt.ResponseStatus.Code)
+	require.Equal(t, int32(1), got.ResponseCount)
+
+	b.srv.Reset()
+	require.Empty(t, b.srv.Deliveries())
+	require.Empty(t, b.srv.Tasks(queue))
+	require.Empty(t, b.srv.RememberedNames())
+	require.Len(t, b.srv.Queues(), 1, "only the configured queues come back")
+	_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: task})
+	require.NoError(t, err, "Reset forgets names")
+}

@@ -170,7 +170,15 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
-	s.grpc.Stop()
+	// Let RPCs in progress finish, but do not wait for ever on a caller.
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-stopped
+	}
 	err := s.http.Close()
 	s.done.Wait()
 	s.waitIdle(context.Background())
