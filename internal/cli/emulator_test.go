@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +24,7 @@ import (
 // startEmulatorCmd runs `ctdispatch emulator args...` in-process and
 // returns its first output lines' address, a stop function that cancels
 // it and returns its exit code and the rest of its output.
-func startEmulatorCmd(t *testing.T, getenv func(string) string, args ...string) (addr string, lines []string, stop func() (int, string)) {
+func startEmulatorCmd(t *testing.T, getenv func(string) string, args ...string) (addr string, lines []string, stop func() (code int, out, errOut string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -42,10 +44,11 @@ func startEmulatorCmd(t *testing.T, getenv func(string) string, args ...string) 
 	}
 	require.NotEmpty(t, lines, "no output; stderr: %s", errBuf.String())
 	addr = strings.TrimPrefix(lines[0], "Cloud Tasks emulator listening on ")
-	stop = func() (int, string) {
+	stop = func() (int, string, string) {
 		cancel()
 		rest, _ := io.ReadAll(pr)
-		return <-done, string(rest)
+		code := <-done
+		return code, string(rest), errBuf.String() // the command has returned: no more writes
 	}
 	t.Cleanup(func() { cancel() })
 	return addr, lines, stop
@@ -81,9 +84,42 @@ queues:
 	}})
 	require.NoError(t, err)
 
-	code, rest := stop()
+	code, rest, _ := stop()
 	require.Equal(t, 0, code)
 	require.Contains(t, rest, "emulator stopped")
+}
+
+func TestEmulatorCommandDeliversAndLogs(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan http.Header, 1)
+	worker := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		arrived <- r.Header.Clone()
+	}))
+	defer worker.Close()
+	addr, _, stop := startEmulatorCmd(t, nil, "-v", "--addr", "127.0.0.1:0", "--queue", "projects/p/locations/l/queues/q")
+	ctx := context.Background()
+	client, err := cloudtasks.NewClient(ctx, emulator.ClientOptions(addr)...)
+	require.NoError(t, err)
+	defer client.Close()
+	_, err = client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: "projects/p/locations/l/queues/q", Task: &cloudtaskspb.Task{
+		Name:        "projects/p/locations/l/queues/q/tasks/now",
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{Url: worker.URL}},
+	}})
+	require.NoError(t, err)
+	h := <-arrived // due at once: the real clock's loop sends it
+	require.Equal(t, "now", h.Get("X-CloudTasks-TaskName"))
+	// The 200 deletes the task; each GetTask is a round trip, not a sleep.
+	for {
+		_, err := client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: "projects/p/locations/l/queues/q/tasks/now"})
+		if status.Code(err) == codes.NotFound {
+			break
+		}
+		require.NoError(t, err)
+	}
+	code, _, logs := stop()
+	require.Equal(t, 0, code)
+	require.Contains(t, logs, "msg=rpc method=CreateTask code=OK")
+	require.Contains(t, logs, "msg=delivery task=projects/p/locations/l/queues/q/tasks/now attempt=1 status=200")
 }
 
 func TestEmulatorCommandAddressFromEnvironmentAndFaults(t *testing.T) {
@@ -107,7 +143,7 @@ func TestEmulatorCommandAddressFromEnvironmentAndFaults(t *testing.T) {
 	require.Equal(t, codes.Unavailable, status.Code(err))
 	_, err = client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: "projects/p/locations/l/queues/q/tasks/t1"})
 	require.NoError(t, err, "committed before failing")
-	code, _ := stop()
+	code, _, _ := stop()
 	require.Equal(t, 0, code)
 }
 
