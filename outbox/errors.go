@@ -35,6 +35,7 @@ type FileError struct {
 	Err error
 }
 
+// Error says which file, what is wrong with it, and the cause.
 func (e *FileError) Error() string {
 	if e.Err != nil && !errors.Is(e.Err, ErrForeignFile) {
 		return fmt.Sprintf("outbox: %s: %s: %v", e.Path, e.Reason, e.Err)

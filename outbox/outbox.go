@@ -30,6 +30,7 @@ const (
 	Interval
 )
 
+// String returns "durable" or "interval".
 func (d Durability) String() string {
 	switch d {
 	case Durable:
