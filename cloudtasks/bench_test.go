@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,4 +80,70 @@ func BenchmarkDispatch(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkDispatchRatio measures Dispatch (durable outbox) against bare
+// CreateTask in alternating rounds of the same size, so that load from
+// other processes on the machine hits both alike, and reports the
+// throughput ratio dispatch/bare as "ratio" (the issue's target is ≥ 0.8).
+func BenchmarkDispatchRatio(b *testing.B) {
+	emu := startEmulator(b)
+	client := emu.client(b)
+	ctx := context.Background()
+	box, err := outbox.Open(ctx, outbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+	require.NoError(b, err)
+	defer box.Close()
+	cfg := testConfig()
+	cfg.Client, cfg.Outbox = client, box
+	d, err := NewDispatcher(ctx, &cfg)
+	require.NoError(b, err)
+	defer d.Close()
+	task := Task{URL: "https://worker.example/run", Body: []byte(`{"table":"orders","day":"2026-01-01"}`)}
+
+	// round runs n calls of fn from benchConcurrency goroutines and returns
+	// the wall time.
+	round := func(n int, fn func(i int) error) time.Duration {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range benchConcurrency {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1))
+					if i > n {
+						return
+					}
+					if err := fn(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	const rounds = 6
+	per := max(b.N/rounds, benchConcurrency)
+	var bare, disp time.Duration
+	b.ResetTimer()
+	for range rounds {
+		run := uuid.NewString()
+		bare += round(per, func(i int) error {
+			id, err := naming.NewDispatch(run, "t", strconv.Itoa(i))
+			if err != nil {
+				return err
+			}
+			_, err = client.CreateTask(ctx, task.createRequest(testQueue, id.String(), id.CloudTaskID(), time.Now()))
+			return err
+		})
+		run = uuid.NewString()
+		disp += round(per, func(i int) error {
+			_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: uint64(i)}, Task: task})
+			return err
+		})
+	}
+	b.ReportMetric(float64(bare)/float64(disp), "ratio")
+	b.ReportMetric(float64(rounds*per)/bare.Seconds(), "bare-calls/s")
+	b.ReportMetric(float64(rounds*per)/disp.Seconds(), "dispatch-calls/s")
 }
