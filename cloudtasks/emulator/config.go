@@ -94,7 +94,8 @@ type Config struct {
 	// DeliveryLogLimit is how many attempts Deliveries remembers (the
 	// oldest are dropped first). Defaults to DefaultDeliveryLogLimit.
 	DeliveryLogLimit int
-	// SigningKey signs OIDC tokens. Defaults to a fresh 2048-bit RSA key.
+	// SigningKey signs OIDC tokens. Defaults to a 2048-bit RSA key generated
+	// on first use and shared by the process's servers.
 	SigningKey *rsa.PrivateKey
 	// OIDCIssuer is the "iss" claim of the tokens. Defaults to the base
 	// URL of the HTTP server, whose /.well-known/openid-configuration

@@ -1,12 +1,14 @@
 package emulator
 
 import (
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"math/big"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -32,6 +34,28 @@ type OIDCClaims struct {
 	jwt.RegisteredClaims
 }
 
+// processKey signs for every Server of the process that was given no
+// SigningKey: generating an RSA key takes long enough to slow down test
+// suites that start many servers, and an emulator's key guards nothing.
+var processKey = sync.OnceValues(func() (*rsa.PrivateKey, error) {
+	return rsa.GenerateKey(rand.Reader, 2048)
+})
+
+// signingKey returns the key and its ID, generating the key on first use
+// so servers that never sign start fast.
+func (s *Server) signingKey() (*rsa.PrivateKey, string, error) {
+	s.keyOnce.Do(func() {
+		s.key = s.cfg.SigningKey
+		if s.key == nil {
+			s.key, s.keyErr = processKey()
+		}
+		if s.keyErr == nil {
+			s.kid = keyID(&s.key.PublicKey)
+		}
+	})
+	return s.key, s.kid, s.keyErr
+}
+
 func keyID(pub *rsa.PublicKey) string {
 	sum := sha256.Sum256(pub.N.Bytes())
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
@@ -52,8 +76,12 @@ func (s *Server) signOIDC(serviceAccount, audience string, now time.Time) (strin
 		},
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
-	tok.Header["kid"] = s.kid
-	return tok.SignedString(s.key)
+	key, kid, err := s.signingKey()
+	if err != nil {
+		return "", err
+	}
+	tok.Header["kid"] = kid
+	return tok.SignedString(key)
 }
 
 // Issuer is the "iss" claim of the OIDC tokens the emulator signs.
@@ -63,7 +91,14 @@ func (s *Server) Issuer() string { return s.issuer }
 func (s *Server) JWKSURL() string { return "http://" + s.HTTPAddr() + JWKSPath }
 
 // PublicKey returns the key that verifies the emulator's OIDC tokens.
-func (s *Server) PublicKey() *rsa.PublicKey { return &s.key.PublicKey }
+// It is nil if no key could be generated.
+func (s *Server) PublicKey() *rsa.PublicKey {
+	key, _, err := s.signingKey()
+	if err != nil {
+		return nil
+	}
+	return &key.PublicKey
+}
 
 // JWK is one RSA public key in JSON Web Key form.
 type JWK struct {
@@ -94,14 +129,18 @@ type JWKS struct {
 }
 
 func (s *Server) oidcHandler() http.Handler {
-	pub := &s.key.PublicKey
-	set := JWKS{Keys: []JWK{{
-		Kty: "RSA", Alg: "RS256", Use: "sig", Kid: s.kid,
-		N: base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
-		E: base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
-	}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+JWKSPath, func(w http.ResponseWriter, _ *http.Request) {
+		key, kid, err := s.signingKey()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		set := JWKS{Keys: []JWK{{
+			Kty: "RSA", Alg: "RS256", Use: "sig", Kid: kid,
+			N: base64.RawURLEncoding.EncodeToString(key.N.Bytes()),
+			E: base64.RawURLEncoding.EncodeToString(big.NewInt(int64(key.E)).Bytes()),
+		}}}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(set)
 	})

@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/rsa"
 	"errors"
 	"fmt"
@@ -29,17 +28,19 @@ import (
 // sends due tasks to their HTTP targets, and an HTTP server for the OIDC
 // keys. All its methods are safe for concurrent use.
 type Server struct {
-	cfg    Config
-	clock  clockwork.Clock
-	log    *slog.Logger
-	grpc   *grpc.Server
-	lis    net.Listener
-	http   *http.Server
-	hlis   net.Listener
-	key    *rsa.PrivateKey
-	kid    string
-	issuer string
-	faults *faultState
+	cfg     Config
+	clock   clockwork.Clock
+	log     *slog.Logger
+	grpc    *grpc.Server
+	lis     net.Listener
+	http    *http.Server
+	hlis    net.Listener
+	keyOnce sync.Once
+	key     *rsa.PrivateKey
+	kid     string
+	keyErr  error
+	issuer  string
+	faults  *faultState
 
 	mu         sync.Mutex
 	queues     map[string]*queue
@@ -79,15 +80,6 @@ func New(cfg Config) (*Server, error) {
 		opsByReq:   make(map[string]string),
 		wake:       make(chan struct{}, 1),
 	}
-	s.key = cfg.SigningKey
-	if s.key == nil {
-		k, err := rsa.GenerateKey(rand.Reader, 2048)
-		if err != nil {
-			return nil, fmt.Errorf("emulator: signing key: %w", err)
-		}
-		s.key = k
-	}
-	s.kid = keyID(&s.key.PublicKey)
 	for _, q := range cfg.Queues {
 		if _, err := s.createQueue(q.proto()); err != nil {
 			return nil, fmt.Errorf("emulator: queue %s: %w", q.Name, err)
