@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
@@ -155,7 +158,13 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 		a.deadline = p.DispatchDeadline.AsDuration()
 	}
 	hr := p.GetHttpRequest()
-	method := hr.HttpMethod
+	target := requestTarget{url: hr.Url, method: hr.HttpMethod, oidc: hr.GetOidcToken(), oauth: hr.GetOauthToken()}
+	h := make(http.Header, len(t.headers)/2+10)
+	for i := 0; i+1 < len(t.headers); i += 2 {
+		h.Set(t.headers[i], t.headers[i+1])
+	}
+	target.applyQueue(t.q.pb.HttpTarget, h)
+	method := target.method
 	if method == cloudtaskspb.HttpMethod_HTTP_METHOD_UNSPECIFIED {
 		method = cloudtaskspb.HttpMethod_POST
 	}
@@ -163,15 +172,11 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 	if len(hr.Body) > 0 {
 		body = bytes.NewReader(hr.Body)
 	}
-	req, err := http.NewRequest(method.String(), hr.Url, body)
+	req, err := http.NewRequest(method.String(), target.url, body)
 	if err != nil {
 		// validateTask accepted the URL, so this is unexpected; record it as a
 		// failed attempt rather than crash the loop.
 		req = nil
-	}
-	h := make(http.Header, len(t.headers)/2+10)
-	for i := 0; i+1 < len(t.headers); i += 2 {
-		h.Set(t.headers[i], t.headers[i+1])
 	}
 	_, taskID, _ := parseTaskName(p.Name)
 	h.Set("User-Agent", "Google-Cloud-Tasks")
@@ -186,20 +191,20 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 	if t.retryReason != "" {
 		h.Set("X-CloudTasks-TaskRetryReason", t.retryReason)
 	}
-	switch auth := hr.AuthorizationHeader.(type) {
-	case *cloudtaskspb.HttpRequest_OidcToken:
-		aud := auth.OidcToken.Audience
+	switch {
+	case target.oidc != nil:
+		aud := target.oidc.Audience
 		if aud == "" {
-			aud = hr.Url
+			aud = target.url
 		}
-		tok, terr := s.signOIDC(auth.OidcToken.ServiceAccountEmail, aud, now)
+		tok, terr := s.signOIDC(target.oidc.ServiceAccountEmail, aud, now)
 		if terr == nil {
 			h.Set("Authorization", "Bearer "+tok)
 		} else {
 			s.log.Warn("emulator: signing OIDC token", "error", terr)
 		}
-	case *cloudtaskspb.HttpRequest_OauthToken:
-		h.Set("Authorization", "Bearer emulator-oauth-token."+auth.OauthToken.ServiceAccountEmail)
+	case target.oauth != nil:
+		h.Set("Authorization", "Bearer emulator-oauth-token."+target.oauth.ServiceAccountEmail)
 	}
 	if req != nil {
 		req.Header = h
@@ -210,7 +215,7 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 	a.req = req
 	a.rec = Delivery{
 		Queue: t.q.pb.Name, Task: p.Name, Attempt: p.DispatchCount,
-		Method: method.String(), URL: hr.Url, Header: h.Clone(), Body: hr.Body,
+		Method: method.String(), URL: target.url, Header: h.Clone(), Body: hr.Body,
 		ScheduleTime: time.Unix(0, t.schedule), DispatchTime: now,
 	}
 	go s.deliver(a)
@@ -376,4 +381,66 @@ func (s *Server) waitIdle(ctx context.Context) (busy bool, err error) {
 	case <-ctx.Done():
 		return true, ctx.Err()
 	}
+}
+
+// requestTarget is where and how an attempt is sent, after the queue's
+// http_target overrides.
+type requestTarget struct {
+	url    string
+	method cloudtaskspb.HttpMethod
+	oidc   *cloudtaskspb.OidcToken
+	oauth  *cloudtaskspb.OAuthToken
+}
+
+// applyQueue applies a queue's http_target: its URI parts (always, or only
+// where the task has none with IF_NOT_EXISTS), method, header overrides
+// and authorization, which replace the task's own.
+func (rt *requestTarget) applyQueue(ht *cloudtaskspb.HttpTarget, h http.Header) {
+	if ht == nil {
+		return
+	}
+	if ht.HttpMethod != cloudtaskspb.HttpMethod_HTTP_METHOD_UNSPECIFIED {
+		rt.method = ht.HttpMethod
+	}
+	for _, o := range ht.HeaderOverrides {
+		if hd := o.GetHeader(); hd != nil && hd.Key != "" {
+			h.Set(hd.Key, hd.Value)
+		}
+	}
+	switch {
+	case ht.GetOidcToken() != nil:
+		rt.oidc, rt.oauth = ht.GetOidcToken(), nil
+	case ht.GetOauthToken() != nil:
+		rt.oidc, rt.oauth = nil, ht.GetOauthToken()
+	}
+	uo := ht.UriOverride
+	if uo == nil {
+		return
+	}
+	u, err := url.Parse(rt.url)
+	if err != nil {
+		return
+	}
+	always := uo.UriOverrideEnforceMode != cloudtaskspb.UriOverride_IF_NOT_EXISTS
+	if uo.Scheme != nil && always {
+		u.Scheme = strings.ToLower(uo.GetScheme().String())
+	}
+	host, port := u.Hostname(), u.Port()
+	if uo.Host != nil && (always || host == "") {
+		host = uo.GetHost()
+	}
+	if uo.Port != nil && (always || port == "") {
+		port = strconv.FormatInt(uo.GetPort(), 10)
+	}
+	u.Host = host
+	if port != "" {
+		u.Host = net.JoinHostPort(host, port)
+	}
+	if uo.PathOverride != nil && (always || u.Path == "" || u.Path == "/") {
+		u.Path = uo.PathOverride.Path
+	}
+	if uo.QueryOverride != nil && (always || u.RawQuery == "") {
+		u.RawQuery = uo.QueryOverride.QueryParams
+	}
+	rt.url = u.String()
 }

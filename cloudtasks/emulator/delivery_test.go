@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +379,48 @@ func TestResetAndResponseBody(t *testing.T) {
 	require.Len(t, b.srv.Queues(), 1, "only the configured queues come back")
 	_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: task})
 	require.NoError(t, err, "Reset forgets names")
+}
+
+func TestQueueHTTPTargetOverrides(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w := newWorker(t, 200)
+	host, portText, err := net.SplitHostPort(strings.TrimPrefix(w.srv.URL, "http://"))
+	require.NoError(t, err)
+	port, err := strconv.ParseInt(portText, 10, 64)
+	require.NoError(t, err)
+	scheme := cloudtaskspb.UriOverride_HTTP
+	const routed = loc + "/queues/routed"
+	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{
+		Name: routed,
+		HttpTarget: &cloudtaskspb.HttpTarget{
+			UriOverride: &cloudtaskspb.UriOverride{
+				Scheme: &scheme, Host: &host, Port: &port,
+				PathOverride:  &cloudtaskspb.PathOverride{Path: "/from-queue"},
+				QueryOverride: &cloudtaskspb.QueryOverride{QueryParams: "q=1"},
+			},
+			HttpMethod:      cloudtaskspb.HttpMethod_PATCH,
+			HeaderOverrides: []*cloudtaskspb.HttpTarget_HeaderOverride{{Header: &cloudtaskspb.HttpTarget_Header{Key: "X-Queue", Value: "routed"}}},
+			AuthorizationHeader: &cloudtaskspb.HttpTarget_OidcToken{OidcToken: &cloudtaskspb.OidcToken{
+				ServiceAccountEmail: "queue@p.iam.gserviceaccount.com", Audience: "https://aud.example",
+			}},
+		},
+	}})
+	require.NoError(t, err)
+	task := &cloudtaskspb.Task{Name: routed + "/tasks/t1", MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+		Url: "https://elsewhere.invalid/task-path", Headers: map[string]string{"X-Queue": "task", "X-Task": "kept"}, Body: []byte("b"),
+	}}}
+	_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: routed, Task: task})
+	require.NoError(t, err)
+	require.Equal(t, 1, runDue(t, b))
+	got := w.requests()
+	require.Len(t, got, 1)
+	require.Equal(t, "PATCH", got[0].method)
+	require.Equal(t, "/from-queue", got[0].path)
+	require.Equal(t, "routed", got[0].header.Get("X-Queue"))
+	require.Equal(t, "kept", got[0].header.Get("X-Task"))
+	require.Equal(t, "http://"+host+":"+portText+"/from-queue?q=1", b.srv.Deliveries()[0].URL)
+	claims := verifyOIDC(t, b, got[0].header.Get("Authorization"), "https://aud.example")
+	require.Equal(t, "queue@p.iam.gserviceaccount.com", claims.Email)
 }
