@@ -111,7 +111,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			return o.Close()
 		},
 	}
-	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory or bucket URL (gs://bucket/prefix, s3://…) (required)")
+	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
 	return cmd
 }

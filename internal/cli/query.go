@@ -196,7 +196,7 @@ Damaged or foreign files are reported on stderr and skipped.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "outbox", "", "outbox directory or bucket URL (gs://bucket/prefix, s3://…) (required)")
+	f.StringVar(&dir, "outbox", "", "outbox directory (required)")
 	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
 	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
 	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")

@@ -97,7 +97,7 @@ compaction). Reads everything, streaming.`,
 			return writeStats(cmd.OutOrStdout(), stats)
 		},
 	}
-	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory or bucket URL (gs://bucket/prefix, s3://…) (required)")
+	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
 	return cmd
 }
