@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -55,6 +56,7 @@ func RunConformanceTests(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"PurgedNameStaysTaken", testPurgedNameStaysTaken},
 		{"NameFreeAfterWindow", testNameFreeAfterWindow},
 		{"BatchCreate", testBatchCreate},
+		{"QueueStateAndUpdate", testQueueStateAndUpdate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,6 +141,12 @@ func testNotFound(t *testing.T, h *harness) {
 	_, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: h.taskName("missing")})
 	requireCode(t, err, codes.NotFound)
 	err = h.Client.DeleteTask(h.ctx, &cloudtaskspb.DeleteTaskRequest{Name: h.taskName("missing")})
+	requireCode(t, err, codes.NotFound)
+	deleted := h.taskName("deleted-twice")
+	_, err = h.create(h.task(deleted))
+	require.NoError(t, err)
+	require.NoError(t, h.Client.DeleteTask(h.ctx, &cloudtaskspb.DeleteTaskRequest{Name: deleted}))
+	err = h.Client.DeleteTask(h.ctx, &cloudtaskspb.DeleteTaskRequest{Name: deleted})
 	requireCode(t, err, codes.NotFound)
 	missingQueue := h.Location + "/queues/ctd-missing-" + randomID(8)
 	_, err = h.Client.CreateTask(h.ctx, &cloudtaskspb.CreateTaskRequest{Parent: missingQueue, Task: h.task("")})
@@ -267,4 +275,43 @@ func testBatchCreate(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	require.Len(t, meta.GetFailedRequests(), 1)
 	require.Equal(t, int32(codes.AlreadyExists), meta.GetFailedRequests()[1].GetCode())
+}
+
+func testQueueStateAndUpdate(t *testing.T, h *harness) {
+	q, err := h.Client.GetQueue(h.ctx, &cloudtaskspb.GetQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	require.Equal(t, cloudtaskspb.Queue_PAUSED, q.State)
+	before := q.GetRetryConfig().GetMaxAttempts()
+
+	q, err = h.Client.UpdateQueue(h.ctx, &cloudtaskspb.UpdateQueueRequest{
+		Queue: &cloudtaskspb.Queue{
+			Name:        h.queue,
+			RateLimits:  &cloudtaskspb.RateLimits{MaxDispatchesPerSecond: 7},
+			RetryConfig: &cloudtaskspb.RetryConfig{MaxAttempts: before + 1},
+		},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"rate_limits.max_dispatches_per_second"}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, 7.0, q.GetRateLimits().GetMaxDispatchesPerSecond())
+	require.Equal(t, before, q.GetRetryConfig().GetMaxAttempts(), "fields outside the mask keep their value")
+	require.Equal(t, cloudtaskspb.Queue_PAUSED, q.State, "UpdateQueue does not change the state")
+
+	q, err = h.Client.ResumeQueue(h.ctx, &cloudtaskspb.ResumeQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	require.Equal(t, cloudtaskspb.Queue_RUNNING, q.State)
+	q, err = h.Client.PauseQueue(h.ctx, &cloudtaskspb.PauseQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	require.Equal(t, cloudtaskspb.Queue_PAUSED, q.State)
+
+	found := false
+	it := h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location})
+	for {
+		lq, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		require.NoError(t, err)
+		found = found || lq.Name == h.queue
+	}
+	require.True(t, found, "ListQueues lists %s", h.queue)
 }
