@@ -57,7 +57,9 @@ type Config struct {
 	// when Listener is set.
 	Addr string
 	// Listener, if set, is used instead of listening on Addr (for example
-	// a bufconn listener). The Server closes it.
+	// a bufconn listener). The Server closes it. For a listener that is not
+	// TCP, dial it yourself and give the client option.WithGRPCConn instead
+	// of using ClientOptions.
 	Listener net.Listener
 	// HTTPAddr is where the OIDC discovery document and the JWKS are
 	// served, so workers can verify the tokens the emulator signs.

@@ -153,10 +153,13 @@ func (p retryPolicy) backoff(n int32) time.Duration {
 // exhausted reports whether a task that has been attempted attempts times,
 // first at first and created at created, gets no further attempt: both
 // max_attempts and max_retry_duration must be satisfied (an unlimited one
-// defers to the other; both unlimited means the retention limit).
+// defers to the other), and no task outlives the 31-day retention.
 func (p retryPolicy) exhausted(attempts int32, first, created, now time.Time) bool {
+	if now.Sub(created) >= maxTaskRetention {
+		return true
+	}
 	if p.maxAttempts < 0 && p.maxRetryDuration <= 0 {
-		return now.Sub(created) >= maxTaskRetention
+		return false
 	}
 	attemptsDone := p.maxAttempts < 0 || attempts >= p.maxAttempts
 	durationDone := p.maxRetryDuration <= 0 || now.Sub(first) >= p.maxRetryDuration
