@@ -257,7 +257,7 @@ func TestDispatchThunderingHerdThreeDispatchers(t *testing.T) {
 		d, _, _ := b.newDispatcher(t, nil)
 		ds = append(ds, d)
 	}
-	const n = 600
+	const n = 1000
 	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
 		return ds[i%3].Dispatch(context.Background(), request("run1", "herd3", 1, `{"k":"v"}`))
 	})

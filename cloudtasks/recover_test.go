@@ -1,0 +1,143 @@
+package cloudtasks
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// leavePending makes b.d give up on an ID with Unavailable, so its record
+// stays pending, and returns the ID.
+func leavePending(t *testing.T, b *testBundle, task string) string {
+	t.Helper()
+	b.fake.setFault(func(string, int) (error, bool) { return status.Error(codes.Unavailable, "down"), false })
+	_, err := b.d.Dispatch(context.Background(), request("run1", task, 1, "x"))
+	require.ErrorIs(t, err, ErrGaveUp)
+	b.fake.setFault(nil)
+	return "dispatch:run1:" + task + ":1"
+}
+
+func TestDispatchFinishesStalePendingAsRecovered(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	fast := func(c *Config) { c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1} }
+	b := setupFake(t, fast)
+	leavePending(t, b, "a")
+	other, box2, reader2 := b.newDispatcher(t, fast)
+
+	// Not stale yet: a plain outcome, no hand-over counted.
+	res, err := other.Dispatch(context.Background(), request("run1", "a", 1, "x"))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, int64(0), counter(t, reader2, MetricHandovers))
+
+	id2 := leavePending(t, b, "b")
+	clock.Advance(2 * DefaultStaleAfter)
+	res, err = other.Dispatch(context.Background(), request("run1", "b", 1, "x"))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeRecovered, res.Outcome)
+	require.Equal(t, int64(1), counter(t, reader2, MetricHandovers))
+	require.Equal(t, int64(1), counter(t, reader2, MetricOutcomes, attribute.String("outcome", "recovered")))
+	recs := history(t, box2, id2)
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusPending, outbox.StatusCreated}, statuses(recs))
+	require.Equal(t, b.d.ProcessorUUID(), recs[1].ProcessorUUID)
+	require.Equal(t, other.ProcessorUUID(), recs[3].ProcessorUUID)
+	require.Equal(t, int32(2), recs[3].CreateCalls)
+}
+
+func TestRecoverOwnershipAndNotFound(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	fast := func(c *Config) { c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1} }
+	b := setupFake(t, fast)
+	id := leavePending(t, b, "a")
+	clock.Advance(2 * DefaultStaleAfter)
+
+	strict, _, _ := b.newDispatcher(t, func(c *Config) { fast(c); c.EnforceOwnership = true })
+	st, err := strict.Recover(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, RecoverStats{Stale: 1, SkippedNotOwned: 1}, st)
+	_, err = strict.Dispatch(context.Background(), request("run1", "a", 1, "x"))
+	require.ErrorIs(t, err, ErrNotOwner)
+	var oe *OwnershipError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, b.d.ProcessorUUID(), oe.Owner)
+
+	// The owner itself may recover its own record under enforcement; the
+	// task was never created, so the record becomes failed.
+	st, err = b.d.Recover(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, RecoverStats{Stale: 1, NotFound: 1}, st)
+	recs := history(t, b.box, id)
+	last := recs[len(recs)-1]
+	require.Equal(t, outbox.StatusFailed, last.Status)
+	require.Equal(t, "NotFound", last.ErrorCode)
+	require.Equal(t, int64(1), counter(t, b.reader, MetricRecoveries, attribute.String("result", "not_found")))
+
+	// A failed ID may be dispatched again.
+	res, err := b.d.Dispatch(context.Background(), request("run1", "a", 1, "x"))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func TestLogsCarryIDAndNoPayload(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b := setupFake(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 2} // 1ns waits on the real clock
+	})
+	ctx := context.Background()
+	req := request("run1", "a", 1, `{"secret":"BODY-SECRET"}`)
+	req.Task.Headers = map[string]string{"X-Api-Key": "HEADER-SECRET"}
+	b.fake.setFault(func(_ string, n int) (error, bool) {
+		if n == 1 {
+			return status.Error(codes.Unavailable, "down"), true
+		}
+		return nil, true
+	})
+	_, err := b.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	_, err = b.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	req.Task.Body = []byte(`{"secret":"OTHER"}`)
+	_, err = b.d.Dispatch(ctx, req)
+	require.ErrorIs(t, err, ErrPayloadConflict)
+
+	out := logs.b.String()
+	require.NotContains(t, out, "SECRET")
+	require.NotContains(t, out, "OTHER")
+	sc := bufio.NewScanner(&logs.b)
+	lines := 0
+	for sc.Scan() {
+		var line map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &line))
+		require.Equal(t, "dispatch:run1:a:1", line["id"], "line %s", sc.Text())
+		lines++
+	}
+	require.GreaterOrEqual(t, lines, 3)
+}
