@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -137,4 +139,26 @@ func TestDispatchCommandFrom(t *testing.T) {
 	require.True(t, strings.HasPrefix(out[1], "created dispatch:run2:b:1 "), out[1])
 	require.Regexp(t, `^created dispatch:run2:c:k-[a-z2-7]{26} `, out[3])
 	require.Len(t, emu.Tasks(dqQueue), 3)
+}
+
+func TestLineProgress(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	clock := clockwork.NewFakeClockAt(cliT0)
+	p := &lineProgress{w: &buf, total: 4, now: clock.Now}
+	p.update(1)
+	p.update(2) // within 100ms: skipped
+	clock.Advance(time.Second)
+	p.update(3)
+	p.update(4) // the last one is always drawn
+	p.finish()
+	require.Equal(t, "\r[#######                       ]  25% 1/4 requests"+
+		"\r[######################        ]  75% 3/4 requests"+
+		"\r[##############################] 100% 4/4 requests\n", buf.String())
+
+	buf.Reset()
+	p = &lineProgress{w: &buf, total: -1, now: clock.Now}
+	p.update(7)
+	p.finish()
+	require.Equal(t, "\r7 requests\n", buf.String())
 }
