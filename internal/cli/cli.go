@@ -116,6 +116,7 @@ Start with:
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	// Each command lives in a file of its own; register it here.
 	root.AddCommand(
+		newDemoCmd(env),
 		newIDCmd(env),
 		newQueryCmd(env),
 		newStatsCmd(env),
