@@ -1,11 +1,13 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -107,4 +109,22 @@ func mustCloudTaskID(t *testing.T, id string) string {
 	c, err := naming.CloudTaskID(id)
 	require.NoError(t, err)
 	return c
+}
+
+// TestPendingLargeOutbox times Pending over a large outbox, such as the
+// output of gendata (whose final states are 1% pending):
+//
+//	CTDISPATCH_PENDING_ROOT=/tmp/ob5m go test -run PendingLargeOutbox -v ./outbox/
+func TestPendingLargeOutbox(t *testing.T) {
+	root := os.Getenv("CTDISPATCH_PENDING_ROOT")
+	if root == "" {
+		t.Skip("set CTDISPATCH_PENDING_ROOT to an outbox directory")
+	}
+	o, err := Open(context.Background(), Options{Root: root, ReadOnly: true})
+	require.NoError(t, err)
+	defer o.Close()
+	start := time.Now()
+	got, err := o.Pending(context.Background(), TableDispatch, time.Hour)
+	require.NoError(t, err)
+	t.Logf("Pending: %d records in %v", len(got), time.Since(start))
 }

@@ -280,7 +280,10 @@ func TestPendingFindsStaleRecordsOfAnyProcessor(t *testing.T) {
 	bb := b.open(t, procB)
 
 	require.NoError(t, a.Append(ctx, dispatchRec("r", "stale-a", "1", StatusPending)))
+	require.NoError(t, a.Append(ctx, dispatchRec("r", "settled-in-files", "1", StatusPending)))
 	require.NoError(t, a.Flush(ctx))
+	require.NoError(t, a.Append(ctx, dispatchRec("r", "settled-in-files", "1", StatusFailed)))
+	require.NoError(t, a.Flush(ctx)) // pending in one file, failed in the next
 	require.NoError(t, bb.Append(ctx, dispatchRec("r", "stale-b", "1", StatusPending)))
 	require.NoError(t, a.Append(ctx, dispatchRec("r", "done", "1", StatusPending)))
 	b.clock.Advance(time.Minute)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 )
 
 // Query selects records for Lookup. Exactly one of ID, CloudTaskID and
@@ -261,51 +260,6 @@ func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
 	return o.eachFile(ctx, t, func(f *openFile) error {
 		return f.scan(func(r Record) error { fn(&r); return nil })
 	})
-}
-
-// Pending returns the records of table t whose latest state is pending and
-// was written more than olderThan ago, by any processor, oldest first. The
-// dispatcher's recovery re-drives them.
-func (o *Outbox) Pending(ctx context.Context, t Table, olderThan time.Duration) ([]Record, error) {
-	if err := t.validate(); err != nil {
-		return nil, err
-	}
-	if err := o.checkOpen(); err != nil {
-		return nil, err
-	}
-	cutoff := o.clock.Now().Add(-olderThan)
-	// Two passes keep memory proportional to the candidates, not the table:
-	// first every old pending record, then the latest state of those IDs.
-	cand := map[string]Record{}
-	err := o.scanAll(ctx, t, func(r *Record) {
-		if r.Status == StatusPending && !r.UpdatedAt.After(cutoff) {
-			cand[r.ID] = *r
-		}
-	})
-	if err != nil || len(cand) == 0 {
-		return nil, err
-	}
-	err = o.scanAll(ctx, t, func(r *Record) {
-		if c, ok := cand[r.ID]; ok && newer(r, &c) {
-			cand[r.ID] = *r
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	var out []Record
-	for _, r := range cand {
-		if r.Status == StatusPending && !r.UpdatedAt.After(cutoff) {
-			out = append(out, r)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
-			return out[i].UpdatedAt.Before(out[j].UpdatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, nil
 }
 
 // Damaged returns the files currently skipped because they are damaged or

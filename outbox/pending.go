@@ -1,0 +1,247 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// Pending returns the records of table t whose latest state is pending and
+// was written more than olderThan ago, by any processor, oldest first. The
+// dispatcher's recovery re-drives them.
+//
+// It reads only the columns that decide (ID, status, updated_at,
+// processor_uuid) in two passes (old pending rows, then the latest state of
+// just those IDs), so memory follows the candidates, not the table, and
+// then reads whole rows only for the records it returns.
+func (o *Outbox) Pending(ctx context.Context, t Table, olderThan time.Duration) ([]Record, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return nil, err
+	}
+	cutoff := o.clock.Now().Add(-olderThan)
+	for attempt := 0; ; attempt++ {
+		out, vanished, err := o.pending(ctx, t, cutoff)
+		if !vanished || attempt == 2 {
+			return out, err
+		}
+	}
+}
+
+// pendingCand is the latest state seen so far of a candidate ID: from
+// memory (rec is whole) or from a file (rec holds the deciding fields and
+// ref says where the row is).
+type pendingCand struct {
+	rec Record
+	ref *rowRef
+	set bool
+}
+
+type rowRef struct {
+	f   *openFile
+	rg  int
+	row int64
+}
+
+// decidingFields are the columns Pending reads from every row.
+var decidingFields = []field{fieldID, fieldStatus, fieldUpdatedAt, fieldProcessor}
+
+func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Record, vanished bool, _ error) {
+	isOld := func(r *Record) bool { return r.Status == StatusPending && !r.UpdatedAt.After(cutoff) }
+	var mem []Record
+	o.mu.Lock()
+	for _, s := range o.sealed {
+		mem = append(mem, s.records...)
+	}
+	if o.cur != nil {
+		mem = append(mem, o.cur.records...)
+	}
+	o.mu.Unlock()
+	tails, err := o.tails.records()
+	if err != nil {
+		return nil, false, err
+	}
+	for _, recs := range tails {
+		mem = append(mem, recs...)
+	}
+	fs := o.files[t]
+	fs.invalidate()
+	files, err := fs.acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer fs.release(files)
+	bad := map[*openFile]bool{}
+	scanFiles := func(fn func(f *openFile, rg int, row int64, r *Record)) error {
+		for _, f := range files {
+			if bad[f] {
+				continue
+			}
+			err := f.scanProjected(ctx, decidingFields, func(rg int, row int64, r *Record) { fn(f, rg, row, r) })
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			if err != nil {
+				bad[f] = true
+				if fs.markBad(f, err) {
+					vanished = true
+				}
+			}
+		}
+		return nil
+	}
+
+	cand := map[string]*pendingCand{}
+	for i := range mem {
+		if mem[i].Table == t && isOld(&mem[i]) {
+			cand[mem[i].ID] = &pendingCand{}
+		}
+	}
+	err = scanFiles(func(_ *openFile, _ int, _ int64, r *Record) {
+		if isOld(r) && cand[r.ID] == nil {
+			cand[r.ID] = &pendingCand{}
+		}
+	})
+	if err != nil || vanished || len(cand) == 0 {
+		return nil, vanished, err
+	}
+
+	consider := func(r *Record, ref func() *rowRef) {
+		c := cand[r.ID]
+		if c == nil || (c.set && !newer(r, &c.rec)) {
+			return
+		}
+		c.rec, c.set, c.ref = *r, true, nil
+		if ref != nil {
+			c.ref = ref()
+		}
+	}
+	for i := range mem {
+		if mem[i].Table == t {
+			consider(&mem[i], nil)
+		}
+	}
+	err = scanFiles(func(f *openFile, rg int, row int64, r *Record) {
+		consider(r, func() *rowRef { return &rowRef{f: f, rg: rg, row: row} })
+	})
+	if err != nil || vanished {
+		return nil, vanished, err
+	}
+
+	// Whole rows only for the answer, row group by row group.
+	var out []Record
+	byGroup := map[rowRef][]*pendingCand{}
+	for _, c := range cand {
+		if !c.set || !isOld(&c.rec) {
+			continue
+		}
+		if c.ref == nil {
+			out = append(out, c.rec)
+			continue
+		}
+		k := rowRef{f: c.ref.f, rg: c.ref.rg}
+		byGroup[k] = append(byGroup[k], c)
+	}
+	for k, cs := range byGroup {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].ref.row < cs[j].ref.row })
+		idx := make([]int64, len(cs))
+		for i, c := range cs {
+			idx[i] = c.ref.row
+		}
+		recs, err := k.f.readRows(k.f.pf.RowGroups()[k.rg], idx)
+		if err != nil {
+			if fs.markBad(k.f, err) {
+				return nil, true, nil
+			}
+			continue
+		}
+		out = append(out, recs...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
+			return out[i].UpdatedAt.Before(out[j].UpdatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, false, nil
+}
+
+// scanProjected calls fn for every row of the file with only the given
+// fields filled (and Table), reading nothing but those columns. Strings of
+// low-cardinality columns are interned, so a scan allocates little beyond
+// the IDs.
+func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *Record)) error {
+	intern := map[string]string{}
+	vals := make([]parquet.Value, 512)
+	for gi, rg := range p.pf.RowGroups() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := rg.NumRows()
+		recs := make([]Record, n)
+		for _, fld := range fields {
+			ci, ok := p.byFld[fld]
+			if !ok {
+				continue
+			}
+			pages := rg.ColumnChunks()[ci].Pages()
+			row := int64(0)
+			for row < n {
+				page, err := pages.ReadPage()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					pages.Close()
+					return p.fail("reading a page", err)
+				}
+				vr := page.Values()
+				for {
+					k, err := vr.ReadValues(vals)
+					for _, v := range vals[:k] {
+						if row >= n {
+							break
+						}
+						if fld == fieldStatus || fld == fieldProcessor {
+							if !v.IsNull() {
+								b := v.ByteArray()
+								s, ok := intern[string(b)]
+								if !ok {
+									s = string(b)
+									intern[s] = s
+								}
+								if fld == fieldStatus {
+									recs[row].Status = Status(s)
+								} else {
+									recs[row].ProcessorUUID = s
+								}
+							}
+						} else {
+							p.set(&recs[row], ci, v)
+						}
+						row++
+					}
+					if k == 0 || errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						pages.Close()
+						return p.fail("reading values", err)
+					}
+				}
+			}
+			pages.Close()
+		}
+		for i := range recs {
+			recs[i].Table = p.table
+			fn(gi, int64(i), &recs[i])
+		}
+	}
+	return nil
+}
