@@ -12,6 +12,10 @@ all: lint test
 build:
 	go build -o bin/ctdispatch ./cmd/ctdispatch
 
+## demo: the whole product on this machine: emulator, worker, outbox
+demo:
+	go run ./cmd/ctdispatch demo
+
 ## test: the whole test suite with the race detector (what CI runs)
 test:
 	go test -race -count=1 ./...
