@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// crash: a ctdispatch process dispatching a batch is SIGKILLed at random
+// points; after each kill a new process (a new processor UUID) runs
+// `recover`, then the batch is run again, in a new order. After every kill
+// each request the killed process had acknowledged must be recorded
+// terminal; at the end every request has exactly one task and every file
+// is readable.
+func (r *run) crash(ctx context.Context) Result {
+	n, kills := r.opts.size(DefaultCrashRequests), r.opts.kills()
+	b := batch{run: "crash", n: n}
+	tried := fmt.Sprintf("SIGKILLed a process dispatching %d requests %d times at random points, each followed by recover and a re-run in a new order", n, kills)
+	fail := func(problems ...string) Result { return failed(tried, problems) }
+
+	emu, err := startEmulator(noFaults)
+	if err != nil {
+		return fail(err.Error())
+	}
+	defer emu.Close()
+	root := filepath.Join(r.dir, "crash")
+	file := filepath.Join(r.dir, "crash.jsonl")
+	rng := r.rng(ScenarioCrash)
+	want := b.ids()
+
+	acked := map[string]bool{}
+	var problems []string
+	killed, early, finished := 0, 0, 0
+	var rec recoverCounts
+	// Each kill lands after a random number of new answers (at most
+	// 2n/kills, so about half the batch is left for the runs after the
+	// last kill), or, one time in five, after a random delay from the
+	// start, which may hit start-up and the conversion of the dead
+	// processes' logs.
+	maxNew := max(1, 2*n/kills)
+	for cycle := 0; killed < kills && cycle < 3*kills && ctx.Err() == nil; cycle++ {
+		if cycle > 0 {
+			c, err := r.recoverOnce(ctx, emu.Addr(), root)
+			if err != nil {
+				return fail(fmt.Sprintf("recover after kill %d: %v", killed, err))
+			}
+			rec.add(c)
+		}
+		if err := b.writeFile(file, rng.Perm(n)); err != nil {
+			return fail(err.Error())
+		}
+		byTime := rng.IntN(5) == 0
+		plan := killPlan{afterNew: 1 + rng.IntN(maxNew), delay: time.Duration(rng.IntN(3000)) * time.Microsecond}
+		if byTime {
+			plan = killPlan{afterNew: -1, delay: time.Duration(rng.IntN(400)) * time.Millisecond}
+		}
+		out, err := r.dispatchUntilKilled(ctx, emu.Addr(), root, file, plan)
+		if err != nil {
+			return fail(fmt.Sprintf("run %d: %v", cycle+1, err))
+		}
+		for _, a := range out.acks {
+			acked[a.DispatchID] = true
+		}
+		if !out.killed {
+			finished++
+			continue
+		}
+		killed++
+		if out.newAcks == 0 {
+			early++
+		}
+		// Nothing the killed process acknowledged may be missing or
+		// pending, before any recovery touches the outbox.
+		t, err := readOutbox(ctx, root, b.run)
+		if err != nil {
+			return fail(fmt.Sprintf("read outbox after kill %d: %v", killed, err))
+		}
+		// IDs recorded but not acknowledged are fine here: only the
+		// acknowledged ones are checked.
+		for _, p := range dropExtra(checkOutbox(t, acked, false)) {
+			problems = append(problems, fmt.Sprintf("after kill %d: %s", killed, p))
+		}
+	}
+	if killed < kills {
+		problems = append(problems, fmt.Sprintf("only %d kills landed in %d runs (the runs finished first)", killed, killed+finished))
+	}
+	// The last run: recover, then the batch to the end.
+	c, err := r.recoverOnce(ctx, emu.Addr(), root)
+	if err != nil {
+		return fail(fmt.Sprintf("final recover: %v", err))
+	}
+	rec.add(c)
+	out, err := r.dispatchUntilKilled(ctx, emu.Addr(), root, file, killPlan{afterNew: -2})
+	if err != nil {
+		return fail(fmt.Sprintf("final run: %v", err))
+	}
+	if len(out.acks) != n {
+		problems = append(problems, fmt.Sprintf("final run answered %d of %d requests", len(out.acks), n))
+	}
+	if r.opts.afterRun != nil {
+		r.opts.afterRun(ScenarioCrash, emu)
+	}
+	problems = append(problems, checkTasks(emu, b)...)
+	t, err := readOutbox(ctx, root, b.run)
+	if err != nil {
+		problems = append(problems, "read outbox: "+err.Error())
+	} else {
+		problems = append(problems, checkOutbox(t, want, false)...)
+	}
+	if len(problems) > 0 {
+		return fail(problems...)
+	}
+	return Result{Passed: true, Tried: tried, Held: fmt.Sprintf(
+		"%d kills (%d before the first new answer); all %d acknowledged requests recorded terminal after every kill; recover re-drove %d pending records (%d found, %d not found); exactly %d tasks, every ID terminal with at most one \"created\" record, %d processor UUIDs, no damaged file",
+		killed, early, len(acked), rec.Stale, rec.Found, rec.NotFound, n, len(t.procs))}
+}
+
+// dropExtra removes the "never requested" complaint, which is expected
+// while only acknowledged IDs are checked.
+func dropExtra(problems []string) []string {
+	out := problems[:0]
+	for _, p := range problems {
+		if !bytes.Contains([]byte(p), []byte("were never requested")) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// killPlan says when to SIGKILL the child: after afterNew answers that were
+// not skips, plus delay; afterNew -1 means delay after the start; -2 means
+// never.
+type killPlan struct {
+	afterNew int
+	delay    time.Duration
+}
+
+type runOut struct {
+	acks    []ack
+	newAcks int
+	killed  bool
+}
+
+// dispatchUntilKilled runs `ctdispatch dispatch` over file and kills it as
+// plan says. Only a clean exit or our own SIGKILL are accepted.
+func (r *run) dispatchUntilKilled(ctx context.Context, addr, root, file string, plan killPlan) (runOut, error) {
+	var out runOut
+	cmd := r.command(ctx, dispatchArgs(addr, root, file)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return out, err
+	}
+	if err := cmd.Start(); err != nil {
+		return out, err
+	}
+	var once sync.Once
+	kill := func() { once.Do(func() { cmd.Process.Signal(syscall.SIGKILL) }) }
+	if plan.afterNew == -1 {
+		t := time.AfterFunc(plan.delay, kill)
+		defer t.Stop()
+	}
+	rerr := readAcks(stdout, func(a ack) {
+		out.acks = append(out.acks, a)
+		if !a.Skipped {
+			out.newAcks++
+			if out.newAcks == plan.afterNew {
+				if plan.delay > 0 {
+					time.AfterFunc(plan.delay, kill)
+				} else {
+					kill()
+				}
+			}
+		}
+	})
+	err = cmd.Wait()
+	if rerr != nil {
+		return out, rerr
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && plan.afterNew != -2 {
+			out.killed = true
+			return out, nil
+		}
+	}
+	return out, fmt.Errorf("%v: %s", err, firstLine(stderr.String()))
+}
+
+// recoverCounts is the --json output of `ctdispatch recover`.
+type recoverCounts struct {
+	Stale      int `json:"stale"`
+	Found      int `json:"found"`
+	NotFound   int `json:"not_found"`
+	HandedOver int `json:"handed_over"`
+	Errors     int `json:"errors"`
+}
+
+func (c *recoverCounts) add(o recoverCounts) {
+	c.Stale += o.Stale
+	c.Found += o.Found
+	c.NotFound += o.NotFound
+	c.HandedOver += o.HandedOver
+	c.Errors += o.Errors
+}
+
+// recoverOnce runs `ctdispatch recover` with every pending record counted
+// as stale: the process that wrote it is known to be dead.
+func (r *run) recoverOnce(ctx context.Context, addr, root string) (recoverCounts, error) {
+	var c recoverCounts
+	cmd := r.command(ctx, "recover", "--outbox", root, "--emulator", addr, "--stale-after", "1ns", "--json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return c, fmt.Errorf("%v: %s", err, firstLine(stderr.String()))
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("recover output %q: %w", b, err)
+	}
+	return c, nil
+}

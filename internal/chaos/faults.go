@@ -1,0 +1,142 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/naming"
+)
+
+// faultPlan is the emulator's fault plan for the faults scenario: transient
+// errors, commit-then-fail and latency on the calls the dispatcher makes,
+// all at once.
+func faultPlan(seed uint64) emulator.Faults {
+	create := []string{"CreateTask", "GetTask"}
+	return emulator.Faults{Seed: seed, Rules: []emulator.FaultRule{
+		{Methods: create, Rate: 0.10, Code: codes.Unavailable, CommitThenFail: true},
+		{Methods: create, Rate: 0.05, Code: codes.DeadlineExceeded, CommitThenFail: true},
+		{Methods: create, Rate: 0.10, Code: codes.Unavailable},
+		{Methods: create, Rate: 0.05, Code: codes.DeadlineExceeded},
+		{Methods: create, Rate: 0.20, Latency: 2 * time.Millisecond},
+	}}
+}
+
+// faults: the library's Dispatcher against an emulator that fails a third
+// of the calls (half of those after creating the task) and slows a fifth;
+// every request is made twice, concurrently.
+func (r *run) faults(ctx context.Context) Result {
+	n := r.opts.size(DefaultFaultRequests)
+	b := batch{run: "faults", n: n}
+	seed := r.rng(ScenarioFaults).Uint64()
+	tried := fmt.Sprintf("dispatched %d requests twice each through the library while the emulator injected Unavailable and DeadlineExceeded (30%%, half after committing) and 2ms latency (20%%), fault seed %d", n, seed)
+	fail := func(problems ...string) Result { return failed(tried, problems) }
+
+	emu, err := startEmulator(faultPlan(seed))
+	if err != nil {
+		return fail(err.Error())
+	}
+	defer emu.Close()
+	root := filepath.Join(r.dir, "faults")
+	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
+		Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(), OutboxDir: root,
+		Logger: r.log,
+		// Short delays keep the run quick; the calls bound stays at its
+		// default.
+		Retry: cloudtasks.RetryPolicy{Initial: 2 * time.Millisecond, Max: 20 * time.Millisecond},
+	})
+	if err != nil {
+		return fail(err.Error())
+	}
+	defer d.Close()
+
+	type answer struct {
+		outcome cloudtasks.Outcome
+		calls   int
+	}
+	var mu sync.Mutex
+	answers := map[string][]answer{}
+	var problems []string
+	gaveUp, retried := 0, 0
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		k := i % n
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			req := cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(k),
+				Identity: naming.Identity{Strategy: naming.StrategyStrict, Number: 1},
+				Task:     cloudtasks.Task{URL: targetURL, Body: []byte(b.body(k))}}
+			// A caller repeats a request whose outcome is unknown: the
+			// retry policy ran out while the faults lasted.
+			for try := 0; ; try++ {
+				res, err := d.Dispatch(ctx, req)
+				mu.Lock()
+				switch {
+				case err == nil:
+					answers[res.ID] = append(answers[res.ID], answer{res.Outcome, res.Calls})
+					if res.Calls > 1 {
+						retried++
+					}
+				case errors.Is(err, cloudtasks.ErrGaveUp) && try < 5:
+					gaveUp++
+					mu.Unlock()
+					continue
+				default:
+					problems = append(problems, err.Error())
+				}
+				mu.Unlock()
+				return
+			}
+		})
+	}
+	wg.Wait()
+	if err := d.Close(); err != nil {
+		problems = append(problems, "close dispatcher: "+err.Error())
+	}
+	if r.opts.afterRun != nil {
+		r.opts.afterRun(ScenarioFaults, emu)
+	}
+	want := b.ids()
+	outcomes := map[cloudtasks.Outcome]int{}
+	badAnswers := 0
+	for id := range want {
+		as := answers[id]
+		created := 0
+		for _, a := range as {
+			outcomes[a.outcome]++
+			if a.outcome == cloudtasks.OutcomeCreated {
+				created++
+			}
+		}
+		if len(as) != 2 || created > 1 {
+			badAnswers++
+		}
+	}
+	if badAnswers > 0 {
+		problems = append(problems, fmt.Sprintf("%d IDs without two answers or with more than one \"created\"", badAnswers))
+	}
+	// Commit-then-fail hides the creation from the caller, so an ID may
+	// have no "created" answer: the one task is still the proof.
+	problems = append(problems, checkTasks(emu, b)...)
+	t, err := readOutbox(ctx, root, b.run)
+	if err != nil {
+		problems = append(problems, "read outbox: "+err.Error())
+	} else {
+		problems = append(problems, checkOutbox(t, want, false)...)
+	}
+	if len(problems) > 0 {
+		return fail(problems...)
+	}
+	return Result{Passed: true, Tried: tried, Held: fmt.Sprintf(
+		"exactly %d tasks; every ID answered twice, never \"created\" twice (%d created, %d already_existed); %d calls needed retries, %d gave up and were repeated; every latest outbox record terminal",
+		n, outcomes[cloudtasks.OutcomeCreated], outcomes[cloudtasks.OutcomeAlreadyExisted], retried, gaveUp)}
+}
