@@ -206,8 +206,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (Dispatc
 
 // flight is the shared answer of one round of identical concurrent calls.
 type flight struct {
-	fp  string
-	res DispatchResult
+	fp       string // the leader's payload fingerprint
+	recorded string // the outbox's fingerprint, when it conflicted with fp
+	res      DispatchResult
 }
 
 // Submit creates the task named by id (a dispatch or timer ID) with the
@@ -234,8 +235,13 @@ func (d *Dispatcher) Submit(ctx context.Context, id naming.ID, t Task) (Dispatch
 	f := v.(*flight)
 	res := f.res
 	if !ran {
-		// A concurrent identical call did the work; this one is its
+		// A concurrent call of the same ID did the work; this one is its
 		// duplicate.
+		if f.recorded != "" && f.recorded == fp {
+			// The leader's payload conflicted with the record, and this
+			// call's matches it: it is not a conflict, so ask again.
+			return d.Submit(ctx, id, t)
+		}
 		if f.fp != fp {
 			d.m.conflicts.Add(ctx, 1)
 			d.log.Warn("payload conflict with a concurrent call", "id", id.String())
@@ -294,7 +300,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		switch prev.Status {
 		case outbox.StatusCreated, outbox.StatusAlreadyExisted, outbox.StatusPending:
 			if prev.PayloadSHA256 != "" && prev.PayloadSHA256 != fp {
-				f.fp = prev.PayloadSHA256
+				f.recorded = prev.PayloadSHA256
 				d.m.conflicts.Add(ctx, 1)
 				d.log.Warn("payload conflict with the recorded dispatch", "id", key, "status", prev.Status)
 				return f, &ConflictError{ID: key, Recorded: prev.PayloadSHA256, Given: fp}

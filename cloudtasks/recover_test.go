@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -140,4 +143,47 @@ func TestLogsCarryIDAndNoPayload(t *testing.T) {
 		lines++
 	}
 	require.GreaterOrEqual(t, lines, 3)
+}
+
+// blockingClient holds CreateTask until release is closed.
+type blockingClient struct {
+	taskClient
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c blockingClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	c.entered <- struct{}{}
+	<-c.release
+	return c.taskClient.CreateTask(ctx, req, opts...)
+}
+
+// A call with another payload while the first is in flight is a conflict.
+func TestDispatchConcurrentDifferentPayload(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	bc := blockingClient{taskClient: emu.client(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	d, err := newWithClient(testConfig(), bc, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		res, err := d.Dispatch(ctx, request("run1", "a", 1, `{"v":1}`))
+		if err == nil && res.Outcome != OutcomeCreated {
+			err = fmt.Errorf("outcome %s", res.Outcome)
+		}
+		first <- err
+	}()
+	<-bc.entered
+	second := make(chan error, 1)
+	go func() {
+		_, err := d.Dispatch(ctx, request("run1", "a", 1, `{"v":2}`))
+		second <- err
+	}()
+	// Whether the second call joins the flight or comes after it and reads
+	// the record, the answer is the same.
+	close(bc.release)
+	require.ErrorIs(t, <-second, ErrPayloadConflict)
+	require.NoError(t, <-first)
+	require.Equal(t, 1, emu.TaskCount())
 }
