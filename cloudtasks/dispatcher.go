@@ -162,14 +162,18 @@ func (d *Dispatcher) Now() time.Time { return d.clock.Now() }
 // ProcessorUUID returns the UUID this dispatcher writes into its records.
 func (d *Dispatcher) ProcessorUUID() string { return d.processor }
 
-// Close closes the outbox and the client if the dispatcher opened them
-// (the outbox rolls its log into Parquet first). Calls after Close fail
-// with ErrClosed.
+// Close flushes the outbox (a given one that has a Flush method, such as
+// *outbox.Outbox, rolls its log into Parquet), and closes the outbox and the
+// client if the dispatcher opened them. Calls after Close fail with
+// ErrClosed.
 func (d *Dispatcher) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
 	var errs []error
+	if f, ok := d.cfg.Outbox.(interface{ Flush(context.Context) error }); ok {
+		errs = append(errs, f.Flush(context.Background()))
+	}
 	for _, fn := range d.closeFns {
 		errs = append(errs, fn())
 	}
