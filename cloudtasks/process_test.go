@@ -84,7 +84,7 @@ func child(t *testing.T, mode, addr, root string, extra ...string) *exec.Cmd {
 	return cmd
 }
 
-// Three separate processes, each with 200 concurrent identical calls, share
+// Three separate processes, each with 334 concurrent identical calls, share
 // one outbox root and one server: one task, one "created".
 func TestDispatchThunderingHerdProcesses(t *testing.T) {
 	if testing.Short() {
@@ -93,7 +93,7 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
 	root := t.TempDir()
-	const procs, each = 3, 200
+	const procs, each = 3, 334
 	total := map[Outcome]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
