@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Mode is one kind of call the load generator measures.
+type Mode string
+
+// The modes, in the order reports list them.
+const (
+	// ModeCreateBare is a bare CreateTask through the official client with a
+	// deterministic task name: the baseline every ratio is taken against.
+	ModeCreateBare Mode = "create-bare"
+	// ModeDispatchDurable is Dispatch with an outbox whose appends return
+	// after fsync (group commit).
+	ModeDispatchDurable Mode = "dispatch-durable"
+	// ModeDispatchInterval is Dispatch with an outbox synced every
+	// FlushInterval.
+	ModeDispatchInterval Mode = "dispatch-interval"
+	// ModeDispatchMemory is Dispatch with the dispatcher's in-memory record
+	// (no outbox directory).
+	ModeDispatchMemory Mode = "dispatch-memory"
+	// ModeTimer is ScheduleTimer (retry timers) over the durable outbox.
+	ModeTimer Mode = "timer"
+	// ModeNaming is naming.NewDispatch and CloudTaskID alone: no I/O.
+	ModeNaming Mode = "naming"
+)
+
+// AllModes returns every mode in report order.
+func AllModes() []Mode {
+	return []Mode{ModeCreateBare, ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory, ModeTimer, ModeNaming}
+}
+
+// ParseModes reads a comma-separated list of mode names; "all" (or an
+// empty string) means every mode. The result keeps report order and has no
+// repeats.
+func ParseModes(s string) ([]Mode, error) {
+	if strings.TrimSpace(s) == "" || strings.TrimSpace(s) == "all" {
+		return AllModes(), nil
+	}
+	want := map[Mode]bool{}
+	for _, part := range strings.Split(s, ",") {
+		m := Mode(strings.TrimSpace(part))
+		if !m.valid() {
+			return nil, &ConfigError{Field: "Modes", Value: string(m), Rule: "is not a mode; allowed: all, " + modeList()}
+		}
+		want[m] = true
+	}
+	var out []Mode
+	for _, m := range AllModes() {
+		if want[m] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func (m Mode) valid() bool {
+	for _, k := range AllModes() {
+		if m == k {
+			return true
+		}
+	}
+	return false
+}
+
+func modeList() string {
+	names := make([]string, 0, len(AllModes()))
+	for _, m := range AllModes() {
+		names = append(names, string(m))
+	}
+	return strings.Join(names, ", ")
+}
+
+// Defaults for Config.
+const (
+	DefaultConcurrency = 64
+	DefaultCount       = 20000
+	DefaultRounds      = 4
+	DefaultPayloadSize = 256
+	DefaultSeed        = 1
+	// MaxPayloadSize keeps a task under Cloud Tasks' 1 MiB limit with room
+	// for the URL and headers.
+	MaxPayloadSize = 1_000_000
+	// Queue is the queue every mode writes to; Run creates it when missing.
+	Queue = "projects/ctdispatch-bench/locations/local/queues/bench"
+)
+
+// Config says what to measure and how hard. Zero fields take the defaults
+// documented on them.
+type Config struct {
+	// Modes to measure, each in every round. Defaults to AllModes.
+	Modes []Mode
+	// Concurrency is the number of callers per mode. Defaults to 64.
+	Concurrency int
+	// Count is the number of calls per mode over all rounds. Defaults to
+	// 20,000 when Duration is zero; the two exclude each other.
+	Count int
+	// Duration is the wall time per mode over all rounds, instead of Count.
+	Duration time.Duration
+	// Rounds is how many alternating rounds each mode gets, so that noise
+	// from other processes hits every mode alike. Defaults to 4.
+	Rounds int
+	// PayloadSize is the task body in bytes (a JSON object from 8 bytes
+	// on). Defaults to 256; negative means no body.
+	PayloadSize int
+	// DuplicateRatio is the fraction of calls, in [0, 1), that repeat the
+	// ID of an earlier call of the same round.
+	DuplicateRatio float64
+	// FaultRate is the fraction of CreateTask calls the in-process emulator
+	// fails with UNAVAILABLE.
+	FaultRate float64
+	// CommitThenFailRate is the fraction of CreateTask calls the in-process
+	// emulator carries out and then fails with UNAVAILABLE.
+	CommitThenFailRate float64
+	// Seed makes duplicate choices and fault decisions repeatable. Defaults
+	// to 1.
+	Seed uint64
+	// EmulatorAddr is the host:port of a running emulator (for example
+	// `ctdispatch emulator --no-delivery`). Defaults to an in-process
+	// emulator with delivery disabled.
+	EmulatorAddr string
+	// OutboxDir holds the outboxes of the dispatch modes (subdirectories
+	// durable/ and interval/). Defaults to a temporary directory removed
+	// after the run.
+	OutboxDir string
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if len(c.Modes) == 0 {
+		c.Modes = AllModes()
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Count == 0 && c.Duration == 0 {
+		c.Count = DefaultCount
+	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultRounds
+	}
+	if c.PayloadSize == 0 {
+		c.PayloadSize = DefaultPayloadSize
+	}
+	if c.PayloadSize < 0 {
+		c.PayloadSize = 0
+	}
+	if c.Seed == 0 {
+		c.Seed = DefaultSeed
+	}
+	return c
+}
+
+// ErrInvalidConfig matches every error about a Config.
+var ErrInvalidConfig = errors.New("invalid bench config")
+
+// ConfigError names the Config field at fault, its value and the rule.
+type ConfigError struct {
+	// Field is the Config field, for example "Concurrency".
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Rule says what is allowed.
+	Rule string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("bench: Config.%s %s %s", e.Field, e.Value, e.Rule)
+}
+
+// Is makes a ConfigError match ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// validate checks a Config that has its defaults.
+func (c Config) validate() error {
+	bad := func(field string, v any, rule string) error {
+		return &ConfigError{Field: field, Value: fmt.Sprint(v), Rule: rule}
+	}
+	for _, m := range c.Modes {
+		if !m.valid() {
+			return bad("Modes", m, "is not a mode; allowed: "+modeList())
+		}
+	}
+	switch {
+	case c.Concurrency < 1:
+		return bad("Concurrency", c.Concurrency, "must be at least 1")
+	case c.Count < 0:
+		return bad("Count", c.Count, "must not be negative")
+	case c.Duration < 0:
+		return bad("Duration", c.Duration, "must not be negative")
+	case c.Count > 0 && c.Duration > 0:
+		return bad("Count", c.Count, "and Duration exclude each other; give one")
+	case c.Rounds < 1:
+		return bad("Rounds", c.Rounds, "must be at least 1")
+	case c.Count > 0 && c.Count < c.Rounds:
+		return bad("Count", c.Count, fmt.Sprintf("is below Rounds (%d); every round needs a call", c.Rounds))
+	case c.PayloadSize > MaxPayloadSize:
+		return bad("PayloadSize", c.PayloadSize, fmt.Sprintf("exceeds %d bytes (Cloud Tasks allows 1 MiB per task)", MaxPayloadSize))
+	case !(c.DuplicateRatio >= 0 && c.DuplicateRatio < 1):
+		return bad("DuplicateRatio", c.DuplicateRatio, "must be in [0, 1)")
+	case !(c.FaultRate >= 0 && c.FaultRate <= 1):
+		return bad("FaultRate", c.FaultRate, "must be in [0, 1]")
+	case !(c.CommitThenFailRate >= 0 && c.CommitThenFailRate <= 1):
+		return bad("CommitThenFailRate", c.CommitThenFailRate, "must be in [0, 1]")
+	case c.EmulatorAddr != "" && (c.FaultRate > 0 || c.CommitThenFailRate > 0):
+		return bad("FaultRate", c.FaultRate+c.CommitThenFailRate, "needs the in-process emulator; configure faults on the emulator at "+c.EmulatorAddr+" instead")
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	ctapi "cloud.google.com/go/cloudtasks/apiv2"
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/timers"
+)
+
+// targetURL is where the tasks point. Deliveries are off in the in-process
+// emulator; an external one should run with --no-delivery.
+const targetURL = "http://127.0.0.1:9/bench"
+
+// target is everything the modes call: one emulator, one client shared by
+// every mode, and the dispatchers the chosen modes need.
+type target struct {
+	srv      *emulator.Server // nil for an external emulator
+	client   *ctapi.Client
+	boxes    []*outbox.Outbox
+	disp     map[Mode]*cloudtasks.Dispatcher
+	timers   *timers.Scheduler
+	tempDir  string
+	closeFns []func() error
+}
+
+func newTarget(ctx context.Context, c Config, logger *slog.Logger) (t *target, err error) {
+	t = &target{disp: map[Mode]*cloudtasks.Dispatcher{}}
+	defer func() {
+		if err != nil {
+			t.close()
+		}
+	}()
+	addr := c.EmulatorAddr
+	if addr == "" {
+		var rules []emulator.FaultRule
+		if c.FaultRate > 0 {
+			rules = append(rules, emulator.FaultRule{Methods: []string{"CreateTask"}, Rate: c.FaultRate, Code: codes.Unavailable})
+		}
+		if c.CommitThenFailRate > 0 {
+			rules = append(rules, emulator.FaultRule{Methods: []string{"CreateTask"}, Rate: c.CommitThenFailRate, Code: codes.Unavailable, CommitThenFail: true})
+		}
+		t.srv, err = emulator.New(emulator.Config{
+			Queues:          []emulator.QueueConfig{{Name: Queue}},
+			DisableDelivery: true,
+			Faults:          emulator.Faults{Seed: c.Seed, Rules: rules},
+			Logger:          logger,
+		})
+		if err != nil {
+			return t, fmt.Errorf("bench: start emulator: %w", err)
+		}
+		t.closeFns = append(t.closeFns, t.srv.Close)
+		addr = t.srv.Addr()
+	}
+	t.client, err = ctapi.NewClient(ctx, emulator.ClientOptions(addr)...)
+	if err != nil {
+		return t, fmt.Errorf("bench: client for %s: %w", addr, err)
+	}
+	t.closeFns = append(t.closeFns, t.client.Close)
+	if t.srv == nil {
+		if err := t.ensureQueue(ctx); err != nil {
+			return t, err
+		}
+	}
+	return t, t.openDispatchers(ctx, c, logger)
+}
+
+// ensureQueue creates the bench queue on an external emulator unless it
+// exists.
+func (t *target) ensureQueue(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := t.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: path.Dir(path.Dir(Queue)), Queue: &cloudtaskspb.Queue{Name: Queue}})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("bench: create queue %s: %w", Queue, err)
+	}
+	return nil
+}
+
+// openDispatchers opens the outboxes and dispatchers the chosen modes use;
+// the timer mode shares the durable dispatcher.
+func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Logger) error {
+	need := map[Mode]bool{}
+	for _, m := range c.Modes {
+		switch m {
+		case ModeTimer:
+			need[ModeDispatchDurable] = true
+		case ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory:
+			need[m] = true
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	root := c.OutboxDir
+	if root == "" && (need[ModeDispatchDurable] || need[ModeDispatchInterval]) {
+		dir, err := os.MkdirTemp("", "ctdispatch-bench-*")
+		if err != nil {
+			return fmt.Errorf("bench: outbox directory: %w", err)
+		}
+		t.tempDir, root = dir, dir
+	}
+	for _, m := range []Mode{ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory} {
+		if !need[m] {
+			continue
+		}
+		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client, Logger: logger}
+		if m != ModeDispatchMemory {
+			durability, sub := outbox.Durable, "durable"
+			if m == ModeDispatchInterval {
+				durability, sub = outbox.Interval, "interval"
+			}
+			box, err := outbox.Open(ctx, outbox.Options{Root: filepath.Join(root, sub), ProcessorUUID: uuid.Must(uuid.NewV7()), Durability: durability, Logger: logger})
+			if err != nil {
+				return fmt.Errorf("bench: open %s outbox: %w", sub, err)
+			}
+			// Outboxes close after their dispatchers (closeFns run in
+			// reverse).
+			t.closeFns = append(t.closeFns, box.Close)
+			t.boxes = append(t.boxes, box)
+			cfg.Outbox = box
+		}
+		d, err := cloudtasks.NewDispatcher(ctx, &cfg)
+		if err != nil {
+			return fmt.Errorf("bench: %s dispatcher: %w", m, err)
+		}
+		t.closeFns = append(t.closeFns, d.Close)
+		t.disp[m] = d
+	}
+	if d := t.disp[ModeDispatchDurable]; d != nil {
+		t.timers = timers.New(d)
+	}
+	return nil
+}
+
+// reset empties an in-process emulator, so every round of every mode
+// starts against the same, empty store.
+func (t *target) reset() {
+	if t.srv != nil {
+		t.srv.Reset()
+	}
+}
+
+func (t *target) close() error {
+	var errs []error
+	for i := len(t.closeFns) - 1; i >= 0; i-- {
+		errs = append(errs, t.closeFns[i]())
+	}
+	if t.tempDir != "" {
+		errs = append(errs, os.RemoveAll(t.tempDir))
+	}
+	return errors.Join(errs...)
+}
+
+// errEmptyID should never happen; it keeps the naming mode's result used.
+var errEmptyID = errors.New("bench: empty Cloud Tasks ID")
+
+// op returns the call mode m makes for the IDs of run.
+func (t *target) op(m Mode, run string, body []byte) (opFunc, error) {
+	task := cloudtasks.Task{URL: targetURL, Body: body}
+	switch m {
+	case ModeCreateBare:
+		return func(ctx context.Context, key uint64) (bool, error) {
+			id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key, 10))
+			if err != nil {
+				return false, err
+			}
+			_, err = t.client.CreateTask(ctx, bareRequest(id, body))
+			if status.Code(err) == codes.AlreadyExists {
+				return true, nil
+			}
+			return false, err
+		}, nil
+	case ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory:
+		d := t.disp[m]
+		return func(ctx context.Context, key uint64) (bool, error) {
+			res, err := d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: key}, Task: task})
+			return res.Outcome == cloudtasks.OutcomeAlreadyExisted, err
+		}, nil
+	case ModeTimer:
+		due := time.Now().Add(time.Hour).Truncate(time.Second)
+		return func(ctx context.Context, key uint64) (bool, error) {
+			res, err := t.timers.ScheduleTimer(ctx, timers.TimerRequest{Kind: naming.KindRetry, RunID: run, TaskKey: "t",
+				Identity: naming.Identity{Number: key}, At: due, Task: task})
+			return res.Outcome == cloudtasks.OutcomeAlreadyExisted, err
+		}, nil
+	case ModeNaming:
+		return func(_ context.Context, key uint64) (bool, error) {
+			id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key, 10))
+			if err != nil {
+				return false, err
+			}
+			if id.CloudTaskID() == "" {
+				return false, errEmptyID
+			}
+			return false, nil
+		}, nil
+	}
+	return nil, &ConfigError{Field: "Modes", Value: string(m), Rule: "is not a mode; allowed: " + modeList()}
+}
+
+// bareRequest is the CreateTask request a careful caller writes by hand:
+// the deterministic name and the same two headers the dispatcher sets.
+func bareRequest(id naming.ID, body []byte) *cloudtaskspb.CreateTaskRequest {
+	cloudID := id.CloudTaskID()
+	return &cloudtaskspb.CreateTaskRequest{
+		Parent: Queue,
+		Task: &cloudtaskspb.Task{
+			Name: Queue + "/tasks/" + cloudID,
+			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+				Url:        targetURL,
+				HttpMethod: cloudtaskspb.HttpMethod_POST,
+				Headers:    map[string]string{cloudtasks.HeaderIdempotencyKey: id.String(), cloudtasks.HeaderTaskID: cloudID},
+				Body:       body,
+			}},
+		},
+	}
+}
