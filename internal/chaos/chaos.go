@@ -298,7 +298,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
-func roundSeconds(d time.Duration) float64 { return float64(d.Round(10*time.Millisecond)) / float64(time.Second) }
+func roundSeconds(d time.Duration) float64 {
+	return float64(d.Round(10*time.Millisecond)) / float64(time.Second)
+}
 
 // failed builds a failed Result from what was tried and what broke.
 func failed(tried string, problems []string) Result {

@@ -3,11 +3,18 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
 // binary is the ctdispatch executable the children run, built once
@@ -37,12 +44,110 @@ func buildAndRun(m *testing.M) int {
 	return m.Run()
 }
 
-func TestScenarioQuick(t *testing.T) {
-	var out bytes.Buffer
-	only := os.Getenv("CHAOS_ONLY")
-	rep, err := Run(context.Background(), Options{Seed: 1, Binary: binary, Out: &out, Only: []string{only}})
-	t.Log(out.String())
-	if err != nil || !rep.OK() {
-		t.Fatal(err, rep)
+// TestSuite runs every scenario at the default sizes (the long ones with
+// CTDISPATCH_CHAOS_LONG=1) and requires that all held.
+func TestSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite starts many processes")
 	}
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), Options{
+		Seed: 20260601, Binary: binary, Out: &out, Long: os.Getenv("CTDISPATCH_CHAOS_LONG") == "1", Dir: t.TempDir(),
+	})
+	t.Log("\n" + out.String())
+	require.NoError(t, err)
+	require.Len(t, rep.Results, len(Scenarios))
+	for _, res := range rep.Results {
+		require.True(t, res.Passed, res.Line())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Equal(t, fmt.Sprintf("%d passed, 0 failed", len(Scenarios)), lines[len(lines)-1])
+}
+
+// plantTask creates a task that no request names.
+func plantTask(t *testing.T, emu *emulator.Server) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := emu.NewClient(ctx)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queuePath, Task: &cloudtaskspb.Task{
+		Name: queuePath + "/tasks/planted-duplicate",
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+			Url: targetURL, HttpMethod: cloudtaskspb.HttpMethod_POST}},
+	}})
+	require.NoError(t, err)
+}
+
+// The checks are not vacuous: a task planted after the load, or one
+// deleted, turns a scenario into a FAIL line and the run into "0 passed".
+func TestScenarioCanFail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Parallel()
+	tests := []struct {
+		scenario string
+		plant    func(*testing.T, *emulator.Server)
+		want     []string
+	}{
+		{ScenarioHerd, plantTask, []string{"FAIL herd: ", "51 tasks in the queue, want 50", "1 tasks that no request names"}},
+		{ScenarioFaults, func(t *testing.T, emu *emulator.Server) {
+			tasks := emu.Tasks(queuePath)
+			ctx := context.Background()
+			c, err := emu.NewClient(ctx)
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, emu.SetFaults(emulator.Faults{}))
+			require.NoError(t, c.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: tasks[0].GetName()}))
+		}, []string{"FAIL faults: ", "49 tasks in the queue, want 50", "1 requested tasks do not exist"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.scenario, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			opts := Options{Seed: 7, Binary: binary, Out: &out, Only: []string{tt.scenario}, Requests: 50, Dir: t.TempDir()}
+			opts.afterRun = func(_ string, emu *emulator.Server) { tt.plant(t, emu) }
+			rep, err := Run(context.Background(), opts)
+			require.NoError(t, err)
+			require.False(t, rep.OK())
+			require.Equal(t, 1, rep.Failed)
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			require.Len(t, lines, 3, out.String())
+			for _, w := range tt.want {
+				require.Contains(t, lines[1], w)
+			}
+			require.Equal(t, "0 passed, 1 failed", lines[2])
+		})
+	}
+}
+
+func TestOptionsErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		opts Options
+		want string
+	}{
+		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input`},
+		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash and bad input scenarios start ctdispatch processes`},
+		{Options{Only: []string{ScenarioFaults}, Requests: -1}, `chaos: Options.Requests "-1" is negative`},
+		{Options{Only: []string{ScenarioFaults}, Kills: -2}, `chaos: Options.Kills "-2" is negative`},
+	}
+	for _, tt := range tests {
+		_, err := Run(context.Background(), tt.opts)
+		require.EqualError(t, err, tt.want)
+		require.True(t, errors.Is(err, ErrInvalidOptions))
+		var oe *OptionsError
+		require.ErrorAs(t, err, &oe)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 10_000, Options{}.size(DefaultHerdRequests))
+	require.Equal(t, 50_000, Options{Long: true}.size(DefaultHerdRequests))
+	require.Equal(t, 7, Options{Long: true, Requests: 7}.size(DefaultHerdRequests))
+	require.Equal(t, 20, Options{}.kills())
+	require.Equal(t, 100, Options{Long: true}.kills())
+	require.Equal(t, 3, Options{Kills: 3}.kills())
 }

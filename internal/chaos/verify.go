@@ -222,10 +222,12 @@ func checkOutbox(t tally, want map[string]bool, oneCreated bool) []string {
 
 // checkTasks lists what breaks "exactly one task per requested ID and no
 // other task" in the emulator's queue.
-func checkTasks(emu *emulator.Server, b batch) []string {
-	want := make(map[string]bool, b.n)
-	for i := range b.n {
-		want[queuePath+"/tasks/"+b.id(i).CloudTaskID()] = true
+func checkTasks(emu *emulator.Server, batches ...batch) []string {
+	want := map[string]bool{}
+	for _, b := range batches {
+		for i := range b.n {
+			want[queuePath+"/tasks/"+b.id(i).CloudTaskID()] = true
+		}
 	}
 	tasks := emu.Tasks(queuePath)
 	seen := make(map[string]int, len(tasks))
@@ -237,8 +239,8 @@ func checkTasks(emu *emulator.Server, b batch) []string {
 		}
 	}
 	var problems []string
-	if len(tasks) != b.n {
-		problems = append(problems, fmt.Sprintf("%d tasks in the queue, want %d", len(tasks), b.n))
+	if len(tasks) != len(want) {
+		problems = append(problems, fmt.Sprintf("%d tasks in the queue, want %d", len(tasks), len(want)))
 	}
 	missing := 0
 	for name := range want {
