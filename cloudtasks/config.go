@@ -155,11 +155,23 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	return p
 }
 
+// The name patterns check lengths apart (boundedPattern): counted repetitions
+// such as {1,100} compile into many regexp states at package init, a cost
+// every process linking this package would pay at start-up.
 var (
-	projectPattern  = regexp.MustCompile(`^[a-z][a-z0-9:.-]{0,99}$`)
-	locationPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
-	queuePattern    = regexp.MustCompile(`^[A-Za-z0-9-]{1,100}$`)
+	projectPattern  = boundedPattern{regexp.MustCompile(`^[a-z][a-z0-9:.-]*$`), 100}
+	locationPattern = boundedPattern{regexp.MustCompile(`^[a-z][a-z0-9-]*$`), 63}
+	queuePattern    = boundedPattern{regexp.MustCompile(`^[A-Za-z0-9-]+$`), 100}
 )
+
+// boundedPattern is a pattern with a maximum length in bytes.
+type boundedPattern struct {
+	re  *regexp.Regexp
+	max int
+}
+
+// MatchString reports whether s is at most max bytes long and matches.
+func (p boundedPattern) MatchString(s string) bool { return len(s) <= p.max && p.re.MatchString(s) }
 
 // validate checks a Config that already has its defaults.
 func (c Config) validate() error {
