@@ -123,6 +123,7 @@ Start with:
 		newCompactCmd(env),
 		newEmulatorCmd(env),
 		newDispatchCmd(env), newTimerCmd(env), newRecoverCmd(env),
+		newChaosCmd(env),
 	)
 	return root
 }

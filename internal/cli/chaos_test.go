@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The command runs the library-only scenario in-process (the others start
+// ctdispatch processes and are run by internal/chaos's own tests).
+func TestChaosFaults(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"chaos", "--only", "faults", "--requests", "40", "--seed", "3", "--dir", t.TempDir()},
+		Env{Out: &out, Err: &errb})
+	require.Equal(t, 0, code, errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3, out.String())
+	require.True(t, strings.HasPrefix(lines[0], "chaos: seed 3, default sizes, work in "), lines[0])
+	require.True(t, strings.HasPrefix(lines[1], "PASS faults: dispatched 40 requests twice each"), lines[1])
+	require.Contains(t, lines[1], "exactly 40 tasks")
+	require.Equal(t, "1 passed, 0 failed", lines[2])
+}
+
+func TestChaosJSON(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"chaos", "--only", "faults", "--requests", "20", "--seed", "5", "--json", "--dir", t.TempDir()},
+		Env{Out: &out, Err: &errb})
+	require.Equal(t, 0, code, errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2, out.String())
+	var res struct {
+		Scenario string `json:"scenario"`
+		Passed   bool   `json:"passed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res))
+	require.Equal(t, "faults", res.Scenario)
+	require.True(t, res.Passed)
+	var sum map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &sum))
+	require.Equal(t, "1 passed, 0 failed", sum["summary"])
+	require.Equal(t, float64(5), sum["seed"])
+}
+
+// A child that is not ctdispatch breaks every CLI check: FAIL, exit 1.
+func TestChaosFailureExitsOne(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"chaos", "--only", "bad-input", "--requests", "20", "--seed", "1",
+		"--binary", "/bin/true", "--dir", t.TempDir()}, Env{Out: &out, Err: &errb})
+	require.Equal(t, 1, code, out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.True(t, strings.HasPrefix(lines[1], "FAIL bad-input: "), lines[1])
+	require.Contains(t, lines[1], "CLI: exit status 0 with bad lines, want 1")
+	require.Equal(t, "0 passed, 1 failed", lines[len(lines)-1])
+	// Before it, the outbox warns about the files the scenario damaged.
+	require.True(t, strings.HasSuffix(errb.String(), "\nctdispatch: chaos: 0 passed, 1 failed (seed 1)\n"), errb.String())
+	require.Contains(t, errb.String(), "damaged-truncated.parquet")
+}
+
+func TestChaosUsage(t *testing.T) {
+	t.Parallel()
+	var errb bytes.Buffer
+	code := Run(context.Background(), []string{"chaos", "--only", "nope"}, Env{Err: &errb})
+	require.Equal(t, 2, code)
+	require.Equal(t, "ctdispatch: chaos: Options.Only \"nope\" is not a scenario; allowed: herd, crash, faults, bad-input\n", errb.String())
+}
