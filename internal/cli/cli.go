@@ -124,6 +124,7 @@ Start with:
 		newEmulatorCmd(env),
 		newDispatchCmd(env), newTimerCmd(env), newRecoverCmd(env),
 		newChaosCmd(env),
+		newBenchCmd(env),
 	)
 	return root
 }
