@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
@@ -54,22 +55,11 @@ var decidingFields = []field{fieldID, fieldStatus, fieldUpdatedAt, fieldProcesso
 
 func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Record, vanished bool, _ error) {
 	isOld := func(r *Record) bool { return r.Status == StatusPending && !r.UpdatedAt.After(cutoff) }
-	var mem []Record
-	o.mu.Lock()
-	for _, s := range o.sealed {
-		mem = append(mem, s.records...)
-	}
-	if o.cur != nil {
-		mem = append(mem, o.cur.records...)
-	}
-	o.mu.Unlock()
-	tails, err := o.tails.records()
+	live, err := o.liveRecords()
 	if err != nil {
 		return nil, false, err
 	}
-	for _, recs := range tails {
-		mem = append(mem, recs...)
-	}
+	mem := slices.Concat(live...)
 	fs := o.files[t]
 	fs.invalidate()
 	files, err := fs.acquire(ctx)

@@ -232,25 +232,36 @@ func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) err
 	}
 }
 
+// liveRecords returns the records not yet in Parquet files: this process's
+// log segments, as a snapshot that later appends do not change, and the live
+// logs of other processors.
+func (o *Outbox) liveRecords() ([][]Record, error) {
+	o.mu.Lock()
+	var live [][]Record
+	for _, s := range o.sealed {
+		live = append(live, s.records[:len(s.records):len(s.records)])
+	}
+	if o.cur != nil {
+		live = append(live, o.cur.records[:len(o.cur.records):len(o.cur.records)])
+	}
+	o.mu.Unlock()
+	tails, err := o.tails.records()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read logs: %w", err)
+	}
+	return append(live, tails...), nil
+}
+
 // scanAll feeds fn every record of table t from every source, file by
 // file, listing the files afresh. Used by Pending and tools; it reads
 // everything.
 func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
 	o.files[t].invalidate()
-	o.mu.Lock()
-	var snap [][]Record
-	for _, s := range o.sealed {
-		snap = append(snap, s.records[:len(s.records):len(s.records)])
-	}
-	if o.cur != nil {
-		snap = append(snap, o.cur.records[:len(o.cur.records):len(o.cur.records)])
-	}
-	o.mu.Unlock()
-	tails, err := o.tails.records()
+	live, err := o.liveRecords()
 	if err != nil {
-		return fmt.Errorf("outbox: read logs: %w", err)
+		return err
 	}
-	for _, recs := range append(snap, tails...) {
+	for _, recs := range live {
 		for i := range recs {
 			if recs[i].Table == t {
 				fn(&recs[i])

@@ -2,7 +2,7 @@ package outbox
 
 import (
 	"context"
-	"fmt"
+	"slices"
 )
 
 // TableStats describes one table: its files and the current state of its
@@ -46,22 +46,11 @@ func (o *Outbox) Stats(ctx context.Context) ([]TableStats, error) {
 func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
 	st := TableStats{Table: t, ByStatus: map[string]int64{}, ByQueue: map[string]int64{},
 		ByKind: map[string]int64{}, ByProcessor: map[string]int64{}}
-	var mem []Record
-	o.mu.Lock()
-	for _, s := range o.sealed {
-		mem = append(mem, s.records...)
-	}
-	if o.cur != nil {
-		mem = append(mem, o.cur.records...)
-	}
-	o.mu.Unlock()
-	tails, err := o.tails.records()
+	live, err := o.liveRecords()
 	if err != nil {
-		return st, fmt.Errorf("outbox: read logs: %w", err)
+		return st, err
 	}
-	for _, recs := range tails {
-		mem = append(mem, recs...)
-	}
+	mem := slices.Concat(live...)
 	kept := mem[:0]
 	for _, r := range mem {
 		if r.Table == t {
