@@ -1,0 +1,51 @@
+// Package chaos is ctdispatch's chaos suite: scenarios that put the
+// dispatcher, the outbox and the emulator under several processes, kills,
+// injected faults and bad input, and check afterwards that every dispatch
+// happened exactly once and nothing acknowledged was lost. `ctdispatch
+// chaos` and this package's tests run it.
+//
+// # Scenarios
+//
+//   - herd: three ctdispatch processes, each with its own processor UUID,
+//     dispatch the same 10,000 requests (a --from file) on one outbox root
+//     and one in-process emulator at once. Held: exactly 10,000 tasks, each
+//     ID answered "created" once across the processes, one "created"
+//     record per ID, every latest record terminal.
+//   - crash: a ctdispatch process dispatching a batch is SIGKILLed at 20
+//     random points (after a random number of new answers, or a random
+//     delay from its start); after each kill a new process runs `recover`
+//     and the batch runs again in a new order. Held: after every kill each
+//     request the killed process had printed is recorded terminal; at the
+//     end one task per ID, every record terminal, no damaged file.
+//   - faults: the library's Dispatcher sends every request twice while the
+//     emulator injects Unavailable and DeadlineExceeded (half of them after
+//     creating the task) and latency. Held: one task per ID, no ID
+//     answered "created" twice, every record terminal.
+//   - bad-input: malformed IDs, payloads over 1 MiB, timers beyond 30 days,
+//     bad URLs, an unknown queue (library and CLI), then damaged Parquet
+//     files. Held: each refused with an error naming the field, value or
+//     rule; damaged files skipped and named; everything accepted before
+//     still recorded and its task present.
+//
+// # Output
+//
+// Each scenario prints one line, "PASS|FAIL SCENARIO: what was tried; what
+// held" (or what broke), and the run ends with "N passed, N failed".
+// Options.JSON prints objects instead. A failed check is a FAIL line, never
+// a panic or an early stop, so one run reports every scenario.
+//
+// # Repeatability and sizes
+//
+// Options.Seed drives kill points, batch orders and the emulator's fault
+// plan; the first line names it. The default sizes keep a run under a
+// minute on two cores; Options.Long (`--long`, CTDISPATCH_CHAOS_LONG=1)
+// multiplies requests and kills by LongFactor.
+//
+// # Child processes
+//
+// The herd, crash and CLI half of bad-input start Options.Binary, the
+// ctdispatch executable: `ctdispatch chaos` passes itself; the package's
+// tests build it once without the race detector, so the children run at
+// full speed while the emulator and checks in the test process are still
+// race-checked.
+package chaos
