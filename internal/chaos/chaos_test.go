@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,6 +28,10 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run() // the tests that need the binary skip themselves
+	}
 	dir, err := os.MkdirTemp("", "ctdispatch-chaos-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
