@@ -253,7 +253,7 @@ func (r *run) badInput(ctx context.Context) Result {
 			}
 		}
 		t.damaged = nil
-		problems = append(problems, checkOutbox(t, b.ids(), false)...)
+		problems = append(problems, checkOutbox(t, b.ids(), rules{})...)
 	}
 	for _, p := range []string{truncated, garbage} {
 		if !damagedSeen[p] {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // binary is the ctdispatch executable the children run, built once
@@ -155,4 +156,35 @@ func TestSizes(t *testing.T) {
 	require.Equal(t, 20, Options{}.kills())
 	require.Equal(t, 100, Options{Long: true}.kills())
 	require.Equal(t, 3, Options{Kills: 3}.kills())
+}
+
+func TestCheckOutbox(t *testing.T) {
+	t.Parallel()
+	rec := func(s outbox.Status) outbox.Record { return outbox.Record{Status: s} }
+	want := map[string]bool{"a": true, "b": true}
+	tests := []struct {
+		name string
+		t    tally
+		rl   rules
+		want []string
+	}{
+		{"all held", tally{latest: map[string]outbox.Record{"a": rec(outbox.StatusCreated), "b": rec(outbox.StatusAlreadyExisted)},
+			created: map[string]int{"a": 1}}, rules{}, nil},
+		{"missing and pending", tally{latest: map[string]outbox.Record{"a": rec(outbox.StatusPending)}}, rules{},
+			[]string{"1 IDs have no outbox record (e.g. b)", "1 IDs end in a non-terminal state (e.g. a is pending)"}},
+		{"created twice", tally{latest: map[string]outbox.Record{"a": rec(outbox.StatusCreated), "b": rec(outbox.StatusCreated)},
+			created: map[string]int{"a": 2, "b": 1}}, rules{}, []string{`1 IDs have more than one "created" record (e.g. a has 2)`}},
+		{"exactly one created", tally{latest: map[string]outbox.Record{"a": rec(outbox.StatusCreated), "b": rec(outbox.StatusAlreadyExisted)},
+			created: map[string]int{"a": 1}}, rules{oneCreated: true}, []string{`1 IDs have not exactly one "created" record (e.g. b has 0)`}},
+		{"others and damage", tally{latest: map[string]outbox.Record{"a": rec(outbox.StatusCreated), "b": rec(outbox.StatusCreated), "c": rec(outbox.StatusCreated)},
+			damaged: []string{"outbox: x.parquet: not a readable Parquet file"}}, rules{},
+			[]string{"1 outbox IDs were never requested", "1 unreadable outbox files (outbox: x.parquet: not a readable Parquet file)"}},
+		{"others allowed", tally{latest: map[string]outbox.Record{"a": rec(outbox.StatusCreated), "b": rec(outbox.StatusCreated), "c": rec(outbox.StatusCreated)}},
+			rules{othersAllowed: true}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, checkOutbox(tt.t, want, tt.rl))
+		})
+	}
 }

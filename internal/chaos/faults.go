@@ -131,7 +131,7 @@ func (r *run) faults(ctx context.Context) Result {
 	if err != nil {
 		problems = append(problems, "read outbox: "+err.Error())
 	} else {
-		problems = append(problems, checkOutbox(t, want, false)...)
+		problems = append(problems, checkOutbox(t, want, rules{})...)
 	}
 	if len(problems) > 0 {
 		return fail(problems...)

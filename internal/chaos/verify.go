@@ -170,11 +170,21 @@ func readOutbox(ctx context.Context, root, run string) (tally, error) {
 	return t, nil
 }
 
-// checkOutbox lists what breaks the rules for want (the IDs of the run):
+// rules tune checkOutbox.
+type rules struct {
+	// oneCreated requires exactly one "created" record per ID (otherwise
+	// at most one).
+	oneCreated bool
+	// othersAllowed accepts recorded IDs outside want.
+	othersAllowed bool
+}
+
+// checkOutbox lists what breaks the rules for want (IDs of the run):
 // every ID recorded, every latest state terminal (created or
-// already_existed), no foreign ID, at most one "created" record per ID
-// (exactly one when oneCreated), no damaged file.
-func checkOutbox(t tally, want map[string]bool, oneCreated bool) []string {
+// already_existed), at most one "created" record per ID, no ID outside
+// want, no damaged file.
+func checkOutbox(t tally, want map[string]bool, rl rules) []string {
+	oneCreated := rl.oneCreated
 	var problems []string
 	missing, notTerminal, extra, badCreated := 0, 0, 0, 0
 	var exMissing, exNotTerminal, exCreated string
@@ -211,7 +221,7 @@ func checkOutbox(t tally, want map[string]bool, oneCreated bool) []string {
 		}
 		problems = append(problems, fmt.Sprintf("%d IDs have %s \"created\" record (e.g. %s)", badCreated, rule, exCreated))
 	}
-	if extra > 0 {
+	if extra > 0 && !rl.othersAllowed {
 		problems = append(problems, fmt.Sprintf("%d outbox IDs were never requested", extra))
 	}
 	if len(t.damaged) > 0 {
