@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -99,6 +100,18 @@ func TestRunStopsWhenEveryCallFails(t *testing.T) {
 	_, err := Run(context.Background(), Config{Modes: []Mode{ModeCreateBare}, Count: 4, Rounds: 1, Concurrency: 1, FaultRate: 1}, nil)
 	require.ErrorContains(t, err, "bench: create-bare: every call of round 1 failed: ")
 	require.ErrorContains(t, err, "Unavailable")
+}
+
+func TestRunForDuration(t *testing.T) {
+	t.Parallel()
+	rep, err := Run(context.Background(), Config{Modes: []Mode{ModeNaming, ModeDispatchMemory}, Duration: 100 * time.Millisecond, Rounds: 2, Concurrency: 2}, nil)
+	require.NoError(t, err)
+	require.Zero(t, rep.Config.Count)
+	for _, r := range rep.Results {
+		require.Positive(t, r.Ops, r.Mode)
+		require.Zero(t, r.Errors, r.Mode)
+		require.Positive(t, r.Elapsed, r.Mode)
+	}
 }
 
 func TestRunInvalidConfig(t *testing.T) {

@@ -68,6 +68,26 @@ func TestBenchJSON(t *testing.T) {
 	require.NotNil(t, got.Results[1].Ratio)
 }
 
+func TestBenchForDuration(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "bench", "--mode", "naming", "--duration", "50ms", "--rounds", "1", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var got struct {
+		Config struct {
+			Count           int     `json:"count"`
+			DurationSeconds float64 `json:"duration_seconds"`
+		} `json:"config"`
+		Results []struct {
+			Ops int `json:"ops"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &got))
+	require.Zero(t, got.Config.Count)
+	require.Equal(t, 0.05, got.Config.DurationSeconds)
+	require.Len(t, got.Results, 1)
+	require.Positive(t, got.Results[0].Ops)
+}
+
 func TestBenchWithoutBaselineHasNoRatio(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, benchArgs("--mode", "naming")...)
