@@ -89,7 +89,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Report, error) 
 	if c.EmulatorAddr != "" {
 		rep.Emulator = c.EmulatorAddr
 	}
-	t, err := newTarget(ctx, c, logger)
+	// The measured components log warnings only: a debug line per RPC
+	// would measure the logger.
+	t, err := newTarget(ctx, c, slog.New(atLeast{logger.Handler(), slog.LevelWarn}))
 	if err != nil {
 		return nil, err
 	}
@@ -128,8 +130,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Report, error) 
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			logger.Info("bench round", "round", round+1, "mode", string(m), "ops", st.ops, "errors", st.errs,
+			logger.Debug("bench round", "round", round+1, "mode", string(m), "ops", st.ops, "errors", st.errs,
 				"ops_per_second", int64(throughput(st.ops, st.elapsed)))
+			if c.Progress != nil {
+				c.Progress(round+1, m, st.ops, st.errs, st.elapsed)
+			}
 			if st.ops == 0 && st.errs > 0 {
 				return nil, fmt.Errorf("bench: %s: every call of round %d failed: %w", m, round+1, st.firstErr)
 			}
@@ -240,4 +245,22 @@ func runRound(ctx context.Context, c Config, n int, op opFunc) roundStats {
 		st.firstErr = ctx.Err()
 	}
 	return st
+}
+
+// atLeast passes on records at or above a level only.
+type atLeast struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h atLeast) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return atLeast{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{h.Handler.WithGroup(name), h.min}
 }

@@ -128,6 +128,10 @@ type Config struct {
 	// durable/ and interval/). Defaults to a temporary directory removed
 	// after the run.
 	OutboxDir string
+	// Progress, if set, is called after each round of each mode with the
+	// round (from 1), the mode, its successful and failed calls and the
+	// round's wall time.
+	Progress func(round int, m Mode, ops, errors int64, elapsed time.Duration)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

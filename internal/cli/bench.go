@@ -2,7 +2,9 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -80,6 +82,11 @@ rates need the in-process emulator.`,
 			}
 			if cmd.Flags().Changed("duration") && cfg.Duration == 0 {
 				return usagef("--duration 0s must be positive")
+			}
+			// One line per round on stderr, so a long run shows it is alive;
+			// stdout keeps only the report.
+			cfg.Progress = func(round int, m bench.Mode, ops, errs int64, elapsed time.Duration) {
+				fmt.Fprintf(env.Err, "round %d/%d  %-17s %7d ops  %5d errors  %9.0f ops/s\n", round, cfg.Rounds, m, ops, errs, float64(ops)/elapsed.Seconds())
 			}
 			rep, err := bench.Run(cmd.Context(), cfg, env.Logger)
 			if err != nil {

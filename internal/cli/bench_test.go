@@ -21,7 +21,11 @@ func TestBenchTable(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, benchArgs("--duplicate-ratio", "0.25", "--payload-size", "0")...)
 	require.Equal(t, 0, res.code, res.stderr)
-	require.Empty(t, res.stderr)
+	progress := strings.Split(strings.TrimSuffix(res.stderr, "\n"), "\n")
+	require.Len(t, progress, 2*6, "one progress line per round and mode")
+	for _, line := range progress {
+		require.Regexp(t, `^round [12]/2  [a-z-]+ +4 ops +0 errors +\d+ ops/s$`, line)
+	}
 	lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
 	require.Len(t, lines, 2+6)
 	require.Equal(t, fmt.Sprintf("8 calls per mode in 2 rounds, 2 concurrent callers, payload 0 B, duplicate ratio 0.25, fault rate 0, commit-then-fail rate 0, emulator in-process, GOMAXPROCS %d",
