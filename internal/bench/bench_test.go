@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -159,4 +160,15 @@ func keys(m map[string]any) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+func TestTemporaryOutboxIsRemoved(t *testing.T) {
+	t.Parallel()
+	c := Config{Modes: []Mode{ModeDispatchInterval}}.WithDefaults()
+	tg, err := newTarget(context.Background(), c, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NotEmpty(t, tg.tempDir)
+	require.DirExists(t, filepath.Join(tg.tempDir, "interval"))
+	require.NoError(t, tg.close())
+	require.NoDirExists(t, tg.tempDir)
 }
