@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -28,6 +30,7 @@ func newBenchCmd(env *Env) *cobra.Command {
 		modes       string
 		payloadSize int
 		jsonOut     bool
+		cpuProfile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--mode all] [--count N | --duration D] [--concurrency 64]",
@@ -88,6 +91,13 @@ rates need the in-process emulator.`,
 			cfg.Progress = func(round int, m bench.Mode, ops, errs int64, elapsed time.Duration) {
 				fmt.Fprintf(env.Err, "round %d/%d  %-17s %7d ops  %5d errors  %9.0f ops/s\n", round, cfg.Rounds, m, ops, errs, float64(ops)/elapsed.Seconds())
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			rep, err := bench.Run(cmd.Context(), cfg, env.Logger)
 			if err != nil {
 				return benchUsage(err)
@@ -112,6 +122,7 @@ rates need the in-process emulator.`,
 	f.StringVar(&cfg.EmulatorAddr, "emulator", "", "host:port of a running emulator (default: one in-process, delivery disabled)")
 	f.StringVar(&cfg.OutboxDir, "outbox", "", "directory for the dispatch modes' outboxes, kept afterwards (default: a temporary directory, removed)")
 	f.BoolVar(&jsonOut, "json", false, "print the results as JSON")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (read it with go tool pprof)")
 	return cmd
 }
 
@@ -127,4 +138,20 @@ func benchUsage(err error) error {
 		flag = ce.Field
 	}
 	return usagef("%s %s %s", flag, ce.Value, benchRuleWords.Replace(ce.Rule))
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -90,6 +92,20 @@ func TestBenchForDuration(t *testing.T) {
 	require.Equal(t, 0.05, got.Config.DurationSeconds)
 	require.Len(t, got.Results, 1)
 	require.Positive(t, got.Results[0].Ops)
+}
+
+func TestBenchCPUProfile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	res := run(t, nil, benchArgs("--mode", "naming", "--cpuprofile", path)...)
+	require.Equal(t, 0, res.code, res.stderr)
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Positive(t, info.Size())
+
+	res = run(t, nil, benchArgs("--mode", "naming", "--cpuprofile", filepath.Join(t.TempDir(), "missing", "cpu.prof"))...)
+	require.Equal(t, 1, res.code)
+	require.Contains(t, res.stderr, "ctdispatch: --cpuprofile: open ")
 }
 
 func TestBenchWithoutBaselineHasNoRatio(t *testing.T) {
