@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -240,9 +239,6 @@ func runRound(ctx context.Context, c Config, n int, op opFunc) roundStats {
 		if st.firstErr == nil {
 			st.firstErr = w.firstErr
 		}
-	}
-	if st.firstErr != nil && errors.Is(st.firstErr, context.Canceled) && ctx.Err() != nil {
-		st.firstErr = ctx.Err()
 	}
 	return st
 }
