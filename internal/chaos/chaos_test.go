@@ -106,7 +106,7 @@ func TestScenarioCanFail(t *testing.T) {
 			defer c.Close()
 			require.NoError(t, emu.SetFaults(emulator.Faults{}))
 			require.NoError(t, c.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: tasks[0].GetName()}))
-		}, []string{"FAIL faults: ", "49 tasks in the queue, want 50", "1 requested tasks do not exist"}},
+		}, []string{"FAIL faults: ", "61 tasks in the queue, want 62", "1 requested tasks do not exist"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.scenario, func(t *testing.T) {

