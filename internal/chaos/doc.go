@@ -19,8 +19,10 @@
 //     end one task per ID, every record terminal, no damaged file.
 //   - faults: the library's Dispatcher sends every request twice while the
 //     emulator injects Unavailable and DeadlineExceeded (half of them after
-//     creating the task) and latency. Held: one task per ID, no ID
-//     answered "created" twice, every record terminal.
+//     creating the task) and latency; then a quarter as many requests get
+//     a single call each, so faults leave them pending, Recover (under
+//     GetTask faults) resolves them and the caller repeats them. Held: one
+//     task per ID, no ID answered "created" twice, every record terminal.
 //   - bad-input: malformed IDs, payloads over 1 MiB, timers beyond 30 days,
 //     bad URLs, an unknown queue (library and CLI), then damaged Parquet
 //     files. Held: each refused with an error naming the field, value or
