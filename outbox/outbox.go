@@ -165,7 +165,7 @@ type segment struct {
 	size    int64
 	opened  time.Time
 	dirty   bool // written since the last sync (Interval mode)
-	records []Record
+	records recordLog
 }
 
 type request struct {
@@ -395,7 +395,7 @@ func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 			continue
 		}
 		_ = end
-		if err := o.writeSegmentParquet(ctx, s.processor, s.seq, recs); err != nil {
+		if err := o.writeSegmentParquet(ctx, s.processor, s.seq, [][]Record{recs}); err != nil {
 			return err
 		}
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -408,21 +408,25 @@ func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 // writeSegmentParquet writes a segment's records as one Parquet file per
 // table, <root>/<table>/<processor>-<seq>.parquet. Writing the same segment
 // twice produces the same file, so a crash between this and the segment's
-// removal is harmless.
-func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq uint64, recs []Record) error {
-	byTable := map[Table][]Record{}
-	for _, r := range recs {
-		if r.Table.validate() != nil {
-			continue
+// removal is harmless. The records are sorted through pointers, leaving
+// the segment's own order (which readers may be scanning) untouched.
+func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq uint64, chunks [][]Record) error {
+	byTable := map[Table][]*Record{}
+	for _, c := range chunks {
+		for i := range c {
+			r := &c[i]
+			if r.Table.validate() != nil {
+				continue
+			}
+			byTable[r.Table] = append(byTable[r.Table], r)
 		}
-		byTable[r.Table] = append(byTable[r.Table], r)
 	}
 	for _, t := range Tables {
 		rs := byTable[t]
 		if len(rs) == 0 {
 			continue
 		}
-		sortRecords(rs)
+		sortRecordPtrs(rs)
 		name := fmt.Sprintf("%s-%016d.parquet", processor, seq)
 		w, err := o.store.create(ctx, t, name)
 		if err != nil {
@@ -671,7 +675,7 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		o.mu.Lock()
 		for _, req := range reqs {
 			o.own[recKey{req.rec.Table, req.rec.ID}] = req.rec
-			seg.records = append(seg.records, req.rec)
+			seg.records.add(req.rec)
 		}
 		o.trimIndexLocked()
 		o.mu.Unlock()
@@ -691,16 +695,19 @@ func (o *Outbox) trimIndexLocked() {
 		return
 	}
 	keep := map[recKey]Record{}
-	add := func(recs []Record) {
-		for _, r := range recs {
-			keep[recKey{r.Table, r.ID}] = o.own[recKey{r.Table, r.ID}]
+	add := func(l *recordLog) {
+		for _, c := range l.chunks {
+			for i := range c {
+				k := recKey{c[i].Table, c[i].ID}
+				keep[k] = o.own[k]
+			}
 		}
 	}
 	for _, s := range o.sealed {
-		add(s.records)
+		add(&s.records)
 	}
 	if o.cur != nil {
-		add(o.cur.records)
+		add(&o.cur.records)
 	}
 	o.own = keep
 }
@@ -745,7 +752,7 @@ func (o *Outbox) tick() {
 			seg.dirty = false
 		}
 	}
-	if len(seg.records) > 0 && o.clock.Since(seg.opened) >= o.opts.SegmentMaxAge {
+	if seg.records.len() > 0 && o.clock.Since(seg.opened) >= o.opts.SegmentMaxAge {
 		o.seal(nil)
 	}
 }
@@ -765,7 +772,7 @@ func (o *Outbox) seal(done chan error) error {
 		if err != nil {
 			o.log.Error("outbox: close log segment", "path", seg.path, "err", err)
 		}
-		if len(seg.records) == 0 && err == nil {
+		if seg.records.len() == 0 && err == nil {
 			os.Remove(seg.path)
 			seg = nil
 		} else {
@@ -794,7 +801,7 @@ func (o *Outbox) runConverter() {
 }
 
 func (o *Outbox) convert(seg *segment) error {
-	if err := o.writeSegmentParquet(context.Background(), o.processor, seg.seq, seg.records); err != nil {
+	if err := o.writeSegmentParquet(context.Background(), o.processor, seg.seq, seg.records.snapshot()); err != nil {
 		o.log.Error("outbox: convert log segment; it stays and is replayed on the next Open", "path", seg.path, "err", err)
 		return err
 	}

@@ -151,15 +151,24 @@ func writerOptions(t Table, l layout) []parquet.WriterOption {
 	}
 }
 
-// sortRecords orders records by ID, then by state (oldest first), the order
-// every file written by this package has.
+// recordBefore is the order every file written by this package has: by
+// ID, then by state, oldest first.
+func recordBefore(a, b *Record) bool {
+	if a.ID != b.ID {
+		return a.ID < b.ID
+	}
+	return newer(b, a)
+}
+
+// sortRecords sorts records in place into file order.
 func sortRecords(recs []Record) {
-	sort.SliceStable(recs, func(i, j int) bool {
-		if recs[i].ID != recs[j].ID {
-			return recs[i].ID < recs[j].ID
-		}
-		return newer(&recs[j], &recs[i])
-	})
+	sort.SliceStable(recs, func(i, j int) bool { return recordBefore(&recs[i], &recs[j]) })
+}
+
+// sortRecordPtrs sorts pointers to records into file order, moving eight
+// bytes per swap instead of a whole record.
+func sortRecordPtrs(recs []*Record) {
+	sort.SliceStable(recs, func(i, j int) bool { return recordBefore(recs[i], recs[j]) })
 }
 
 // rowWriter streams sorted records of one table into a Parquet writer.
@@ -271,12 +280,12 @@ func (a *atomicFile) abort() {
 	os.Remove(a.f.Name())
 }
 
-// writeRecords writes recs (sorted by sortRecords) as one Parquet file
-// through w, committing it on success and aborting it otherwise.
-func writeRecords(w storeWriter, t Table, recs []Record) error {
+// writeRecords writes recs (in file order) as one Parquet file through w,
+// committing it on success and aborting it otherwise.
+func writeRecords(w storeWriter, t Table, recs []*Record) error {
 	rw := newRowWriter(w, t, flushLayout)
-	for i := range recs {
-		if err := rw.write(&recs[i]); err != nil {
+	for _, r := range recs {
+		if err := rw.write(r); err != nil {
 			w.abort()
 			return err
 		}
@@ -295,7 +304,11 @@ func writeParquet(path string, t Table, recs []Record) error {
 	if err != nil {
 		return fmt.Errorf("outbox: create %s: %w", path, err)
 	}
-	if err := writeRecords(af, t, recs); err != nil {
+	ptrs := make([]*Record, len(recs))
+	for i := range recs {
+		ptrs[i] = &recs[i]
+	}
+	if err := writeRecords(af, t, ptrs); err != nil {
 		return fmt.Errorf("outbox: write %s: %w", path, err)
 	}
 	return nil

@@ -169,7 +169,7 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 		}
 		var snap [][]Record
 		for _, s := range segs {
-			snap = append(snap, s.records[:len(s.records):len(s.records)])
+			snap = append(snap, s.records.snapshot()...)
 		}
 		o.mu.Unlock()
 		for _, recs := range snap {
@@ -239,10 +239,10 @@ func (o *Outbox) liveRecords() ([][]Record, error) {
 	o.mu.Lock()
 	var live [][]Record
 	for _, s := range o.sealed {
-		live = append(live, s.records[:len(s.records):len(s.records)])
+		live = append(live, s.records.snapshot()...)
 	}
 	if o.cur != nil {
-		live = append(live, o.cur.records[:len(o.cur.records):len(o.cur.records)])
+		live = append(live, o.cur.records.snapshot()...)
 	}
 	o.mu.Unlock()
 	tails, err := o.tails.records()
