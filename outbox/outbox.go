@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -202,10 +203,14 @@ type Outbox struct {
 	nextSeq uint64
 	buf     []byte
 
-	mu     sync.Mutex // guards own, sealed, cur.records, closed
+	// mu guards own, sealed and cur.records against readers. Only the
+	// writer goroutine changes own and the records, so it reads them
+	// without the lock; readers take it shared, so they do not queue
+	// behind one another.
+	mu     sync.RWMutex
 	own    map[recKey]Record
 	sealed []*segment
-	closed bool
+	closed atomic.Bool
 
 	store tableStore
 	files map[Table]*fileSet
@@ -501,10 +506,7 @@ func (o *Outbox) wait(ctx context.Context, req *request) error {
 }
 
 func (o *Outbox) send(ctx context.Context, req *request) error {
-	o.mu.Lock()
-	closed := o.closed
-	o.mu.Unlock()
-	if closed {
+	if o.closed.Load() {
 		return ErrClosed
 	}
 	select {
@@ -534,9 +536,7 @@ func (o *Outbox) Flush(ctx context.Context) error {
 // goroutines, releases the processor lock and closes every file.
 func (o *Outbox) Close() error {
 	o.closeOnce.Do(func() {
-		o.mu.Lock()
-		o.closed = true
-		o.mu.Unlock()
+		o.closed.Store(true)
 		if !o.opts.ReadOnly {
 			close(o.quit)
 			<-o.writerDone
@@ -545,9 +545,9 @@ func (o *Outbox) Close() error {
 			if o.cur != nil {
 				o.closeErr = errors.Join(o.closeErr, o.cur.f.Close())
 			}
-			o.mu.Lock()
+			o.mu.RLock()
 			left := len(o.sealed)
-			o.mu.Unlock()
+			o.mu.RUnlock()
 			if left == 0 {
 				os.Remove(o.lock.Name())
 			}
@@ -643,7 +643,7 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	}
 	o.buf = o.buf[:0]
 	local := map[recKey]time.Time{}
-	o.mu.Lock()
+	// Only this goroutine writes own, so reading it needs no lock.
 	for _, req := range reqs {
 		k := recKey{req.rec.Table, req.rec.ID}
 		prev, ok := local[k]
@@ -658,7 +658,6 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		local[k] = req.rec.UpdatedAt
 		o.buf = appendFrame(o.buf, &req.rec)
 	}
-	o.mu.Unlock()
 	seg := o.cur
 	_, err := seg.f.Write(o.buf)
 	if err == nil && o.opts.Durability == Durable {

@@ -60,9 +60,7 @@ func (q Query) match(r *Record) bool {
 }
 
 func (o *Outbox) checkOpen() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
+	if o.closed.Load() {
 		return ErrClosed
 	}
 	return nil
@@ -89,9 +87,9 @@ func (o *Outbox) Latest(ctx context.Context, t Table, id string) (Record, bool, 
 			best, found = *r, true
 		}
 	}
-	o.mu.Lock()
+	o.mu.RLock()
 	r, ok := o.own[recKey{t, id}]
-	o.mu.Unlock()
+	o.mu.RUnlock()
 	if ok {
 		return r, true, nil
 	}
@@ -162,7 +160,7 @@ func arrange(recs []Record, history bool) []Record {
 // files found through their indexes.
 func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func(*Record)) error {
 	if own {
-		o.mu.Lock()
+		o.mu.RLock()
 		segs := append([]*segment(nil), o.sealed...)
 		if o.cur != nil {
 			segs = append(segs, o.cur)
@@ -171,7 +169,7 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 		for _, s := range segs {
 			snap = append(snap, s.records.snapshot()...)
 		}
-		o.mu.Unlock()
+		o.mu.RUnlock()
 		for _, recs := range snap {
 			for i := range recs {
 				if recs[i].Table == t && q.match(&recs[i]) {
@@ -236,7 +234,7 @@ func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) err
 // log segments, as a snapshot that later appends do not change, and the live
 // logs of other processors.
 func (o *Outbox) liveRecords() ([][]Record, error) {
-	o.mu.Lock()
+	o.mu.RLock()
 	var live [][]Record
 	for _, s := range o.sealed {
 		live = append(live, s.records.snapshot()...)
@@ -244,7 +242,7 @@ func (o *Outbox) liveRecords() ([][]Record, error) {
 	if o.cur != nil {
 		live = append(live, o.cur.records.snapshot()...)
 	}
-	o.mu.Unlock()
+	o.mu.RUnlock()
 	tails, err := o.tails.records()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read logs: %w", err)
