@@ -274,6 +274,10 @@ func (p *pqFile) find(fld field, value string, cacheBloom bool) ([]Record, error
 		if err != nil {
 			return nil, err
 		}
+		if out == nil {
+			out = recs // usually the only row group that matches
+			continue
+		}
 		out = append(out, recs...)
 	}
 	return out, nil
