@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,6 +76,10 @@ func TestLookupReadsASmallFractionOfTheFile(t *testing.T) {
 // such as the output of gendata + compact (see the README):
 //
 //	CTDISPATCH_LOOKUP_FILE=/tmp/ob5m/dispatch_outbox/compacted-….parquet go test -run LookupLargeFile -v ./outbox/
+//
+// A lookup by cloud_task_id reads a whole column chunk of each row group
+// its bloom filter admits, so what one ID costs depends on its false
+// positives; the test also reports the spread over a sample of gendata's IDs.
 func TestLookupLargeFile(t *testing.T) {
 	path := os.Getenv("CTDISPATCH_LOOKUP_FILE")
 	if path == "" {
@@ -84,24 +89,55 @@ func TestLookupLargeFile(t *testing.T) {
 		name  string
 		fld   field
 		value string
+		rows  int
 	}{
-		{"dispatch_id hit", fieldID, "dispatch:run2500:task250:1"},
-		{"dispatch_id miss", fieldID, "dispatch:run2500:task250:3"},
-		{"cloud_task_id hit", fieldCloudTaskID, mustCloudTaskID(t, "dispatch:run2500:task250:1")},
-		{"run_id hit", fieldRunID, "run2500"},
+		{"dispatch_id hit", fieldID, "dispatch:run2500:task250:1", 1},
+		{"dispatch_id miss", fieldID, "dispatch:run2500:task250:3", 0},
+		{"cloud_task_id hit", fieldCloudTaskID, mustCloudTaskID(t, "dispatch:run2500:task250:1"), 1},
+		{"run_id hit", fieldRunID, "run2500", 1000},
 	} {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		st, _ := f.Stat()
-		cf := &countingFile{File: f}
-		p, err := openParquet(path, TableDispatch, cf, st.Size())
-		require.NoError(t, err)
-		got, err := p.find(tc.fld, tc.value, false)
-		require.NoError(t, err)
-		t.Logf("%-18s %5d rows: read %8d of %d bytes (%.3f%%)", tc.name, len(got), cf.n.Load(), st.Size(),
-			100*float64(cf.n.Load())/float64(st.Size()))
-		p.close()
+		got, read, size := lookupBytes(t, path, tc.fld, tc.value)
+		require.Len(t, got, tc.rows, tc.name)
+		t.Logf("%-18s %5d rows: read %8d of %d bytes (%.3f%%)", tc.name, len(got), read, size, 100*float64(read)/float64(size))
 	}
+
+	// gendata writes runs 0-4999 of 500 tasks, each with attempts 1 and 2.
+	const sample = 200
+	fracs := make([]float64, 0, sample)
+	for k := range sample {
+		id := fmt.Sprintf("dispatch:run%d:task%d:1", k*7919%5000, k*104729%500)
+		got, read, size := lookupBytes(t, path, fieldCloudTaskID, mustCloudTaskID(t, id))
+		require.Len(t, got, 1, id)
+		require.Equal(t, id, got[0].ID)
+		fracs = append(fracs, 100*float64(read)/float64(size))
+	}
+	sort.Float64s(fracs)
+	mean, over := 0.0, 0
+	for _, f := range fracs {
+		mean += f / sample
+		if f >= 1 {
+			over++
+		}
+	}
+	t.Logf("cloud_task_id, %d IDs: mean %.3f%%, median %.3f%%, 90th percentile %.3f%%, max %.3f%%; %d of %d read 1%% or more",
+		sample, mean, fracs[sample/2], fracs[sample*9/10], fracs[sample-1], over, sample)
+}
+
+// lookupBytes finds value in column fld of the file at path and returns
+// the records and how many of the file's bytes that read.
+func lookupBytes(t *testing.T, path string, fld field, value string) (recs []Record, read, size int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	st, err := f.Stat()
+	require.NoError(t, err)
+	cf := &countingFile{File: f}
+	p, err := openParquet(path, TableDispatch, cf, st.Size())
+	require.NoError(t, err)
+	defer p.close()
+	recs, err = p.find(fld, value, false)
+	require.NoError(t, err)
+	return recs, cf.n.Load(), st.Size()
 }
 
 func mustCloudTaskID(t *testing.T, id string) string {

@@ -274,6 +274,10 @@ func (p *pqFile) find(fld field, value string, cacheBloom bool) ([]Record, error
 		if err != nil {
 			return nil, err
 		}
+		if out == nil {
+			out = recs // usually the only row group that matches
+			continue
+		}
 		out = append(out, recs...)
 	}
 	return out, nil
@@ -384,10 +388,12 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 					break
 				}
 				if err != nil {
+					parquet.Release(page)
 					pages.Close()
 					return nil, p.fail("reading values", err)
 				}
 			}
+			parquet.Release(page)
 		}
 		pages.Close()
 	}
@@ -440,10 +446,16 @@ func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) ([]Record, error) {
 					break
 				}
 				if err != nil {
+					parquet.Release(page)
 					pages.Close()
 					return nil, p.fail("reading values", err)
 				}
 			}
+			// Handing the page back lets the next column's page reuse its
+			// buffers (set copied out what it kept); unreleased, every page
+			// is fresh memory, and a lookup grew the heap past the first
+			// garbage collection.
+			parquet.Release(page)
 			if row == first {
 				pages.Close()
 				return nil, p.fail("reading a page", io.ErrUnexpectedEOF)

@@ -82,9 +82,11 @@ func (o *Outbox) Latest(ctx context.Context, t Table, id string) (Record, bool, 
 	}
 	var best Record
 	found := false
-	consider := func(r *Record) {
-		if r.Table == t && r.ID == id && (!found || newer(r, &best)) {
-			best, found = *r, true
+	consider := func(recs []Record, _ bool) {
+		for i := range recs {
+			if r := &recs[i]; r.Table == t && r.ID == id && (!found || newer(r, &best)) {
+				best, found = *r, true
+			}
 		}
 	}
 	o.mu.RLock()
@@ -113,7 +115,13 @@ func (o *Outbox) Lookup(ctx context.Context, q Query) ([]Record, error) {
 	}
 	var all []Record
 	for _, t := range tables {
-		err := o.search(ctx, t, q, true, func(r *Record) { all = append(all, *r) })
+		err := o.search(ctx, t, q, true, func(recs []Record, fresh bool) {
+			if all == nil && fresh {
+				all = recs // a lookup by run returns thousands: spare a copy
+				return
+			}
+			all = append(all, recs...)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -157,8 +165,10 @@ func arrange(recs []Record, history bool) []Record {
 
 // search feeds fn every record of table t matching q: this process's
 // unconverted records (when own), other processors' logs, and the Parquet
-// files found through their indexes.
-func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func(*Record)) error {
+// files found through their indexes. fn gets the records of a file in one
+// call, and fresh reports that the slice is the caller's to keep; other
+// slices are shared and must be copied.
+func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func(recs []Record, fresh bool)) error {
 	if own {
 		o.mu.RLock()
 		segs := append([]*segment(nil), o.sealed...)
@@ -173,7 +183,7 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 		for _, recs := range snap {
 			for i := range recs {
 				if recs[i].Table == t && q.match(&recs[i]) {
-					fn(&recs[i])
+					fn(recs[i:i+1], false)
 				}
 			}
 		}
@@ -187,15 +197,15 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 	for _, recs := range tails {
 		for i := range recs {
 			if recs[i].Table == t && q.match(&recs[i]) {
-				fn(&recs[i])
+				fn(recs[i:i+1], false)
 			}
 		}
 	}
 	fld, val := q.field()
 	return o.eachFile(ctx, t, func(f *openFile) error {
 		recs, err := f.find(fld, val, o.files[t].cacheBloom)
-		for i := range recs {
-			fn(&recs[i])
+		if len(recs) > 0 {
+			fn(recs, true)
 		}
 		return err
 	})
