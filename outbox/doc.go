@@ -40,6 +40,21 @@
 // foreign file is logged with its path and the reason, listed by Damaged,
 // and skipped; it never hides the other files.
 //
+// # Errors
+//
+// Bad records and options are refused with errors that name the field, the
+// value and the rule. A file that cannot be read is a *FileError (path and
+// reason) matching ErrDamaged, or ErrForeignFile for valid Parquet that is
+// not an outbox table; it is skipped, never fatal. ErrClosed,
+// ErrProcessorInUse and ErrReadOnly are the other sentinels.
+//
+// # Observability
+//
+// The outbox logs through Options.Logger (log/slog) only what needs a
+// person: skipped files, dropped torn log tails, failed conversions, and
+// the replay of a stopped processor's log. Damaged lists the skipped files;
+// Stats counts records by status, queue, kind and processor.
+//
 // # Buckets
 //
 // The tables (not the log) can live in a bucket through gocloud.dev/blob:

@@ -24,6 +24,20 @@
 // nearer timer and re-arm it when it fires. A due time in the past fires at
 // once.
 //
+// # Errors
+//
+// Bad input (a zero time, a due time past the 30-day limit, an invalid
+// component) is refused before any call, with an error naming the value and
+// the rule; ErrTooFar matches the limit. Every other error is the
+// dispatcher's and matches the same sentinels (cloudtasks.ErrCreateFailed,
+// ErrGaveUp, ErrPayloadConflict, …) through errors.Is.
+//
+// # Observability
+//
+// Timers go through the dispatcher, so they share its slog logger and
+// OpenTelemetry meter: outcomes are counted with kind retry or heartbeat,
+// and every log line carries the timer ID.
+//
 // # Cancelling
 //
 // CancelTimer deletes the task and records the timer as cancelled. A task
