@@ -170,17 +170,7 @@ func arrange(recs []Record, history bool) []Record {
 // slices are shared and must be copied.
 func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func(recs []Record, fresh bool)) error {
 	if own {
-		o.mu.RLock()
-		segs := append([]*segment(nil), o.sealed...)
-		if o.cur != nil {
-			segs = append(segs, o.cur)
-		}
-		var snap [][]Record
-		for _, s := range segs {
-			snap = append(snap, s.records.snapshot()...)
-		}
-		o.mu.RUnlock()
-		for _, recs := range snap {
+		for _, recs := range o.ownRecords() {
 			for i := range recs {
 				if recs[i].Table == t && q.match(&recs[i]) {
 					fn(recs[i:i+1], false)
@@ -244,15 +234,7 @@ func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) err
 // log segments, as a snapshot that later appends do not change, and the live
 // logs of other processors.
 func (o *Outbox) liveRecords() ([][]Record, error) {
-	o.mu.RLock()
-	var live [][]Record
-	for _, s := range o.sealed {
-		live = append(live, s.records.snapshot()...)
-	}
-	if o.cur != nil {
-		live = append(live, o.cur.records.snapshot()...)
-	}
-	o.mu.RUnlock()
+	live := o.ownRecords()
 	tails, err := o.tails.records()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read logs: %w", err)
@@ -279,6 +261,22 @@ func (o *Outbox) scanAll(ctx context.Context, t Table, fn func(*Record)) error {
 	return o.eachFile(ctx, t, func(f *openFile) error {
 		return f.scan(func(r Record) error { fn(&r); return nil })
 	})
+}
+
+// ownRecords returns this process's records not yet in Parquet files (its
+// sealed and current log segments), as views that later appends leave
+// unchanged.
+func (o *Outbox) ownRecords() [][]Record {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	var out [][]Record
+	for _, s := range o.sealed {
+		out = append(out, s.records.snapshot()...)
+	}
+	if o.cur != nil {
+		out = append(out, o.cur.records.snapshot()...)
+	}
+	return out
 }
 
 // Damaged returns the files currently skipped because they are damaged or
