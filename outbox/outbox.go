@@ -734,7 +734,9 @@ func (o *Outbox) ensureSegment() error {
 		return fmt.Errorf("outbox: create log segment: %w", err)
 	}
 	o.nextSeq++
+	o.mu.Lock() // readers look at cur
 	o.cur = &segment{path: path, seq: seq, f: f, size: int64(len(walMagic)), opened: o.clock.Now()}
+	o.mu.Unlock()
 	return nil
 }
 
@@ -761,7 +763,6 @@ func (o *Outbox) tick() {
 // converted.
 func (o *Outbox) seal(done chan error) error {
 	seg := o.cur
-	o.cur = nil
 	if seg != nil {
 		var err error
 		if seg.dirty {
@@ -774,12 +775,17 @@ func (o *Outbox) seal(done chan error) error {
 		if seg.records.len() == 0 && err == nil {
 			os.Remove(seg.path)
 			seg = nil
-		} else {
-			o.mu.Lock()
-			o.sealed = append(o.sealed, seg)
-			o.mu.Unlock()
 		}
 	}
+	// Readers see a segment's records through cur or sealed; moving it
+	// from one to the other under the lock leaves no moment where they
+	// are in neither.
+	o.mu.Lock()
+	o.cur = nil
+	if seg != nil {
+		o.sealed = append(o.sealed, seg)
+	}
+	o.mu.Unlock()
 	o.conv <- convJob{seg: seg, done: done}
 	return nil
 }
