@@ -70,6 +70,10 @@ type Config struct {
 	// Refresh is how often pages refresh themselves while "live" is on.
 	// Defaults to 5s.
 	Refresh time.Duration
+	// Timeout bounds the calls one page makes to its sources, so a page
+	// over an emulator that went away answers with an error instead of
+	// waiting on the client's retries. Defaults to 5s.
+	Timeout time.Duration
 	// PageSize is how many tasks the queue page shows at a time. Defaults
 	// to 100.
 	PageSize int
@@ -91,6 +95,9 @@ func (c Config) withDefaults() Config {
 	if c.Refresh == 0 {
 		c.Refresh = 5 * time.Second
 	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
 	if c.PageSize == 0 {
 		c.PageSize = 100
 	}
@@ -111,8 +118,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("console: StaleAfter %s is negative; allowed: 0 or more", c.StaleAfter)
 	case c.PageSize < 1 || c.PageSize > 1000:
 		return fmt.Errorf("console: PageSize %d out of range; allowed: 1 to 1000 (one ListTasks page)", c.PageSize)
-	case c.HealthEvery < 0 || c.Refresh < 0:
-		return fmt.Errorf("console: HealthEvery %s and Refresh %s must not be negative", c.HealthEvery, c.Refresh)
+	case c.HealthEvery < 0 || c.Refresh < 0 || c.Timeout < 0:
+		return fmt.Errorf("console: HealthEvery %s, Refresh %s and Timeout %s must not be negative", c.HealthEvery, c.Refresh, c.Timeout)
 	}
 	return nil
 }

@@ -10,15 +10,16 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -64,8 +65,10 @@ func (s *Server) page(name string, build builder) http.HandlerFunc {
 			Here: r.URL.RequestURI(), Note: r.URL.Query().Get("note"),
 			Sources: sources{Emulator: s.cfg.Emulator, EmulatorHTTP: s.cfg.EmulatorHTTP, Outbox: s.cfg.Outbox},
 		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+		defer cancel()
 		status := http.StatusOK
-		if err := build(r, l); err != nil {
+		if err := build(r.WithContext(ctx), l); err != nil {
 			var pe *pageError
 			if errors.As(err, &pe) {
 				http.Error(w, pe.msg, pe.code)
@@ -279,12 +282,12 @@ func deliveryRate(ds []emulator.DeliveryRecord, now time.Time) (string, []codeCo
 	for _, d := range ds[:min(len(ds), recentCodes)] {
 		counts[d.StatusCode]++
 	}
-	codes := make([]codeCount, 0, len(counts))
+	out := make([]codeCount, 0, len(counts))
 	for c, k := range counts {
-		codes = append(codes, codeCount{Code: statusText(c), Class: statusClass(c), N: k})
+		out = append(out, codeCount{Code: statusText(c), Class: statusClass(c), N: k})
 	}
-	sort.Slice(codes, func(i, j int) bool { return codes[i].Code < codes[j].Code })
-	return fmt.Sprintf("%.2f", float64(n)/60), codes
+	sort.Slice(out, func(i, j int) bool { return out[i].Code < out[j].Code })
+	return fmt.Sprintf("%.2f", float64(n)/60), out
 }
 
 func statusText(code int) string {
@@ -382,7 +385,7 @@ func (s *Server) queuePage(r *http.Request, l *layout) error {
 			Dispatches: t.DispatchCount, Responses: t.ResponseCount,
 		}
 		if st := t.GetLastAttempt().GetResponseStatus(); st != nil {
-			row.LastCode, row.LastMessage = fmt.Sprint(st.Code), st.Message
+			row.LastCode, row.LastMessage = codes.Code(st.Code).String(), st.Message
 			row.LastClass = "bad"
 			if st.Code == 0 {
 				row.LastClass = "ok"
@@ -539,8 +542,6 @@ type state struct {
 	HandOver             bool
 }
 
-var cloudTaskIDPattern = regexp.MustCompile(`^[dt]_[A-Za-z0-9]{8,}$`)
-
 // searchKind guesses what a search string is: an internal ID (it has the
 // kind prefix), a Cloud Tasks ID or task name, or else a run ID.
 func searchKind(q string) (by, value string) {
@@ -549,7 +550,7 @@ func searchKind(q string) (by, value string) {
 		return "id", q
 	case strings.Contains(q, "/tasks/"):
 		return "task", shortName(q)
-	case cloudTaskIDPattern.MatchString(q):
+	case naming.IsCloudTaskID(q):
 		return "task", q
 	}
 	return "run", q

@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -26,10 +27,10 @@ const (
 // when it was scheduled to its due time, where its dot sits. The page
 // draws it as inline SVG, so it needs no script.
 type timeline struct {
-	Width, Height, Left, Right, AxisY int
-	Lanes                             []lane
-	Ticks                             []tick
-	Marks                             []mark
+	Width, Height, Left, Right, AxisY, TickEnd int
+	Lanes                                      []lane
+	Ticks                                      []tick
+	Marks                                      []mark
 }
 
 type lane struct {
@@ -84,6 +85,7 @@ func newTimeline(recs []outbox.Record) *timeline {
 	}
 	tl := &timeline{Width: chartWidth, Left: chartLeft, Right: chartWidth - chartRight}
 	tl.AxisY = chartTop + len(kinds)*laneHeight
+	tl.TickEnd = tl.AxisY + 5
 	tl.Height = tl.AxisY + chartAxis
 	for i, k := range kinds {
 		tl.Lanes = append(tl.Lanes, lane{Label: k, Y: chartTop + i*laneHeight + laneHeight/2})
@@ -107,7 +109,7 @@ func newTimeline(recs []outbox.Record) *timeline {
 		if !r.DueAt.IsZero() {
 			title = fmt.Sprintf("%s: %s, due %s", r.ID, r.Status, fmtTime(r.DueAt))
 		}
-		tl.Marks = append(tl.Marks, mark{X1: x(start), X2: x(end), Y: y, Class: "st-" + string(r.Status), Title: title, Href: "/audit?q=" + r.ID})
+		tl.Marks = append(tl.Marks, mark{X1: x(start), X2: x(end), Y: y, Class: "st-" + string(r.Status), Title: title, Href: "/audit?q=" + url.QueryEscape(r.ID)})
 	}
 	return tl
 }
