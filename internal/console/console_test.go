@@ -154,11 +154,11 @@ func TestRunPageListsEveryDispatchAndTimerOnATimeline(t *testing.T) {
 		{retry.String(), "retry", "created", retry.CloudTaskID(), "2026-11-23 10:00:04.000", "2026-11-23 10:02:00.000", "1", ""},
 	}, rows(t, page, "run"))
 	// The timeline spans 10:00:00 to the timer's due time at 10:02:00 over
-	// x = 100..940: the transform outcome at 10:00:30 sits at 310.
-	require.Contains(t, page, `<g class="mark st-already_existed"><title>dispatch:run-1:transform:1: already_existed at 2026-11-23 10:00:30.000</title><line x1="100" x2="310" y1="41" y2="41"/><circle cx="310" cy="41" r="5"/></g>`)
+	// x = 100..912: the transform outcome at 10:00:30 sits at 303.
+	require.Contains(t, page, `<g class="mark st-already_existed"><title>dispatch:run-1:transform:1: already_existed at 2026-11-23 10:00:30.000</title><line x1="100" x2="303" y1="41" y2="41"/><circle cx="303" cy="41" r="5"/></g>`)
 	require.Contains(t, page, `<text class="lane" x="8" y="76" dy="4">retry</text>`)
 	require.Equal(t, 4, strings.Count(page, "<circle "))
-	require.Contains(t, page, `<text class="tick" x="940" y="98" dy="18">10:02:00</text>`)
+	require.Contains(t, page, `<text class="tick" x="912" y="98" dy="18">10:02:00</text>`)
 }
 
 func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {

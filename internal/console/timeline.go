@@ -12,7 +12,7 @@ import (
 const (
 	chartWidth  = 960
 	chartLeft   = 100 // room for the lane labels
-	chartRight  = 20
+	chartRight  = 48
 	laneHeight  = 44
 	chartTop    = 10
 	chartAxis   = 28
@@ -94,8 +94,11 @@ func newTimeline(recs []outbox.Record) *timeline {
 		return tl.Left + int(float64(tl.Right-tl.Left)*float64(t.Sub(lo))/float64(hi.Sub(lo)))
 	}
 	layout := "15:04:05"
-	if hi.Sub(lo) > 24*time.Hour {
+	switch span := hi.Sub(lo); {
+	case span > 24*time.Hour:
 		layout = "01-02 15:04"
+	case span < 10*time.Second:
+		layout = "15:04:05.000"
 	}
 	for i := range tickCount {
 		t := lo.Add(time.Duration(float64(hi.Sub(lo)) * float64(i) / float64(tickCount-1)))
