@@ -34,6 +34,10 @@ var staticFS embed.FS
 // only, because the pages show task payload metadata and headers.
 const DefaultAddr = "127.0.0.1:8090"
 
+// idCacheSize bounds the Cloud Tasks ID → internal ID pairs remembered
+// from outbox lookups (about 100 bytes each).
+const idCacheSize = 100_000
+
 // ErrNoSource is returned by New when neither an emulator nor an outbox is
 // configured: the console would have nothing to show.
 var ErrNoSource = errors.New("console: no emulator and no outbox to show")
@@ -74,6 +78,12 @@ type Config struct {
 	// over an emulator that went away answers with an error instead of
 	// waiting on the client's retries. Defaults to 5s.
 	Timeout time.Duration
+	// LookupBudget bounds the time a queue page spends looking up, in the
+	// outbox, the internal IDs of tasks that do not carry them: IDs not
+	// found in time are shown as links to search for, and the page's live
+	// refresh fills them in from the lookups that finished (they are
+	// remembered). Defaults to 100ms.
+	LookupBudget time.Duration
 	// PageSize is how many tasks the queue page shows at a time. Defaults
 	// to 100.
 	PageSize int
@@ -100,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PageSize == 0 {
 		c.PageSize = 100
+	}
+	if c.LookupBudget == 0 {
+		c.LookupBudget = 100 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -135,6 +148,9 @@ type Server struct {
 	csrf    string
 	mux     *http.ServeMux
 	health  *healthCache
+	ids     idCache
+	lookups chan struct{}  // a slot per outbox lookup running
+	bg      sync.WaitGroup // lookups that outlive their page
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closing sync.Once
@@ -155,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if _, err := rand.Read(token); err != nil {
 		return nil, fmt.Errorf("console: CSRF token: %w", err)
 	}
-	s := &Server{cfg: cfg, pages: pages, csrf: hex.EncodeToString(token), web: &http.Client{Timeout: 5 * time.Second}}
+	s := &Server{cfg: cfg, pages: pages, csrf: hex.EncodeToString(token), web: &http.Client{Timeout: 5 * time.Second}, ids: idCache{max: idCacheSize}, lookups: make(chan struct{}, lookupWorkers)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cfg.Emulator != "" {
 		s.client, err = cloudtasks.NewClient(ctx, emulator.ClientOptions(cfg.Emulator)...)
@@ -180,6 +196,7 @@ func (s *Server) Close() error {
 	var errs []error
 	s.closing.Do(func() {
 		s.cancel()
+		s.bg.Wait()
 		if s.health != nil {
 			s.health.wait()
 		}

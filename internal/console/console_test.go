@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,9 +47,14 @@ func TestQueuePagePagesThroughListTasksTokens(t *testing.T) {
 	b := setup(t, Config{PageSize: 2})
 	ctx := context.Background()
 	for i := range 3 {
+		// z-1 claims an ID whose hash is not its name: it is not trusted.
+		headers := map[string]string{}
+		if i == 1 {
+			headers["Idempotency-Key"] = b.ids["extract"].String()
+		}
 		_, err := b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: workQueue, Task: &cloudtaskspb.Task{
 			Name:        fmt.Sprintf("%s/tasks/z-%d", workQueue, i),
-			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{Url: "http://127.0.0.1:1/"}},
+			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{Url: "http://127.0.0.1:1/", Headers: headers}},
 		}})
 		require.NoError(t, err)
 	}
@@ -108,6 +114,9 @@ func TestTaskPageShowsTheRequestAndItsDeliveries(t *testing.T) {
 		{"Idempotency-Key", "dispatch:run-1:transform:1"},
 		{"X-Note", hostile},
 	}, rows(t, page, "task-headers"))
+	// A task without the header is found through the outbox.
+	_, loadPage := b.get(t, "/task?name="+url.QueryEscape(workQueue+"/tasks/"+b.ids["load"].CloudTaskID()))
+	require.Contains(t, loadPage, `<a id="internal-id" href="/audit?q=dispatch%3arun-1%3aload%3a1"><code>dispatch:run-1:load:1</code></a>`)
 	require.Equal(t, [][]string{{"1", "2026-11-23 10:00:00.000", "503", "retry"}}, rows(t, page, "task-deliveries"))
 	require.Contains(t, page, `<a id="internal-id" href="/audit?q=dispatch%3arun-1%3atransform%3a1"><code>dispatch:run-1:transform:1</code></a>`)
 	require.Contains(t, page, `<code>worker@p.iam.gserviceaccount.com</code>`)
@@ -370,4 +379,37 @@ func TestSearchKind(t *testing.T) {
 		by, value := searchKind(tc.q)
 		require.Equal(t, []string{tc.by, tc.value}, []string{by, value}, tc.q)
 	}
+}
+
+func TestSlowLookupsAreShownLateAndFilledInByTheNextRefresh(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0.Add(time.Hour))
+	b := setup(t, Config{Clock: clock, LookupBudget: 100 * time.Millisecond})
+	// Every lookup slot is taken, so the page's lookup of "load" (which
+	// has no Idempotency-Key header) cannot start before its budget ends.
+	for range lookupWorkers {
+		b.srv.lookups <- struct{}{}
+	}
+	path := "/queue?name=" + url.QueryEscape(workQueue)
+	type answer struct {
+		code int
+		page string
+	}
+	got := make(chan answer)
+	go func() {
+		code, page := b.get(t, path)
+		got <- answer{code, page}
+	}()
+	require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
+	clock.Advance(100 * time.Millisecond)
+	first := <-got
+	require.Equal(t, http.StatusOK, first.code)
+	load := b.ids["load"].CloudTaskID()
+	require.Equal(t, []string{load, "looking up…"}, rows(t, first.page, "tasks")[1][:2])
+	for range lookupWorkers {
+		<-b.srv.lookups
+	}
+	b.srv.bg.Wait()
+	_, page := b.get(t, path)
+	require.Equal(t, []string{load, "dispatch:run-1:load:1"}, rows(t, page, "tasks")[1][:2])
 }

@@ -344,7 +344,10 @@ type queueBody struct {
 }
 
 type taskRow struct {
-	Name, ID, InternalID   string
+	Name, ID, InternalID string
+	// Late marks an ID whose outbox lookup did not finish within the
+	// page's budget.
+	Late                   bool
 	Schedule               time.Time
 	Dispatches, Responses  int32
 	LastCode               string
@@ -370,18 +373,15 @@ func (s *Server) queuePage(r *http.Request, l *layout) error {
 	if err != nil {
 		return err
 	}
-	cloudIDs := make([]string, len(tasks))
-	for i, t := range tasks {
-		cloudIDs[i] = shortName(t.Name)
-	}
-	ids, idErr := s.internalIDs(ctx, cloudIDs)
+	ids, late, idErr := s.internalIDs(ctx, tasks)
 	body := queueBody{
 		Queue: queueRow{Name: q.Name, State: q.State.String(), Paused: q.State == cloudtaskspb.Queue_PAUSED},
 		Page:  token, Next: next, FirstPage: token == "", HasOutbox: s.box != nil,
 	}
-	for i, t := range tasks {
+	for _, t := range tasks {
+		cid := shortName(t.Name)
 		row := taskRow{
-			Name: t.Name, ID: cloudIDs[i], InternalID: ids[cloudIDs[i]], Schedule: t.GetScheduleTime().AsTime(),
+			Name: t.Name, ID: cid, InternalID: ids[cid], Late: late[cid], Schedule: t.GetScheduleTime().AsTime(),
 			Dispatches: t.DispatchCount, Responses: t.ResponseCount,
 		}
 		if st := t.GetLastAttempt().GetResponseStatus(); st != nil {
@@ -429,11 +429,6 @@ func (s *Server) taskPage(r *http.Request, l *layout) error {
 	if i := strings.Index(name, "/tasks/"); i > 0 {
 		body.Queue = name[:i]
 	}
-	ids, err := s.internalIDs(ctx, []string{body.ID})
-	if err != nil {
-		return err
-	}
-	body.InternalID = ids[body.ID]
 	ins, insErr := s.inspect(ctx, "", name, 100)
 	if ins != nil {
 		body.Inspects, body.Deliveries = true, ins.Deliveries
@@ -443,9 +438,17 @@ func (s *Server) taskPage(r *http.Request, l *layout) error {
 	if err != nil {
 		// A task that ran is gone from Cloud Tasks; its deliveries and its
 		// outbox record still tell its story.
+		if ids, _, idErr := s.internalIDs(ctx, []*cloudtaskspb.Task{{Name: name}}); idErr == nil {
+			body.InternalID = ids[body.ID]
+		}
 		return fmt.Errorf("GetTask %s: %w", name, err)
 	}
 	body.Task = t
+	ids, _, err := s.internalIDs(ctx, []*cloudtaskspb.Task{t})
+	if err != nil {
+		return err
+	}
+	body.InternalID = ids[body.ID]
 	if h := t.GetHttpRequest(); h != nil {
 		body.Method, body.URL, body.BodyBytes = h.HttpMethod.String(), h.Url, len(h.Body)
 		body.OIDC = h.GetOidcToken().GetServiceAccountEmail()

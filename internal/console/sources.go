@@ -9,12 +9,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/api/iterator"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -97,9 +98,10 @@ func (s *Server) listQueues(ctx context.Context, ins *emulator.Inspection) ([]*c
 	return out, nil
 }
 
-// listTaskPage returns one page of a queue's tasks and the token of the next.
+// listTaskPage returns one page of a queue's tasks and the token of the
+// next. The full view carries the headers, where the internal ID is.
 func (s *Server) listTaskPage(ctx context.Context, queue, token string) ([]*cloudtaskspb.Task, string, error) {
-	it := s.client.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: queue, ResponseView: cloudtaskspb.Task_BASIC})
+	it := s.client.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: queue, ResponseView: cloudtaskspb.Task_FULL})
 	var tasks []*cloudtaskspb.Task
 	next, err := iterator.NewPager(it, s.cfg.PageSize, token).NextPage(&tasks)
 	if err != nil {
@@ -108,35 +110,142 @@ func (s *Server) listTaskPage(ctx context.Context, queue, token string) ([]*clou
 	return tasks, next, nil
 }
 
-// internalIDs looks up the internal ID of each Cloud Tasks ID in the
-// outbox, a few lookups at a time; IDs the outbox does not know are absent.
-func (s *Server) internalIDs(ctx context.Context, cloudIDs []string) (map[string]string, error) {
-	out := make(map[string]string, len(cloudIDs))
-	if s.box == nil {
-		return out, nil
-	}
-	ids := make([]string, len(cloudIDs))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i, cid := range cloudIDs {
-		g.Go(func() error {
-			recs, err := s.box.Lookup(gctx, outbox.Query{CloudTaskID: cid})
-			if err != nil {
-				return fmt.Errorf("outbox lookup of %s: %w", cid, err)
+// internalIDs finds the internal ID of each task. A task made by the
+// dispatcher carries it in its Idempotency-Key header, and the header is
+// trusted only when it hashes to the task's own ID (naming.CloudTaskID),
+// which costs no I/O. Other tasks are looked up in the outbox by
+// cloud_task_id, at most lookupWorkers at a time across the server; the
+// page waits for them for at most Config.LookupBudget, and lookups still
+// running go on in the background and remember what they find (the mapping
+// never changes), so the page's next refresh shows it. Tasks the outbox
+// does not know are absent from ids; those whose lookup has not finished
+// are in late.
+func (s *Server) internalIDs(ctx context.Context, tasks []*cloudtaskspb.Task) (ids map[string]string, late map[string]bool, err error) {
+	ids, late = make(map[string]string, len(tasks)), map[string]bool{}
+	var unknown []string
+	for _, t := range tasks {
+		cid := shortName(t.Name)
+		if id := idempotencyKey(t); id != "" {
+			if want, err := naming.CloudTaskID(id); err == nil && want == cid {
+				ids[cid] = id
+				continue
 			}
-			if len(recs) > 0 {
-				ids[i] = recs[0].ID
+		}
+		if id, ok := s.ids.get(cid); ok {
+			ids[cid] = id
+			continue
+		}
+		unknown = append(unknown, cid)
+	}
+	if s.box == nil || len(unknown) == 0 {
+		return ids, late, nil
+	}
+	type result struct {
+		cid, id string
+		err     error
+	}
+	results := make(chan result, len(unknown)) // never blocks a late lookup
+	waiting := map[string]bool{}
+	for _, cid := range unknown {
+		waiting[cid] = true
+		if !s.ids.begin(cid) {
+			continue // an earlier page's lookup is still running
+		}
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			defer s.ids.end(cid)
+			s.lookups <- struct{}{}
+			defer func() { <-s.lookups }()
+			lctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+			defer cancel()
+			recs, err := s.box.Lookup(lctx, outbox.Query{CloudTaskID: cid})
+			r := result{cid: cid, err: err}
+			if err == nil && len(recs) > 0 {
+				r.id = recs[0].ID
+				s.ids.put(cid, r.id)
 			}
-			return nil
-		})
+			results <- r
+		}()
 	}
-	if err := g.Wait(); err != nil {
-		return out, err
-	}
-	for i, cid := range cloudIDs {
-		if ids[i] != "" {
-			out[cid] = ids[i]
+	budget := s.cfg.Clock.NewTimer(s.cfg.LookupBudget)
+	defer budget.Stop()
+	for len(waiting) > 0 && len(late) == 0 {
+		select {
+		case r := <-results:
+			delete(waiting, r.cid)
+			if r.err != nil && err == nil {
+				err = fmt.Errorf("outbox lookup of %s: %w", r.cid, r.err)
+			}
+			if r.id != "" {
+				ids[r.cid] = r.id
+			}
+		case <-budget.Chan():
+			for cid := range waiting {
+				late[cid] = true
+			}
+		case <-ctx.Done():
+			return ids, waiting, ctx.Err()
 		}
 	}
-	return out, nil
+	return ids, late, err
+}
+
+func idempotencyKey(t *cloudtaskspb.Task) string {
+	for k, v := range t.GetHttpRequest().GetHeaders() {
+		if strings.EqualFold(k, "Idempotency-Key") {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookupWorkers bounds the outbox lookups by Cloud Tasks ID running at
+// once, across every page being served.
+const lookupWorkers = 8
+
+// idCache remembers Cloud Tasks ID → internal ID pairs found in the
+// outbox, up to a bound past which it starts over, and which lookups are
+// running.
+type idCache struct {
+	mu      sync.Mutex
+	ids     map[string]string
+	max     int
+	running map[string]bool
+}
+
+// begin marks a lookup of cid as running; false if one already is.
+func (c *idCache) begin(cid string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running == nil {
+		c.running = map[string]bool{}
+	}
+	if c.running[cid] {
+		return false
+	}
+	c.running[cid] = true
+	return true
+}
+
+func (c *idCache) end(cid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.running, cid)
+}
+
+func (c *idCache) get(cid string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.ids[cid]
+	return id, ok
+}
+
+func (c *idCache) put(cid, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil || len(c.ids) >= c.max {
+		c.ids = make(map[string]string)
+	}
+	c.ids[cid] = id
 }
