@@ -78,11 +78,11 @@ type Config struct {
 	// over an emulator that went away answers with an error instead of
 	// waiting on the client's retries. Defaults to 5s.
 	Timeout time.Duration
-	// LookupBudget bounds the time a queue page spends looking up, in the
-	// outbox, the internal IDs of tasks that do not carry them: IDs not
-	// found in time are shown as links to search for, and the page's live
-	// refresh fills them in from the lookups that finished (they are
-	// remembered). Defaults to 100ms.
+	// LookupBudget is how long after it started a queue page stops waiting
+	// for the outbox lookups of the internal IDs of tasks that do not carry
+	// them: IDs not found in time are shown as links to search for, and
+	// the page's live refresh fills them in from the lookups that finished
+	// (they are remembered). Defaults to 120ms.
 	LookupBudget time.Duration
 	// PageSize is how many tasks the queue page shows at a time. Defaults
 	// to 100.
@@ -112,7 +112,7 @@ func (c Config) withDefaults() Config {
 		c.PageSize = 100
 	}
 	if c.LookupBudget == 0 {
-		c.LookupBudget = 100 * time.Millisecond
+		c.LookupBudget = 120 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -401,7 +401,7 @@ func TestSlowLookupsAreShownLateAndFilledInByTheNextRefresh(t *testing.T) {
 		got <- answer{code, page}
 	}()
 	require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
-	clock.Advance(100 * time.Millisecond)
+	clock.Advance(100 * time.Millisecond) // the budget, as the page started at the clock's time
 	first := <-got
 	require.Equal(t, http.StatusOK, first.code)
 	load := b.ids["load"].CloudTaskID()

@@ -363,7 +363,7 @@ func (s *Server) queuePage(r *http.Request, l *layout) error {
 		return badRequest("queue page needs ?name=projects/P/locations/L/queues/Q")
 	}
 	l.Title, l.Live, l.Nav = "Queue "+shortName(name), true, "queues"
-	ctx := r.Context()
+	ctx, started := r.Context(), s.cfg.Clock.Now()
 	q, err := s.client.GetQueue(ctx, &cloudtaskspb.GetQueueRequest{Name: name})
 	if err != nil {
 		return fmt.Errorf("GetQueue %s: %w", name, err)
@@ -373,7 +373,7 @@ func (s *Server) queuePage(r *http.Request, l *layout) error {
 	if err != nil {
 		return err
 	}
-	ids, late, idErr := s.internalIDs(ctx, tasks)
+	ids, late, idErr := s.internalIDs(ctx, tasks, started)
 	body := queueBody{
 		Queue: queueRow{Name: q.Name, State: q.State.String(), Paused: q.State == cloudtaskspb.Queue_PAUSED},
 		Page:  token, Next: next, FirstPage: token == "", HasOutbox: s.box != nil,
@@ -438,13 +438,13 @@ func (s *Server) taskPage(r *http.Request, l *layout) error {
 	if err != nil {
 		// A task that ran is gone from Cloud Tasks; its deliveries and its
 		// outbox record still tell its story.
-		if ids, _, idErr := s.internalIDs(ctx, []*cloudtaskspb.Task{{Name: name}}); idErr == nil {
+		if ids, _, idErr := s.internalIDs(ctx, []*cloudtaskspb.Task{{Name: name}}, s.cfg.Clock.Now()); idErr == nil {
 			body.InternalID = ids[body.ID]
 		}
 		return fmt.Errorf("GetTask %s: %w", name, err)
 	}
 	body.Task = t
-	ids, _, err := s.internalIDs(ctx, []*cloudtaskspb.Task{t})
+	ids, _, err := s.internalIDs(ctx, []*cloudtaskspb.Task{t}, s.cfg.Clock.Now())
 	if err != nil {
 		return err
 	}

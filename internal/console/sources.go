@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/api/iterator"
@@ -115,12 +116,12 @@ func (s *Server) listTaskPage(ctx context.Context, queue, token string) ([]*clou
 // trusted only when it hashes to the task's own ID (naming.CloudTaskID),
 // which costs no I/O. Other tasks are looked up in the outbox by
 // cloud_task_id, at most lookupWorkers at a time across the server; the
-// page waits for them for at most Config.LookupBudget, and lookups still
+// page waits for them until Config.LookupBudget after it started, and lookups still
 // running go on in the background and remember what they find (the mapping
 // never changes), so the page's next refresh shows it. Tasks the outbox
 // does not know are absent from ids; those whose lookup has not finished
 // are in late.
-func (s *Server) internalIDs(ctx context.Context, tasks []*cloudtaskspb.Task) (ids map[string]string, late map[string]bool, err error) {
+func (s *Server) internalIDs(ctx context.Context, tasks []*cloudtaskspb.Task, started time.Time) (ids map[string]string, late map[string]bool, err error) {
 	ids, late = make(map[string]string, len(tasks)), map[string]bool{}
 	var unknown []string
 	for _, t := range tasks {
@@ -168,7 +169,7 @@ func (s *Server) internalIDs(ctx context.Context, tasks []*cloudtaskspb.Task) (i
 			results <- r
 		}()
 	}
-	budget := s.cfg.Clock.NewTimer(s.cfg.LookupBudget)
+	budget := s.cfg.Clock.NewTimer(max(0, s.cfg.LookupBudget-s.cfg.Clock.Since(started)))
 	defer budget.Stop()
 	for len(waiting) > 0 && len(late) == 0 {
 		select {
@@ -202,7 +203,7 @@ func idempotencyKey(t *cloudtaskspb.Task) string {
 
 // lookupWorkers bounds the outbox lookups by Cloud Tasks ID running at
 // once, across every page being served.
-const lookupWorkers = 8
+const lookupWorkers = 2
 
 // idCache remembers Cloud Tasks ID → internal ID pairs found in the
 // outbox, up to a bound past which it starts over, and which lookups are
