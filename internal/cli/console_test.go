@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// background runs the CLI in-process until the returned stop is called. It
+// returns once a line of stdout (or of stderr, with fromErr) starts with
+// prefix, and hands back that line; stop cancels the command and returns
+// its exit code and everything it wrote to the other stream.
+func background(t *testing.T, fromErr bool, prefix string, args ...string) (line string, stop func() (int, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var other lockedBuffer
+	env := Env{Out: pw, Err: &other, Getenv: func(string) string { return "" }}
+	if fromErr {
+		env.Out, env.Err = &other, pw
+	}
+	done := make(chan int, 1)
+	go func() {
+		code := Run(ctx, args, env)
+		pw.Close()
+		done <- code
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), prefix) {
+			line = sc.Text()
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr) //nolint:errcheck // drain what follows
+	require.NotEmpty(t, line, "no line starting with %q; other stream: %s", prefix, other.String())
+	t.Cleanup(cancel)
+	return line, func() (int, string) {
+		cancel()
+		code := <-done
+		return code, other.String()
+	}
+}
+
+// lockedBuffer is a strings.Builder safe for a writer and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	sb strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sb.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sb.String()
+}
+
+func fetch(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+func TestConsoleNeedsASource(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "console")
+	require.Equal(t, 2, res.code)
+	require.Equal(t, "ctdispatch: nothing to show: give --emulator ADDR, --outbox DIR or both\n", res.stderr)
+}
+
+func TestConsoleServesAnOutboxUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	line, stop := background(t, false, "console serving on ", "console", "--outbox", t.TempDir(), "--addr", "127.0.0.1:0")
+	url := strings.TrimPrefix(line, "console serving on ")
+	code, page := fetch(t, url+"outbox")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "<h1>Outbox</h1>")
+	code, _ = fetch(t, url+"queue?name=x")
+	require.Equal(t, http.StatusNotFound, code)
+	exit, stderr := stop()
+	require.Equal(t, 0, exit)
+	require.Empty(t, stderr)
+}
+
+func TestConsoleWarnsOnceWhenBoundBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	_, stop := background(t, false, "console serving on ", "console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0")
+	exit, stderr := stop()
+	require.Equal(t, 0, exit)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, "level=WARN msg=\"console reachable beyond this machine and without login; bind to 127.0.0.1 unless that is intended\" addr=")
+}
+
+func TestEmulatorServesTheConsole(t *testing.T) {
+	t.Parallel()
+	line, stop := background(t, false, "console serving on ", "emulator", "--addr", "127.0.0.1:0",
+		"--queue", "projects/p/locations/l/queues/q", "--console-addr", "127.0.0.1:0")
+	url := strings.TrimPrefix(line, "console serving on ")
+	code, page := fetch(t, url)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `<a href="/queue?name=projects%2fp%2flocations%2fl%2fqueues%2fq" title="projects/p/locations/l/queues/q">q</a>`)
+	exit, _ := stop()
+	require.Equal(t, 0, exit)
+}
+
+func TestDemoKeepServesTheConsole(t *testing.T) {
+	t.Parallel()
+	line, stop := background(t, true, "console serving on ", "demo", "--runs", "1", "--keep", "--outbox", t.TempDir(), "--console-addr", "127.0.0.1:0")
+	url := strings.TrimPrefix(line, "console serving on ")
+	code, page := fetch(t, url+"run?id=run-1")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "dispatch:run-1:extract:1")
+	code, page = fetch(t, url)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `title="projects/demo-project/locations/europe-west1/queues/work"`)
+	exit, stdout := stop()
+	require.Equal(t, 0, exit)
+	require.Contains(t, stdout, "ctdispatch demo: 1 runs × 4 tasks")
+}
