@@ -131,6 +131,7 @@ func BenchmarkPages(b *testing.B) {
 		{"queue-without-keys-warm", "/queue?name=" + url.QueryEscape(bareQueue), false},
 		{"run-1000-ids", "/run?id=run7", false},
 		{"audit-by-cloud-task-id", "/audit?q=" + url.QueryEscape(mustCloudID(b, "run3", "task17", "1")), false},
+		{"outbox", "/outbox", false},
 	} {
 		b.Run(page.name, func(b *testing.B) {
 			took := make([]time.Duration, 0, b.N)
@@ -168,3 +169,25 @@ func mustCloudID(b *testing.B, run, task, attempt string) string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkOutboxHealthPass measures the background pass behind the outbox
+// page's figures (Stats and the stale Pending records of both tables),
+// which no request waits for.
+func BenchmarkOutboxHealthPass(b *testing.B) {
+	dir := benchOutbox(b)
+	srv, err := New(context.Background(), Config{Outbox: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	for b.Loop() {
+		srv.health.mu.Lock()
+		srv.health.snap = healthSnapshot{}
+		srv.health.mu.Unlock()
+		srv.health.get()
+		srv.health.wait()
+	}
+	if e := srv.health.get().Err; e != "" {
+		b.Fatal(e)
+	}
+}

@@ -69,7 +69,8 @@ type Config struct {
 	StaleAfter time.Duration
 	// HealthEvery is how often the outbox page's full-table figures
 	// (counts by status, stale pending records) are recomputed in the
-	// background. Defaults to 30s.
+	// background while the page is viewed; never more often than every ten
+	// times the last pass's length. Defaults to 30s.
 	HealthEvery time.Duration
 	// Refresh is how often pages refresh themselves while "live" is on.
 	// Defaults to 5s.

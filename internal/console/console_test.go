@@ -413,3 +413,21 @@ func TestSlowLookupsAreShownLateAndFilledInByTheNextRefresh(t *testing.T) {
 	_, page := b.get(t, path)
 	require.Equal(t, []string{load, "dispatch:run-1:load:1"}, rows(t, page, "tasks")[1][:2])
 }
+
+func TestOutboxFiguresAreRecountedOnlyWhenStale(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0.Add(time.Hour))
+	b := setup(t, Config{Clock: clock, HealthEvery: time.Minute})
+	b.get(t, "/outbox")
+	b.srv.health.wait()
+	first := b.srv.health.get()
+	require.False(t, first.Computing)
+	clock.Advance(59 * time.Second)
+	require.False(t, b.srv.health.get().Computing, "recounted before HealthEvery")
+	clock.Advance(time.Second)
+	require.True(t, b.srv.health.get().Computing)
+	b.srv.health.wait()
+	again := b.srv.health.get()
+	require.Equal(t, first.At.Add(time.Minute), again.At)
+	require.Len(t, again.Samples, 2)
+}
