@@ -201,14 +201,15 @@ func TestBrowserPausesAQueueThroughItsForm(t *testing.T) {
 	require.Equal(t, "pause work: done", note)
 }
 
-// shoot saves a screenshot of the viewport when -screenshots is given.
+// shoot saves a screenshot of the page's content (not the empty viewport
+// below it) when -screenshots is given.
 func shoot(t *testing.T, name string) chromedp.Action {
 	return chromedp.ActionFunc(func(ctx context.Context) error {
 		if *screenshots == "" {
 			return nil
 		}
 		var png []byte
-		if err := chromedp.CaptureScreenshot(&png).Do(ctx); err != nil {
+		if err := chromedp.Screenshot("body", &png, chromedp.ByQuery).Do(ctx); err != nil {
 			return fmt.Errorf("screenshot %s: %w", name, err)
 		}
 		path := filepath.Join(*screenshots, name)
