@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,7 +19,7 @@ func background(t *testing.T, fromErr bool, prefix string, args ...string) (line
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var other lockedBuffer
+	var other strings.Builder // read only once the command has returned
 	env := Env{Out: pw, Err: &other, Getenv: func(string) string { return "" }}
 	if fromErr {
 		env.Out, env.Err = &other, pw
@@ -39,31 +38,17 @@ func background(t *testing.T, fromErr bool, prefix string, args ...string) (line
 		}
 	}
 	go io.Copy(io.Discard, pr) //nolint:errcheck // drain what follows
-	require.NotEmpty(t, line, "no line starting with %q; other stream: %s", prefix, other.String())
+	if line == "" {
+		cancel()
+		<-done
+		require.FailNow(t, "no line starting with "+prefix, "other stream: %s", other.String())
+	}
 	t.Cleanup(cancel)
 	return line, func() (int, string) {
 		cancel()
 		code := <-done
 		return code, other.String()
 	}
-}
-
-// lockedBuffer is a strings.Builder safe for a writer and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	sb strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sb.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.sb.String()
 }
 
 func fetch(t *testing.T, url string) (int, string) {

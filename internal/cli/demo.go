@@ -14,7 +14,7 @@ import (
 
 func newDemoCmd(env *Env) *cobra.Command {
 	var (
-		opts   demo.Options
+		opts        demo.Options
 		keep        bool
 		asJSON      bool
 		consoleAddr string

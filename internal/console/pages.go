@@ -175,6 +175,19 @@ func (s *Server) needEmulator() error {
 	return nil
 }
 
+// emulatorName returns the resource name a page of the emulator is about
+// (its ?name=), or why the page cannot be shown.
+func (s *Server) emulatorName(r *http.Request, page, form string) (string, error) {
+	if err := s.needEmulator(); err != nil {
+		return "", err
+	}
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		return "", badRequest("%s page needs ?name=%s", page, form)
+	}
+	return name, nil
+}
+
 func (s *Server) needOutbox() error {
 	if s.box == nil {
 		return &pageError{code: http.StatusNotFound, msg: "no outbox configured: start the console with --outbox DIR"}
@@ -355,12 +368,9 @@ type taskRow struct {
 }
 
 func (s *Server) queuePage(r *http.Request, l *layout) error {
-	if err := s.needEmulator(); err != nil {
+	name, err := s.emulatorName(r, "queue", "projects/P/locations/L/queues/Q")
+	if err != nil {
 		return err
-	}
-	name := r.URL.Query().Get("name")
-	if name == "" {
-		return badRequest("queue page needs ?name=projects/P/locations/L/queues/Q")
 	}
 	l.Title, l.Live, l.Nav = "Queue "+shortName(name), true, "queues"
 	ctx, started := r.Context(), s.cfg.Clock.Now()
@@ -416,12 +426,9 @@ type taskBody struct {
 type header struct{ Key, Value string }
 
 func (s *Server) taskPage(r *http.Request, l *layout) error {
-	if err := s.needEmulator(); err != nil {
+	name, err := s.emulatorName(r, "task", "projects/P/locations/L/queues/Q/tasks/T")
+	if err != nil {
 		return err
-	}
-	name := r.URL.Query().Get("name")
-	if name == "" {
-		return badRequest("task page needs ?name=projects/P/locations/L/queues/Q/tasks/T")
 	}
 	l.Title, l.Nav = "Task "+shortName(name), "queues"
 	ctx := r.Context()
