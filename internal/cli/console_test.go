@@ -4,9 +4,14 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -116,4 +121,56 @@ func TestDemoKeepServesTheConsole(t *testing.T) {
 	exit, stdout := stop()
 	require.Equal(t, 0, exit)
 	require.Contains(t, stdout, "ctdispatch demo: 1 runs × 4 tasks")
+}
+
+// TestConsoleBinaryServesUntilSIGINT runs the built binary as a user does:
+// over an outbox holding a foreign file and an emulator address where
+// nothing listens, it serves, shows both, and exits 0 on Ctrl-C.
+func TestConsoleBinaryServesUntilSIGINT(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	binary := filepath.Join(t.TempDir(), "ctdispatch")
+	build := exec.Command("go", "build", "-o", binary, "github.com/ctdispatch/ctdispatch/cmd/ctdispatch")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "dispatch_outbox"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "dispatch_outbox", "x.parquet"), []byte("not parquet"), 0o600))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := lis.Addr().String()
+	lis.Close()
+
+	cmd := exec.Command(binary, "console", "--outbox", dir, "--emulator", dead, "--location", "projects/p/locations/l", "--addr", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	require.True(t, sc.Scan(), "no output; stderr: %s", stderr.String())
+	url := strings.TrimPrefix(sc.Text(), "console serving on ")
+
+	// The first view starts the count that reads every file; the damaged
+	// one shows once it is done (the page's live refresh does the same).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, page := fetch(t, url+"outbox")
+		require.Equal(t, http.StatusOK, code)
+		if strings.Contains(page, "x.parquet") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "damaged file never shown: %s", page)
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, page := fetch(t, url)
+	require.Equal(t, http.StatusBadGateway, code)
+	require.Contains(t, page, `<p class="error">ListQueues projects/p/locations/l:`)
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
 }

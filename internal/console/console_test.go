@@ -431,3 +431,25 @@ func TestOutboxFiguresAreRecountedOnlyWhenStale(t *testing.T) {
 	require.Equal(t, first.At.Add(time.Minute), again.At)
 	require.Len(t, again.Samples, 2)
 }
+
+func TestHostileParametersGiveErrorsNotPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	for _, tc := range []struct {
+		path, want string
+		code       int
+	}{
+		{"/queue?name=" + url.QueryEscape(workQueue) + "&page=" + url.QueryEscape("not a token"), `<p class="error">ListTasks projects/p/locations/l/queues/work:`, http.StatusBadGateway},
+		{"/queue?name=" + url.QueryEscape(location+"/queues/missing"), `<p class="error">GetQueue projects/p/locations/l/queues/missing:`, http.StatusBadGateway},
+		{"/queue", "queue page needs ?name=projects/P/locations/L/queues/Q\n", http.StatusBadRequest},
+		{"/task?name=" + url.QueryEscape(workQueue+"/tasks/gone"), `<p class="error">GetTask projects/p/locations/l/queues/work/tasks/gone:`, http.StatusBadGateway},
+		{"/audit?q=" + url.QueryEscape(strings.Repeat("x", 100_000)), "", http.StatusSeeOther},
+	} {
+		resp := b.do(t, http.MethodGet, tc.path, nil)
+		require.Equal(t, tc.code, resp.StatusCode, tc.path[:min(len(tc.path), 80)])
+		if tc.want != "" {
+			_, page := b.get(t, tc.path)
+			require.Contains(t, page, tc.want)
+		}
+	}
+}

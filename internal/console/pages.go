@@ -686,10 +686,32 @@ func (s *Server) outboxPage(r *http.Request, l *layout) error {
 	tables, err := listFiles(s.cfg.Outbox)
 	h := s.health.get()
 	l.Body = &outboxBody{
-		Root: s.cfg.Outbox, Tables: tables, Damaged: s.box.Damaged(), Health: h, Stale: s.cfg.StaleAfter,
+		Root: s.cfg.Outbox, Tables: tables, Damaged: skippedFiles(s.box.Damaged(), h.Stats), Health: h, Stale: s.cfg.StaleAfter,
 		Outcomes: newOutcomeChart(h.Samples),
 	}
 	return err
+}
+
+// skippedFiles merges the files the outbox skipped while serving reads with
+// those the last health pass skipped (a file is found damaged only when
+// something reads it), once each, by path.
+func skippedFiles(damaged []*outbox.FileError, stats []outbox.TableStats) []*outbox.FileError {
+	seen := map[string]bool{}
+	var out []*outbox.FileError
+	add := func(fes []*outbox.FileError) {
+		for _, fe := range fes {
+			if !seen[fe.Path] {
+				seen[fe.Path] = true
+				out = append(out, fe)
+			}
+		}
+	}
+	add(damaged)
+	for _, t := range stats {
+		add(t.Skipped)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }
 
 // ---- Actions ----
