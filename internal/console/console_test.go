@@ -453,3 +453,21 @@ func TestHostileParametersGiveErrorsNotPages(t *testing.T) {
 		}
 	}
 }
+
+func TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{})
+	srv, err := New(context.Background(), Config{Emulator: b.emu.Addr(), Locations: []string{location}, Clock: clockwork.NewFakeClockAt(t0.Add(time.Hour))})
+	require.NoError(t, err)
+	defer srv.Close()
+	b.web = httptestServer(t, srv)
+	code, page := b.get(t, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "Task counts come from the first ListTasks page")
+	require.Equal(t, [][]string{
+		{"idle", "PAUSED", "500", "500", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
+		{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "2", "0", "0", "—", "—"}, // both due by the console's clock
+	}, rows(t, page, "queues"))
+	_, page = b.get(t, "/deliveries")
+	require.Contains(t, page, "The deliveries come from the emulator's HTTP server: start the console with <code>--emulator-http</code>.")
+}

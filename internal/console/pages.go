@@ -79,7 +79,7 @@ func (s *Server) page(name string, build builder) http.HandlerFunc {
 				http.Redirect(w, r, rd.to, http.StatusSeeOther)
 				return
 			}
-			s.cfg.Logger.Warn("console page", "path", r.URL.Path, "err", err)
+			s.cfg.Logger.Debug("console page", "path", r.URL.Path, "err", err) // shown on the page; live refresh would repeat it
 			l.Err, status = err.Error(), http.StatusBadGateway
 		}
 		var buf bytes.Buffer
