@@ -150,8 +150,8 @@ func fmtTime(t time.Time) string {
 }
 
 func fmtDuration(d time.Duration) string {
-	if d == 0 {
-		return "0s"
+	if d > time.Millisecond {
+		d = d.Round(time.Millisecond)
 	}
 	return d.String()
 }
