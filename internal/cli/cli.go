@@ -122,6 +122,7 @@ Start with:
 		newStatsCmd(env),
 		newCompactCmd(env),
 		newEmulatorCmd(env),
+		newConsoleCmd(env),
 		newDispatchCmd(env), newTimerCmd(env), newRecoverCmd(env),
 		newChaosCmd(env),
 		newBenchCmd(env),

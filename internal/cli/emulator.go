@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/console"
 )
 
 // emulatorHostEnv names the emulator's address for every ctdispatch command
@@ -28,6 +29,7 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		reuse                      time.Duration
 		latency                    time.Duration
 		noDelivery                 bool
+		consoleAddr, consoleOutbox string
 	)
 	cmd := &cobra.Command{
 		Use:   "emulator [--addr HOST:PORT] [--queue NAME]... [--config FILE]",
@@ -60,7 +62,10 @@ a JSON or YAML file:
 
 --fault METHOD[,METHOD]:CODE:RATE[:commit] adds a fault rule from the
 command line ("*" for every RPC), for example
-  --fault CreateTask:UNAVAILABLE:0.05:commit`,
+  --fault CreateTask:UNAVAILABLE:0.05:commit
+
+--console-addr also serves the web console (see "ctdispatch console") over
+this emulator, and over the outbox in --console-outbox if given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := emulator.Config{
@@ -116,6 +121,16 @@ command line ("*" for every RPC), for example
 			for _, q := range srv.Queues() {
 				fmt.Fprintf(out, "queue %s\n", q.Name)
 			}
+			if consoleAddr != "" {
+				c, err := startConsole(ctx, console.Config{
+					Emulator: srv.Addr(), EmulatorHTTP: srv.HTTPAddr(), Outbox: consoleOutbox, Logger: env.Logger,
+				}, consoleAddr, env)
+				if err != nil {
+					return errors.Join(err, srv.Close())
+				}
+				defer c.Close()
+				printConsole(out, c)
+			}
 			env.Logger.Info("emulator started", "addr", srv.Addr(), "queues", len(cfg.Queues))
 			<-ctx.Done()
 			env.Logger.Info("emulator stopping", "tasks", srv.TaskCount())
@@ -136,6 +151,8 @@ command line ("*" for every RPC), for example
 	f.Uint64Var(&seed, "fault-seed", 0, "seed that makes fault decisions repeatable")
 	f.DurationVar(&latency, "latency", 0, "add this latency to every RPC")
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
+	f.StringVar(&consoleAddr, "console-addr", "", "also serve the web console on this address, for example "+console.DefaultAddr)
+	f.StringVar(&consoleOutbox, "console-outbox", "", "outbox directory the console shows (with --console-addr)")
 	return cmd
 }
 
