@@ -171,10 +171,10 @@ func TestQueueErrors(t *testing.T) {
 			_, err := b.client.PurgeQueue(ctx, &cloudtaskspb.PurgeQueueRequest{Name: loc + "/queues/nope"})
 			return err
 		}, codes.NotFound, "does not exist"},
-		{"iam", func() error {
-			_, err := b.client.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: queue})
+		{"iam of a missing queue", func() error {
+			_, err := b.client.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: loc + "/queues/nope"})
 			return err
-		}, codes.Unimplemented, "IAM is not emulated"},
+		}, codes.NotFound, "queue projects/p/locations/l/queues/nope does not exist"},
 		{"cmek", func() error {
 			_, err := b.client.GetCmekConfig(ctx, &cloudtaskspb.GetCmekConfigRequest{Name: loc + "/cmekConfig"})
 			return err

@@ -25,7 +25,10 @@ const (
 // tokenLifetime is how long a signed OIDC token is valid, as Google's are.
 const tokenLifetime = time.Hour
 
-// OIDCClaims are the claims of the tokens the emulator signs.
+// OIDCClaims decode the tokens the emulator signs, for example with
+// jwt.ParseWithClaims. The tokens themselves carry the claims of a Google
+// ID token: iss, aud (one JSON string, never an array), sub, email,
+// email_verified, iat and exp.
 type OIDCClaims struct {
 	// Email is the task's service account.
 	Email string `json:"email"`
@@ -61,19 +64,19 @@ func keyID(pub *rsa.PublicKey) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
-// signOIDC returns an RS256 JWT for a task's OIDC token.
+// signOIDC returns an RS256 JWT for a task's OIDC token. The claims are
+// those of a Google ID token: in particular "aud" is a single string,
+// which Google's verifiers (Go's idtoken, Node's google-auth-library)
+// require; jwt.RegisteredClaims would encode it as an array.
 func (s *Server) signOIDC(serviceAccount, audience string, now time.Time) (string, error) {
-	claims := OIDCClaims{
-		Email:         serviceAccount,
-		EmailVerified: true,
-		RegisteredClaims: jwt.RegisteredClaims{
-			Issuer:    s.issuer,
-			Subject:   serviceAccount,
-			Audience:  jwt.ClaimStrings{audience},
-			IssuedAt:  jwt.NewNumericDate(now),
-			NotBefore: jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(now.Add(tokenLifetime)),
-		},
+	claims := jwt.MapClaims{
+		"iss":            s.issuer,
+		"aud":            audience,
+		"sub":            serviceAccount,
+		"email":          serviceAccount,
+		"email_verified": true,
+		"iat":            now.Unix(),
+		"exp":            now.Add(tokenLifetime).Unix(),
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
 	key, kid, err := s.signingKey()

@@ -21,8 +21,9 @@ type longrunningOp = longrunningpb.Operation
 
 // finishOpLocked stores a finished operation, named after the queue's
 // location, and returns a copy. A repeated request ID returns the first
-// operation, as the service does.
-func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Message) (*longrunningOp, error) {
+// operation, as the service does. A non-nil opErr is the operation's error
+// in place of resp.
+func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Message, opErr *rpcstatus.Status) (*longrunningOp, error) {
 	loc := parent
 	if qn, err := parseQueueName(parent); err == nil {
 		loc = qn.location
@@ -40,6 +41,9 @@ func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Messa
 		Metadata: m,
 		Done:     true,
 		Result:   &longrunningpb.Operation_Response{Response: r},
+	}
+	if opErr != nil {
+		op.Result = &longrunningpb.Operation_Error{Error: opErr}
 	}
 	s.ops[op.Name] = op
 	if requestID != "" {
@@ -94,19 +98,14 @@ func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longru
 		}
 		resp.Tasks = append(resp.Tasks, t.snapshot(r.ResponseView))
 	}
-	meta.State = batchState(len(meta.FailedRequests), len(req.Requests), cloudtaskspb.BatchCreateTasksMetadata_SUCCEEDED, cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED, cloudtaskspb.BatchCreateTasksMetadata_FAILED)
-	return s.finishOpLocked(req.Parent, req.RequestId, meta, resp)
-}
-
-func batchState[S any](failed, total int, ok, partial, fail S) S {
-	switch failed {
-	case 0:
-		return ok
-	case total:
-		return fail
-	default:
-		return partial
+	// FAILED is documented as the whole operation failing to complete (an
+	// internal error); requests that fail one by one make a finished batch
+	// PARTIALLY_SUCCEEDED, even when none succeeded.
+	meta.State = cloudtaskspb.BatchCreateTasksMetadata_SUCCEEDED
+	if len(meta.FailedRequests) > 0 {
+		meta.State = cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED
 	}
+	return s.finishOpLocked(req.Parent, req.RequestId, meta, resp, nil)
 }
 
 func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longrunningOp, error) {
@@ -139,8 +138,18 @@ func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longru
 			meta.FailedRequests[int32(i)] = status.Convert(err).Proto()
 		}
 	}
-	meta.State = batchState(len(meta.FailedRequests), len(req.Names), cloudtaskspb.BatchDeleteTasksMetadata_SUCCEEDED, cloudtaskspb.BatchDeleteTasksMetadata_PARTIALLY_SUCCEEDED, cloudtaskspb.BatchDeleteTasksMetadata_FAILED)
-	return s.finishOpLocked(req.Parent, req.RequestId, meta, &emptypb.Empty{})
+	// As documented for BatchDeleteTasksMetadata: failures make the batch
+	// PARTIALLY_SUCCEEDED, and when every request failed the operation's
+	// error is ABORTED with this message.
+	meta.State = cloudtaskspb.BatchDeleteTasksMetadata_SUCCEEDED
+	var opErr *rpcstatus.Status
+	if n := len(meta.FailedRequests); n > 0 {
+		meta.State = cloudtaskspb.BatchDeleteTasksMetadata_PARTIALLY_SUCCEEDED
+		if n == len(req.Names) {
+			opErr = status.New(codes.Aborted, "None of the requests succeeded, refer to BatchDeleteTasksMetadata.failed_requests for individual error details").Proto()
+		}
+	}
+	return s.finishOpLocked(req.Parent, req.RequestId, meta, &emptypb.Empty{}, opErr)
 }
 
 // operations implements google.longrunning.Operations for the batch RPCs.

@@ -54,8 +54,9 @@ func (v *service) ListQueues(_ context.Context, req *cloudtaskspb.ListQueuesRequ
 	if err := parseLocation(req.GetParent()); err != nil {
 		return nil, invalid("parent: %v", err)
 	}
-	if req.Filter != "" {
-		return nil, status.Error(codes.Unimplemented, "ListQueues filter is not emulated; list without a filter")
+	want, err := parseQueueFilter(req.Filter)
+	if err != nil {
+		return nil, err
 	}
 	after, size, err := pageArgs(req.PageToken, req.PageSize, maxQueuePageSize)
 	if err != nil {
@@ -66,7 +67,7 @@ func (v *service) ListQueues(_ context.Context, req *cloudtaskspb.ListQueuesRequ
 	defer s.mu.Unlock()
 	var names []string
 	for n := range s.queues {
-		if strings.HasPrefix(n, req.Parent+"/queues/") && n > after {
+		if strings.HasPrefix(n, req.Parent+"/queues/") && n > after && want.matches(s.queues[n].pb) {
 			names = append(names, n)
 		}
 	}
@@ -322,16 +323,46 @@ func (v *service) BatchDeleteTasks(_ context.Context, req *cloudtaskspb.BatchDel
 	return v.s.batchDelete(req)
 }
 
-func (v *service) GetIamPolicy(context.Context, *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
-	return nil, status.Error(codes.Unimplemented, "GetIamPolicy: IAM is not emulated; every caller may do everything")
+func (v *service) GetIamPolicy(_ context.Context, req *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(req.GetResource())
+	if err != nil {
+		return nil, err
+	}
+	return q.iamPolicy(), nil
 }
 
-func (v *service) SetIamPolicy(context.Context, *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
-	return nil, status.Error(codes.Unimplemented, "SetIamPolicy: IAM is not emulated; every caller may do everything")
+func (v *service) SetIamPolicy(_ context.Context, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
+	if req.GetPolicy() == nil {
+		return nil, invalid("policy is required")
+	}
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(req.GetResource())
+	if err != nil {
+		return nil, err
+	}
+	s.seq++
+	return q.setIAMPolicy(req.Policy, req.GetUpdateMask().GetPaths(), s.seq)
 }
 
-func (v *service) TestIamPermissions(context.Context, *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "TestIamPermissions: IAM is not emulated; every caller may do everything")
+func (v *service) TestIamPermissions(_ context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.queueLocked(req.GetResource()); err != nil {
+		return nil, err
+	}
+	for i, p := range req.GetPermissions() {
+		if p == "" || strings.Contains(p, "*") {
+			return nil, invalid("permissions[%d] %q: permissions with wildcards (*) are not allowed", i, p)
+		}
+	}
+	// Policies are stored, not enforced: every caller holds every permission.
+	return &iampb.TestIamPermissionsResponse{Permissions: append([]string(nil), req.GetPermissions()...)}, nil
 }
 
 func (v *service) GetCmekConfig(context.Context, *cloudtaskspb.GetCmekConfigRequest) (*cloudtaskspb.CmekConfig, error) {
