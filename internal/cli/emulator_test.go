@@ -162,7 +162,10 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 		{"bad fault", []string{"--fault", "CreateTask:UNAVAILABLE"}, `want METHOD[,METHOD]:CODE:RATE[:commit]`},
 		{"bad code", []string{"--fault", "CreateTask:NOPE:0.1"}, `"NOPE" is not a gRPC code name`},
 		{"bad method", []string{"--fault", "Create:UNAVAILABLE:0.1"}, `is not a Cloud Tasks RPC name`},
-		{"bad queue", []string{"--queue", "q"}, `Config.Queues[0].Name "q"`},
+		{"bad queue", []string{"--queue", "projects/p/queues/q"}, `Config.Queues[0].Name "projects/p/queues/q"`},
+		{"bad bare queue ID", []string{"--queue", "a_b"}, `Config.Queues[0].Name "projects/p/locations/europe-west1/queues/a_b" queue ID "a_b" must be 1 to 100 characters from [A-Za-z0-9-]`},
+		{"address with a scheme", []string{"--addr", "http://127.0.0.1:8123"}, `--addr "http://127.0.0.1:8123": want HOST:PORT, for example 127.0.0.1:8123`},
+		{"http address without a port", []string{"--http-addr", "127.0.0.1"}, `--http-addr "127.0.0.1": want HOST:PORT`},
 		{"bad duration", []string{"--config", bad}, `queues[0].min_backoff "soon" is not a duration`},
 		{"unknown key", []string{"--config", misspelt}, `field queue not found`},
 	}
