@@ -2,8 +2,10 @@ package emulator_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -315,4 +317,28 @@ func TestBatchOperationsWhenEveryRequestFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cloudtaskspb.BatchDeleteTasksMetadata_PARTIALLY_SUCCEEDED, dmeta.State)
 	require.Equal(t, int32(codes.NotFound), dmeta.FailedRequests[0].Code)
+}
+
+func TestPEMCertsServeTheSigningKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	resp, err := http.Get(b.srv.PEMCertsURL())
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var certs map[string]string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&certs))
+	require.Len(t, certs, 1)
+	jwks, err := http.Get(b.srv.JWKSURL())
+	require.NoError(t, err)
+	defer jwks.Body.Close()
+	var set emulator.JWKS
+	require.NoError(t, json.NewDecoder(jwks.Body).Decode(&set))
+	block, _ := pem.Decode([]byte(certs[set.Keys[0].Kid]))
+	require.NotNil(t, block, "the key is listed under the JWKS key ID")
+	require.Equal(t, "PUBLIC KEY", block.Type)
+	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+	require.NoError(t, err)
+	require.True(t, b.srv.PublicKey().Equal(pub))
 }
