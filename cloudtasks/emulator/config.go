@@ -23,8 +23,10 @@ const (
 	// service documents.
 	DefaultNameReuseWindow = 24 * time.Hour
 	// DefaultQueueReuseWindow is how long a deleted queue's name stays
-	// taken (the service's "tombstone window" of up to 3 days).
-	DefaultQueueReuseWindow = 72 * time.Hour
+	// taken: 7 days, as the Cloud Tasks documentation on deleting queues
+	// says (the v2 proto speaks of a tombstone window of up to 3 days; the
+	// emulator takes the longer bound, as it does for task names).
+	DefaultQueueReuseWindow = 7 * 24 * time.Hour
 	// DefaultDeliveryLogLimit is how many delivery attempts Deliveries keeps.
 	DefaultDeliveryLogLimit = 10000
 )

@@ -128,7 +128,10 @@ func TestQueueLifecycle(t *testing.T) {
 	requireCode(t, err, codes.NotFound, "does not exist")
 	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/second"}})
 	requireCode(t, err, codes.FailedPrecondition, "deleted recently")
-	b.clock.Advance(emulator.DefaultQueueReuseWindow)
+	b.clock.Advance(7*24*time.Hour - time.Nanosecond)
+	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/second"}})
+	requireCode(t, err, codes.FailedPrecondition, "its name can be used again at 2026-01-09T03:04:05Z")
+	b.clock.Advance(time.Nanosecond)
 	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/second"}})
 	require.NoError(t, err)
 }
