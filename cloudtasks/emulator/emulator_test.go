@@ -406,6 +406,14 @@ func TestConfigValidation(t *testing.T) {
 		{"rate", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 2}}}}, "Config.Faults.Rules[0].Rate"},
 		{"method", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Methods: []string{"Create"}}}}}, "is not a Cloud Tasks RPC name"},
 		{"commit without code", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, CommitThenFail: true}}}}, "Config.Faults.Rules[0].Code"},
+		{"per request on a single RPC", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Code: codes.Unavailable, PerRequest: true, Methods: []string{"BatchCreateTasks", "CreateTask"}}}}},
+			`Config.Faults.Rules[0].Methods[1] "CreateTask" is not a batch RPC; a PerRequest rule names only BatchCreateTasks or BatchDeleteTasks`},
+		{"per request on every RPC", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Code: codes.Unavailable, PerRequest: true}}}},
+			`Config.Faults.Rules[0].Methods "" must name BatchCreateTasks or BatchDeleteTasks when PerRequest is set`},
+		{"per request without code", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, PerRequest: true, Methods: []string{"BatchCreateTasks"}}}}},
+			`Config.Faults.Rules[0].Code "OK" must be an error code when PerRequest is set`},
+		{"per request with latency", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Code: codes.Unavailable, PerRequest: true, Methods: []string{"BatchDeleteTasks"}, Latency: time.Second}}}},
+			`Config.Faults.Rules[0].Latency "1s" must be zero when PerRequest is set`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,7 +88,11 @@ func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longru
 	meta := &cloudtaskspb.BatchCreateTasksMetadata{StartTime: now, EndTime: now}
 	resp := &cloudtaskspb.BatchCreateTasksResponse{}
 	for i, r := range req.Requests {
-		t, err := s.createTaskLocked(r, false)
+		var t *task
+		err := s.batchRequestLocked("BatchCreateTasks", i, func() (err error) {
+			t, err = s.createTaskLocked(r, false)
+			return err
+		})
 		if err != nil {
 			if meta.FailedRequests == nil {
 				meta.FailedRequests = make(map[int32]*rpcstatus.Status)
@@ -106,6 +110,23 @@ func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longru
 		meta.State = cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED
 	}
 	return s.finishOpLocked(req.Parent, req.RequestId, meta, resp, nil)
+}
+
+// batchRequestLocked applies request i of a batch call of method with do,
+// under the fault plan's PerRequest rules: a hit request fails with the
+// rule's code, before do runs or, with CommitThenFail, after it succeeded.
+func (s *Server) batchRequestLocked(method string, i int, do func() error) error {
+	d := s.faults.decideRequest(method)
+	if d.code != codes.OK && !d.commitThenFail {
+		return status.Errorf(d.code, "%s request %d: injected fault", method, i)
+	}
+	if err := do(); err != nil {
+		return err
+	}
+	if d.code != codes.OK {
+		return status.Errorf(d.code, "%s request %d: injected fault after the request took effect", method, i)
+	}
+	return nil
 }
 
 func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longrunningOp, error) {
@@ -131,7 +152,7 @@ func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longru
 	now := timestamppb.New(s.clock.Now())
 	meta := &cloudtaskspb.BatchDeleteTasksMetadata{StartTime: now, EndTime: now}
 	for i, n := range req.Names {
-		if err := s.deleteTaskLocked(n); err != nil {
+		if err := s.batchRequestLocked("BatchDeleteTasks", i, func() error { return s.deleteTaskLocked(n) }); err != nil {
 			if meta.FailedRequests == nil {
 				meta.FailedRequests = make(map[int32]*rpcstatus.Status)
 			}

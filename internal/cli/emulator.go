@@ -71,10 +71,15 @@ the queue has the service's defaults. --config is a JSON or YAML file:
     seed: 1
     rules:
       - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
+      - {methods: [BatchCreateTasks], rate: 0.05, code: UNAVAILABLE, per_request: true}
 
---fault METHOD[,METHOD]:CODE:RATE[:commit] adds a fault rule from the
-command line ("*" for every RPC), for example
-  --fault CreateTask:UNAVAILABLE:0.05:commit`,
+--fault ` + faultSyntax + ` adds a fault rule from the
+command line ("*" for every RPC). commit makes the call take effect before
+it fails; each applies the rule to every request inside a BatchCreateTasks
+or BatchDeleteTasks call instead of to the call, so single requests fail
+under their index in the operation's metadata. For example
+  --fault CreateTask:UNAVAILABLE:0.05:commit
+  --fault BatchCreateTasks:UNAVAILABLE:0.1:each`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := emulator.Config{
@@ -158,20 +163,36 @@ command line ("*" for every RPC), for example
 	f.StringVar(&location, "location", defaultEmulatorLocation, "location of the queues given to --queue as bare IDs")
 	f.StringVar(&configPath, "config", "", "JSON or YAML file with queues, faults and reuse windows")
 	f.DurationVar(&reuse, "name-reuse-window", 0, "how long a task name stays taken after the task is gone (default 24h)")
-	f.StringArrayVar(&faults, "fault", nil, "inject faults: METHOD[,METHOD]:CODE:RATE[:commit] (repeatable)")
+	f.StringArrayVar(&faults, "fault", nil, "inject faults: "+faultSyntax+" (repeatable)")
 	f.Uint64Var(&seed, "fault-seed", 0, "seed that makes fault decisions repeatable")
 	f.DurationVar(&latency, "latency", 0, "add this latency to every RPC")
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
 	return cmd
 }
 
-// parseFaultFlag reads METHOD[,METHOD]:CODE:RATE[:commit].
+// faultSyntax is the form of a --fault value.
+const faultSyntax = "METHOD[,METHOD]:CODE:RATE[:commit][,each]"
+
+// parseFaultFlag reads METHOD[,METHOD]:CODE:RATE[:OPTION[,OPTION]], where
+// the options are commit (CommitThenFail) and each (PerRequest).
 func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	parts := strings.Split(v, ":")
-	if len(parts) < 3 || len(parts) > 4 || (len(parts) == 4 && parts[3] != "commit") {
-		return emulator.FaultRule{}, usagef("--fault %q: want METHOD[,METHOD]:CODE:RATE[:commit], for example CreateTask:UNAVAILABLE:0.05:commit", v)
+	if len(parts) < 3 || len(parts) > 4 {
+		return emulator.FaultRule{}, usagef("--fault %q: want %s, for example CreateTask:UNAVAILABLE:0.05:commit", v, faultSyntax)
 	}
 	var rule emulator.FaultRule
+	if len(parts) == 4 {
+		for _, opt := range strings.Split(parts[3], ",") {
+			switch opt {
+			case "commit":
+				rule.CommitThenFail = true
+			case "each":
+				rule.PerRequest = true
+			default:
+				return rule, usagef("--fault %q: option %q is not commit or each; want %s", v, opt, faultSyntax)
+			}
+		}
+	}
 	if parts[0] != "*" {
 		rule.Methods = strings.Split(parts[0], ",")
 	}
@@ -183,7 +204,7 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	if err != nil {
 		return rule, usagef("--fault %q: rate %q is not a number from 0 to 1", v, parts[2])
 	}
-	rule.Code, rule.Rate, rule.CommitThenFail = code, rate, len(parts) == 4
+	rule.Code, rule.Rate = code, rate
 	return rule, nil
 }
 
