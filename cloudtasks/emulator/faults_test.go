@@ -115,27 +115,32 @@ func TestPerRequestBatchFaults(t *testing.T) {
 	rule := func(commit bool) emulator.Faults {
 		return emulator.Faults{Seed: 3, Rules: []emulator.FaultRule{{Methods: []string{"BatchCreateTasks", "BatchDeleteTasks"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: commit, PerRequest: true}}}
 	}
-	t.Run("before commit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, func(c *emulator.Config) { c.DisableDelivery = true; c.Faults = rule(false) })
-		created, failed := batchOutcome(t, b, "a", "b")
-		require.Empty(t, created)
-		require.Equal(t, map[int32]codes.Code{0: codes.Unavailable, 1: codes.Unavailable}, failed)
-		require.Empty(t, b.srv.Tasks(queue))
-		_, err := b.client.CreateTask(context.Background(), &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: httpTask(queue + "/tasks/a")})
-		require.NoError(t, err, "CreateTask is not a batch: the rule leaves it alone")
-	})
-	t.Run("after commit", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, func(c *emulator.Config) { c.DisableDelivery = true; c.Faults = rule(true) })
-		created, failed := batchOutcome(t, b, "a", "b")
-		require.Empty(t, created)
-		require.Equal(t, map[int32]codes.Code{0: codes.Unavailable, 1: codes.Unavailable}, failed)
-		require.Len(t, b.srv.Tasks(queue), 2, "the tasks were created although their requests were reported failed")
-		require.NoError(t, b.srv.SetFaults(emulator.Faults{}))
-		_, failed = batchOutcome(t, b, "a", "b")
-		require.Equal(t, map[int32]codes.Code{0: codes.AlreadyExists, 1: codes.AlreadyExists}, failed)
-	})
+	for _, tt := range []struct {
+		name   string
+		commit bool
+		stored int
+	}{
+		{"before commit", false, 0},
+		{"after commit", true, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(c *emulator.Config) { c.DisableDelivery = true; c.Faults = rule(tt.commit) })
+			created, failed := batchOutcome(t, b, "a", "b")
+			require.Empty(t, created, "a failed request is never listed as created")
+			require.Equal(t, map[int32]codes.Code{0: codes.Unavailable, 1: codes.Unavailable}, failed)
+			require.Len(t, b.srv.Tasks(queue), tt.stored, "with commit the tasks exist although their requests were reported failed")
+			_, err := b.client.CreateTask(context.Background(), &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: httpTask(queue + "/tasks/c")})
+			require.NoError(t, err, "CreateTask is not a batch: the rule leaves it alone")
+			require.NoError(t, b.srv.SetFaults(emulator.Faults{}))
+			_, failed = batchOutcome(t, b, "a", "b")
+			if tt.commit {
+				require.Equal(t, map[int32]codes.Code{0: codes.AlreadyExists, 1: codes.AlreadyExists}, failed)
+			} else {
+				require.Empty(t, failed)
+			}
+		})
+	}
 	t.Run("only some requests, the same ones for a seed", func(t *testing.T) {
 		t.Parallel()
 		half := emulator.Faults{Seed: 11, Rules: []emulator.FaultRule{{Methods: []string{"BatchCreateTasks"}, Rate: 0.5, Code: codes.Unavailable, PerRequest: true}}}

@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"context"
-	"sort"
 	"strings"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
@@ -207,15 +206,10 @@ func (o *operations) ListOperations(_ context.Context, req *longrunningpb.ListOp
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
 	resp := &longrunningpb.ListOperationsResponse{}
-	for i, n := range names {
-		if i == size {
-			resp.NextPageToken = pageToken(names[i-1])
-			break
-		}
-		resp.Operations = append(resp.Operations, proto.Clone(o.s.ops[n]).(*longrunningOp))
-	}
+	resp.Operations, resp.NextPageToken = page(names, size, func(n string) *longrunningOp {
+		return proto.Clone(o.s.ops[n]).(*longrunningOp)
+	})
 	return resp, nil
 }
 
