@@ -67,6 +67,7 @@ func RunConformanceTests(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"BatchCreateRefused", testBatchCreateRefused},
 		{"BatchCreateFaults", testBatchCreateFaults},
 		{"QueueStateAndUpdate", testQueueStateAndUpdate},
+		{"ListQueuesStateFilter", testListQueuesStateFilter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,17 +314,7 @@ func testQueueStateAndUpdate(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	require.Equal(t, cloudtaskspb.Queue_PAUSED, q.State)
 
-	found := false
-	it := h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location})
-	for {
-		lq, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		require.NoError(t, err)
-		found = found || lq.Name == h.queue
-	}
-	require.True(t, found, "ListQueues lists %s", h.queue)
+	require.True(t, h.listed(t, ""), "ListQueues lists %s", h.queue)
 }
 
 // batch sends one BatchCreateTasks call creating tasks with these IDs in
@@ -498,4 +489,33 @@ func testBatchCreateFaults(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	_, _ = op.Wait(h.ctx)
 	require.Equal(t, map[int32]codes.Code{0: codes.AlreadyExists, 1: codes.AlreadyExists}, failedCodes(t, op))
+}
+
+// listed reports whether ListQueues with filter lists the harness's queue.
+func (h *harness) listed(t *testing.T, filter string) bool {
+	t.Helper()
+	it := h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location, Filter: filter})
+	for {
+		q, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return false
+		}
+		require.NoError(t, err, "filter %q", filter)
+		if q.GetName() == h.queue {
+			return true
+		}
+	}
+}
+
+// testListQueuesStateFilter: the documented sample filter "state: PAUSED"
+// selects queues by state.
+func testListQueuesStateFilter(t *testing.T, h *harness) {
+	require.True(t, h.listed(t, "state: PAUSED"), "the paused queue is listed by state: PAUSED")
+	require.False(t, h.listed(t, "state: RUNNING"), "the paused queue is not listed by state: RUNNING")
+	_, err := h.Client.ResumeQueue(h.ctx, &cloudtaskspb.ResumeQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	require.False(t, h.listed(t, "state: PAUSED"))
+	require.True(t, h.listed(t, "state: RUNNING"))
+	_, err = h.Client.PauseQueue(h.ctx, &cloudtaskspb.PauseQueueRequest{Name: h.queue})
+	require.NoError(t, err)
 }
