@@ -104,6 +104,9 @@ func (s *Server) dispatchDueLocked(now time.Time) (started int, next time.Time) 
 				next = earliest(next, time.Unix(0, t.schedule))
 				break
 			}
+			if s.expiredLocked(t, now) {
+				continue
+			}
 			if q.running >= q.pb.RateLimits.MaxConcurrentDispatches {
 				break // an attempt finishing wakes the loop
 			}

@@ -342,3 +342,28 @@ func TestPEMCertsServeTheSigningKey(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, b.srv.PublicKey().Equal(pub))
 }
+
+func TestTasksAreKeptAtMost31Days(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *emulator.Config) { c.Queues = []emulator.QueueConfig{{Name: queue, Paused: true}} })
+	ctx := context.Background()
+	w := newWorker(t, 200)
+	for _, id := range []string{"waits", "fetched"} {
+		_, err := b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: w.task(queue + "/tasks/" + id)})
+		require.NoError(t, err)
+	}
+	b.clock.Advance(31*24*time.Hour - time.Second)
+	_, err := b.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: queue + "/tasks/fetched"})
+	require.NoError(t, err, "one second short of 31 days")
+	b.clock.Advance(time.Second)
+	_, err = b.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: queue + "/tasks/fetched"})
+	requireCode(t, err, codes.NotFound, "does not exist")
+
+	_, err = b.client.ResumeQueue(ctx, &cloudtaskspb.ResumeQueueRequest{Name: queue})
+	require.NoError(t, err)
+	require.Equal(t, 0, runDue(t, b), "an expired task is deleted, not attempted")
+	require.Empty(t, w.requests())
+	require.Empty(t, b.srv.Tasks(queue))
+	_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: w.task(queue + "/tasks/waits")})
+	requireCode(t, err, codes.AlreadyExists, "already exists") // the name stays taken for the reuse window
+}
