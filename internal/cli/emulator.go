@@ -157,7 +157,7 @@ under their index in the operation's metadata. For example
 	}
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "", "gRPC listen address (default $"+emulatorHostEnv+" or "+defaultEmulatorAddr+")")
-	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the OIDC discovery/JWKS HTTP server")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the HTTP server for the OIDC discovery document and keys (JWKS and PEM)")
 	f.StringArrayVar(&queues, "queue", nil, "create this queue at start: a full name or a bare ID in --project and --location (repeatable)")
 	f.StringVar(&project, "project", defaultEmulatorProject, "project of the queues given to --queue as bare IDs")
 	f.StringVar(&location, "location", defaultEmulatorLocation, "location of the queues given to --queue as bare IDs")
