@@ -25,7 +25,7 @@ func TestQueuesPage(t *testing.T) {
 	code, page := b.get(t, "/")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, [][]string{
-		{"idle", "PAUSED", "500", "500", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "0.00", "—"},
+		{"idle", "PAUSED", "500", "100", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "0.00", "—"},
 		{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "0", "2", "0", "0.03", "200×1 503×1"},
 	}, rows(t, page, "queues"))
 }
@@ -465,7 +465,7 @@ func TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, page, "Task counts come from the first ListTasks page")
 	require.Equal(t, [][]string{
-		{"idle", "PAUSED", "500", "500", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
+		{"idle", "PAUSED", "500", "100", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
 		{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "2", "0", "0", "—", "—"}, // both due by the console's clock
 	}, rows(t, page, "queues"))
 	_, page = b.get(t, "/deliveries")
