@@ -59,7 +59,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 			if cancel != "" {
 				return cancelTimer(ctx, env, cmd, &conn, cancel)
 			}
-			def, err := rf.base("")
+			def, err := rf.base(cmd, "")
 			if err != nil {
 				return err
 			}
@@ -80,6 +80,9 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 				}
 				if def.URL == "" {
 					return usagef("--url is required")
+				}
+				if _, err := def.timer(); err != nil {
+					return err
 				}
 			}
 			d, err := conn.dispatcher(ctx, env)
@@ -139,6 +142,9 @@ func (l *requestLine) timer() (timers.TimerRequest, error) {
 		}
 	case "heartbeat":
 		req.Kind, at = naming.KindHeartbeat, l.Check
+		if err := l.noIdentity("a heartbeat check"); err != nil {
+			return req, err
+		}
 	default:
 		return req, usagef("kind %q: want retry (with due) or heartbeat (with check)", l.Kind)
 	}
