@@ -71,6 +71,11 @@ type Config struct {
 	// instance finishes a crashed instance's work.
 	EnforceOwnership bool
 
+	// OnRetry, if set, is called before each retry of a transient failure
+	// (CreateTask, GetTask, DeleteTask), for example to tell a waiting user
+	// why a command takes long. It must return quickly.
+	OnRetry func(RetryEvent)
+
 	// Logger receives one line per dispatch event, each carrying the
 	// internal ID; never payloads or credentials. Defaults to discarding.
 	Logger *slog.Logger

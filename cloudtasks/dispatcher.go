@@ -349,7 +349,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		return f, fmt.Errorf("cloudtasks: %s: record pending: %w", key, err)
 	}
 	req := t.createRequest(queuePath, key, cloudID, now)
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
 		_, err := d.client.CreateTask(ctx, req)
 		code := codeOf(err)
 		d.m.call(ctx, "CreateTask", code)

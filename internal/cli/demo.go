@@ -40,6 +40,9 @@ and the emulator keeps serving (Ctrl-C to stop) so you can explore both.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Keep = keep
 			opts.Logger = env.Logger
+			if err := opts.Validate(); err != nil {
+				return asUsage(err)
+			}
 			sum, running, err := demo.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -72,7 +75,7 @@ and the emulator keeps serving (Ctrl-C to stop) so you can explore both.`,
 	f.BoolVar(&keep, "keep", false, "keep the outbox and leave the emulator serving until interrupted")
 	f.Float64Var(&opts.CommitThenFailRate, "commit-then-fail", 0.25, "share of CreateTask calls that create the task but answer Unavailable (negative: none)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the injected faults")
-	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON object (snake_case keys; advanced_seconds in seconds)")
 	return cmd
 }
 

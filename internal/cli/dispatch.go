@@ -31,7 +31,14 @@ type connFlags struct {
 	jsonOut                                    bool
 }
 
+// register adds the flags to cmd. For recover, which reads queues from the
+// records, the queue flags are accepted but hidden and the outbox is
+// required.
 func (c *connFlags) register(cmd *cobra.Command, env *Env) {
+	c.registerFor(cmd, env, false)
+}
+
+func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f := cmd.Flags()
 	f.StringVar(&c.emulator, "emulator", env.Getenv(emulatorEnv), "Cloud Tasks emulator host:port (default $"+emulatorEnv+"; without it, real Cloud Tasks with application default credentials)")
 	f.StringVar(&c.project, "project", "", "Google Cloud project ID (required)")
@@ -39,17 +46,23 @@ func (c *connFlags) register(cmd *cobra.Command, env *Env) {
 	f.StringVar(&c.queue, "queue", "", "queue ID (required)")
 	f.StringVar(&c.outbox, "outbox", "", "outbox directory that records every request (default: none, records kept in memory)")
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object per request")
+	if recovering {
+		for _, name := range []string{"project", "location", "queue"} {
+			_ = f.MarkHidden(name) // the flag exists: MarkHidden cannot fail
+		}
+		f.Lookup("outbox").Usage = "outbox whose pending records are re-driven (required)"
+		f.Lookup("json").Usage = "print the counts as one JSON object"
+	}
 }
 
-func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*cloudtasks.Dispatcher, error) {
+func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) {
 	for _, req := range []struct{ name, v string }{{"--project", c.project}, {"--location", c.location}, {"--queue", c.queue}} {
 		if req.v == "" {
 			return nil, usagef("%s is required", req.name)
 		}
 	}
-	return cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
-		Project: c.project, Location: c.location, Queue: c.queue,
-		EmulatorAddr: c.emulator, OutboxDir: c.outbox, Logger: env.Logger,
+	return c.connect(ctx, env, cloudtasks.Config{
+		Project: c.project, Location: c.location, Queue: c.queue, OutboxDir: c.outbox,
 	})
 }
 
@@ -333,11 +346,12 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 				}
 			}
 			ctx := cmd.Context()
-			d, err := conn.dispatcher(ctx, env)
+			sess, err := conn.dispatcher(ctx, env)
 			if err != nil {
 				return err
 			}
-			defer d.Close()
+			defer sess.close()
+			d := sess.d
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				id, err := l.identity()
 				if err != nil {
@@ -358,7 +372,7 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 				}, text, nil
 			}
 			err = runRequests(ctx, env, cmd.OutOrStdout(), &conn, &rf, def, one)
-			if cerr := d.Close(); err == nil && cerr != nil {
+			if cerr := sess.close(); err == nil && cerr != nil {
 				err = cerr
 			}
 			return err

@@ -40,7 +40,8 @@ than 30 days ahead is refused. Repeating the command never creates a second
 task.
 
 --cancel TIMER_ID deletes the timer's task (already gone is a success) and
-records it as cancelled.
+records it as cancelled. An ID that neither Cloud Tasks nor the outbox knows
+prints not_found, records nothing and exits 1.
 
 --from FILE reads one JSON object per line, with the fields of
 'ctdispatch dispatch --help' plus kind ("retry" or "heartbeat"), due and
@@ -85,12 +86,12 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 					return err
 				}
 			}
-			d, err := conn.dispatcher(ctx, env)
+			sess, err := conn.dispatcher(ctx, env)
 			if err != nil {
 				return err
 			}
-			defer d.Close()
-			s := timers.New(d)
+			defer sess.close()
+			s := timers.New(sess.d)
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				req, err := l.timer()
 				if err != nil {
@@ -107,7 +108,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 				}, text, nil
 			}
 			err = runRequests(ctx, env, cmd.OutOrStdout(), &conn, &rf, def, one)
-			if cerr := d.Close(); err == nil && cerr != nil {
+			if cerr := sess.close(); err == nil && cerr != nil {
 				err = cerr
 			}
 			return err
@@ -155,26 +156,42 @@ func (l *requestLine) timer() (timers.TimerRequest, error) {
 }
 
 func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFlags, id string) error {
-	d, err := conn.dispatcher(ctx, env)
+	sess, err := conn.dispatcher(ctx, env)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	res, err := timers.New(d).CancelTimer(ctx, id, "")
+	defer sess.close()
+	res, err := timers.New(sess.d).CancelTimer(ctx, id, "")
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
-	if conn.jsonOut {
-		return json.NewEncoder(out).Encode(map[string]any{
-			"timer_id": res.ID, "cloud_task_id": res.CloudTaskID, "task_name": res.TaskName,
-			"outcome": "cancelled", "deleted": res.Deleted,
-		})
-	}
-	state := "deleted"
-	if !res.Deleted {
+	outcome, state := "cancelled", "deleted"
+	switch {
+	case res.NotFound:
+		outcome = "not_found"
+	case !res.Deleted:
 		state = "already gone"
 	}
-	fmt.Fprintf(out, "cancelled %s %s (%s)\n", res.ID, res.TaskName, state)
-	return d.Close()
+	if conn.jsonOut {
+		err = json.NewEncoder(out).Encode(map[string]any{
+			"timer_id": res.ID, "cloud_task_id": res.CloudTaskID, "task_name": res.TaskName,
+			"outcome": outcome, "deleted": res.Deleted,
+		})
+	} else if res.NotFound {
+		_, err = fmt.Fprintf(out, "not_found %s %s\n", res.ID, res.TaskName)
+	} else {
+		_, err = fmt.Fprintf(out, "cancelled %s %s (%s)\n", res.ID, res.TaskName, state)
+	}
+	if err != nil {
+		return err
+	}
+	if res.NotFound {
+		where := "the outbox " + conn.outbox
+		if conn.outbox == "" {
+			where = "an outbox (none given: --outbox)"
+		}
+		return fmt.Errorf("timer %s not found: no task %s in Cloud Tasks and no record in %s; nothing recorded", res.ID, res.TaskName, where)
+	}
+	return sess.close()
 }
