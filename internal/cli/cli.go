@@ -150,11 +150,12 @@ Results go to stdout, errors to stderr as one line. Exit status: 0 success;
 (unknown command or flag, extra argument, bad flag value); 3 an answer was
 printed but may be incomplete (query and stats skipped damaged or foreign
 files, listed on stderr).`,
-		Version:       versionString(),
-		Args:          rootArgs,
-		RunE:          func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Version:                    versionString(),
+		Args:                       rootArgs,
+		SuggestionsMinimumDistance: 2,
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		SilenceUsage:               true,
+		SilenceErrors:              true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			if verbose {
 				env.Logger = slog.New(slog.NewTextHandler(env.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))

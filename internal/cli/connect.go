@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -177,10 +178,7 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		return nil, err
 	}
 	if isTerminal(env.Err) {
-		cfg.OnRetry = func(ev cloudtasks.RetryEvent) {
-			fmt.Fprintf(env.Err, "retrying %s (%d/%d) in %s: %s\n", ev.Method, ev.Call+1, ev.MaxCalls,
-				ev.Delay.Round(time.Millisecond), oneLine(ev.Code.String()+": "+errorDesc(ev.Err)))
-		}
+		cfg.OnRetry = retryPrinter(env.Err)
 	}
 	cfg.Logger = env.Logger
 	d, err := cloudtasks.NewDispatcher(ctx, &cfg)
@@ -189,6 +187,16 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 	}
 	s.d = d
 	return s, nil
+}
+
+// retryPrinter tells the user, one line per retry, why a command waits:
+// "retrying CreateTask (3/10) in 200ms: Unavailable: …", where 3 is the
+// call about to be made.
+func retryPrinter(w io.Writer) func(cloudtasks.RetryEvent) {
+	return func(ev cloudtasks.RetryEvent) {
+		fmt.Fprintf(w, "retrying %s (%d/%d) in %s: %s\n", ev.Method, ev.Call+1, ev.MaxCalls,
+			ev.Delay.Round(time.Millisecond), oneLine(ev.Code.String()+": "+errorDesc(ev.Err)))
+	}
 }
 
 // errorDesc is the message of a gRPC error without its "rpc error: code

@@ -45,6 +45,9 @@ pending, and a later run tries them again.`,
 			if conn.outbox == "" {
 				return usagef("--outbox DIR is required")
 			}
+			if staleAfter < 0 {
+				return usagef("--stale-after %s is negative; allowed: 0 (every pending record) or more", staleAfter)
+			}
 			// The records name their queues; these only satisfy the config.
 			for _, v := range []*string{&conn.project, &conn.location, &conn.queue} {
 				if *v == "" {
@@ -57,9 +60,6 @@ pending, and a later run tries them again.`,
 				return fmt.Errorf("outbox %s: not a directory", conn.outbox)
 			}
 			ctx := cmd.Context()
-			if staleAfter < 0 {
-				return usagef("--stale-after %s is negative; allowed: 0 (every pending record) or more", staleAfter)
-			}
 			if staleAfter == 0 {
 				// The dispatcher reads 0 as "the default"; the shortest
 				// positive age takes every pending record.
@@ -95,7 +95,7 @@ pending, and a later run tries them again.`,
 					st.Stale, st.Found, st.NotFound, st.HandedOver, st.SkippedNotOwned, st.Errors)
 			}
 			if st.Errors > 0 {
-				return fmt.Errorf("%d records could not be resolved; they stay pending (see the log)", st.Errors)
+				return fmt.Errorf("%d %s could not be resolved (left pending for a later run; -v logs why)", st.Errors, plural(st.Errors, "record", "records"))
 			}
 			return nil
 		},
