@@ -47,6 +47,9 @@ type Config struct {
 	// itself, with ProcessorUUID and durable appends. Ignored when Outbox is
 	// set.
 	OutboxDir string
+	// OutboxLogDir is the local directory of that outbox's write-ahead
+	// log; required when OutboxDir is a bucket URL (gs://, s3://).
+	OutboxLogDir string
 
 	// DurablePending makes Dispatch wait until the pending marker is
 	// durable before calling CreateTask. Defaults to off: the marker is

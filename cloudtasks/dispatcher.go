@@ -122,7 +122,7 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 	case c.Outbox != nil:
 		d.box = c.Outbox
 	case c.OutboxDir != "":
-		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, ProcessorUUID: c.ProcessorUUID, Logger: c.Logger, Clock: c.Clock})
+		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, LogDir: c.OutboxLogDir, ProcessorUUID: c.ProcessorUUID, Logger: c.Logger, Clock: c.Clock})
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("cloudtasks: open outbox: %w", err)

@@ -147,11 +147,23 @@ func (s *session) close() error {
 	return s.err
 }
 
-// connect opens a dispatcher for cfg over a client to the emulator (when
+// connect opens a dispatcher for cfg, recording in --outbox (with its log
+// in --log-dir), over a client to the emulator (when
 // --emulator or $CLOUD_TASKS_EMULATOR_HOST names one) or to Cloud Tasks,
 // after making sure the endpoint answers. On a terminal, retries of
 // transient failures are shown on stderr.
 func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config) (*session, error) {
+	if c.outbox != "" {
+		if isBucketURL(c.outbox) {
+			if err := checkBucketURL(c.outbox); err != nil {
+				return nil, err
+			}
+		}
+		if err := checkLogDir(c.outbox, c.logDir); err != nil {
+			return nil, err
+		}
+		cfg.OutboxDir, cfg.OutboxLogDir = c.outbox, c.logDir
+	}
 	s := &session{}
 	fail := func(err error) (*session, error) {
 		for _, c := range s.closers {

@@ -27,8 +27,8 @@ const emulatorEnv = "CLOUD_TASKS_EMULATOR_HOST"
 // connFlags are the flags that say where tasks go and where they are
 // recorded; dispatch, timer and recover share them.
 type connFlags struct {
-	emulator, project, location, queue, outbox string
-	jsonOut                                    bool
+	emulator, project, location, queue, outbox, logDir string
+	jsonOut                                            bool
 }
 
 // register adds the flags to cmd. For recover, which reads queues from the
@@ -44,7 +44,8 @@ func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f.StringVar(&c.project, "project", "", "Google Cloud project ID (required)")
 	f.StringVar(&c.location, "location", "", "Cloud Tasks location, for example europe-west1 (required)")
 	f.StringVar(&c.queue, "queue", "", "queue ID (required)")
-	f.StringVar(&c.outbox, "outbox", "", "outbox directory that records every request (default: none, records kept in memory)")
+	f.StringVar(&c.outbox, "outbox", "", "outbox that records every request: a directory or a bucket URL, gs://BUCKET?prefix=P/ (default: none, records kept in memory)")
+	f.StringVar(&c.logDir, "log-dir", "", "local directory of the write-ahead log; required with a bucket --outbox")
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object per request")
 	if recovering {
 		for _, name := range []string{"project", "location", "queue"} {
@@ -62,7 +63,7 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) 
 		}
 	}
 	return c.connect(ctx, env, cloudtasks.Config{
-		Project: c.project, Location: c.location, Queue: c.queue, OutboxDir: c.outbox,
+		Project: c.project, Location: c.location, Queue: c.queue,
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,14 +17,18 @@ import (
 )
 
 // openOutbox opens an existing outbox: a directory, or a bucket URL
-// (gs://, s3://) which is always opened read-only, since write-ahead logs
-// live on the dispatchers' machines. Skipped files are logged through
+// (gs://, s3:// in a binary built with -tags s3, mem://) which is always
+// opened read-only (compaction included), since write-ahead logs live on
+// the dispatchers' machines. Skipped files are logged through
 // env.Logger (stderr) with their path and reason.
 func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outbox.Outbox, error) {
 	if dir == "" {
 		return nil, usagef("--outbox DIR is required")
 	}
-	if strings.Contains(dir, "://") {
+	if isBucketURL(dir) {
+		if err := checkBucketURL(dir); err != nil {
+			return nil, err
+		}
 		return outbox.Open(ctx, outbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
 	}
 	info, err := os.Stat(dir)
@@ -205,7 +208,7 @@ exit status is 3.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "outbox", "", "outbox directory (required)")
+	f.StringVar(&dir, "outbox", "", "outbox directory or bucket URL, gs://BUCKET?prefix=P/ (required)")
 	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
 	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
 	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")

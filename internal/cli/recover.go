@@ -16,7 +16,7 @@ func newRecoverCmd(env *Env) *cobra.Command {
 	var staleAfter time.Duration
 	var enforce bool
 	cmd := &cobra.Command{
-		Use:   "recover --outbox DIR [flags]",
+		Use:   "recover --outbox DIR|BUCKET_URL [--log-dir DIR] [flags]",
 		Short: "Finish dispatches and timers left pending by stopped processes",
 		Long: `Finish dispatches and timers left pending by stopped processes.
 
@@ -54,10 +54,12 @@ pending, and a later run tries them again.`,
 					*v = "unused"
 				}
 			}
-			if info, err := os.Stat(conn.outbox); err != nil {
-				return fmt.Errorf("outbox %s: %w", conn.outbox, err)
-			} else if !info.IsDir() {
-				return fmt.Errorf("outbox %s: not a directory", conn.outbox)
+			if !isBucketURL(conn.outbox) {
+				if info, err := os.Stat(conn.outbox); err != nil {
+					return fmt.Errorf("outbox %s: %w", conn.outbox, err)
+				} else if !info.IsDir() {
+					return fmt.Errorf("outbox %s: not a directory", conn.outbox)
+				}
 			}
 			ctx := cmd.Context()
 			if staleAfter == 0 {
@@ -66,7 +68,7 @@ pending, and a later run tries them again.`,
 				staleAfter = time.Nanosecond
 			}
 			sess, err := conn.connect(ctx, env, cloudtasks.Config{
-				Project: conn.project, Location: conn.location, Queue: conn.queue, OutboxDir: conn.outbox,
+				Project: conn.project, Location: conn.location, Queue: conn.queue,
 				StaleAfter: staleAfter, EnforceOwnership: enforce,
 			})
 			if err != nil {

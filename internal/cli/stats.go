@@ -105,7 +105,7 @@ exit status is 3.`,
 			return reportSkipped(cmd.OutOrStdout(), format == "json", skippedFiles(o), "")
 		},
 	}
-	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
+	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory or bucket URL, gs://BUCKET?prefix=P/ (required)")
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json (JSON Lines)")
 	return cmd
 }
