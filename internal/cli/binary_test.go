@@ -20,32 +20,36 @@ import (
 // The tests in this file run the built binary, as a user or a script
 // meets it: exit codes, pipes and FIFOs, huge lines, dead endpoints.
 
-var (
-	binaryOnce sync.Once
-	binaryPath string
-	binaryErr  error
-)
+// builtBinaries holds the binaries this test process built, by package.
+var builtBinaries sync.Map // package path -> func() (string, error)
+
+// buildBinary builds the main package pkg once per test process and
+// returns the binary's path.
+func buildBinary(t *testing.T, pkg string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds a binary; skipped with -short")
+	}
+	build, _ := builtBinaries.LoadOrStore(pkg, sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp("", "ctdispatch-bin-")
+		if err != nil {
+			return "", err
+		}
+		path := filepath.Join(dir, filepath.Base(pkg))
+		if out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %v: %s", pkg, err, out)
+		}
+		return path, nil
+	}))
+	path, err := build.(func() (string, error))()
+	require.NoError(t, err)
+	return path
+}
 
 // ctdispatchBinary builds cmd/ctdispatch once per test process.
 func ctdispatchBinary(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary; skipped with -short")
-	}
-	binaryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ctdispatch-bin-")
-		if err != nil {
-			binaryErr = err
-			return
-		}
-		binaryPath = filepath.Join(dir, "ctdispatch")
-		out, err := exec.Command("go", "build", "-o", binaryPath, "github.com/ctdispatch/ctdispatch/cmd/ctdispatch").CombinedOutput()
-		if err != nil {
-			binaryErr = errors.New(string(out))
-		}
-	})
-	require.NoError(t, binaryErr)
-	return binaryPath
+	return buildBinary(t, "github.com/ctdispatch/ctdispatch/cmd/ctdispatch")
 }
 
 // binResult is what one run of the binary produced.

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,32 +18,12 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-var (
-	fakeGCSOnce sync.Once
-	fakeGCSPath string
-	fakeGCSErr  error
-)
-
 // startFakeGCS runs internal/testtools/fakegcs as its own process with one
 // bucket and returns the STORAGE_EMULATOR_HOST value that reaches it. The
 // process ends when the test closes its standard input.
 func startFakeGCS(t *testing.T, bucket string) string {
 	t.Helper()
-	fakeGCSOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fakegcs-bin-")
-		if err != nil {
-			fakeGCSErr = err
-			return
-		}
-		fakeGCSPath = filepath.Join(dir, "fakegcs")
-		out, err := exec.Command("go", "build", "-o", fakeGCSPath, "github.com/ctdispatch/ctdispatch/internal/testtools/fakegcs").CombinedOutput()
-		if err != nil {
-			fakeGCSErr = &exec.Error{Name: "go build fakegcs", Err: os.ErrInvalid}
-			t.Log(string(out))
-		}
-	})
-	require.NoError(t, fakeGCSErr)
-	cmd := exec.Command(fakeGCSPath, "-bucket", bucket)
+	cmd := exec.Command(buildBinary(t, "github.com/ctdispatch/ctdispatch/internal/testtools/fakegcs"), "-bucket", bucket)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

@@ -100,7 +100,7 @@ func (r *requestFlags) register(cmd *cobra.Command, withSchedule bool) {
 		f.StringVar(&r.scheduleTime, "schedule-time", "", "when the task fires (RFC 3339 or epoch seconds; default now)")
 	}
 	f.DurationVar(&r.deadline, "deadline", 0, "dispatch deadline of one delivery, 15s to 30m (default: the service's 10m)")
-	f.StringVar(&r.from, "from", "", "read many requests from a JSONL file (- for stdin); flags give defaults")
+	f.StringVar(&r.from, "from", "", "read many requests from a JSON Lines file, - for stdin, or a FIFO; flags give defaults")
 	f.IntVar(&r.concurrency, "concurrency", 16, "requests in flight with --from")
 }
 
@@ -307,21 +307,30 @@ func newDispatchCmd(env *Env) *cobra.Command {
 
 The task is named after its internal ID dispatch:RUN:TASK:ATTEMPT, so
 repeating the command never creates a second task: the repeat reports
-already_existed. The attempt slot is --attempt N (default 0), or --key K (a
-caller idempotency key, hashed with the task key), or --unique (a fresh
-attempt every call).
+already_existed. The attempt slot is required, exactly one of: --attempt N,
+--key K (a caller idempotency key, hashed with the task key; not empty), or
+--unique (a fresh attempt every call).
 
 The target receives Idempotency-Key: <internal ID> and X-Ctdispatch-Task-Id:
-<Cloud Tasks ID>. With --outbox DIR every request is recorded there
-(pending, then the outcome) and a repeat is answered from the record
-without calling Cloud Tasks.
+<Cloud Tasks ID>. With --outbox every request is recorded there (pending,
+then the outcome) and a repeat is answered from the record without calling
+Cloud Tasks. --outbox is a directory or a bucket URL (gs://BUCKET?prefix=P/;
+s3:// in a binary built with -tags s3), which needs --log-dir DIR for the
+write-ahead log.
 
 --from FILE reads one JSON object per line with the fields run, task,
-attempt, key, unique, queue, url, method, headers (object), body (string)
-or body_json (any JSON), oidc_service_account, oidc_audience,
-schedule_time, deadline; flags give the defaults. A progress line is drawn
-on stderr when it is a terminal. A failed request is reported on stderr
-with its line number and the exit status is 1.
+attempt (a number or a string of digits), key, unique, queue, url, method,
+headers (object), body (string) or body_json (any JSON),
+oidc_service_account, oidc_audience, schedule_time, deadline; flags give
+the defaults, and a line giving attempt, key or unique replaces the flags'
+choice. FILE may be - (stdin), /dev/stdin or a FIFO; it is read once, as a
+stream. A progress line is drawn on stderr when it is a terminal. A failed
+request, or a line over 4 MiB, is reported on stderr with its line number,
+the rest goes on, and the exit status is 1.
+
+Cloud Tasks (or the emulator) must answer within 5s, else the command stops
+naming the address and the cause. Transient failures are retried, each
+retry shown on stderr when it is a terminal.
 
 Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 --json {"dispatch_id","cloud_task_id","task_name","outcome",...}.`,

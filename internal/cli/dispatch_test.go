@@ -104,7 +104,8 @@ func TestDispatchCommandErrors(t *testing.T) {
 			require.Equal(t, tt.code, code)
 			require.Empty(t, stdout)
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
-			require.True(t, strings.HasPrefix(lines[len(lines)-1]+"\n", tt.stderr), "stderr %q", stderr)
+			require.Len(t, lines, 1, "an error is one line, no log lines beside it: %q", stderr)
+			require.True(t, strings.HasPrefix(lines[0]+"\n", tt.stderr), "stderr %q", stderr)
 		})
 	}
 }

@@ -27,14 +27,16 @@ func newTimerCmd(env *Env) *cobra.Command {
 	var rf requestFlags
 	var due, check, cancel string
 	cmd := &cobra.Command{
-		Use:   "timer --project P --location L --queue Q --run RUN --task TASK (--attempt N --due TIME | --check TIME) --url URL [flags]",
+		Use:   "timer --project P --location L --queue Q --run RUN --task TASK (--attempt N|--key K|--unique) --due TIME --url URL [flags]\n  ctdispatch timer ... --check TIME --url URL [flags]\n  ctdispatch timer ... --cancel TIMER_ID",
 		Short: "Schedule a retry timer or a heartbeat check as a named Cloud Task, or cancel one",
 		Long: `Schedule a retry timer or a heartbeat check as a named Cloud Task, or cancel one.
 
-A retry timer (--due TIME, with the attempt it retries) is named
-timer:retry:RUN:TASK:ATTEMPT:DUE_EPOCH; a heartbeat check (--check TIME) is
-named timer:heartbeat:RUN:TASK:CHECK_EPOCH. Their Cloud Tasks IDs start
-with t_ and the task fires at the due or check time. Times are RFC 3339 or
+A retry timer (--due TIME, with exactly one of --attempt N, --key K or
+--unique for the attempt it retries) is named
+timer:retry:RUN:TASK:ATTEMPT:DUE_EPOCH; a heartbeat check (--check TIME),
+which has no attempt slot, is named timer:heartbeat:RUN:TASK:CHECK_EPOCH.
+Their Cloud Tasks IDs start with t_ and the task fires at the due or check
+time. Times are RFC 3339 or
 epoch seconds, named to the second; a time in the past fires at once, more
 than 30 days ahead is refused. Repeating the command never creates a second
 task.

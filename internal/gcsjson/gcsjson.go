@@ -109,14 +109,19 @@ func (b *bucket) ErrorCode(err error) gcerrors.ErrorCode {
 	return gcerrors.Unknown
 }
 
-// As exposes the *storage.Service.
-func (b *bucket) As(i any) bool {
-	p, ok := i.(**storage.Service)
-	if ok {
-		*p = b.svc
+// asFunc returns the As function that exposes v to a caller passing a *T.
+func asFunc[T any](v T) func(any) bool {
+	return func(i any) bool {
+		p, ok := i.(*T)
+		if ok {
+			*p = v
+		}
+		return ok
 	}
-	return ok
 }
+
+// As exposes the *storage.Service.
+func (b *bucket) As(i any) bool { return asFunc(b.svc)(i) }
 
 // ErrorAs exposes *googleapi.Error.
 func (b *bucket) ErrorAs(err error, i any) bool {
@@ -147,13 +152,7 @@ func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes
 		ContentLanguage: obj.ContentLanguage, ContentType: obj.ContentType, Metadata: obj.Metadata,
 		CreateTime: parseTime(obj.TimeCreated), ModTime: parseTime(obj.Updated), Size: int64(obj.Size),
 		MD5: decodeMD5(obj.Md5Hash), ETag: obj.Etag,
-		AsFunc: func(i any) bool {
-			p, ok := i.(**storage.Object)
-			if ok {
-				*p = obj
-			}
-			return ok
-		},
+		AsFunc: asFunc(obj),
 	}, nil
 }
 
@@ -169,13 +168,7 @@ func (b *bucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*driv
 		call = call.PageToken(string(opts.PageToken))
 	}
 	if opts.BeforeList != nil {
-		if err := opts.BeforeList(func(i any) bool {
-			p, ok := i.(**storage.ObjectsListCall)
-			if ok {
-				*p = call
-			}
-			return ok
-		}); err != nil {
+		if err := opts.BeforeList(asFunc(call)); err != nil {
 			return nil, err
 		}
 	}
@@ -205,13 +198,7 @@ type reader struct {
 func (r *reader) Read(p []byte) (int, error)           { return r.body.Read(p) }
 func (r *reader) Close() error                         { return r.body.Close() }
 func (r *reader) Attributes() *driver.ReaderAttributes { return &r.attrs }
-func (r *reader) As(i any) bool {
-	p, ok := i.(**http.Response)
-	if ok {
-		*p = r.resp
-	}
-	return ok
-}
+func (r *reader) As(i any) bool                        { return asFunc(r.resp)(i) }
 
 func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, _ *driver.ReaderOptions) (driver.Reader, error) {
 	if length == 0 {
@@ -278,13 +265,7 @@ func (b *bucket) NewTypedWriter(ctx context.Context, key, contentType string, op
 		call = call.IfGenerationMatch(0)
 	}
 	if opts.BeforeWrite != nil {
-		if err := opts.BeforeWrite(func(i any) bool {
-			p, ok := i.(**storage.ObjectsInsertCall)
-			if ok {
-				*p = call
-			}
-			return ok
-		}); err != nil {
+		if err := opts.BeforeWrite(asFunc(call)); err != nil {
 			return nil, err
 		}
 	}
