@@ -149,3 +149,21 @@ func TestRetryPrinter(t *testing.T) {
 		Err: status.Error(codes.Unavailable, "connection error:\n reset"), Delay: 212345 * time.Microsecond})
 	require.Equal(t, "retrying CreateTask (3/10) in 212ms: Unavailable: connection error: reset\n", buf.String())
 }
+
+// Without -v a failed command prints its error alone; -v adds the
+// library's log lines before it.
+func TestVerboseAddsLogLines(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	args := append(append([]string(nil), dispatchArgs...), "--run", "r", "--task", "t", "--attempt", "1",
+		"--url", "https://w/x", "--queue", "nope")
+	code, _, quiet := runWithEnv(t, emu.Addr(), "", args...)
+	require.Equal(t, 1, code)
+	require.Len(t, strings.Split(strings.TrimSpace(quiet), "\n"), 1, quiet)
+	code, _, loud := runWithEnv(t, emu.Addr(), "", append(args, "-v")...)
+	require.Equal(t, 1, code)
+	lines := strings.Split(strings.TrimSpace(loud), "\n")
+	require.Greater(t, len(lines), 1, loud)
+	require.Contains(t, lines[0], "level=")
+	require.Equal(t, strings.TrimSpace(quiet), lines[len(lines)-1])
+}
