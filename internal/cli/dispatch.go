@@ -31,13 +31,14 @@ type connFlags struct {
 	jsonOut                                            bool
 }
 
-// register adds the flags to cmd. For recover, which reads queues from the
-// records, the queue flags are accepted but hidden and the outbox is
-// required.
+// register adds the flags to cmd.
 func (c *connFlags) register(cmd *cobra.Command, env *Env) {
 	c.registerFor(cmd, env, false)
 }
 
+// registerFor adds the flags to cmd; for recover (recovering), which reads
+// queues from the records, the queue flags are accepted but hidden and the
+// help marks the outbox as required.
 func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f := cmd.Flags()
 	f.StringVar(&c.emulator, "emulator", env.Getenv(emulatorEnv), "Cloud Tasks emulator host:port (default $"+emulatorEnv+"; without it, real Cloud Tasks with application default credentials)")

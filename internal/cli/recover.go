@@ -39,7 +39,8 @@ errors", or with --json one object {"processor_uuid","stale","found",
 1 when any record could not be resolved (errors above 0): those stay
 pending, and a later run tries them again.`,
 		Example: `  ctdispatch recover --outbox ./outbox --emulator localhost:8123
-  ctdispatch recover --outbox ./outbox --stale-after 10m --json`,
+  ctdispatch recover --outbox ./outbox --stale-after 10m --json
+  ctdispatch recover --outbox 'gs://my-bucket?prefix=outbox/' --log-dir /var/lib/ctdispatch`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if conn.outbox == "" {
