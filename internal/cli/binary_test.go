@@ -87,25 +87,29 @@ func TestBinaryExitCodes(t *testing.T) {
 		args   []string
 		code   int
 		stderr string
+		env    []string
 	}{
-		{"unknown command", []string{"frobnicate"}, 2, "ctdispatch: unknown command \"frobnicate\" for \"ctdispatch\"\n"},
-		{"unknown command with a suggestion", []string{"dispach"}, 2, "ctdispatch: unknown command \"dispach\" for \"ctdispatch\"; did you mean dispatch?\n"},
-		{"extra argument", []string{"stats", "--outbox", "x", "extra"}, 2, "ctdispatch: unknown command \"extra\" for \"ctdispatch stats\"\n"},
-		{"extra argument to id", []string{"id", "a", "b"}, 2, "ctdispatch: id takes one internal ID (or a subcommand: dispatch, retry, heartbeat); got 2 arguments\n"},
-		{"bad flag value", []string{"dispatch", "--concurrency", "many"}, 2, "ctdispatch: invalid argument \"many\" for \"--concurrency\" flag: strconv.ParseInt: parsing \"many\": invalid syntax\n"},
-		{"bad duration", []string{"recover", "--outbox", "x", "--stale-after", "soon"}, 2, "ctdispatch: invalid argument \"soon\" for \"--stale-after\" flag: time: invalid duration \"soon\"\n"},
-		{"negative stale-after", []string{"recover", "--outbox", "x", "--stale-after", "-1s"}, 2, "ctdispatch: --stale-after -1s is negative; allowed: 0 (every pending record) or more\n"},
-		{"bad format", []string{"stats", "--outbox", "x", "--format", "xml"}, 2, "ctdispatch: --format \"xml\" unknown; allowed: table, json\n"},
+		{"unknown command", []string{"frobnicate"}, 2, "ctdispatch: unknown command \"frobnicate\" for \"ctdispatch\"\n", nil},
+		{"unknown command with a suggestion", []string{"dispach"}, 2, "ctdispatch: unknown command \"dispach\" for \"ctdispatch\"; did you mean dispatch?\n", nil},
+		{"extra argument", []string{"stats", "--outbox", "x", "extra"}, 2, "ctdispatch: unknown command \"extra\" for \"ctdispatch stats\"\n", nil},
+		{"extra argument to id", []string{"id", "a", "b"}, 2, "ctdispatch: id takes one internal ID (or a subcommand: dispatch, retry, heartbeat); got 2 arguments\n", nil},
+		{"bad flag value", []string{"dispatch", "--concurrency", "many"}, 2, "ctdispatch: invalid argument \"many\" for \"--concurrency\" flag: strconv.ParseInt: parsing \"many\": invalid syntax\n", nil},
+		{"bad duration", []string{"recover", "--outbox", "x", "--stale-after", "soon"}, 2, "ctdispatch: invalid argument \"soon\" for \"--stale-after\" flag: time: invalid duration \"soon\"\n", nil},
+		{"negative stale-after", []string{"recover", "--outbox", "x", "--stale-after", "-1s"}, 2, "ctdispatch: --stale-after -1s is negative; allowed: 0 (every pending record) or more\n", nil},
+		{"bad format", []string{"stats", "--outbox", "x", "--format", "xml"}, 2, "ctdispatch: --format \"xml\" unknown; allowed: table, json\n", nil},
 		{"emulator with a scheme", []string{"dispatch", "--emulator", "http://127.0.0.1:8123", "--project", "p", "--location", "l", "--queue", "q",
 			"--run", "r", "--task", "t", "--attempt", "1", "--url", "https://w/x"}, 2,
-			"ctdispatch: --emulator \"http://127.0.0.1:8123\" has a scheme; want HOST:PORT, for example 127.0.0.1:8123, without a scheme\n"},
+			"ctdispatch: --emulator \"http://127.0.0.1:8123\" has a scheme; want HOST:PORT, for example 127.0.0.1:8123, without a scheme\n", nil},
 		{"emulator without a port", []string{"recover", "--outbox", ".", "--emulator", "localhost"}, 2,
-			"ctdispatch: --emulator \"localhost\" is not HOST:PORT; want HOST:PORT, for example 127.0.0.1:8123, without a scheme\n"},
+			"ctdispatch: --emulator \"localhost\" is not HOST:PORT; want HOST:PORT, for example 127.0.0.1:8123, without a scheme\n", nil},
+		{"emulator from the environment", []string{"recover", "--outbox", "."}, 2,
+			"ctdispatch: --emulator (from $CLOUD_TASKS_EMULATOR_HOST) \"localhost:0\" is not HOST:PORT with a host and a port from 1 to 65535; want HOST:PORT, for example 127.0.0.1:8123, without a scheme\n",
+			[]string{emulatorEnv + "=localhost:0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			res := runBinary(t, nil, "", tt.args...)
+			res := runBinary(t, tt.env, "", tt.args...)
 			require.Equal(t, tt.stderr, res.stderr)
 			require.Empty(t, res.stdout)
 			require.Equal(t, tt.code, res.code)

@@ -172,7 +172,11 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		return nil, err
 	}
 	if c.emulator != "" {
-		if err := checkHostPort("--emulator", c.emulator); err != nil {
+		flag := "--emulator"
+		if c.emulator == c.emulatorFromEnv {
+			flag += " (from $" + emulatorEnv + ")"
+		}
+		if err := checkHostPort(flag, c.emulator); err != nil {
 			return nil, err
 		}
 		conn, err := dialEmulator(ctx, c.emulator)

@@ -29,6 +29,9 @@ const emulatorEnv = "CLOUD_TASKS_EMULATOR_HOST"
 type connFlags struct {
 	emulator, project, location, queue, outbox, logDir string
 	jsonOut                                            bool
+	// emulatorFromEnv is $CLOUD_TASKS_EMULATOR_HOST, the --emulator
+	// default, so an error can say where a bad address came from.
+	emulatorFromEnv string
 }
 
 // register adds the flags to cmd.
@@ -41,7 +44,8 @@ func (c *connFlags) register(cmd *cobra.Command, env *Env) {
 // help marks the outbox as required.
 func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f := cmd.Flags()
-	f.StringVar(&c.emulator, "emulator", env.Getenv(emulatorEnv), "Cloud Tasks emulator host:port (default $"+emulatorEnv+"; without it, real Cloud Tasks with application default credentials)")
+	c.emulatorFromEnv = env.Getenv(emulatorEnv)
+	f.StringVar(&c.emulator, "emulator", c.emulatorFromEnv, "Cloud Tasks emulator host:port (default $"+emulatorEnv+"; without it, real Cloud Tasks with application default credentials)")
 	f.StringVar(&c.project, "project", "", "Google Cloud project ID (required)")
 	f.StringVar(&c.location, "location", "", "Cloud Tasks location, for example europe-west1 (required)")
 	f.StringVar(&c.queue, "queue", "", "queue ID (required)")
