@@ -23,6 +23,9 @@ type CancelResult struct {
 	// Deleted is true when this call deleted the task, false when it was
 	// already gone (fired, deleted before, or never created).
 	Deleted bool
+	// NotFound is true when neither Cloud Tasks nor the outbox knows the ID
+	// (a mistyped ID, say): nothing was recorded.
+	NotFound bool
 }
 
 // Cancel deletes the task named by id from queue (empty: the default queue)
@@ -42,7 +45,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (Ca
 	key := id.String()
 	queuePath := d.QueuePath(queue)
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: queuePath + "/tasks/" + id.CloudTaskID()}
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context) error {
 		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
 		d.m.call(ctx, "DeleteTask", codeOf(err))
 		return err
@@ -57,6 +60,11 @@ func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (Ca
 		d.log.Warn("DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
 		return CancelResult{}, &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: Transient(code), Err: err}
 	}
+	prev, known, err := d.box.Latest(ctx, tableOf(id), key)
+	if err == nil && !known && !res.Deleted {
+		res.NotFound = true
+		return res, nil
+	}
 	rec := outbox.Record{
 		Table: tableOf(id), ID: key, CloudTaskID: id.CloudTaskID(), Queue: queuePath,
 		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(),
@@ -65,7 +73,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (Ca
 	if id.IsTimer() {
 		rec.DueAt = id.Time()
 	}
-	if prev, found, err := d.box.Latest(ctx, rec.Table, key); err == nil && found {
+	if known {
 		rec.CreatedAt, rec.CreateCalls, rec.PayloadSHA256 = prev.CreatedAt, prev.CreateCalls, prev.PayloadSHA256
 	}
 	if err := d.box.Append(context.WithoutCancel(ctx), rec); err != nil {

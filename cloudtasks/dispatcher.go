@@ -122,7 +122,7 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 	case c.Outbox != nil:
 		d.box = c.Outbox
 	case c.OutboxDir != "":
-		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, ProcessorUUID: c.ProcessorUUID, Logger: c.Logger, Clock: c.Clock})
+		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, LogDir: c.OutboxLogDir, ProcessorUUID: c.ProcessorUUID, Logger: c.Logger, Clock: c.Clock})
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("cloudtasks: open outbox: %w", err)
@@ -349,7 +349,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		return f, fmt.Errorf("cloudtasks: %s: record pending: %w", key, err)
 	}
 	req := t.createRequest(queuePath, key, cloudID, now)
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
 		_, err := d.client.CreateTask(ctx, req)
 		code := codeOf(err)
 		d.m.call(ctx, "CreateTask", code)

@@ -94,7 +94,7 @@ func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *Reco
 		if name == "" {
 			name = rec.Queue + "/tasks/" + rec.CloudTaskID
 		}
-		_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+		_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
 			_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
 			d.m.call(ctx, "GetTask", codeOf(err))
 			return err

@@ -43,6 +43,9 @@ the web console serves them on --console-addr (see "ctdispatch console").`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Keep = keep
 			opts.Logger = env.Logger
+			if err := opts.Validate(); err != nil {
+				return asUsage(err)
+			}
 			sum, running, err := demo.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -87,7 +90,7 @@ the web console serves them on --console-addr (see "ctdispatch console").`,
 	f.StringVar(&consoleAddr, "console-addr", console.DefaultAddr, "with --keep, serve the web console here (empty: no console)")
 	f.Float64Var(&opts.CommitThenFailRate, "commit-then-fail", 0.25, "share of CreateTask calls that create the task but answer Unavailable (negative: none)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the injected faults")
-	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON object (snake_case keys; advanced_seconds in seconds)")
 	return cmd
 }
 
