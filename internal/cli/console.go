@@ -84,7 +84,8 @@ type runningConsole struct {
 }
 
 // startConsole opens the console's sources, listens on addr and serves
-// until Close. A non-loopback address is warned about on env.Logger.
+// until Close. A listener reachable from other machines gets one warning
+// line on stderr, shown with or without -v.
 func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env) (*runningConsole, error) {
 	srv, err := console.New(ctx, cfg)
 	if errors.Is(err, console.ErrNoSource) {
@@ -93,10 +94,13 @@ func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env
 	if err != nil {
 		return nil, err
 	}
-	lis, err := console.Listen(addr, env.Logger)
+	lis, err := console.Listen(addr, nil)
 	if err != nil {
 		srv.Close()
 		return nil, err
+	}
+	if !console.IsLoopback(lis.Addr()) {
+		fmt.Fprintf(env.Err, "ctdispatch: warning: the console at %s is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended\n", lis.Addr())
 	}
 	serveCtx, cancel := context.WithCancel(context.Background())
 	c := &runningConsole{URL: "http://" + lis.Addr().String() + "/", srv: srv, cancel: cancel, done: make(chan error, 1)}

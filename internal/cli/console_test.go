@@ -93,7 +93,8 @@ func TestConsoleWarnsOnceWhenBoundBeyondLoopback(t *testing.T) {
 	exit, stderr := stop()
 	require.Equal(t, 0, exit)
 	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
-	require.Contains(t, stderr, "level=WARN msg=\"console reachable beyond this machine and without login; bind to 127.0.0.1 unless that is intended\" addr=")
+	require.Contains(t, stderr, "ctdispatch: warning: the console at [::]:")
+	require.Contains(t, stderr, "is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended")
 }
 
 func TestEmulatorServesTheConsole(t *testing.T) {
