@@ -122,6 +122,12 @@ type TableCompaction struct {
 	BytesIn, BytesOut int64
 	// Output is the path of the file written ("" if nothing was left).
 	Output string
+	// ForeignRows counts rows left out of the output because this system
+	// cannot have written them (see ErrForeignRecord).
+	ForeignRows int64
+	// Kept lists the inputs left in place because they hold foreign rows:
+	// compaction never deletes what it did not fold in.
+	Kept []string
 	// Skipped lists damaged or foreign files left out.
 	Skipped []*FileError
 }
@@ -184,15 +190,25 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 	}
 	var streams []recordStream
 	var unsorted []Record
+	keep := map[*openFile]bool{}
 	for _, f := range files {
 		if f.ours {
 			fst := newFileStream(f.pqFile, count)
 			defer fst.close()
-			streams = append(streams, fst)
+			streams = append(streams, trustedStream{fst, func(*Record) { st.ForeignRows++; keep[f] = true }})
 			continue
 		}
 		// Another writer's file has no promised order: sort it in memory.
-		if err := f.scan(func(r Record) error { unsorted = append(unsorted, r); return nil }); err != nil {
+		err := f.scan(func(r Record) error {
+			if !r.trusted() {
+				st.ForeignRows++
+				keep[f] = true
+				return nil
+			}
+			unsorted = append(unsorted, r)
+			return nil
+		})
+		if err != nil {
 			return st, err
 		}
 		count(int(f.pf.NumRows()))
@@ -244,6 +260,11 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 	}
 	fs.invalidate()
 	for _, f := range files {
+		if keep[f] {
+			st.Kept = append(st.Kept, f.path)
+			o.log.Warn("outbox: compaction left a file with foreign rows in place", "path", f.path)
+			continue
+		}
 		if err := o.store.remove(ctx, t, f.name); err != nil {
 			return st, fmt.Errorf("outbox: remove compacted input %s: %w", f.path, err)
 		}

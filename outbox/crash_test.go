@@ -58,6 +58,7 @@ func crashChild(dir string) {
 				r := dispatchRec(fmt.Sprintf("run%d", w), fmt.Sprintf("task%d", i), "1", StatusCreated)
 				if i%3 == 0 {
 					r.Table, r.ID, r.Kind = TableTimers, "timer:retry:"+strings.TrimPrefix(r.ID, "dispatch:")+":1", "retry"
+					r.CloudTaskID = mustHash(r.ID)
 				}
 				if err := o.Append(ctx, r); err != nil {
 					fmt.Fprintln(os.Stderr, err)

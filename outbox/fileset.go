@@ -141,6 +141,10 @@ func (fs *fileSet) open(ctx context.Context, name string) (*pqFile, error) {
 	where := fs.store.where(fs.table, name)
 	ra, size, err := fs.store.open(ctx, fs.table, name)
 	if err != nil {
+		var fe *FileError
+		if errors.As(err, &fe) {
+			return nil, fe
+		}
 		return nil, &FileError{Path: where, Reason: "cannot open", Err: err}
 	}
 	p, err := openParquet(where, fs.table, ra, size)

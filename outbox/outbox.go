@@ -15,6 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"gocloud.dev/blob"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Durability says when Append returns.
@@ -475,7 +477,13 @@ func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = r.UpdatedAt
 	}
+	if r.CloudTaskID == "" {
+		r.CloudTaskID, _ = naming.CloudTaskID(r.ID) // distrust names a bad ID
+	}
 	r.normalize()
+	if reason := r.distrust(); reason != "" {
+		return fmt.Errorf("%w: %s", ErrForeignRecord, reason)
+	}
 	req := &request{rec: r, done: make(chan error, 1)}
 	if err := o.send(ctx, req); err != nil {
 		return err
@@ -508,6 +516,12 @@ func (o *Outbox) wait(ctx context.Context, req *request) error {
 func (o *Outbox) send(ctx context.Context, req *request) error {
 	if o.closed.Load() {
 		return ErrClosed
+	}
+	// A select between a free slot and a done context picks at random when
+	// both are ready: check the context first, so a cancelled call never
+	// enqueues.
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	select {
 	case o.reqs <- req:

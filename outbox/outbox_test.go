@@ -17,6 +17,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -81,16 +83,25 @@ const (
 func dispatchRec(run, task, attempt string, st Status) Record {
 	id := fmt.Sprintf("dispatch:%s:%s:%s", run, task, attempt)
 	return Record{
-		Table: TableDispatch, ID: id, CloudTaskID: "d_" + strings.ToUpper(strings.ReplaceAll(id, ":", "")),
+		Table: TableDispatch, ID: id, CloudTaskID: mustHash(id),
 		Queue: testQueue, RunID: run, TaskKey: task, Attempt: attempt, Status: st, CreateCalls: 1,
 		PayloadSHA256: "ab12",
 	}
 }
 
+// mustHash is the Cloud Tasks ID of an internal ID.
+func mustHash(id string) string {
+	h, err := naming.CloudTaskID(id)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
 func timerRec(run, task string, due time.Time, st Status) Record {
 	id := fmt.Sprintf("timer:heartbeat:%s:%s:%d", run, task, due.Unix())
 	return Record{
-		Table: TableTimers, ID: id, CloudTaskID: "t_" + run + task, Queue: testQueue, RunID: run,
+		Table: TableTimers, ID: id, CloudTaskID: mustHash(id), Queue: testQueue, RunID: run,
 		TaskKey: task, Kind: "heartbeat", Status: st, DueAt: due,
 	}
 }
@@ -111,14 +122,15 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 	require.NoError(t, o.Append(ctx, timer))
 
 	want := Record{
-		Table: TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_DISPATCHRUN1EXTRACT1",
-		TaskName: testQueue + "/tasks/d_DISPATCHRUN1EXTRACT1", Queue: testQueue, RunID: "run1",
+		Table: TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: mustHash("dispatch:run1:extract:1"),
+		TaskName: testQueue + "/tasks/" + mustHash("dispatch:run1:extract:1"), Queue: testQueue, RunID: "run1",
 		TaskKey: "extract", Attempt: "1", Kind: "dispatch", Status: StatusCreated, CreateCalls: 2,
 		PayloadSHA256: "ab12", ProcessorUUID: procA, CreatedAt: t0, UpdatedAt: t0.Add(time.Microsecond),
 	}
+	timerID := fmt.Sprintf("timer:heartbeat:run1:extract:%d", t0.Add(time.Hour).Unix())
 	wantTimer := Record{
-		Table: TableTimers, ID: fmt.Sprintf("timer:heartbeat:run1:extract:%d", t0.Add(time.Hour).Unix()),
-		CloudTaskID: "t_run1extract", TaskName: testQueue + "/tasks/t_run1extract", Queue: testQueue,
+		Table: TableTimers, ID: timerID,
+		CloudTaskID: mustHash(timerID), TaskName: testQueue + "/tasks/" + mustHash(timerID), Queue: testQueue,
 		RunID: "run1", TaskKey: "extract", Kind: "heartbeat", Status: StatusCreated, ProcessorUUID: procA,
 		CreatedAt: t0, UpdatedAt: t0, DueAt: t0.Add(time.Hour),
 	}
@@ -134,7 +146,7 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 		require.Equal(t, StatusPending, hist[0].Status)
 		require.Equal(t, want, hist[1])
 
-		byTask, err := o.Lookup(ctx, Query{CloudTaskID: "t_run1extract"})
+		byTask, err := o.Lookup(ctx, Query{CloudTaskID: mustHash(timerID)})
 		require.NoError(t, err)
 		require.Equal(t, []Record{wantTimer}, byTask)
 

@@ -51,10 +51,12 @@ type rowRef struct {
 }
 
 // decidingFields are the columns Pending reads from every row.
-var decidingFields = []field{fieldID, fieldStatus, fieldUpdatedAt, fieldProcessor}
+// cloud_task_id is among them so that a foreign row (see distrust) can
+// neither become a candidate nor hide a real pending state.
+var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor}
 
 func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Record, vanished bool, _ error) {
-	isOld := func(r *Record) bool { return r.Status == StatusPending && !r.UpdatedAt.After(cutoff) }
+	isOld := func(r *Record) bool { return r.Status == StatusPending && !r.UpdatedAt.After(cutoff) && r.trusted() }
 	live, err := o.liveRecords()
 	if err != nil {
 		return nil, false, err
@@ -104,7 +106,7 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 
 	consider := func(r *Record, ref func() *rowRef) {
 		c := cand[r.ID]
-		if c == nil || (c.set && !newer(r, &c.rec)) {
+		if c == nil || (c.set && !newer(r, &c.rec)) || !r.trusted() {
 			return
 		}
 		c.rec, c.set, c.ref = *r, true, nil
@@ -166,7 +168,8 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 // fields filled (and Table), reading nothing but those columns. Strings of
 // low-cardinality columns are interned, so a scan allocates little beyond
 // the IDs.
-func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *Record)) error {
+func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *Record)) (err error) {
+	defer recoverRead(p.path, &err)
 	intern := map[string]string{}
 	vals := make([]parquet.Value, 512)
 	for gi, rg := range p.pf.RowGroups() {

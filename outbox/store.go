@@ -81,16 +81,42 @@ func (s localStore) list(_ context.Context, t Table) ([]storeEntry, error) {
 }
 
 func (s localStore) open(_ context.Context, t Table, name string) (readerAtCloser, int64, error) {
-	f, err := os.Open(filepath.Join(s.dir(t), name))
+	f, st, err := openRegular(filepath.Join(s.dir(t), name))
 	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, 0, err
 	}
 	return f, st.Size(), nil
+}
+
+// openRegular opens a regular file for reading, and refuses anything else
+// before opening it: opening a named pipe blocks until a writer comes,
+// which may be never, and a device may be endless. The mode is checked
+// again on the opened file, in case the name changed hands in between.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, notRegular(path, st.Mode())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err = f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = notRegular(path, st.Mode())
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+func notRegular(path string, mode os.FileMode) error {
+	return &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %s); only regular files are read", mode.Type()), Err: ErrForeignFile}
 }
 
 func (s localStore) create(_ context.Context, t Table, name string) (storeWriter, error) {

@@ -61,7 +61,7 @@ func (e *tailError) Error() string {
 // frame of a live writer and one left by a crash look the same; the caller
 // decides which it is.
 func readFrames(path string, from int64) ([]Record, int64, error) {
-	f, err := os.Open(path)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, from, err
 	}
@@ -157,7 +157,7 @@ func listSegments(dir string) ([]walSegment, error) {
 	var segs []walSegment
 	for _, e := range entries {
 		proc, seq, ok := parseSegmentName(e.Name())
-		if !ok || e.IsDir() {
+		if !ok || !e.Type().IsRegular() {
 			continue
 		}
 		segs = append(segs, walSegment{path: filepath.Join(dir, e.Name()), processor: proc, seq: seq})
