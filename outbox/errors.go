@@ -21,6 +21,13 @@ var (
 	// (Latest, Lookup and Pending never return it) and Stats and Compact
 	// count it.
 	ErrForeignRecord = errors.New("outbox: foreign record")
+	// ErrUnavailable is returned at once by Append and AppendAsync while
+	// the log cannot be written (a full disk, a permission taken away): no
+	// record is accepted that cannot be made durable. The error is an
+	// *UnavailableError naming the cause and the path. The outbox retries
+	// by itself and takes appends again once a write succeeds; records
+	// accepted before stay safe.
+	ErrUnavailable = errors.New("outbox: unavailable")
 	// ErrProcessorInUse is returned by Open when another live process holds
 	// the same processor UUID.
 	ErrProcessorInUse = errors.New("outbox: processor UUID in use by another process")

@@ -97,6 +97,12 @@ type Options struct {
 	// Clock drives timestamps, log syncs and segment ages. Defaults to the
 	// real clock.
 	Clock clockwork.Clock
+
+	// fs is the filesystem of the log (tests inject faults through it).
+	fs logFS
+	// onHeal, if set, is told the outcome of every retry of an
+	// unavailable log.
+	onHeal func(error)
 }
 
 // WithDefaults returns a copy of o with every unset field at its default.
@@ -121,6 +127,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
+	}
+	if o.fs == nil {
+		o.fs = osFS{}
 	}
 	return o
 }
@@ -164,7 +173,7 @@ type recKey struct {
 type segment struct {
 	path    string
 	seq     uint64
-	f       *os.File
+	f       logFile
 	size    int64
 	opened  time.Time
 	dirty   bool // written since the last sync (Interval mode)
@@ -213,6 +222,9 @@ type Outbox struct {
 	own    map[recKey]Record
 	sealed []*segment
 	closed atomic.Bool
+	// unavail is set while the log cannot be written: appends fail fast
+	// with it, and the writer retries until a fresh segment can be made.
+	unavail atomic.Pointer[UnavailableError]
 
 	store tableStore
 	files map[Table]*fileSet
@@ -484,6 +496,9 @@ func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
 	if reason := r.distrust(); reason != "" {
 		return fmt.Errorf("%w: %s", ErrForeignRecord, reason)
 	}
+	if ue := o.unavail.Load(); ue != nil {
+		return ue
+	}
 	req := &request{rec: r, done: make(chan error, 1)}
 	if err := o.send(ctx, req); err != nil {
 		return err
@@ -594,8 +609,20 @@ func (o *Outbox) runWriter() {
 	ticker := o.clock.NewTicker(period)
 	defer ticker.Stop()
 	batch := make([]*request, 0, 256)
+	backoff := newHealBackoff()
+	var retry clockwork.Timer
+	var retryC <-chan time.Time
 	for {
+		if o.unavail.Load() != nil && retry == nil {
+			retry = o.clock.NewTimer(backoff.Pause())
+			retryC = retry.Chan()
+		}
 		select {
+		case <-retryC:
+			retry, retryC = nil, nil
+			if o.heal() == nil {
+				backoff = newHealBackoff()
+			}
 		case req := <-o.reqs:
 			batch = append(batch[:0], req)
 		drain:
@@ -611,6 +638,9 @@ func (o *Outbox) runWriter() {
 		case <-ticker.Chan():
 			o.tick()
 		case <-o.quit:
+			if retry != nil {
+				retry.Stop()
+			}
 			for {
 				select {
 				case r := <-o.reqs:
@@ -649,9 +679,16 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	if len(reqs) == 0 {
 		return
 	}
+	if ue := o.unavail.Load(); ue != nil {
+		for _, r := range reqs { // queued before the log failed
+			r.done <- ue
+		}
+		return
+	}
 	if err := o.ensureSegment(); err != nil {
+		ue := o.markUnavailable(o.walDir, err)
 		for _, r := range reqs {
-			r.done <- err
+			r.done <- ue
 		}
 		return
 	}
@@ -678,9 +715,11 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		err = seg.f.Sync()
 	}
 	if err != nil {
-		err = fmt.Errorf("outbox: write %s: %w", seg.path, err)
-		// The segment's tail is now unknown: stop writing to it. Readers
-		// and recovery stop at the first bad frame.
+		// The segment's tail is now unknown: stop writing to it (readers
+		// and recovery stop at the first bad frame; its records so far are
+		// in memory and go to Parquet), and refuse appends until a fresh
+		// segment can be written.
+		err = o.markUnavailable(seg.path, err)
 		o.seal(nil)
 	} else {
 		seg.size += int64(len(o.buf))
@@ -731,27 +770,49 @@ func (o *Outbox) ensureSegment() error {
 	}
 	seq := o.nextSeq
 	path := filepath.Join(o.walDir, segmentName(o.processor, seq))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, filePerm)
+	f, err := o.opts.fs.Create(path)
 	if err != nil {
-		return fmt.Errorf("outbox: create log segment: %w", err)
+		if errors.Is(err, os.ErrExist) {
+			o.nextSeq++ // left by an earlier failed attempt: take the next name
+		}
+		return fmt.Errorf("create log segment %s: %w", path, err)
+	}
+	// From here the name is used, whatever happens: a failed attempt
+	// removes what it can and the next one takes a new name, so a full
+	// disk never jams the writer on a leftover file.
+	o.nextSeq++
+	fail := func(err error) error {
+		f.Close()
+		o.opts.fs.Remove(path)
+		return fmt.Errorf("create log segment %s: %w", path, err)
 	}
 	if _, err := f.Write([]byte(walMagic)); err != nil {
-		f.Close()
-		return fmt.Errorf("outbox: create log segment: %w", err)
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("outbox: create log segment: %w", err)
+		return fail(err)
 	}
-	if err := syncDir(o.walDir); err != nil {
-		f.Close()
-		return fmt.Errorf("outbox: create log segment: %w", err)
+	if err := o.opts.fs.SyncDir(o.walDir); err != nil {
+		return fail(err)
 	}
-	o.nextSeq++
 	o.mu.Lock() // readers look at cur
 	o.cur = &segment{path: path, seq: seq, f: f, size: int64(len(walMagic)), opened: o.clock.Now()}
 	o.mu.Unlock()
 	return nil
+}
+
+// healBackoff spaces the writer's retries of an unwritable log: soon at
+// first (a disk freed by an operator), doubling up to every 10s. No
+// jitter: one process retries one local disk, there is no herd to spread.
+type healBackoff struct{ next time.Duration }
+
+func newHealBackoff() healBackoff { return healBackoff{next: 100 * time.Millisecond} }
+
+// Pause returns the wait before the next retry.
+func (b *healBackoff) Pause() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, 10*time.Second)
+	return d
 }
 
 // tick syncs the log in Interval mode and rolls a segment that is too old.
@@ -762,10 +823,11 @@ func (o *Outbox) tick() {
 	}
 	if seg.dirty {
 		if err := seg.f.Sync(); err != nil {
-			o.log.Error("outbox: sync log", "path", seg.path, "err", err)
-		} else {
-			seg.dirty = false
+			o.markUnavailable(seg.path, err)
+			o.seal(nil)
+			return
 		}
+		seg.dirty = false
 	}
 	if seg.records.len() > 0 && o.clock.Since(seg.opened) >= o.opts.SegmentMaxAge {
 		o.seal(nil)
@@ -787,7 +849,7 @@ func (o *Outbox) seal(done chan error) error {
 			o.log.Error("outbox: close log segment", "path", seg.path, "err", err)
 		}
 		if seg.records.len() == 0 && err == nil {
-			os.Remove(seg.path)
+			o.opts.fs.Remove(seg.path)
 			seg = nil
 		}
 	}
@@ -810,11 +872,30 @@ func (o *Outbox) runConverter() {
 	var lastErr error
 	for job := range o.conv {
 		if job.seg != nil {
-			lastErr = o.convert(job.seg)
+			lastErr = o.convertRetrying(job.seg)
 		}
 		if job.done != nil {
 			job.done <- lastErr
 			lastErr = nil
+		}
+	}
+}
+
+// convertRetrying converts a segment, retrying with backoff while it
+// fails (a full disk frees up without a restart) until Close. A segment
+// left unconverted stays readable from memory meanwhile, and is replayed
+// on the next Open.
+func (o *Outbox) convertRetrying(seg *segment) error {
+	b := newHealBackoff()
+	for {
+		err := o.convert(seg)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-o.clock.After(b.Pause()):
+		case <-o.quit:
+			return err
 		}
 	}
 }
