@@ -155,12 +155,7 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 		}
 		out = append(out, recs...)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
-			return out[i].UpdatedAt.Before(out[j].UpdatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortPending(out)
 	return out, false, nil
 }
 
