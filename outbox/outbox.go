@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -355,7 +357,7 @@ func (o *Outbox) recover(ctx context.Context) error {
 			return fmt.Errorf("outbox: list %s: %w", o.store.where(t, ""), err)
 		}
 		for _, e := range entries {
-			name, ok := strings.CutSuffix(e.name, ".parquet")
+			name, ok := strings.CutSuffix(path.Base(e.name), ".parquet")
 			if !ok {
 				continue
 			}
@@ -425,36 +427,49 @@ func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 }
 
 // writeSegmentParquet writes a segment's records as one Parquet file per
-// table, <root>/<table>/<processor>-<seq>.parquet. Writing the same segment
-// twice produces the same file, so a crash between this and the segment's
-// removal is harmless. The records are sorted through pointers, leaving
-// the segment's own order (which readers may be scanning) untouched.
+// table and partition, <table>/created_date=<day>/<processor>-<seq>.parquet.
+// Writing the same segment twice produces the same files, so a crash
+// between this and the segment's removal is harmless. The records are
+// sorted through pointers, leaving the segment's own order (which readers
+// may be scanning) untouched.
 func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq uint64, chunks [][]Record) error {
-	byTable := map[Table][]*Record{}
+	type part struct {
+		t    Table
+		name string
+	}
+	groups := map[part][]*Record{}
+	var order []part
 	for _, c := range chunks {
 		for i := range c {
 			r := &c[i]
 			if r.Table.validate() != nil {
 				continue
 			}
-			byTable[r.Table] = append(byTable[r.Table], r)
+			p := part{r.Table, partitionOf(r)}
+			if _, ok := groups[p]; !ok {
+				order = append(order, p)
+			}
+			groups[p] = append(groups[p], r)
 		}
 	}
-	for _, t := range Tables {
-		rs := byTable[t]
-		if len(rs) == 0 {
-			continue
+	sort.Slice(order, func(i, j int) bool {
+		if order[i].t != order[j].t {
+			return order[i].t < order[j].t
 		}
+		return order[i].name < order[j].name
+	})
+	for _, p := range order {
+		rs := groups[p]
 		sortRecordPtrs(rs)
-		name := fmt.Sprintf("%s-%016d.parquet", processor, seq)
-		w, err := o.store.create(ctx, t, name)
+		name := fmt.Sprintf("%s/%s-%016d.parquet", p.name, processor, seq)
+		w, err := o.store.create(ctx, p.t, name)
 		if err != nil {
-			return fmt.Errorf("outbox: create %s: %w", o.store.where(t, name), err)
+			return fmt.Errorf("outbox: create %s: %w", o.store.where(p.t, name), err)
 		}
-		if err := writeRecords(w, t, rs); err != nil {
-			return fmt.Errorf("outbox: write %s: %w", o.store.where(t, name), err)
+		if err := writeRecords(w, p.t, rs); err != nil {
+			return fmt.Errorf("outbox: write %s: %w", o.store.where(p.t, name), err)
 		}
-		o.files[t].invalidate()
+		o.files[p.t].invalidate()
 	}
 	return nil
 }
@@ -693,20 +708,25 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		return
 	}
 	o.buf = o.buf[:0]
-	local := map[recKey]time.Time{}
+	local := map[recKey]Record{}
 	// Only this goroutine writes own, so reading it needs no lock.
 	for _, req := range reqs {
 		k := recKey{req.rec.Table, req.rec.ID}
 		prev, ok := local[k]
 		if !ok {
 			if p, found := o.own[k]; found {
-				prev, ok = p.UpdatedAt, true
+				prev, ok = p, true
 			}
 		}
-		if ok && !req.rec.UpdatedAt.After(prev) {
-			req.rec.UpdatedAt = prev.Add(time.Microsecond)
+		if ok {
+			if !req.rec.UpdatedAt.After(prev.UpdatedAt) {
+				req.rec.UpdatedAt = prev.UpdatedAt.Add(time.Microsecond)
+			}
+			// An ID keeps the created_at of its first state, and with it
+			// its partition.
+			req.rec.CreatedAt = prev.CreatedAt
 		}
-		local[k] = req.rec.UpdatedAt
+		local[k] = req.rec
 		o.buf = appendFrame(o.buf, &req.rec)
 	}
 	seg := o.cur

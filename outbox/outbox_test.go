@@ -160,7 +160,7 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 	}
 	check(o) // from memory
 	require.NoError(t, o.Flush(ctx))
-	matches, _ := filepath.Glob(filepath.Join(b.root, "*", "*.parquet"))
+	matches, _ := filepath.Glob(filepath.Join(b.root, "*", "*", "*.parquet"))
 	require.Len(t, matches, 2)
 	check(o) // from Parquet
 	require.NoError(t, o.Close())
@@ -204,7 +204,7 @@ func TestParquetSchemaTypes(t *testing.T) {
 	o := b.open(t, procA)
 	require.NoError(t, o.Append(ctx, timerRec("r", "t", t0, StatusCreated)))
 	require.NoError(t, o.Flush(ctx))
-	files, _ := filepath.Glob(filepath.Join(b.root, "timers", "*.parquet"))
+	files, _ := filepath.Glob(filepath.Join(b.root, "timers", "*", "*.parquet"))
 	require.Len(t, files, 1)
 	f, err := os.Open(files[0])
 	require.NoError(t, err)
@@ -323,7 +323,7 @@ func TestDamagedAndForeignFilesAreSkippedAndReported(t *testing.T) {
 
 	dir := filepath.Join(b.root, string(TableDispatch))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "garbage.parquet"), []byte("not parquet at all"), 0o600))
-	good, _ := filepath.Glob(filepath.Join(dir, procA+"-*.parquet"))
+	good, _ := filepath.Glob(filepath.Join(dir, "*", procA+"-*.parquet"))
 	require.Len(t, good, 1)
 	data, err := os.ReadFile(good[0])
 	require.NoError(t, err)
@@ -440,7 +440,7 @@ func TestSegmentRollsBySizeAndAge(t *testing.T) {
 		require.NoError(t, o.Append(ctx, dispatchRec("r", "t", fmt.Sprint(i), StatusCreated)))
 	}
 	require.NoError(t, o.Flush(ctx))
-	files, _ := filepath.Glob(filepath.Join(b.root, string(TableDispatch), "*.parquet"))
+	files, _ := filepath.Glob(filepath.Join(b.root, string(TableDispatch), "*", "*.parquet"))
 	require.Len(t, files, 3)
 
 	b2 := setup(t)
@@ -449,7 +449,7 @@ func TestSegmentRollsBySizeAndAge(t *testing.T) {
 	b2.clock.BlockUntilContext(ctx, 1) // the writer's ticker
 	b2.clock.Advance(5 * time.Minute)
 	require.NoError(t, o2.Flush(ctx)) // waits for the age roll queued before it
-	files, _ = filepath.Glob(filepath.Join(b2.root, string(TableDispatch), "*.parquet"))
+	files, _ = filepath.Glob(filepath.Join(b2.root, string(TableDispatch), "*", "*.parquet"))
 	require.Len(t, files, 1)
 }
 

@@ -182,9 +182,16 @@ func TestRealFullDiskHeals(t *testing.T) {
 		}
 	}
 	// A retry while the disk is still full fails (this is where a leftover
-	// segment file used to jam the writer for good).
+	// segment file used to jam the writer for good). Whatever space the
+	// failed writes left is taken first, so the disk stays full.
+	rest, err := os.Create(filepath.Join(dir, "rest"))
+	require.NoError(t, err)
+	for _, werr := rest.Write(make([]byte, 4096)); werr == nil; _, werr = rest.Write(make([]byte, 4096)) {
+	}
+	require.NoError(t, rest.Close())
 	require.ErrorIs(t, retry(), syscall.ENOSPC)
 	require.NoError(t, os.Remove(filler))
+	require.NoError(t, os.Remove(rest.Name()))
 	for retry() != nil {
 	}
 	after := dispatchRec("tmpfs", "after", "1", StatusCreated)

@@ -77,7 +77,7 @@ func TestQueryCommand(t *testing.T) {
 			args: []string{"query", "--outbox", dir, "--cloud-task-id", "d_cxtoltqhbncw6nevn7hy53kqn6", "--history", "--format", "csv"},
 			wantStdout: strings.Join(csvHeader, ",") + "\n" +
 				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,pending,,0,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:00.000000Z,\n" +
-				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:01.500000Z,2026-03-01T12:00:01.500000Z,\n",
+				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:01.500000Z,\n",
 		},
 		{
 			name: "timer as JSON",
