@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return
 	}
+	if dir := os.Getenv(compactChildEnv); dir != "" {
+		compactChild(dir)
+		return
+	}
 	os.Exit(m.Run())
 }
 
