@@ -79,6 +79,9 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 	if err != nil {
 		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: err}
 	}
+	if err := checkBounds(pf.Metadata(), size); err != nil {
+		return nil, &FileError{Path: path, Reason: "implausible Parquet footer", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
+	}
 	p = &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}}
 	leaves := pf.Schema().Columns()
 	p.cols = make([]column, len(leaves))
@@ -110,6 +113,46 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 	}
 	_, p.ours = pf.Lookup(metaKeyWriter)
 	return p, nil
+}
+
+// Bounds on what a footer may claim. Readers size their buffers from
+// these counts, so a damaged or hostile footer claiming 10^12 rows in a
+// 100-byte file would exhaust memory (which, unlike a panic, cannot be
+// recovered from). Real files stay far inside them: a row takes more
+// than a bit of the file, and no writer makes row groups of tens of
+// millions of rows or column chunks past a gigabyte.
+const (
+	maxRowsPerByte     = 64
+	maxRowGroupRows    = 16 << 20
+	maxChunkBytes      = 1 << 30
+	maxChunkValueRatio = 64 // values per row (repeated columns are refused anyway)
+)
+
+// checkBounds refuses a footer whose counts and offsets cannot be true of
+// a file of this size.
+func checkBounds(md *format.FileMetaData, size int64) error {
+	if md.NumRows < 0 || md.NumRows > maxRowsPerByte*size {
+		return fmt.Errorf("%d rows in %d bytes", md.NumRows, size)
+	}
+	for i, rg := range md.RowGroups {
+		if rg.NumRows < 0 || rg.NumRows > maxRowGroupRows || rg.NumRows > maxRowsPerByte*size {
+			return fmt.Errorf("row group %d: %d rows in a file of %d bytes (at most %d a row group)", i, rg.NumRows, size, maxRowGroupRows)
+		}
+		for j, cc := range rg.Columns {
+			m := cc.MetaData
+			switch {
+			case m.TotalCompressedSize < 0 || m.TotalCompressedSize > size:
+				return fmt.Errorf("row group %d column %d: %d compressed bytes in a file of %d", i, j, m.TotalCompressedSize, size)
+			case m.TotalUncompressedSize < 0 || m.TotalUncompressedSize > maxChunkBytes:
+				return fmt.Errorf("row group %d column %d: %d uncompressed bytes (at most %d)", i, j, m.TotalUncompressedSize, maxChunkBytes)
+			case m.NumValues < 0 || m.NumValues > maxChunkValueRatio*max(rg.NumRows, 1):
+				return fmt.Errorf("row group %d column %d: %d values for %d rows", i, j, m.NumValues, rg.NumRows)
+			case m.DataPageOffset < 0 || m.DataPageOffset >= size:
+				return fmt.Errorf("row group %d column %d: data page at offset %d of a file of %d bytes", i, j, m.DataPageOffset, size)
+			}
+		}
+	}
+	return nil
 }
 
 // recoverRead turns a panic inside the Parquet library into a FileError

@@ -45,6 +45,7 @@ func TestCompactCommand(t *testing.T) {
 		"timers/created_date=2026-03-01: busy, skipped: held by compaction nightly on host2 until 2999-01-01T00:00:00Z\n"+
 		"timers: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n", stdout)
 	require.NoError(t, os.Remove(garbage))
+	require.NoError(t, os.Remove(lease))
 
 	code, stdout, _ = runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:run1:extract:1", "--history", "--format", "csv")
 	require.Equal(t, 0, code)
