@@ -48,7 +48,9 @@ type leaseStore interface {
 	del(ctx context.Context, key string) error
 }
 
-func (s localStore) leasePath(key string) string { return filepath.Join(s.root, filepath.FromSlash(key)) }
+func (s localStore) leasePath(key string) string {
+	return filepath.Join(s.root, filepath.FromSlash(key))
+}
 
 func (s localStore) putNew(_ context.Context, key string, data []byte) (bool, error) {
 	p := s.leasePath(key)

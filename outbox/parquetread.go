@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +76,9 @@ type pqFile struct {
 // outbox's types would misread it or crash.
 func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile, err error) {
 	defer recoverRead(path, &err)
+	if err := checkFooterLength(ra, size); err != nil {
+		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
+	}
 	pf, err := parquet.OpenFile(ra, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: err}
@@ -113,6 +117,26 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 	}
 	_, p.ours = pf.Lookup(metaKeyWriter)
 	return p, nil
+}
+
+// checkFooterLength checks the footer length a file states in its last
+// eight bytes against the file's size. The Parquet library allocates that
+// length before reading it: a few damaged bytes claiming a 4 GiB footer in
+// a 700-byte file made it allocate 4 GiB, and a process reading many such
+// files ran out of memory.
+func checkFooterLength(ra io.ReaderAt, size int64) error {
+	const magic = 4
+	if size < 2*magic+4 {
+		return fmt.Errorf("%d bytes is too short for a Parquet file", size)
+	}
+	var tail [8]byte
+	if _, err := ra.ReadAt(tail[:], size-8); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if n := int64(binary.LittleEndian.Uint32(tail[:4])); n > size-2*magic-4 {
+		return fmt.Errorf("footer of %d bytes in a file of %d bytes", n, size)
+	}
+	return nil
 }
 
 // Bounds on what a footer may claim. Readers size their buffers from

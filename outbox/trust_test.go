@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"syscall"
 	"testing"
@@ -313,4 +314,19 @@ func TestAppendAsyncOnCancelledContextNeverWrites(t *testing.T) {
 	got, err := o.Lookup(ctx, Query{RunID: "cancelled"})
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+// A file whose last bytes claim a footer longer than the file is damaged,
+// and refused before the Parquet library allocates the claimed length (4
+// GiB here, from 18 bytes; the fuzz target found it).
+func TestFooterLongerThanTheFile(t *testing.T) {
+	t.Parallel()
+	data := []byte("PAR1\x15\x06\x152\x152\xf0\xff\xff\xffPAR1")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := openParquet("bomb.parquet", TableDispatch, nopCloser{bytes.NewReader(data)}, int64(len(data)))
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, ErrDamaged)
+	require.EqualError(t, err, "outbox: bomb.parquet: not a readable Parquet file: outbox: damaged file: footer of 4294967280 bytes in a file of 18 bytes")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated")
 }
