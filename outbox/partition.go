@@ -39,13 +39,3 @@ func splitName(name string) (partition, base string, ok bool) {
 	}
 	return dir, base, isDataFile(base)
 }
-
-// partitionDate returns the day a partition holds.
-func partitionDate(partition string) (time.Time, bool) {
-	d, ok := strings.CutPrefix(partition, partitionKey)
-	if !ok {
-		return time.Time{}, false
-	}
-	t, err := time.Parse(time.DateOnly, d)
-	return t, err == nil
-}
