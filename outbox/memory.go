@@ -2,14 +2,11 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-
-	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Memory is an outbox held in memory, for a dispatcher configured without
@@ -44,22 +41,8 @@ func (m *Memory) Append(ctx context.Context, r Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := r.validate(); err != nil {
+	if err := r.prepare(m.processor, m.clock); err != nil {
 		return err
-	}
-	r.ProcessorUUID = m.processor
-	if r.UpdatedAt.IsZero() {
-		r.UpdatedAt = m.clock.Now()
-	}
-	if r.CreatedAt.IsZero() {
-		r.CreatedAt = r.UpdatedAt
-	}
-	if r.CloudTaskID == "" {
-		r.CloudTaskID, _ = naming.CloudTaskID(r.ID)
-	}
-	r.normalize()
-	if reason := r.distrust(); reason != "" {
-		return fmt.Errorf("%w: %s", ErrForeignRecord, reason)
 	}
 	k := recKey{r.Table, r.ID}
 	m.mu.Lock()

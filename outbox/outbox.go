@@ -17,8 +17,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"gocloud.dev/blob"
-
-	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Durability says when Append returns.
@@ -494,22 +492,8 @@ func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
 	if o.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	if err := r.validate(); err != nil {
+	if err := r.prepare(o.processor, o.clock); err != nil {
 		return err
-	}
-	r.ProcessorUUID = o.processor
-	if r.UpdatedAt.IsZero() {
-		r.UpdatedAt = o.clock.Now()
-	}
-	if r.CreatedAt.IsZero() {
-		r.CreatedAt = r.UpdatedAt
-	}
-	if r.CloudTaskID == "" {
-		r.CloudTaskID, _ = naming.CloudTaskID(r.ID) // distrust names a bad ID
-	}
-	r.normalize()
-	if reason := r.distrust(); reason != "" {
-		return fmt.Errorf("%w: %s", ErrForeignRecord, reason)
 	}
 	if ue := o.unavail.Load(); ue != nil {
 		return ue

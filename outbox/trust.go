@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/ctdispatch/ctdispatch/naming"
 )
 
@@ -32,6 +34,31 @@ func (r *Record) distrust() string {
 		return fmt.Sprintf("record %s has no updated_at", r.ID)
 	}
 	return ""
+}
+
+// prepare checks a record about to be appended and fills in what Append
+// promises: the processor, UpdatedAt (now) and CreatedAt (UpdatedAt) when
+// zero, CloudTaskID from the ID when empty, microsecond UTC times. A
+// record that would read back as foreign is refused.
+func (r *Record) prepare(processor string, clock clockwork.Clock) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	r.ProcessorUUID = processor
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = clock.Now()
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = r.UpdatedAt
+	}
+	if r.CloudTaskID == "" {
+		r.CloudTaskID, _ = naming.CloudTaskID(r.ID) // distrust names a bad ID
+	}
+	r.normalize()
+	if reason := r.distrust(); reason != "" {
+		return fmt.Errorf("%w: %s", ErrForeignRecord, reason)
+	}
+	return nil
 }
 
 // trusted reports whether distrust finds nothing wrong.
