@@ -488,42 +488,63 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 			pages.Close()
 			return nil, p.fail("seeking in column "+p.table.idColumn(), err)
 		}
-		row := s.from
-		for row < s.to {
-			page, err := pages.ReadPage()
+		for row := s.from; row < s.to; {
+			end, err := readPage(pages, row, vals, func(r int64, v parquet.Value) bool {
+				if r >= s.to {
+					return false
+				}
+				if !v.IsNull() && bytes.Equal(v.ByteArray(), want) {
+					hits = append(hits, r)
+				}
+				return true
+			})
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				pages.Close()
-				return nil, p.fail("reading page", err)
+				return nil, p.fail("reading a page", err)
 			}
-			vr := page.Values()
-			for row < s.to {
-				n, err := vr.ReadValues(vals)
-				for _, v := range vals[:n] {
-					if row >= s.to {
-						break
-					}
-					if !v.IsNull() && bytes.Equal(v.ByteArray(), want) {
-						hits = append(hits, row)
-					}
-					row++
-				}
-				if errors.Is(err, io.EOF) || n == 0 {
-					break
-				}
-				if err != nil {
-					parquet.Release(page)
-					pages.Close()
-					return nil, p.fail("reading values", err)
-				}
-			}
-			parquet.Release(page)
+			row = end
 		}
 		pages.Close()
 	}
 	return hits, nil
+}
+
+// readPage reads the next page of a column chunk, whose first value is
+// that of row first, and calls fn with each value and its row until fn
+// returns false or the page ends. It returns the row after the page and
+// io.EOF when there is no page left. This is the one loop over page
+// values that lookups, whole-row reads and projected scans share; it hands
+// the page back to the library's pool, so fn must copy what it keeps.
+func readPage(pages parquet.Pages, first int64, vals []parquet.Value, fn func(row int64, v parquet.Value) bool) (end int64, err error) {
+	page, err := pages.ReadPage()
+	if err != nil {
+		return first, err
+	}
+	defer parquet.Release(page)
+	end = first + page.NumRows()
+	vr := page.Values()
+	row := first
+	for {
+		n, err := vr.ReadValues(vals)
+		for _, v := range vals[:n] {
+			if !fn(row, v) {
+				return end, nil
+			}
+			row++
+		}
+		if n == 0 || errors.Is(err, io.EOF) {
+			if row == first {
+				return end, io.ErrUnexpectedEOF // a page without values would loop forever
+			}
+			return end, nil
+		}
+		if err != nil {
+			return end, err
+		}
+	}
 }
 
 // readRows reads whole rows at the given (ascending) indexes of a row
@@ -551,41 +572,21 @@ func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) (_ []Record, err err
 				pages.Close()
 				return nil, p.fail("seeking to a row", err)
 			}
-			page, err := pages.ReadPage()
+			// The page starts at row idx[k]; take every wanted row in it.
+			first := k
+			_, err := readPage(pages, idx[k], vals, func(row int64, v parquet.Value) bool {
+				if row == idx[k] {
+					p.set(&recs[k], ci, v)
+					k++
+				}
+				return k < len(idx)
+			})
+			if err == nil && k == first {
+				err = io.ErrUnexpectedEOF
+			}
 			if err != nil {
 				pages.Close()
 				return nil, p.fail("reading a page", err)
-			}
-			// The page starts at row idx[k]; take every wanted row in it.
-			first, end := idx[k], idx[k]+page.NumRows()
-			vr := page.Values()
-			row := first
-			for k < len(idx) && idx[k] < end {
-				n, err := vr.ReadValues(vals)
-				for _, v := range vals[:n] {
-					if k < len(idx) && row == idx[k] {
-						p.set(&recs[k], ci, v)
-						k++
-					}
-					row++
-				}
-				if n == 0 || errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					parquet.Release(page)
-					pages.Close()
-					return nil, p.fail("reading values", err)
-				}
-			}
-			// Handing the page back lets the next column's page reuse its
-			// buffers (set copied out what it kept); unreleased, every page
-			// is fresh memory, and a lookup grew the heap past the first
-			// garbage collection.
-			parquet.Release(page)
-			if row == first {
-				pages.Close()
-				return nil, p.fail("reading a page", io.ErrUnexpectedEOF)
 			}
 		}
 		pages.Close()

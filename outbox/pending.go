@@ -179,9 +179,28 @@ func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg i
 				continue
 			}
 			pages := rg.ColumnChunks()[ci].Pages()
-			row := int64(0)
-			for row < n {
-				page, err := pages.ReadPage()
+			for row := int64(0); row < n; {
+				end, err := readPage(pages, row, vals, func(r int64, v parquet.Value) bool {
+					if r >= n {
+						return false
+					}
+					if (fld == fieldStatus || fld == fieldProcessor) && !v.IsNull() {
+						b := v.ByteArray()
+						s, ok := intern[string(b)]
+						if !ok {
+							s = string(b)
+							intern[s] = s
+						}
+						if fld == fieldStatus {
+							recs[r].Status = Status(s)
+						} else {
+							recs[r].ProcessorUUID = s
+						}
+						return true
+					}
+					p.set(&recs[r], ci, v)
+					return true
+				})
 				if errors.Is(err, io.EOF) {
 					break
 				}
@@ -189,40 +208,7 @@ func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg i
 					pages.Close()
 					return p.fail("reading a page", err)
 				}
-				vr := page.Values()
-				for {
-					k, err := vr.ReadValues(vals)
-					for _, v := range vals[:k] {
-						if row >= n {
-							break
-						}
-						if fld == fieldStatus || fld == fieldProcessor {
-							if !v.IsNull() {
-								b := v.ByteArray()
-								s, ok := intern[string(b)]
-								if !ok {
-									s = string(b)
-									intern[s] = s
-								}
-								if fld == fieldStatus {
-									recs[row].Status = Status(s)
-								} else {
-									recs[row].ProcessorUUID = s
-								}
-							}
-						} else {
-							p.set(&recs[row], ci, v)
-						}
-						row++
-					}
-					if k == 0 || errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						pages.Close()
-						return p.fail("reading values", err)
-					}
-				}
+				row = end
 			}
 			pages.Close()
 		}
