@@ -266,22 +266,22 @@ func (w *walTails) records() ([][]Record, error) {
 	w.lookedAt = lookedAt
 	seen := map[string]bool{}
 	for _, s := range segs {
-		if s.processor == w.self {
+		if s.Processor == w.self {
 			continue
 		}
-		seen[s.path] = true
-		t, ok := w.segs[s.path]
+		seen[s.Path] = true
+		t, ok := w.segs[s.Path]
 		if !ok {
 			t = &tail{}
-			w.segs[s.path] = t
+			w.segs[s.Path] = t
 		}
-		st, err := os.Stat(s.path)
+		st, err := os.Stat(s.Path)
 		if err != nil {
-			delete(w.segs, s.path)
+			delete(w.segs, s.Path)
 			continue
 		}
 		if st.Size() != t.size {
-			recs, end, err := readFrames(s.path, t.off)
+			recs, end, err := readFrames(s.Path, t.off)
 			var te *tailError
 			if err != nil && !errors.As(err, &te) {
 				continue // vanished or not a segment: nothing to serve

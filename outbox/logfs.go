@@ -3,39 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 )
-
-// logFS is what the log writer needs of the filesystem. It is a seam:
-// tests put a filesystem that fails on demand (a full disk, a read-only
-// remount) in its place.
-type logFS interface {
-	// Create creates a new file that must not exist yet.
-	Create(path string) (logFile, error)
-	// Remove removes a file.
-	Remove(path string) error
-	// SyncDir makes the directory's entries durable.
-	SyncDir(dir string) error
-}
-
-// logFile is an open log segment.
-type logFile interface {
-	io.Writer
-	Sync() error
-	Close() error
-}
-
-// osFS is the real filesystem.
-type osFS struct{}
-
-func (osFS) Create(path string) (logFile, error) {
-	return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, filePerm)
-}
-
-func (osFS) Remove(path string) error { return os.Remove(path) }
-
-func (osFS) SyncDir(dir string) error { return syncDir(dir) }
 
 // UnavailableError says that the outbox cannot make appends durable, why
 // (the cause, for example "no space left on device"), and where. It

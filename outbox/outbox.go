@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"gocloud.dev/blob"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/wal"
 )
 
 // Durability says when Append returns.
@@ -129,7 +131,7 @@ func (o Options) WithDefaults() Options {
 		o.Clock = clockwork.NewRealClock()
 	}
 	if o.fs == nil {
-		o.fs = osFS{}
+		o.fs = wal.OSFS{}
 	}
 	return o
 }
@@ -341,12 +343,12 @@ func (o *Outbox) recover(ctx context.Context) error {
 	byProc := map[string][]walSegment{}
 	var procs []string
 	for _, s := range segs {
-		if _, ok := byProc[s.processor]; !ok {
-			procs = append(procs, s.processor)
+		if _, ok := byProc[s.Processor]; !ok {
+			procs = append(procs, s.Processor)
 		}
-		byProc[s.processor] = append(byProc[s.processor], s)
-		if s.processor == o.processor && s.seq >= o.nextSeq {
-			o.nextSeq = s.seq + 1
+		byProc[s.Processor] = append(byProc[s.Processor], s)
+		if s.Processor == o.processor && s.Seq >= o.nextSeq {
+			o.nextSeq = s.Seq + 1
 		}
 	}
 	for _, t := range Tables {
@@ -402,23 +404,23 @@ func (o *Outbox) recover(ctx context.Context) error {
 // and left in place.
 func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 	for _, s := range segs {
-		recs, end, err := readFrames(s.path, 0)
+		recs, end, err := readFrames(s.Path, 0)
 		var te *tailError
 		switch {
 		case errors.As(err, &te):
-			o.log.Warn("outbox: dropped torn log tail", "path", s.path, "offset", te.Offset, "bytes", te.Bytes, "reason", te.Reason)
+			o.log.Warn("outbox: dropped torn log tail", "path", s.Path, "offset", te.Offset, "bytes", te.Bytes, "reason", te.Reason)
 		case errors.Is(err, os.ErrNotExist):
 			continue
 		case err != nil:
-			o.log.Warn("outbox: skipped log segment", "path", s.path, "err", err)
+			o.log.Warn("outbox: skipped log segment", "path", s.Path, "err", err)
 			continue
 		}
 		_ = end
-		if err := o.writeSegmentParquet(ctx, s.processor, s.seq, [][]Record{recs}); err != nil {
+		if err := o.writeSegmentParquet(ctx, s.Processor, s.Seq, [][]Record{recs}); err != nil {
 			return err
 		}
-		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("outbox: remove %s: %w", s.path, err)
+		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("outbox: remove %s: %w", s.Path, err)
 		}
 	}
 	return syncDir(o.walDir)

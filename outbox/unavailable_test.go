@@ -14,20 +14,22 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/wal"
 )
 
 // faultFS is the real filesystem until full is set; then, like a full
 // disk, it still creates files but every write stores half its bytes and
 // fails with ENOSPC, and every sync fails.
 type faultFS struct {
-	osFS
+	wal.OSFS
 	full atomic.Bool
 	ops  atomic.Int64
 }
 
 func (fs *faultFS) Create(path string) (logFile, error) {
 	fs.ops.Add(1)
-	f, err := fs.osFS.Create(path)
+	f, err := fs.OSFS.Create(path)
 	if err != nil {
 		return nil, err
 	}
