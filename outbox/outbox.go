@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
@@ -82,6 +83,12 @@ type Options struct {
 	// (latest state per ID). Past it, IDs already in Parquet files are
 	// forgotten and found through the files instead. Defaults to 1,000,000.
 	IndexLimit int
+	// IndexBytes bounds the same index by its estimated size in memory
+	// (records and map entries), so a dispatcher's memory does not grow
+	// with the outbox: past it, IDs already in Parquet files are forgotten
+	// and answered from the files (bloom filters keep that cheap).
+	// Defaults to 64 MiB.
+	IndexBytes int64
 	// RefreshInterval is how long reads reuse their view of other
 	// processes' data (the listing of table files and of other processes'
 	// logs) before looking again: how stale Latest, Lookup and Pending may
@@ -124,6 +131,9 @@ func (o Options) WithDefaults() Options {
 	if o.IndexLimit == 0 {
 		o.IndexLimit = 1_000_000
 	}
+	if o.IndexBytes == 0 {
+		o.IndexBytes = 64 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -161,6 +171,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("outbox: Options.SegmentMaxAge %s is negative", o.SegmentMaxAge)
 	case o.IndexLimit < 0:
 		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
+	case o.IndexBytes < 0:
+		return fmt.Errorf("outbox: Options.IndexBytes %d is negative", o.IndexBytes)
 	}
 	return nil
 }
@@ -222,6 +234,10 @@ type Outbox struct {
 	// behind one another.
 	mu     sync.RWMutex
 	own    map[recKey]Record
+	// ownBytes estimates own's size; trimAt is the size that triggers the
+	// next trim (at least IndexBytes, more when the records not yet in
+	// Parquet alone exceed it, so trimming cannot run on every write).
+	ownBytes, trimAt int64
 	sealed []*segment
 	closed atomic.Bool
 	// unavail is set while the log cannot be written: appends fail fast
@@ -732,7 +748,12 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		seg.dirty = o.opts.Durability == Interval
 		o.mu.Lock()
 		for _, req := range reqs {
-			o.own[recKey{req.rec.Table, req.rec.ID}] = req.rec
+			k := recKey{req.rec.Table, req.rec.ID}
+			if old, ok := o.own[k]; ok {
+				o.ownBytes -= indexEntryBytes(&old)
+			}
+			o.own[k] = req.rec
+			o.ownBytes += indexEntryBytes(&req.rec)
 			seg.records.add(req.rec)
 		}
 		o.trimIndexLocked()
@@ -746,10 +767,17 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	}
 }
 
-// trimIndexLocked keeps the own index within IndexLimit by dropping IDs
-// whose records are already in Parquet files.
+// indexEntryBytes estimates what one entry of the own index costs: the
+// record and key, their strings, and the map's share per entry.
+func indexEntryBytes(r *Record) int64 {
+	const fixed = int64(unsafe.Sizeof(Record{}) + unsafe.Sizeof(recKey{}) + 32)
+	return fixed + int64(2*len(r.ID)+len(r.CloudTaskID)+len(r.TaskName)+len(r.RunID)+len(r.TaskKey)+len(r.Attempt)+len(r.ErrorCode)+len(r.PayloadSHA256))
+}
+
+// trimIndexLocked keeps the own index within IndexLimit and IndexBytes by
+// dropping IDs whose records are already in Parquet files.
 func (o *Outbox) trimIndexLocked() {
-	if len(o.own) <= o.opts.IndexLimit {
+	if len(o.own) <= o.opts.IndexLimit && o.ownBytes <= max(o.opts.IndexBytes, o.trimAt) {
 		return
 	}
 	keep := map[recKey]Record{}
@@ -768,6 +796,11 @@ func (o *Outbox) trimIndexLocked() {
 		add(&o.cur.records)
 	}
 	o.own = keep
+	o.ownBytes = 0
+	for _, r := range keep {
+		o.ownBytes += indexEntryBytes(&r)
+	}
+	o.trimAt = 2 * o.ownBytes
 }
 
 func (o *Outbox) ensureSegment() error {

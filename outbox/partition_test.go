@@ -352,3 +352,31 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 	}
 	t.Logf("partitions found busy by the other compaction: %d", busy)
 }
+
+// The index of this process's own IDs stays within its byte budget: IDs
+// already in Parquet files are forgotten and answered from the files.
+func TestOwnIndexStaysWithinItsByteBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	opts := b.options(procA)
+	opts.IndexBytes = 16 << 10
+	o, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer o.Close()
+	for i := range 1000 {
+		require.NoError(t, o.Append(ctx, dispatchRec("budget", fmt.Sprintf("t%04d", i), "1", StatusCreated)))
+		if i%100 == 99 {
+			require.NoError(t, o.Flush(ctx))
+		}
+	}
+	o.mu.RLock()
+	n, size := len(o.own), o.ownBytes
+	o.mu.RUnlock()
+	require.LessOrEqual(t, n, 100, "only IDs not yet in Parquet (one segment's worth) are kept")
+	require.Less(t, size, int64(100*1024), "not the 1000 IDs written")
+	r, ok, err := o.Latest(ctx, TableDispatch, "dispatch:budget:t0007:1")
+	require.NoError(t, err)
+	require.True(t, ok, "a forgotten ID is answered from the files")
+	require.Equal(t, StatusCreated, r.Status)
+}
