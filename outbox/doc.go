@@ -39,6 +39,8 @@
 //
 // # Reading
 //
+// This process's own IDs are indexed in memory within Options.IndexBytes
+// (64 MiB) and IndexLimit; older IDs are answered from the files.
 // Latest, Lookup and Pending see this process's records in memory, the
 // live logs of other processes (read incrementally), and every Parquet file;
 // their view of other processes is at most Options.RefreshInterval old, and
