@@ -232,14 +232,14 @@ type Outbox struct {
 	// writer goroutine changes own and the records, so it reads them
 	// without the lock; readers take it shared, so they do not queue
 	// behind one another.
-	mu     sync.RWMutex
-	own    map[recKey]Record
+	mu  sync.RWMutex
+	own map[recKey]Record
 	// ownBytes estimates own's size; trimAt is the size that triggers the
 	// next trim (at least IndexBytes, more when the records not yet in
 	// Parquet alone exceed it, so trimming cannot run on every write).
 	ownBytes, trimAt int64
-	sealed []*segment
-	closed atomic.Bool
+	sealed           []*segment
+	closed           atomic.Bool
 	// unavail is set while the log cannot be written: appends fail fast
 	// with it, and the writer retries until a fresh segment can be made.
 	unavail atomic.Pointer[UnavailableError]
