@@ -39,8 +39,12 @@
 //
 // # Reading
 //
-// This process's own IDs are indexed in memory within Options.IndexBytes
-// (64 MiB) and IndexLimit; older IDs are answered from the files.
+// Memory does not grow with the outbox: this process's own IDs are
+// indexed within Options.IndexBytes (64 MiB) and IndexLimit, older IDs
+// being answered from the files; between reads a table keeps at most
+// MaxOpenFiles (256) files open and their footers and bloom filters within
+// FileCacheBytes (64 MiB), least recently used closed first; listings are
+// reused for RefreshInterval.
 // Latest, Lookup and Pending see this process's records in memory, the
 // live logs of other processes (read incrementally), and every Parquet file;
 // their view of other processes is at most Options.RefreshInterval old, and

@@ -89,6 +89,12 @@ type Options struct {
 	// and answered from the files (bloom filters keep that cheap).
 	// Defaults to 64 MiB.
 	IndexBytes int64
+	// MaxOpenFiles bounds the Parquet files of a table kept open between
+	// reads; FileCacheBytes bounds their footers and bloom filters kept in
+	// memory. Past either, the least recently used are closed and reopened
+	// when next read. Default to 256 and 64 MiB.
+	MaxOpenFiles   int
+	FileCacheBytes int64
 	// RefreshInterval is how long reads reuse their view of other
 	// processes' data (the listing of table files and of other processes'
 	// logs) before looking again: how stale Latest, Lookup and Pending may
@@ -134,6 +140,12 @@ func (o Options) WithDefaults() Options {
 	if o.IndexBytes == 0 {
 		o.IndexBytes = 64 << 20
 	}
+	if o.MaxOpenFiles == 0 {
+		o.MaxOpenFiles = 256
+	}
+	if o.FileCacheBytes == 0 {
+		o.FileCacheBytes = 64 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -173,6 +185,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
 	case o.IndexBytes < 0:
 		return fmt.Errorf("outbox: Options.IndexBytes %d is negative", o.IndexBytes)
+	case o.MaxOpenFiles < 0:
+		return fmt.Errorf("outbox: Options.MaxOpenFiles %d is negative", o.MaxOpenFiles)
+	case o.FileCacheBytes < 0:
+		return fmt.Errorf("outbox: Options.FileCacheBytes %d is negative", o.FileCacheBytes)
 	}
 	return nil
 }
@@ -296,7 +312,7 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 	}
 	refresh = max(refresh, 0)
 	for _, t := range Tables {
-		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, refresh, o.clock)
+		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, refresh, o.clock, opts.MaxOpenFiles, opts.FileCacheBytes)
 	}
 	o.tails = newWALTails(o.walDir, o.processor, refresh, o.clock)
 	if opts.ReadOnly {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/bloom"
@@ -64,6 +65,8 @@ type pqFile struct {
 	cols  []column // by leaf index
 	byFld map[field]int
 	ours  bool // written by this package (sorted, our layout)
+	// footerLen is the footer's stored size, for the cache's budget.
+	footerLen int64
 
 	mu     sync.Mutex
 	blooms map[int]bloom.SplitBlockFilter // row group -> ID bloom filter bits
@@ -76,7 +79,8 @@ type pqFile struct {
 // outbox's types would misread it or crash.
 func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile, err error) {
 	defer recoverRead(path, &err)
-	if err := checkFooterLength(ra, size); err != nil {
+	footerLen, err := checkFooterLength(ra, size)
+	if err != nil {
 		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
 	}
 	pf, err := parquet.OpenFile(ra, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
@@ -86,7 +90,7 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 	if err := checkBounds(pf.Metadata(), size); err != nil {
 		return nil, &FileError{Path: path, Reason: "implausible Parquet footer", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
 	}
-	p = &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}}
+	p = &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}, footerLen: footerLen}
 	leaves := pf.Schema().Columns()
 	p.cols = make([]column, len(leaves))
 	for i, lp := range leaves {
@@ -124,19 +128,20 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 // length before reading it: a few damaged bytes claiming a 4 GiB footer in
 // a 700-byte file made it allocate 4 GiB, and a process reading many such
 // files ran out of memory.
-func checkFooterLength(ra io.ReaderAt, size int64) error {
+func checkFooterLength(ra io.ReaderAt, size int64) (int64, error) {
 	const magic = 4
 	if size < 2*magic+4 {
-		return fmt.Errorf("%d bytes is too short for a Parquet file", size)
+		return 0, fmt.Errorf("%d bytes is too short for a Parquet file", size)
 	}
 	var tail [8]byte
 	if _, err := ra.ReadAt(tail[:], size-8); err != nil && !errors.Is(err, io.EOF) {
-		return err
+		return 0, err
 	}
-	if n := int64(binary.LittleEndian.Uint32(tail[:4])); n > size-2*magic-4 {
-		return fmt.Errorf("footer of %d bytes in a file of %d bytes", n, size)
+	n := int64(binary.LittleEndian.Uint32(tail[:4]))
+	if n > size-2*magic-4 {
+		return 0, fmt.Errorf("footer of %d bytes in a file of %d bytes", n, size)
 	}
-	return nil
+	return n, nil
 }
 
 // Bounds on what a footer may claim. Readers size their buffers from
@@ -260,6 +265,19 @@ func timeUnit(t parquet.Type) (div, mul int64) {
 }
 
 func (p *pqFile) close() error { return p.f.Close() }
+
+// cachedBytes estimates the memory an open file holds: its footer (as
+// stored; decoded it is larger, in proportion) and the bloom filters
+// cached for it.
+func (p *pqFile) cachedBytes() int64 {
+	n := int64(p.footerLen)
+	p.mu.Lock()
+	for _, b := range p.blooms {
+		n += int64(len(b)) * int64(unsafe.Sizeof(bloom.Block{}))
+	}
+	p.mu.Unlock()
+	return n
+}
 
 // decode turns a row of this file into a Record.
 func (p *pqFile) decode(row parquet.Row) Record {

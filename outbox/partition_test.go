@@ -380,3 +380,43 @@ func TestOwnIndexStaysWithinItsByteBudget(t *testing.T) {
 	require.True(t, ok, "a forgotten ID is answered from the files")
 	require.Equal(t, StatusCreated, r.Status)
 }
+
+// Between reads a table keeps at most MaxOpenFiles files open, and their
+// footers and filters within FileCacheBytes; a read reopens what it needs.
+func TestOpenFilesStayWithinTheirBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		maxOpen  int
+		cache    int64
+		wantOpen int
+	}{
+		{"three files", 3, 64 << 20, 3},
+		{"one byte of cache", 256, 1, 0},
+		{"defaults", 0, 0, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			opts := b.options(procA)
+			opts.MaxOpenFiles, opts.FileCacheBytes = tc.maxOpen, tc.cache
+			o, err := Open(ctx, opts)
+			require.NoError(t, err)
+			defer o.Close()
+			for i := range 10 {
+				require.NoError(t, o.Append(ctx, dispatchRec("lru", fmt.Sprintf("t%d", i), "1", StatusCreated)))
+				require.NoError(t, o.Flush(ctx))
+			}
+			for range 2 {
+				for i := range 10 {
+					got, err := o.Lookup(ctx, Query{ID: fmt.Sprintf("dispatch:lru:t%d:1", i)})
+					require.NoError(t, err)
+					require.Len(t, got, 1)
+				}
+				require.Equal(t, tc.wantOpen, o.files[TableDispatch].openFiles())
+			}
+			require.Empty(t, o.Damaged())
+		})
+	}
+}
