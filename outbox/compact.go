@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // Retention says how long terminal records of each queue are kept after
@@ -448,8 +450,8 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 		pc.BytesIn += f.size
 	}
 	pc.FilesIn = len(files)
-	if total >= bestCodecMinRows {
-		out.layout = compactLayout
+	if total >= pqfile.BestCodecMinRows {
+		out.layout = pqfile.CompactLayout
 	}
 	count := func(n int) {
 		done += int64(n)
@@ -558,7 +560,7 @@ type partWriters struct {
 	c      *compaction
 	pc     *PartitionCompaction
 	prefix string
-	layout layout
+	layout pqfile.Layout
 	open   map[string]*partFile
 	done   []*partFile
 }
@@ -571,7 +573,7 @@ type partFile struct {
 }
 
 func newPartWriters(c *compaction, pc *PartitionCompaction) *partWriters {
-	return &partWriters{c: c, pc: pc, prefix: "compacted-", layout: flushLayout, open: map[string]*partFile{}}
+	return &partWriters{c: c, pc: pc, prefix: "compacted-", layout: pqfile.FlushLayout, open: map[string]*partFile{}}
 }
 
 func (w *partWriters) write(ctx context.Context, part string, r *Record) error {

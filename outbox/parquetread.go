@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/bloom"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // field identifies the Record field a column fills.
@@ -79,7 +80,7 @@ type pqFile struct {
 // outbox's types would misread it or crash.
 func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile, err error) {
 	defer recoverRead(path, &err)
-	footerLen, err := checkFooterLength(ra, size)
+	footerLen, err := pqfile.CheckFooterLength(ra, size)
 	if err != nil {
 		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
 	}
@@ -87,7 +88,7 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 	if err != nil {
 		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: err}
 	}
-	if err := checkBounds(pf.Metadata(), size); err != nil {
+	if err := pqfile.CheckBounds(pf.Metadata(), size); err != nil {
 		return nil, &FileError{Path: path, Reason: "implausible Parquet footer", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
 	}
 	p = &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}, footerLen: footerLen}
@@ -119,69 +120,8 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile
 	if _, ok := p.byFld[fieldID]; !ok {
 		return nil, &FileError{Path: path, Reason: fmt.Sprintf("no column %s: not a %s file", t.idColumn(), t), Err: ErrForeignFile}
 	}
-	_, p.ours = pf.Lookup(metaKeyWriter)
+	_, p.ours = pf.Lookup(pqfile.MetaKeyWriter)
 	return p, nil
-}
-
-// checkFooterLength checks the footer length a file states in its last
-// eight bytes against the file's size. The Parquet library allocates that
-// length before reading it: a few damaged bytes claiming a 4 GiB footer in
-// a 700-byte file made it allocate 4 GiB, and a process reading many such
-// files ran out of memory.
-func checkFooterLength(ra io.ReaderAt, size int64) (int64, error) {
-	const magic = 4
-	if size < 2*magic+4 {
-		return 0, fmt.Errorf("%d bytes is too short for a Parquet file", size)
-	}
-	var tail [8]byte
-	if _, err := ra.ReadAt(tail[:], size-8); err != nil && !errors.Is(err, io.EOF) {
-		return 0, err
-	}
-	n := int64(binary.LittleEndian.Uint32(tail[:4]))
-	if n > size-2*magic-4 {
-		return 0, fmt.Errorf("footer of %d bytes in a file of %d bytes", n, size)
-	}
-	return n, nil
-}
-
-// Bounds on what a footer may claim. Readers size their buffers from
-// these counts, so a damaged or hostile footer claiming 10^12 rows in a
-// 100-byte file would exhaust memory (which, unlike a panic, cannot be
-// recovered from). Real files stay far inside them: a row takes more
-// than a bit of the file, and no writer makes row groups of tens of
-// millions of rows or column chunks past a gigabyte.
-const (
-	maxRowsPerByte     = 64
-	maxRowGroupRows    = 16 << 20
-	maxChunkBytes      = 1 << 30
-	maxChunkValueRatio = 64 // values per row (repeated columns are refused anyway)
-)
-
-// checkBounds refuses a footer whose counts and offsets cannot be true of
-// a file of this size.
-func checkBounds(md *format.FileMetaData, size int64) error {
-	if md.NumRows < 0 || md.NumRows > maxRowsPerByte*size {
-		return fmt.Errorf("%d rows in %d bytes", md.NumRows, size)
-	}
-	for i, rg := range md.RowGroups {
-		if rg.NumRows < 0 || rg.NumRows > maxRowGroupRows || rg.NumRows > maxRowsPerByte*size {
-			return fmt.Errorf("row group %d: %d rows in a file of %d bytes (at most %d a row group)", i, rg.NumRows, size, maxRowGroupRows)
-		}
-		for j, cc := range rg.Columns {
-			m := cc.MetaData
-			switch {
-			case m.TotalCompressedSize < 0 || m.TotalCompressedSize > size:
-				return fmt.Errorf("row group %d column %d: %d compressed bytes in a file of %d", i, j, m.TotalCompressedSize, size)
-			case m.TotalUncompressedSize < 0 || m.TotalUncompressedSize > maxChunkBytes:
-				return fmt.Errorf("row group %d column %d: %d uncompressed bytes (at most %d)", i, j, m.TotalUncompressedSize, maxChunkBytes)
-			case m.NumValues < 0 || m.NumValues > maxChunkValueRatio*max(rg.NumRows, 1):
-				return fmt.Errorf("row group %d column %d: %d values for %d rows", i, j, m.NumValues, rg.NumRows)
-			case m.DataPageOffset < 0 || m.DataPageOffset >= size:
-				return fmt.Errorf("row group %d column %d: data page at offset %d of a file of %d bytes", i, j, m.DataPageOffset, size)
-			}
-		}
-	}
-	return nil
 }
 
 // recoverRead turns a panic inside the Parquet library into a FileError
@@ -507,7 +447,7 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 			return nil, p.fail("seeking in column "+p.table.idColumn(), err)
 		}
 		for row := s.from; row < s.to; {
-			end, err := readPage(pages, row, vals, func(r int64, v parquet.Value) bool {
+			end, err := pqfile.ReadPage(pages, row, vals, func(r int64, v parquet.Value) bool {
 				if r >= s.to {
 					return false
 				}
@@ -528,41 +468,6 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 		pages.Close()
 	}
 	return hits, nil
-}
-
-// readPage reads the next page of a column chunk, whose first value is
-// that of row first, and calls fn with each value and its row until fn
-// returns false or the page ends. It returns the row after the page and
-// io.EOF when there is no page left. This is the one loop over page
-// values that lookups, whole-row reads and projected scans share; it hands
-// the page back to the library's pool, so fn must copy what it keeps.
-func readPage(pages parquet.Pages, first int64, vals []parquet.Value, fn func(row int64, v parquet.Value) bool) (end int64, err error) {
-	page, err := pages.ReadPage()
-	if err != nil {
-		return first, err
-	}
-	defer parquet.Release(page)
-	end = first + page.NumRows()
-	vr := page.Values()
-	row := first
-	for {
-		n, err := vr.ReadValues(vals)
-		for _, v := range vals[:n] {
-			if !fn(row, v) {
-				return end, nil
-			}
-			row++
-		}
-		if n == 0 || errors.Is(err, io.EOF) {
-			if row == first {
-				return end, io.ErrUnexpectedEOF // a page without values would loop forever
-			}
-			return end, nil
-		}
-		if err != nil {
-			return end, err
-		}
-	}
 }
 
 // readRows reads whole rows at the given (ascending) indexes of a row
@@ -592,7 +497,7 @@ func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) (_ []Record, err err
 			}
 			// The page starts at row idx[k]; take every wanted row in it.
 			first := k
-			_, err := readPage(pages, idx[k], vals, func(row int64, v parquet.Value) bool {
+			_, err := pqfile.ReadPage(pages, idx[k], vals, func(row int64, v parquet.Value) bool {
 				if row == idx[k] {
 					p.set(&recs[k], ci, v)
 					k++

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // Pending returns the records of table t whose latest state is pending and
@@ -180,7 +182,7 @@ func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg i
 			}
 			pages := rg.ColumnChunks()[ci].Pages()
 			for row := int64(0); row < n; {
-				end, err := readPage(pages, row, vals, func(r int64, v parquet.Value) bool {
+				end, err := pqfile.ReadPage(pages, row, vals, func(r int64, v parquet.Value) bool {
 					if r >= n {
 						return false
 					}
