@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -143,20 +142,13 @@ func (s *blobStore) get(ctx context.Context, key string) ([]byte, error) {
 }
 
 func (s *blobStore) keys(ctx context.Context, prefix string) ([]string, error) {
-	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	var out []string
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	err := s.each(ctx, prefix, func(obj *blob.ListObject) {
 		if !obj.IsDir {
 			out = append(out, obj.Key)
 		}
-	}
+	})
+	return out, err
 }
 
 func (s *blobStore) del(ctx context.Context, key string) error {

@@ -75,6 +75,18 @@ func (b *testBundle) open(t *testing.T, proc string) *Outbox {
 	return o
 }
 
+// openWith opens procA's outbox with recs appended and in a Parquet file,
+// and returns it with the dispatch table's directory.
+func (b *testBundle) openWith(t *testing.T, recs ...Record) (*Outbox, string) {
+	t.Helper()
+	o := b.open(t, procA)
+	for _, r := range recs {
+		require.NoError(t, o.Append(context.Background(), r))
+	}
+	require.NoError(t, o.Flush(context.Background()))
+	return o, filepath.Join(b.root, string(TableDispatch))
+}
+
 const (
 	procA = "00000000-0000-4000-8000-00000000000a"
 	procB = "00000000-0000-4000-8000-00000000000b"
@@ -316,12 +328,8 @@ func TestDamagedAndForeignFilesAreSkippedAndReported(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	o := b.open(t, procA)
 	rec := dispatchRec("r", "t", "1", StatusCreated)
-	require.NoError(t, o.Append(ctx, rec))
-	require.NoError(t, o.Flush(ctx))
-
-	dir := filepath.Join(b.root, string(TableDispatch))
+	o, dir := b.openWith(t, rec)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "garbage.parquet"), []byte("not parquet at all"), 0o600))
 	good, _ := filepath.Glob(filepath.Join(dir, "*", procA+"-*.parquet"))
 	require.Len(t, good, 1)

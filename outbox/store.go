@@ -218,21 +218,28 @@ func displayURL(raw string) string {
 func (s *blobStore) key(t Table, name string) string { return path.Join(string(t), name) }
 
 func (s *blobStore) list(ctx context.Context, t Table) ([]storeEntry, error) {
-	it := s.bucket.List(&blob.ListOptions{Prefix: string(t) + "/"})
 	var out []storeEntry
+	err := s.each(ctx, string(t)+"/", func(obj *blob.ListObject) {
+		name := strings.TrimPrefix(obj.Key, string(t)+"/")
+		if _, _, ok := splitName(name); !obj.IsDir && ok {
+			out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+		}
+	})
+	return out, err
+}
+
+// each calls fn for every object whose key starts with prefix.
+func (s *blobStore) each(ctx context.Context, prefix string, fn func(*blob.ListObject)) error {
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		name := strings.TrimPrefix(obj.Key, string(t)+"/")
-		if _, _, ok := splitName(name); obj.IsDir || !ok {
-			continue
-		}
-		out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+		fn(obj)
 	}
 }
 

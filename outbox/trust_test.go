@@ -91,11 +91,8 @@ func TestForeignColumnTypes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	o := b.open(t, procA)
 	rec := dispatchRec("r", "t", "1", StatusPending)
-	require.NoError(t, o.Append(ctx, rec))
-	require.NoError(t, o.Flush(ctx))
-	dir := filepath.Join(b.root, string(TableDispatch))
+	o, dir := b.openWith(t, rec)
 	want := map[string]string{}
 	for _, f := range foreignTypeFiles {
 		path := filepath.Join("testdata", "foreign", f.name)
@@ -173,11 +170,8 @@ func TestForeignRowsAreNeverTrusted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	o := b.open(t, procA)
 	real := dispatchRec("r", "real", "1", StatusPending)
-	require.NoError(t, o.Append(ctx, real))
-	require.NoError(t, o.Flush(ctx))
-	dir := filepath.Join(b.root, string(TableDispatch))
+	o, dir := b.openWith(t, real)
 
 	var buf bytes.Buffer
 	require.NoError(t, parquet.Write(&buf, []bareRow{{"dispatch:r:bare:1", "created"}, {real.ID, "created"}}))
@@ -257,10 +251,8 @@ func TestNamedPipesAreNotOpened(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	o := b.open(t, procA)
-	require.NoError(t, o.Append(ctx, dispatchRec("r", "t", "1", StatusCreated)))
-	require.NoError(t, o.Flush(ctx))
-	fifo := filepath.Join(b.root, string(TableDispatch), "x.parquet")
+	o, dir := b.openWith(t, dispatchRec("r", "t", "1", StatusCreated))
+	fifo := filepath.Join(dir, "x.parquet")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 	require.NoError(t, syscall.Mkfifo(filepath.Join(b.root, walDirName, procB+"-0000000000000001.wal"), 0o600))
 
