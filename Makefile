@@ -64,10 +64,12 @@ bench:
 	grep CloudTaskID bench.txt | sed 's/CloudTaskID/HashID/' > bench-cloudtaskid.txt
 	$(BENCHSTAT) bench-baseline.txt bench-alloc.txt bench-cloudtaskid.txt
 
-## fuzz: a short run of each fuzz target
+## fuzz: a short run of each fuzz target (FUZZTIME=60s to change it)
+FUZZTIME ?= 30s
 fuzz:
-	go test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./naming/
-	go test -run '^$$' -fuzz FuzzCloudTaskID -fuzztime 30s ./naming/
+	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./naming/
+	go test -run '^$$' -fuzz FuzzCloudTaskID -fuzztime $(FUZZTIME) ./naming/
+	go test -run '^$$' -fuzz FuzzReadParquet -fuzztime $(FUZZTIME) ./outbox/
 
 clean:
 	rm -rf bin bench.txt bench-baseline.txt bench-alloc.txt bench-cloudtaskid.txt

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,9 +60,9 @@ func TestBucketStorage(t *testing.T) {
 
 			keys := listKeys(t, bkt)
 			require.Equal(t, []string{
-				"dispatch_outbox/" + procA + "-0000000000000000.parquet",
-				"dispatch_outbox/" + procA + "-0000000000000001.parquet",
-				"timers/" + procA + "-0000000000000001.parquet",
+				"dispatch_outbox/created_date=2026-03-01/" + procA + "-0000000000000000.parquet",
+				"dispatch_outbox/created_date=2026-03-01/" + procA + "-0000000000000001.parquet",
+				"timers/created_date=2026-03-01/" + procA + "-0000000000000001.parquet",
 			}, keys)
 			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/broken.parquet", []byte("no"), nil))
 
@@ -87,7 +88,10 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, int64(4), st.Tables[0].RowsOut, "four pending kept, one created dropped")
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
 			keys = listKeys(t, bkt)
-			require.Len(t, keys, 1, "%v", keys)
+			require.Len(t, keys, 3, "%v", keys)
+			require.Equal(t, "_leases/dispatch_outbox/created_date=2026-03-01.000000000000", keys[0])
+			require.Equal(t, "_leases/timers/created_date=2026-03-01.000000000000", keys[1])
+			require.True(t, strings.HasPrefix(keys[2], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[2])
 			// o's cached listing still names the files ro compacted away:
 			// reading one fails as not found, o lists again and finds the
 			// compacted file; nothing is reported damaged.

@@ -71,7 +71,7 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	require.NoError(t, a.Flush(ctx))
 
 	dir := filepath.Join(b.root, string(TableDispatch))
-	before, _ := filepath.Glob(filepath.Join(dir, "*.parquet"))
+	before, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	require.Len(t, before, 3)
 
 	var progress []int64
@@ -89,7 +89,7 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	require.Equal(t, int64(3), tc.RowsOut)
 	require.Equal(t, int64(1), tc.Dropped, "a: created 10 days ago on a 7d queue")
 	require.Equal(t, int64(6), progress[len(progress)-1])
-	after, _ := filepath.Glob(filepath.Join(dir, "*.parquet"))
+	after, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	require.Equal(t, []string{tc.Output}, after)
 
 	got, err := a.Lookup(ctx, Query{RunID: "r1", History: true})

@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return
 	}
+	if dir := os.Getenv(compactChildEnv); dir != "" {
+		compactChild(dir)
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -58,6 +62,7 @@ func crashChild(dir string) {
 				r := dispatchRec(fmt.Sprintf("run%d", w), fmt.Sprintf("task%d", i), "1", StatusCreated)
 				if i%3 == 0 {
 					r.Table, r.ID, r.Kind = TableTimers, "timer:retry:"+strings.TrimPrefix(r.ID, "dispatch:")+":1", "retry"
+					r.CloudTaskID = mustHash(r.ID)
 				}
 				if err := o.Append(ctx, r); err != nil {
 					fmt.Fprintln(os.Stderr, err)

@@ -5,10 +5,18 @@
 //
 // # Layout
 //
-//	<root>/dispatch_outbox/*.parquet   one row per state of a task attempt
-//	<root>/timers/*.parquet            one row per state of a retry or heartbeat timer
-//	<root>/wal/<processor>-<seq>.wal   each process's write-ahead log
-//	<root>/wal/<processor>.lock        held while the process lives
+//	<root>/dispatch_outbox/created_date=YYYY-MM-DD/*.parquet   one row per state of a task attempt
+//	<root>/timers/created_date=YYYY-MM-DD/*.parquet            one row per state of a retry or heartbeat timer
+//	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
+//	<root>/wal/<processor>.lock                                held while the process lives
+//	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
+//
+// Tables are partitioned the Hive way by the UTC day an ID was first
+// recorded (its created_at, which Append keeps for every later state of
+// the ID), so all states of an ID share a partition and DuckDB, BigQuery,
+// Spark and Trino prune by date. Files directly under <table>/ (the flat
+// layout of earlier versions) are read like the others and moved into
+// partitions by the next Compact.
 //
 // Each process (named by its processor UUID) writes only files of its own,
 // so any number of processes share one root without coordinating. Parquet
@@ -31,6 +39,12 @@
 //
 // # Reading
 //
+// Memory does not grow with the outbox: this process's own IDs are
+// indexed within Options.IndexBytes (64 MiB) and IndexLimit, older IDs
+// being answered from the files; between reads a table keeps at most
+// MaxOpenFiles (256) files open and their footers and bloom filters within
+// FileCacheBytes (64 MiB), least recently used closed first; listings are
+// reused for RefreshInterval.
 // Latest, Lookup and Pending see this process's records in memory, the
 // live logs of other processes (read incrementally), and every Parquet file;
 // their view of other processes is at most Options.RefreshInterval old, and
@@ -40,13 +54,50 @@
 // foreign file is logged with its path and the reason, listed by Damaged,
 // and skipped; it never hides the other files.
 //
+// # Trust
+//
+// The outbox believes nothing it did not check, because a Dispatch that
+// finds a record skips its CreateTask:
+//
+//   - On opening a file, every column it reads must have the table
+//     schema's physical and logical type (strings BYTE_ARRAY, times INT64
+//     TIMESTAMP, create_calls INT32 or INT64, none repeated). A file that
+//     differs (an INT32 status, say) is foreign: skipped, listed with the
+//     reason by Damaged and in Stats and Compact's Skipped, logged once,
+//     never a crash. A footer whose counts cannot be true of the file's
+//     size is damaged, as is a file the Parquet library panics on (the
+//     panic is recovered at the file boundary): the fuzz target
+//     FuzzReadParquet feeds mutated files to every read path.
+//   - A row whose cloud_task_id is not the hash of its ID (naming's
+//     CloudTaskID), whose ID is not an internal ID, or whose status is
+//     unknown is foreign (ErrForeignRecord): Latest, Lookup and Pending
+//     never return it, Stats counts it in ForeignRows, and Compact leaves
+//     it out of its output and its file in place (listed in Kept). Append
+//     refuses such a record, and fills in an empty CloudTaskID.
+//   - Only regular files are opened: a named pipe or device named
+//     x.parquet or x.wal is skipped and listed, never opened (opening a
+//     pipe would block forever).
+//
+// # Availability
+//
+// When the log cannot be written (a full disk, a permission taken away),
+// the outbox fails closed: the append that met the error and every later
+// Append and AppendAsync return at once an *UnavailableError matching
+// ErrUnavailable, naming the cause and the path; nothing is accepted that
+// could not be made durable. The writer retries a fresh segment with
+// backoff (100ms doubling to 10s, on Options.Clock) and takes appends again
+// as soon as one succeeds, without a restart; records accepted before stay
+// readable and reach Parquet (conversions retry too).
+//
 // # Errors
 //
 // Bad records and options are refused with errors that name the field, the
 // value and the rule. A file that cannot be read is a *FileError (path and
 // reason) matching ErrDamaged, or ErrForeignFile for valid Parquet that is
-// not an outbox table; it is skipped, never fatal. ErrClosed,
-// ErrProcessorInUse and ErrReadOnly are the other sentinels.
+// not an outbox table; it is skipped, never fatal. ErrUnavailable,
+// ErrForeignRecord, ErrClosed, ErrProcessorInUse and ErrReadOnly are the
+// other sentinels. A cancelled context is checked first: a call with one
+// never writes.
 //
 // # Observability
 //
@@ -64,9 +115,22 @@
 //
 // # Compaction and retention
 //
-// Compact merges the Parquet files of a table into one sorted file holding
-// only the latest state of each ID, and drops terminal records older than
-// their queue's retention. It works on a snapshot of the files, writes its
-// output atomically before removing its inputs, and so neither blocks
-// appends nor loses data when interrupted.
+// Compact works partition by partition, so its work follows new data, not
+// total data: a partition compacted and not written since is not read; the
+// others are merged into files sorted by ID holding only the latest state
+// of each ID, split at CompactOptions.TargetFileBytes. Terminal records
+// older than their queue's retention are dropped, and a partition whose
+// every row is past retention is removed whole, without a rewrite. Each
+// partition is compacted under a lease (an object created only if absent:
+// O_EXCL on a disk, WriterOptions.IfNotExist on a bucket), with expiry for
+// a crashed holder, so two compactions of one root at once never write a
+// row twice; a partition held by another is reported busy and skipped.
+// Outputs are written before inputs are removed, so appends continue
+// meanwhile and an interrupted compaction loses nothing.
+//
+// # Other stores
+//
+// Memory is an in-memory outbox with the same rules, for a dispatcher
+// without files and for tests; package outboxtest is the conformance
+// suite both pass, and any other implementation can run.
 package outbox

@@ -15,6 +15,19 @@ var (
 	// ErrForeignFile marks a readable Parquet file that is not an outbox
 	// table (no ID column, or an ID column that is not a string).
 	ErrForeignFile = errors.New("outbox: foreign file")
+	// ErrForeignRecord marks a record this system cannot have written: its
+	// cloud_task_id is not the hash of its ID, its ID is not an internal ID,
+	// or its status is unknown. Append refuses one; reads leave one out
+	// (Latest, Lookup and Pending never return it) and Stats and Compact
+	// count it.
+	ErrForeignRecord = errors.New("outbox: foreign record")
+	// ErrUnavailable is returned at once by Append and AppendAsync while
+	// the log cannot be written (a full disk, a permission taken away): no
+	// record is accepted that cannot be made durable. The error is an
+	// *UnavailableError naming the cause and the path. The outbox retries
+	// by itself and takes appends again once a write succeeds; records
+	// accepted before stay safe.
+	ErrUnavailable = errors.New("outbox: unavailable")
 	// ErrProcessorInUse is returned by Open when another live process holds
 	// the same processor UUID.
 	ErrProcessorInUse = errors.New("outbox: processor UUID in use by another process")

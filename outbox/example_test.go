@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -77,4 +78,22 @@ func ExampleParseRetention() {
 	// audit 36h0m0s true
 	// other 0s true
 	// retention "orders=7days": duration "7days": want a number of days (7d), a Go duration (36h) or 0
+}
+
+// An in-memory outbox follows the file outbox's rules: here, a foreign
+// record is refused and a stale pending one is found.
+func ExampleNewMemory() {
+	ctx := context.Background()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	m := outbox.NewMemory("00000000-0000-4000-8000-000000000001", clock)
+	id, _ := naming.NewDispatch("run1", "extract", "1")
+	err := m.Append(ctx, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: "d_made_up", Status: outbox.StatusCreated})
+	fmt.Println(errors.Is(err, outbox.ErrForeignRecord))
+	_ = m.Append(ctx, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), Status: outbox.StatusPending})
+	clock.Advance(time.Minute)
+	stale, _ := m.Pending(ctx, outbox.TableDispatch, 30*time.Second)
+	fmt.Println(stale[0].ID, stale[0].CloudTaskID, stale[0].UpdatedAt)
+	// Output:
+	// true
+	// dispatch:run1:extract:1 d_cxtoltqhbncw6nevn7hy53kqn6 2026-03-01 12:00:00 +0000 UTC
 }

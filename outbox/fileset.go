@@ -15,10 +15,14 @@ import (
 	"gocloud.dev/gcerrors"
 )
 
-// fileSet keeps the Parquet files of one table open, in step with the
-// directory: each read lists the directory, opens new files, and forgets
-// removed ones. Files that fail to open are reported once (per size and
-// modification time) and skipped.
+// fileSet keeps the Parquet files of one table in step with the
+// directory: each read lists the directory (at most once per refresh
+// interval), opens new files, and forgets removed ones. Files that fail to
+// open are reported once (per size and modification time) and skipped.
+// Between reads it keeps at most maxOpen files open, and their footers and
+// bloom filters within cacheBytes, closing the least recently used: a
+// dispatcher's handles and memory do not grow with the outbox. A read
+// reopens what was closed.
 type fileSet struct {
 	store      tableStore
 	table      Table
@@ -28,11 +32,16 @@ type fileSet struct {
 	refresh time.Duration
 	clock   clockwork.Clock
 
+	maxOpen    int
+	cacheBytes int64
+
 	mu       sync.Mutex
+	listed   []storeEntry // the last listing
 	files    map[string]*openFile
 	bad      map[string]badFile
 	listedAt time.Time
 	stale    bool
+	uses     uint64 // counts acquisitions, for least-recently-used order
 }
 
 type openFile struct {
@@ -40,6 +49,7 @@ type openFile struct {
 	modTime time.Time
 	refs    int
 	gone    bool
+	used    uint64
 }
 
 type badFile struct {
@@ -48,9 +58,9 @@ type badFile struct {
 	err     *FileError
 }
 
-func newFileSet(store tableStore, t Table, log *slog.Logger, cacheBloom bool, refresh time.Duration, clock clockwork.Clock) *fileSet {
+func newFileSet(store tableStore, t Table, log *slog.Logger, cacheBloom bool, refresh time.Duration, clock clockwork.Clock, maxOpen int, cacheBytes int64) *fileSet {
 	return &fileSet{store: store, table: t, log: log, cacheBloom: cacheBloom, refresh: refresh, clock: clock,
-		files: map[string]*openFile{}, bad: map[string]badFile{}}
+		maxOpen: maxOpen, cacheBytes: cacheBytes, files: map[string]*openFile{}, bad: map[string]badFile{}}
 }
 
 // invalidate makes the next read list the files again (after this process
@@ -73,6 +83,7 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 	fs.mu.Lock()
 	if !fs.stale && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
 		defer fs.mu.Unlock()
+		fs.openListedLocked(ctx) // reopens what the cache closed
 		return fs.holdLocked(), nil
 	}
 	fs.mu.Unlock()
@@ -83,11 +94,30 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.listedAt, fs.stale = listedAt, false
+	fs.listedAt, fs.stale, fs.listed = listedAt, false, entries
 	seen := map[string]bool{}
 	for _, e := range entries {
+		seen[e.name] = true
+	}
+	for name, f := range fs.files {
+		if !seen[name] {
+			fs.dropLocked(name, f)
+		}
+	}
+	for name := range fs.bad {
+		if !seen[name] {
+			delete(fs.bad, name)
+		}
+	}
+	fs.openListedLocked(ctx)
+	return fs.holdLocked(), nil
+}
+
+// openListedLocked opens every listed file that is not open, unless it is
+// known bad in the same version.
+func (fs *fileSet) openListedLocked(ctx context.Context) {
+	for _, e := range fs.listed {
 		name := e.name
-		seen[name] = true
 		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
 			continue
 		} else if ok {
@@ -112,24 +142,15 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 		delete(fs.bad, name)
 		fs.files[name] = &openFile{pqFile: p, modTime: e.modTime}
 	}
-	for name, f := range fs.files {
-		if !seen[name] {
-			fs.dropLocked(name, f)
-		}
-	}
-	for name := range fs.bad {
-		if !seen[name] {
-			delete(fs.bad, name)
-		}
-	}
-	return fs.holdLocked(), nil
 }
 
 // holdLocked returns the current files, each held until release.
 func (fs *fileSet) holdLocked() []*openFile {
 	out := make([]*openFile, 0, len(fs.files))
+	fs.uses++
 	for _, f := range fs.files {
 		f.refs++
+		f.used = fs.uses
 		out = append(out, f)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
@@ -141,6 +162,10 @@ func (fs *fileSet) open(ctx context.Context, name string) (*pqFile, error) {
 	where := fs.store.where(fs.table, name)
 	ra, size, err := fs.store.open(ctx, fs.table, name)
 	if err != nil {
+		var fe *FileError
+		if errors.As(err, &fe) {
+			return nil, fe
+		}
 		return nil, &FileError{Path: where, Reason: "cannot open", Err: err}
 	}
 	p, err := openParquet(where, fs.table, ra, size)
@@ -169,6 +194,40 @@ func (fs *fileSet) release(files []*openFile) {
 			f.close()
 		}
 	}
+	fs.evictLocked()
+}
+
+// evictLocked closes idle files, least recently used first, until at most
+// maxOpen stay open and their cached footers and filters fit cacheBytes.
+func (fs *fileSet) evictLocked() {
+	var total int64
+	for _, f := range fs.files {
+		total += f.cachedBytes()
+	}
+	if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
+		return
+	}
+	idle := make([]*openFile, 0, len(fs.files))
+	for _, f := range fs.files {
+		if f.refs == 0 {
+			idle = append(idle, f)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].used < idle[j].used })
+	for _, f := range idle {
+		if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
+			return
+		}
+		total -= f.cachedBytes()
+		fs.dropLocked(f.name, f)
+	}
+}
+
+// openFiles counts the files open now.
+func (fs *fileSet) openFiles() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return len(fs.files)
 }
 
 // damaged returns the files currently skipped.
@@ -262,22 +321,22 @@ func (w *walTails) records() ([][]Record, error) {
 	w.lookedAt = lookedAt
 	seen := map[string]bool{}
 	for _, s := range segs {
-		if s.processor == w.self {
+		if s.Processor == w.self {
 			continue
 		}
-		seen[s.path] = true
-		t, ok := w.segs[s.path]
+		seen[s.Path] = true
+		t, ok := w.segs[s.Path]
 		if !ok {
 			t = &tail{}
-			w.segs[s.path] = t
+			w.segs[s.Path] = t
 		}
-		st, err := os.Stat(s.path)
+		st, err := os.Stat(s.Path)
 		if err != nil {
-			delete(w.segs, s.path)
+			delete(w.segs, s.Path)
 			continue
 		}
 		if st.Size() != t.size {
-			recs, end, err := readFrames(s.path, t.off)
+			recs, end, err := readFrames(s.Path, t.off)
 			var te *tailError
 			if err != nil && !errors.As(err, &te) {
 				continue // vanished or not a segment: nothing to serve

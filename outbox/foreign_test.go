@@ -30,7 +30,7 @@ func copyTestdata(t *testing.T, root string, table Table, name string) {
 func duckRecord(i int) Record {
 	r := Record{
 		Table: TableDispatch, ID: fmt.Sprintf("dispatch:duck%d:task%d:1", i/10, i%10),
-		CloudTaskID: fmt.Sprintf("d_duck%022d", i), Queue: "projects/p/locations/l/queues/duck",
+		Queue: "projects/p/locations/l/queues/duck",
 		RunID: fmt.Sprintf("duck%d", i/10), TaskKey: fmt.Sprintf("task%d", i%10), Attempt: "1", Kind: "dispatch",
 		Status: StatusCreated, CreateCalls: int32(i % 3), ProcessorUUID: "0b6f8e2a-3c1d-4f5e-8a9b-1c2d3e4f5a60",
 		CreatedAt: time.Date(2026, 2, 1, 0, 0, i, 0, time.UTC), UpdatedAt: time.Date(2026, 2, 1, 0, 0, i+1, 0, time.UTC),
@@ -41,6 +41,7 @@ func duckRecord(i int) Record {
 	case i%11 == 0:
 		r.Status, r.ErrorCode = StatusFailed, "PermissionDenied"
 	}
+	r.CloudTaskID = mustHash(r.ID)
 	r.TaskName = r.Queue + "/tasks/" + r.CloudTaskID
 	return r
 }
@@ -122,12 +123,10 @@ func TestReadsAnotherParquetGoLayout(t *testing.T) {
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	var rows []otherLayout
 	for i := range 50 {
-		st, ct := "created", fmt.Sprintf("d_other%d", i)
+		id := fmt.Sprintf("dispatch:other:t%d:1", 49-i)
+		st, ct := "created", mustHash(id)
 		row := otherLayout{Status: &st, UpdatedAt: t0.Add(time.Duration(i) * time.Millisecond), CreateCalls: int64(i),
-			DispatchID: fmt.Sprintf("dispatch:other:t%d:1", 49-i), RunID: "other", CreatedAt: t0, Extra: 1.5}
-		if i%2 == 0 {
-			row.CloudTaskID = &ct
-		}
+			DispatchID: id, RunID: "other", CreatedAt: t0, Extra: 1.5, CloudTaskID: &ct}
 		rows = append(rows, row)
 	}
 	f, err := os.Create(filepath.Join(dir, "other.parquet"))
@@ -142,10 +141,10 @@ func TestReadsAnotherParquetGoLayout(t *testing.T) {
 	got, err := o.Lookup(ctx, Query{ID: "dispatch:other:t9:1"})
 	require.NoError(t, err)
 	require.Equal(t, []Record{{
-		Table: TableDispatch, ID: "dispatch:other:t9:1", CloudTaskID: "d_other40", RunID: "other", Kind: "dispatch", Status: StatusCreated,
+		Table: TableDispatch, ID: "dispatch:other:t9:1", CloudTaskID: mustHash("dispatch:other:t9:1"), RunID: "other", Kind: "dispatch", Status: StatusCreated,
 		CreateCalls: 40, CreatedAt: t0, UpdatedAt: t0.Add(40 * time.Millisecond),
 	}}, got)
-	byTask, err := o.Lookup(ctx, Query{CloudTaskID: "d_other10"})
+	byTask, err := o.Lookup(ctx, Query{CloudTaskID: mustHash("dispatch:other:t39:1")})
 	require.NoError(t, err)
 	require.Len(t, byTask, 1)
 	require.Equal(t, "dispatch:other:t39:1", byTask[0].ID)

@@ -49,7 +49,8 @@ func newFileStream(f *pqFile, count func(int)) *fileStream {
 	return &fileStream{f: f, buf: make([]parquet.Row, 512), count: count}
 }
 
-func (s *fileStream) next() (Record, error) {
+func (s *fileStream) next() (_ Record, err error) {
+	defer recoverRead(s.f.path, &err)
 	for s.i >= s.n {
 		if s.rows == nil {
 			groups := s.f.pf.RowGroups()

@@ -6,15 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"gocloud.dev/blob"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/wal"
 )
 
 // Durability says when Append returns.
@@ -78,6 +83,18 @@ type Options struct {
 	// (latest state per ID). Past it, IDs already in Parquet files are
 	// forgotten and found through the files instead. Defaults to 1,000,000.
 	IndexLimit int
+	// IndexBytes bounds the same index by its estimated size in memory
+	// (records and map entries), so a dispatcher's memory does not grow
+	// with the outbox: past it, IDs already in Parquet files are forgotten
+	// and answered from the files (bloom filters keep that cheap).
+	// Defaults to 64 MiB.
+	IndexBytes int64
+	// MaxOpenFiles bounds the Parquet files of a table kept open between
+	// reads; FileCacheBytes bounds their footers and bloom filters kept in
+	// memory. Past either, the least recently used are closed and reopened
+	// when next read. Default to 256 and 64 MiB.
+	MaxOpenFiles   int
+	FileCacheBytes int64
 	// RefreshInterval is how long reads reuse their view of other
 	// processes' data (the listing of table files and of other processes'
 	// logs) before looking again: how stale Latest, Lookup and Pending may
@@ -95,6 +112,12 @@ type Options struct {
 	// Clock drives timestamps, log syncs and segment ages. Defaults to the
 	// real clock.
 	Clock clockwork.Clock
+
+	// fs is the filesystem of the log (tests inject faults through it).
+	fs logFS
+	// onHeal, if set, is told the outcome of every retry of an
+	// unavailable log.
+	onHeal func(error)
 }
 
 // WithDefaults returns a copy of o with every unset field at its default.
@@ -114,11 +137,23 @@ func (o Options) WithDefaults() Options {
 	if o.IndexLimit == 0 {
 		o.IndexLimit = 1_000_000
 	}
+	if o.IndexBytes == 0 {
+		o.IndexBytes = 64 << 20
+	}
+	if o.MaxOpenFiles == 0 {
+		o.MaxOpenFiles = 256
+	}
+	if o.FileCacheBytes == 0 {
+		o.FileCacheBytes = 64 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
+	}
+	if o.fs == nil {
+		o.fs = wal.OSFS{}
 	}
 	return o
 }
@@ -148,6 +183,12 @@ func (o Options) validate() error {
 		return fmt.Errorf("outbox: Options.SegmentMaxAge %s is negative", o.SegmentMaxAge)
 	case o.IndexLimit < 0:
 		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
+	case o.IndexBytes < 0:
+		return fmt.Errorf("outbox: Options.IndexBytes %d is negative", o.IndexBytes)
+	case o.MaxOpenFiles < 0:
+		return fmt.Errorf("outbox: Options.MaxOpenFiles %d is negative", o.MaxOpenFiles)
+	case o.FileCacheBytes < 0:
+		return fmt.Errorf("outbox: Options.FileCacheBytes %d is negative", o.FileCacheBytes)
 	}
 	return nil
 }
@@ -162,7 +203,7 @@ type recKey struct {
 type segment struct {
 	path    string
 	seq     uint64
-	f       *os.File
+	f       logFile
 	size    int64
 	opened  time.Time
 	dirty   bool // written since the last sync (Interval mode)
@@ -207,10 +248,17 @@ type Outbox struct {
 	// writer goroutine changes own and the records, so it reads them
 	// without the lock; readers take it shared, so they do not queue
 	// behind one another.
-	mu     sync.RWMutex
-	own    map[recKey]Record
-	sealed []*segment
-	closed atomic.Bool
+	mu  sync.RWMutex
+	own map[recKey]Record
+	// ownBytes estimates own's size; trimAt is the size that triggers the
+	// next trim (at least IndexBytes, more when the records not yet in
+	// Parquet alone exceed it, so trimming cannot run on every write).
+	ownBytes, trimAt int64
+	sealed           []*segment
+	closed           atomic.Bool
+	// unavail is set while the log cannot be written: appends fail fast
+	// with it, and the writer retries until a fresh segment can be made.
+	unavail atomic.Pointer[UnavailableError]
 
 	store tableStore
 	files map[Table]*fileSet
@@ -264,7 +312,7 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 	}
 	refresh = max(refresh, 0)
 	for _, t := range Tables {
-		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, refresh, o.clock)
+		o.files[t] = newFileSet(o.store, t, o.log, !opts.ReadOnly, refresh, o.clock, opts.MaxOpenFiles, opts.FileCacheBytes)
 	}
 	o.tails = newWALTails(o.walDir, o.processor, refresh, o.clock)
 	if opts.ReadOnly {
@@ -327,12 +375,12 @@ func (o *Outbox) recover(ctx context.Context) error {
 	byProc := map[string][]walSegment{}
 	var procs []string
 	for _, s := range segs {
-		if _, ok := byProc[s.processor]; !ok {
-			procs = append(procs, s.processor)
+		if _, ok := byProc[s.Processor]; !ok {
+			procs = append(procs, s.Processor)
 		}
-		byProc[s.processor] = append(byProc[s.processor], s)
-		if s.processor == o.processor && s.seq >= o.nextSeq {
-			o.nextSeq = s.seq + 1
+		byProc[s.Processor] = append(byProc[s.Processor], s)
+		if s.Processor == o.processor && s.Seq >= o.nextSeq {
+			o.nextSeq = s.Seq + 1
 		}
 	}
 	for _, t := range Tables {
@@ -341,7 +389,7 @@ func (o *Outbox) recover(ctx context.Context) error {
 			return fmt.Errorf("outbox: list %s: %w", o.store.where(t, ""), err)
 		}
 		for _, e := range entries {
-			name, ok := strings.CutSuffix(e.name, ".parquet")
+			name, ok := strings.CutSuffix(path.Base(e.name), ".parquet")
 			if !ok {
 				continue
 			}
@@ -388,59 +436,72 @@ func (o *Outbox) recover(ctx context.Context) error {
 // and left in place.
 func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 	for _, s := range segs {
-		recs, end, err := readFrames(s.path, 0)
+		recs, end, err := readFrames(s.Path, 0)
 		var te *tailError
 		switch {
 		case errors.As(err, &te):
-			o.log.Warn("outbox: dropped torn log tail", "path", s.path, "offset", te.Offset, "bytes", te.Bytes, "reason", te.Reason)
+			o.log.Warn("outbox: dropped torn log tail", "path", s.Path, "offset", te.Offset, "bytes", te.Bytes, "reason", te.Reason)
 		case errors.Is(err, os.ErrNotExist):
 			continue
 		case err != nil:
-			o.log.Warn("outbox: skipped log segment", "path", s.path, "err", err)
+			o.log.Warn("outbox: skipped log segment", "path", s.Path, "err", err)
 			continue
 		}
 		_ = end
-		if err := o.writeSegmentParquet(ctx, s.processor, s.seq, [][]Record{recs}); err != nil {
+		if err := o.writeSegmentParquet(ctx, s.Processor, s.Seq, [][]Record{recs}); err != nil {
 			return err
 		}
-		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("outbox: remove %s: %w", s.path, err)
+		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("outbox: remove %s: %w", s.Path, err)
 		}
 	}
 	return syncDir(o.walDir)
 }
 
 // writeSegmentParquet writes a segment's records as one Parquet file per
-// table, <root>/<table>/<processor>-<seq>.parquet. Writing the same segment
-// twice produces the same file, so a crash between this and the segment's
-// removal is harmless. The records are sorted through pointers, leaving
-// the segment's own order (which readers may be scanning) untouched.
+// table and partition, <table>/created_date=<day>/<processor>-<seq>.parquet.
+// Writing the same segment twice produces the same files, so a crash
+// between this and the segment's removal is harmless. The records are
+// sorted through pointers, leaving the segment's own order (which readers
+// may be scanning) untouched.
 func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq uint64, chunks [][]Record) error {
-	byTable := map[Table][]*Record{}
+	type part struct {
+		t    Table
+		name string
+	}
+	groups := map[part][]*Record{}
+	var order []part
 	for _, c := range chunks {
 		for i := range c {
 			r := &c[i]
 			if r.Table.validate() != nil {
 				continue
 			}
-			byTable[r.Table] = append(byTable[r.Table], r)
+			p := part{r.Table, partitionOf(r)}
+			if _, ok := groups[p]; !ok {
+				order = append(order, p)
+			}
+			groups[p] = append(groups[p], r)
 		}
 	}
-	for _, t := range Tables {
-		rs := byTable[t]
-		if len(rs) == 0 {
-			continue
+	sort.Slice(order, func(i, j int) bool {
+		if order[i].t != order[j].t {
+			return order[i].t < order[j].t
 		}
+		return order[i].name < order[j].name
+	})
+	for _, p := range order {
+		rs := groups[p]
 		sortRecordPtrs(rs)
-		name := fmt.Sprintf("%s-%016d.parquet", processor, seq)
-		w, err := o.store.create(ctx, t, name)
+		name := fmt.Sprintf("%s/%s-%016d.parquet", p.name, processor, seq)
+		w, err := o.store.create(ctx, p.t, name)
 		if err != nil {
-			return fmt.Errorf("outbox: create %s: %w", o.store.where(t, name), err)
+			return fmt.Errorf("outbox: create %s: %w", o.store.where(p.t, name), err)
 		}
-		if err := writeRecords(w, t, rs); err != nil {
-			return fmt.Errorf("outbox: write %s: %w", o.store.where(t, name), err)
+		if err := writeRecords(w, p.t, rs); err != nil {
+			return fmt.Errorf("outbox: write %s: %w", o.store.where(p.t, name), err)
 		}
-		o.files[t].invalidate()
+		o.files[p.t].invalidate()
 	}
 	return nil
 }
@@ -465,17 +526,12 @@ func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
 	if o.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	if err := r.validate(); err != nil {
+	if err := r.prepare(o.processor, o.clock); err != nil {
 		return err
 	}
-	r.ProcessorUUID = o.processor
-	if r.UpdatedAt.IsZero() {
-		r.UpdatedAt = o.clock.Now()
+	if ue := o.unavail.Load(); ue != nil {
+		return ue
 	}
-	if r.CreatedAt.IsZero() {
-		r.CreatedAt = r.UpdatedAt
-	}
-	r.normalize()
 	req := &request{rec: r, done: make(chan error, 1)}
 	if err := o.send(ctx, req); err != nil {
 		return err
@@ -508,6 +564,12 @@ func (o *Outbox) wait(ctx context.Context, req *request) error {
 func (o *Outbox) send(ctx context.Context, req *request) error {
 	if o.closed.Load() {
 		return ErrClosed
+	}
+	// A select between a free slot and a done context picks at random when
+	// both are ready: check the context first, so a cancelled call never
+	// enqueues.
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	select {
 	case o.reqs <- req:
@@ -580,8 +642,20 @@ func (o *Outbox) runWriter() {
 	ticker := o.clock.NewTicker(period)
 	defer ticker.Stop()
 	batch := make([]*request, 0, 256)
+	backoff := newHealBackoff()
+	var retry clockwork.Timer
+	var retryC <-chan time.Time
 	for {
+		if o.unavail.Load() != nil && retry == nil {
+			retry = o.clock.NewTimer(backoff.Pause())
+			retryC = retry.Chan()
+		}
 		select {
+		case <-retryC:
+			retry, retryC = nil, nil
+			if o.heal() == nil {
+				backoff = newHealBackoff()
+			}
 		case req := <-o.reqs:
 			batch = append(batch[:0], req)
 		drain:
@@ -597,6 +671,9 @@ func (o *Outbox) runWriter() {
 		case <-ticker.Chan():
 			o.tick()
 		case <-o.quit:
+			if retry != nil {
+				retry.Stop()
+			}
 			for {
 				select {
 				case r := <-o.reqs:
@@ -635,27 +712,39 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	if len(reqs) == 0 {
 		return
 	}
+	if ue := o.unavail.Load(); ue != nil {
+		for _, r := range reqs { // queued before the log failed
+			r.done <- ue
+		}
+		return
+	}
 	if err := o.ensureSegment(); err != nil {
+		ue := o.markUnavailable(o.walDir, err)
 		for _, r := range reqs {
-			r.done <- err
+			r.done <- ue
 		}
 		return
 	}
 	o.buf = o.buf[:0]
-	local := map[recKey]time.Time{}
+	local := map[recKey]Record{}
 	// Only this goroutine writes own, so reading it needs no lock.
 	for _, req := range reqs {
 		k := recKey{req.rec.Table, req.rec.ID}
 		prev, ok := local[k]
 		if !ok {
 			if p, found := o.own[k]; found {
-				prev, ok = p.UpdatedAt, true
+				prev, ok = p, true
 			}
 		}
-		if ok && !req.rec.UpdatedAt.After(prev) {
-			req.rec.UpdatedAt = prev.Add(time.Microsecond)
+		if ok {
+			if !req.rec.UpdatedAt.After(prev.UpdatedAt) {
+				req.rec.UpdatedAt = prev.UpdatedAt.Add(time.Microsecond)
+			}
+			// An ID keeps the created_at of its first state, and with it
+			// its partition.
+			req.rec.CreatedAt = prev.CreatedAt
 		}
-		local[k] = req.rec.UpdatedAt
+		local[k] = req.rec
 		o.buf = appendFrame(o.buf, &req.rec)
 	}
 	seg := o.cur
@@ -664,16 +753,23 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		err = seg.f.Sync()
 	}
 	if err != nil {
-		err = fmt.Errorf("outbox: write %s: %w", seg.path, err)
-		// The segment's tail is now unknown: stop writing to it. Readers
-		// and recovery stop at the first bad frame.
+		// The segment's tail is now unknown: stop writing to it (readers
+		// and recovery stop at the first bad frame; its records so far are
+		// in memory and go to Parquet), and refuse appends until a fresh
+		// segment can be written.
+		err = o.markUnavailable(seg.path, err)
 		o.seal(nil)
 	} else {
 		seg.size += int64(len(o.buf))
 		seg.dirty = o.opts.Durability == Interval
 		o.mu.Lock()
 		for _, req := range reqs {
-			o.own[recKey{req.rec.Table, req.rec.ID}] = req.rec
+			k := recKey{req.rec.Table, req.rec.ID}
+			if old, ok := o.own[k]; ok {
+				o.ownBytes -= indexEntryBytes(&old)
+			}
+			o.own[k] = req.rec
+			o.ownBytes += indexEntryBytes(&req.rec)
 			seg.records.add(req.rec)
 		}
 		o.trimIndexLocked()
@@ -687,10 +783,17 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	}
 }
 
-// trimIndexLocked keeps the own index within IndexLimit by dropping IDs
-// whose records are already in Parquet files.
+// indexEntryBytes estimates what one entry of the own index costs: the
+// record and key, their strings, and the map's share per entry.
+func indexEntryBytes(r *Record) int64 {
+	const fixed = int64(unsafe.Sizeof(Record{}) + unsafe.Sizeof(recKey{}) + 32)
+	return fixed + int64(2*len(r.ID)+len(r.CloudTaskID)+len(r.TaskName)+len(r.RunID)+len(r.TaskKey)+len(r.Attempt)+len(r.ErrorCode)+len(r.PayloadSHA256))
+}
+
+// trimIndexLocked keeps the own index within IndexLimit and IndexBytes by
+// dropping IDs whose records are already in Parquet files.
 func (o *Outbox) trimIndexLocked() {
-	if len(o.own) <= o.opts.IndexLimit {
+	if len(o.own) <= o.opts.IndexLimit && o.ownBytes <= max(o.opts.IndexBytes, o.trimAt) {
 		return
 	}
 	keep := map[recKey]Record{}
@@ -709,6 +812,11 @@ func (o *Outbox) trimIndexLocked() {
 		add(&o.cur.records)
 	}
 	o.own = keep
+	o.ownBytes = 0
+	for _, r := range keep {
+		o.ownBytes += indexEntryBytes(&r)
+	}
+	o.trimAt = 2 * o.ownBytes
 }
 
 func (o *Outbox) ensureSegment() error {
@@ -717,27 +825,49 @@ func (o *Outbox) ensureSegment() error {
 	}
 	seq := o.nextSeq
 	path := filepath.Join(o.walDir, segmentName(o.processor, seq))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, filePerm)
+	f, err := o.opts.fs.Create(path)
 	if err != nil {
-		return fmt.Errorf("outbox: create log segment: %w", err)
+		if errors.Is(err, os.ErrExist) {
+			o.nextSeq++ // left by an earlier failed attempt: take the next name
+		}
+		return fmt.Errorf("create log segment %s: %w", path, err)
+	}
+	// From here the name is used, whatever happens: a failed attempt
+	// removes what it can and the next one takes a new name, so a full
+	// disk never jams the writer on a leftover file.
+	o.nextSeq++
+	fail := func(err error) error {
+		f.Close()
+		o.opts.fs.Remove(path)
+		return fmt.Errorf("create log segment %s: %w", path, err)
 	}
 	if _, err := f.Write([]byte(walMagic)); err != nil {
-		f.Close()
-		return fmt.Errorf("outbox: create log segment: %w", err)
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("outbox: create log segment: %w", err)
+		return fail(err)
 	}
-	if err := syncDir(o.walDir); err != nil {
-		f.Close()
-		return fmt.Errorf("outbox: create log segment: %w", err)
+	if err := o.opts.fs.SyncDir(o.walDir); err != nil {
+		return fail(err)
 	}
-	o.nextSeq++
 	o.mu.Lock() // readers look at cur
 	o.cur = &segment{path: path, seq: seq, f: f, size: int64(len(walMagic)), opened: o.clock.Now()}
 	o.mu.Unlock()
 	return nil
+}
+
+// healBackoff spaces the writer's retries of an unwritable log: soon at
+// first (a disk freed by an operator), doubling up to every 10s. No
+// jitter: one process retries one local disk, there is no herd to spread.
+type healBackoff struct{ next time.Duration }
+
+func newHealBackoff() healBackoff { return healBackoff{next: 100 * time.Millisecond} }
+
+// Pause returns the wait before the next retry.
+func (b *healBackoff) Pause() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, 10*time.Second)
+	return d
 }
 
 // tick syncs the log in Interval mode and rolls a segment that is too old.
@@ -748,10 +878,11 @@ func (o *Outbox) tick() {
 	}
 	if seg.dirty {
 		if err := seg.f.Sync(); err != nil {
-			o.log.Error("outbox: sync log", "path", seg.path, "err", err)
-		} else {
-			seg.dirty = false
+			o.markUnavailable(seg.path, err)
+			o.seal(nil)
+			return
 		}
+		seg.dirty = false
 	}
 	if seg.records.len() > 0 && o.clock.Since(seg.opened) >= o.opts.SegmentMaxAge {
 		o.seal(nil)
@@ -773,7 +904,7 @@ func (o *Outbox) seal(done chan error) error {
 			o.log.Error("outbox: close log segment", "path", seg.path, "err", err)
 		}
 		if seg.records.len() == 0 && err == nil {
-			os.Remove(seg.path)
+			o.opts.fs.Remove(seg.path)
 			seg = nil
 		}
 	}
@@ -796,11 +927,30 @@ func (o *Outbox) runConverter() {
 	var lastErr error
 	for job := range o.conv {
 		if job.seg != nil {
-			lastErr = o.convert(job.seg)
+			lastErr = o.convertRetrying(job.seg)
 		}
 		if job.done != nil {
 			job.done <- lastErr
 			lastErr = nil
+		}
+	}
+}
+
+// convertRetrying converts a segment, retrying with backoff while it
+// fails (a full disk frees up without a restart) until Close. A segment
+// left unconverted stays readable from memory meanwhile, and is replayed
+// on the next Open.
+func (o *Outbox) convertRetrying(seg *segment) error {
+	b := newHealBackoff()
+	for {
+		err := o.convert(seg)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-o.clock.After(b.Pause()):
+		case <-o.quit:
+			return err
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -73,6 +75,18 @@ func (b *testBundle) open(t *testing.T, proc string) *Outbox {
 	return o
 }
 
+// openWith opens procA's outbox with recs appended and in a Parquet file,
+// and returns it with the dispatch table's directory.
+func (b *testBundle) openWith(t *testing.T, recs ...Record) (*Outbox, string) {
+	t.Helper()
+	o := b.open(t, procA)
+	for _, r := range recs {
+		require.NoError(t, o.Append(context.Background(), r))
+	}
+	require.NoError(t, o.Flush(context.Background()))
+	return o, filepath.Join(b.root, string(TableDispatch))
+}
+
 const (
 	procA = "00000000-0000-4000-8000-00000000000a"
 	procB = "00000000-0000-4000-8000-00000000000b"
@@ -81,16 +95,25 @@ const (
 func dispatchRec(run, task, attempt string, st Status) Record {
 	id := fmt.Sprintf("dispatch:%s:%s:%s", run, task, attempt)
 	return Record{
-		Table: TableDispatch, ID: id, CloudTaskID: "d_" + strings.ToUpper(strings.ReplaceAll(id, ":", "")),
+		Table: TableDispatch, ID: id, CloudTaskID: mustHash(id),
 		Queue: testQueue, RunID: run, TaskKey: task, Attempt: attempt, Status: st, CreateCalls: 1,
 		PayloadSHA256: "ab12",
 	}
 }
 
+// mustHash is the Cloud Tasks ID of an internal ID.
+func mustHash(id string) string {
+	h, err := naming.CloudTaskID(id)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
 func timerRec(run, task string, due time.Time, st Status) Record {
 	id := fmt.Sprintf("timer:heartbeat:%s:%s:%d", run, task, due.Unix())
 	return Record{
-		Table: TableTimers, ID: id, CloudTaskID: "t_" + run + task, Queue: testQueue, RunID: run,
+		Table: TableTimers, ID: id, CloudTaskID: mustHash(id), Queue: testQueue, RunID: run,
 		TaskKey: task, Kind: "heartbeat", Status: st, DueAt: due,
 	}
 }
@@ -111,14 +134,15 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 	require.NoError(t, o.Append(ctx, timer))
 
 	want := Record{
-		Table: TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_DISPATCHRUN1EXTRACT1",
-		TaskName: testQueue + "/tasks/d_DISPATCHRUN1EXTRACT1", Queue: testQueue, RunID: "run1",
+		Table: TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: mustHash("dispatch:run1:extract:1"),
+		TaskName: testQueue + "/tasks/" + mustHash("dispatch:run1:extract:1"), Queue: testQueue, RunID: "run1",
 		TaskKey: "extract", Attempt: "1", Kind: "dispatch", Status: StatusCreated, CreateCalls: 2,
 		PayloadSHA256: "ab12", ProcessorUUID: procA, CreatedAt: t0, UpdatedAt: t0.Add(time.Microsecond),
 	}
+	timerID := fmt.Sprintf("timer:heartbeat:run1:extract:%d", t0.Add(time.Hour).Unix())
 	wantTimer := Record{
-		Table: TableTimers, ID: fmt.Sprintf("timer:heartbeat:run1:extract:%d", t0.Add(time.Hour).Unix()),
-		CloudTaskID: "t_run1extract", TaskName: testQueue + "/tasks/t_run1extract", Queue: testQueue,
+		Table: TableTimers, ID: timerID,
+		CloudTaskID: mustHash(timerID), TaskName: testQueue + "/tasks/" + mustHash(timerID), Queue: testQueue,
 		RunID: "run1", TaskKey: "extract", Kind: "heartbeat", Status: StatusCreated, ProcessorUUID: procA,
 		CreatedAt: t0, UpdatedAt: t0, DueAt: t0.Add(time.Hour),
 	}
@@ -134,7 +158,7 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 		require.Equal(t, StatusPending, hist[0].Status)
 		require.Equal(t, want, hist[1])
 
-		byTask, err := o.Lookup(ctx, Query{CloudTaskID: "t_run1extract"})
+		byTask, err := o.Lookup(ctx, Query{CloudTaskID: mustHash(timerID)})
 		require.NoError(t, err)
 		require.Equal(t, []Record{wantTimer}, byTask)
 
@@ -148,7 +172,7 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 	}
 	check(o) // from memory
 	require.NoError(t, o.Flush(ctx))
-	matches, _ := filepath.Glob(filepath.Join(b.root, "*", "*.parquet"))
+	matches, _ := filepath.Glob(filepath.Join(b.root, "*", "*", "*.parquet"))
 	require.Len(t, matches, 2)
 	check(o) // from Parquet
 	require.NoError(t, o.Close())
@@ -192,7 +216,7 @@ func TestParquetSchemaTypes(t *testing.T) {
 	o := b.open(t, procA)
 	require.NoError(t, o.Append(ctx, timerRec("r", "t", t0, StatusCreated)))
 	require.NoError(t, o.Flush(ctx))
-	files, _ := filepath.Glob(filepath.Join(b.root, "timers", "*.parquet"))
+	files, _ := filepath.Glob(filepath.Join(b.root, "timers", "*", "*.parquet"))
 	require.Len(t, files, 1)
 	f, err := os.Open(files[0])
 	require.NoError(t, err)
@@ -304,14 +328,10 @@ func TestDamagedAndForeignFilesAreSkippedAndReported(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	o := b.open(t, procA)
 	rec := dispatchRec("r", "t", "1", StatusCreated)
-	require.NoError(t, o.Append(ctx, rec))
-	require.NoError(t, o.Flush(ctx))
-
-	dir := filepath.Join(b.root, string(TableDispatch))
+	o, dir := b.openWith(t, rec)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "garbage.parquet"), []byte("not parquet at all"), 0o600))
-	good, _ := filepath.Glob(filepath.Join(dir, procA+"-*.parquet"))
+	good, _ := filepath.Glob(filepath.Join(dir, "*", procA+"-*.parquet"))
 	require.Len(t, good, 1)
 	data, err := os.ReadFile(good[0])
 	require.NoError(t, err)
@@ -428,7 +448,7 @@ func TestSegmentRollsBySizeAndAge(t *testing.T) {
 		require.NoError(t, o.Append(ctx, dispatchRec("r", "t", fmt.Sprint(i), StatusCreated)))
 	}
 	require.NoError(t, o.Flush(ctx))
-	files, _ := filepath.Glob(filepath.Join(b.root, string(TableDispatch), "*.parquet"))
+	files, _ := filepath.Glob(filepath.Join(b.root, string(TableDispatch), "*", "*.parquet"))
 	require.Len(t, files, 3)
 
 	b2 := setup(t)
@@ -437,7 +457,7 @@ func TestSegmentRollsBySizeAndAge(t *testing.T) {
 	b2.clock.BlockUntilContext(ctx, 1) // the writer's ticker
 	b2.clock.Advance(5 * time.Minute)
 	require.NoError(t, o2.Flush(ctx)) // waits for the age roll queued before it
-	files, _ = filepath.Glob(filepath.Join(b2.root, string(TableDispatch), "*.parquet"))
+	files, _ = filepath.Glob(filepath.Join(b2.root, string(TableDispatch), "*", "*.parquet"))
 	require.Len(t, files, 1)
 }
 

@@ -5,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/bloom"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // field identifies the Record field a column fills.
@@ -64,19 +66,32 @@ type pqFile struct {
 	cols  []column // by leaf index
 	byFld map[field]int
 	ours  bool // written by this package (sorted, our layout)
+	// footerLen is the footer's stored size, for the cache's budget.
+	footerLen int64
 
 	mu     sync.Mutex
 	blooms map[int]bloom.SplitBlockFilter // row group -> ID bloom filter bits
 }
 
 // openParquet opens and checks a Parquet file of table t. Every failure is
-// a *FileError naming the path and the reason.
-func openParquet(path string, t Table, ra readerAtCloser, size int64) (*pqFile, error) {
+// a *FileError naming the path and the reason. Every column the outbox
+// reads must have the physical and logical type of the table's schema (see
+// checkColumn); a file that differs is foreign, since decoding it as the
+// outbox's types would misread it or crash.
+func openParquet(path string, t Table, ra readerAtCloser, size int64) (p *pqFile, err error) {
+	defer recoverRead(path, &err)
+	footerLen, err := pqfile.CheckFooterLength(ra, size)
+	if err != nil {
+		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
+	}
 	pf, err := parquet.OpenFile(ra, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return nil, &FileError{Path: path, Reason: "not a readable Parquet file", Err: err}
 	}
-	p := &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}}
+	if err := pqfile.CheckBounds(pf.Metadata(), size); err != nil {
+		return nil, &FileError{Path: path, Reason: "implausible Parquet footer", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
+	}
+	p = &pqFile{path: path, size: size, table: t, f: ra, pf: pf, byFld: map[field]int{}, footerLen: footerLen}
 	leaves := pf.Schema().Columns()
 	p.cols = make([]column, len(leaves))
 	for i, lp := range leaves {
@@ -92,50 +107,117 @@ func openParquet(path string, t Table, ra readerAtCloser, size int64) (*pqFile, 
 			continue
 		}
 		leaf, _ := pf.Schema().Lookup(lp...)
+		if err := checkColumn(fld, leaf.Node); err != nil {
+			return nil, &FileError{Path: path, Reason: fmt.Sprintf("column %s is %s; %v", name, describeNode(leaf.Node), err), Err: ErrForeignFile}
+		}
 		c := column{field: fld}
 		if fld == fieldCreatedAt || fld == fieldUpdatedAt || fld == fieldDueAt {
-			c.timeDiv, c.timeMul, err = timeUnit(leaf.Node.Type())
-			if err != nil {
-				return nil, &FileError{Path: path, Reason: fmt.Sprintf("column %s: %v", name, err), Err: ErrForeignFile}
-			}
+			c.timeDiv, c.timeMul = timeUnit(leaf.Node.Type())
 		}
 		p.cols[i] = c
 		p.byFld[fld] = i
 	}
-	idx, ok := p.byFld[fieldID]
-	if !ok {
+	if _, ok := p.byFld[fieldID]; !ok {
 		return nil, &FileError{Path: path, Reason: fmt.Sprintf("no column %s: not a %s file", t.idColumn(), t), Err: ErrForeignFile}
 	}
-	if leaf, _ := pf.Schema().Lookup(leaves[idx]...); leaf.Node.Type().Kind() != parquet.ByteArray {
-		return nil, &FileError{Path: path, Reason: fmt.Sprintf("column %s is %s, want a string", t.idColumn(), leaf.Node.Type()), Err: ErrForeignFile}
-	}
-	_, p.ours = pf.Lookup(metaKeyWriter)
+	_, p.ours = pf.Lookup(pqfile.MetaKeyWriter)
 	return p, nil
 }
 
-// timeUnit returns how to turn a stored timestamp into microseconds.
-func timeUnit(t parquet.Type) (div, mul int64, err error) {
-	if t.Kind() != parquet.Int64 {
-		return 0, 0, fmt.Errorf("timestamp stored as %s, want INT64", t.Kind())
+// recoverRead turns a panic inside the Parquet library into a FileError
+// for path. The library trusts the lengths and offsets a file states, and
+// some damaged files make it index out of range or allocate absurdly; such
+// a file must be skipped like any other damaged one, not end the process.
+func recoverRead(path string, err *error) {
+	if v := recover(); v != nil {
+		*err = &FileError{Path: path, Reason: "not a readable Parquet file", Err: fmt.Errorf("%w: reader panicked: %v", ErrDamaged, v)}
 	}
-	lt := t.LogicalType()
-	if lt == nil {
-		return 1, 1, nil // plain INT64: microseconds, as this package writes
+}
+
+// checkColumn checks that a leaf column holds the type the outbox reads
+// into fld: strings are BYTE_ARRAY (plain, STRING or ENUM), create_calls
+// is INT32 or INT64 (plain or a signed INTEGER), times are INT64 (plain or
+// TIMESTAMP of any unit). No column may repeat.
+func checkColumn(fld field, n parquet.Node) error {
+	if n.Repeated() {
+		return errors.New("a repeated column; want one value per row")
 	}
-	ts, ok := lt.Value.(*format.TimestampType)
-	if !ok {
-		return 1, 1, nil
+	typ := n.Type()
+	var lt any
+	if l := typ.LogicalType(); l != nil {
+		lt = l.Value
 	}
-	switch ts.Unit.Value.(type) {
-	case *format.MilliSeconds:
-		return 1, 1000, nil
-	case *format.NanoSeconds:
-		return 1000, 1, nil
+	switch fld {
+	case fieldCreateCalls:
+		if typ.Kind() != parquet.Int32 && typ.Kind() != parquet.Int64 {
+			return errors.New("want INT32 or INT64")
+		}
+		if it, ok := lt.(*format.IntType); lt != nil && (!ok || !it.IsSigned) {
+			return errors.New("want a signed integer")
+		}
+	case fieldCreatedAt, fieldUpdatedAt, fieldDueAt:
+		if typ.Kind() != parquet.Int64 {
+			return errors.New("want INT64 (TIMESTAMP)")
+		}
+		if _, ok := lt.(*format.TimestampType); lt != nil && !ok {
+			return errors.New("want TIMESTAMP")
+		}
+	default:
+		if typ.Kind() != parquet.ByteArray {
+			return errors.New("want BYTE_ARRAY (STRING)")
+		}
+		switch lt.(type) {
+		case nil, *format.StringType, *format.EnumType:
+		default:
+			return errors.New("want STRING")
+		}
 	}
-	return 1, 1, nil
+	return nil
+}
+
+// describeNode names a column's type for messages: physical, then logical.
+func describeNode(n parquet.Node) string {
+	typ := n.Type()
+	s := typ.Kind().String()
+	if l := typ.LogicalType(); l != nil && l.Value != nil {
+		s += " (" + l.String() + ")"
+	}
+	if n.Repeated() {
+		s = "repeated " + s
+	}
+	return s
+}
+
+// timeUnit returns how to turn a stored timestamp (checked by checkColumn)
+// into microseconds.
+func timeUnit(t parquet.Type) (div, mul int64) {
+	if lt := t.LogicalType(); lt != nil {
+		if ts, ok := lt.Value.(*format.TimestampType); ok {
+			switch ts.Unit.Value.(type) {
+			case *format.MilliSeconds:
+				return 1, 1000
+			case *format.NanoSeconds:
+				return 1000, 1
+			}
+		}
+	}
+	return 1, 1 // microseconds, as this package writes
 }
 
 func (p *pqFile) close() error { return p.f.Close() }
+
+// cachedBytes estimates the memory an open file holds: its footer (as
+// stored; decoded it is larger, in proportion) and the bloom filters
+// cached for it.
+func (p *pqFile) cachedBytes() int64 {
+	n := int64(p.footerLen)
+	p.mu.Lock()
+	for _, b := range p.blooms {
+		n += int64(len(b)) * int64(unsafe.Sizeof(bloom.Block{}))
+	}
+	p.mu.Unlock()
+	return n
+}
 
 // decode turns a row of this file into a Record.
 func (p *pqFile) decode(row parquet.Row) Record {
@@ -205,7 +287,8 @@ func (p *pqFile) set(r *Record, ci int, v parquet.Value) {
 }
 
 // scan calls fn for every row of the file, in file order.
-func (p *pqFile) scan(fn func(Record) error) error {
+func (p *pqFile) scan(fn func(Record) error) (err error) {
+	defer recoverRead(p.path, &err)
 	buf := make([]parquet.Row, 256)
 	for _, rg := range p.pf.RowGroups() {
 		rows := rg.Rows()
@@ -241,7 +324,8 @@ func (p *pqFile) fail(what string, err error) error {
 // find returns every row whose column fld equals value. It skips row groups
 // by their statistics and bloom filters, and pages by the page index, so a
 // hit reads a few pages and a miss usually reads nothing beyond the footer.
-func (p *pqFile) find(fld field, value string, cacheBloom bool) ([]Record, error) {
+func (p *pqFile) find(fld field, value string, cacheBloom bool) (_ []Record, err error) {
+	defer recoverRead(p.path, &err)
 	ci, ok := p.byFld[fld]
 	if !ok {
 		return nil, nil
@@ -362,38 +446,24 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 			pages.Close()
 			return nil, p.fail("seeking in column "+p.table.idColumn(), err)
 		}
-		row := s.from
-		for row < s.to {
-			page, err := pages.ReadPage()
+		for row := s.from; row < s.to; {
+			end, err := pqfile.ReadPage(pages, row, vals, func(r int64, v parquet.Value) bool {
+				if r >= s.to {
+					return false
+				}
+				if !v.IsNull() && bytes.Equal(v.ByteArray(), want) {
+					hits = append(hits, r)
+				}
+				return true
+			})
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				pages.Close()
-				return nil, p.fail("reading page", err)
+				return nil, p.fail("reading a page", err)
 			}
-			vr := page.Values()
-			for row < s.to {
-				n, err := vr.ReadValues(vals)
-				for _, v := range vals[:n] {
-					if row >= s.to {
-						break
-					}
-					if !v.IsNull() && bytes.Equal(v.ByteArray(), want) {
-						hits = append(hits, row)
-					}
-					row++
-				}
-				if errors.Is(err, io.EOF) || n == 0 {
-					break
-				}
-				if err != nil {
-					parquet.Release(page)
-					pages.Close()
-					return nil, p.fail("reading values", err)
-				}
-			}
-			parquet.Release(page)
+			row = end
 		}
 		pages.Close()
 	}
@@ -406,7 +476,8 @@ func (p *pqFile) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []by
 // two is ever decoded in memory: reading all columns at once would hold a
 // page of every column, and in a short-lived process (the CLI) touching
 // that much fresh memory costs more than the reads.
-func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) ([]Record, error) {
+func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) (_ []Record, err error) {
+	defer recoverRead(p.path, &err)
 	recs := make([]Record, len(idx))
 	vals := make([]parquet.Value, 256)
 	for ci, chunk := range rg.ColumnChunks() {
@@ -424,41 +495,21 @@ func (p *pqFile) readRows(rg parquet.RowGroup, idx []int64) ([]Record, error) {
 				pages.Close()
 				return nil, p.fail("seeking to a row", err)
 			}
-			page, err := pages.ReadPage()
+			// The page starts at row idx[k]; take every wanted row in it.
+			first := k
+			_, err := pqfile.ReadPage(pages, idx[k], vals, func(row int64, v parquet.Value) bool {
+				if row == idx[k] {
+					p.set(&recs[k], ci, v)
+					k++
+				}
+				return k < len(idx)
+			})
+			if err == nil && k == first {
+				err = io.ErrUnexpectedEOF
+			}
 			if err != nil {
 				pages.Close()
 				return nil, p.fail("reading a page", err)
-			}
-			// The page starts at row idx[k]; take every wanted row in it.
-			first, end := idx[k], idx[k]+page.NumRows()
-			vr := page.Values()
-			row := first
-			for k < len(idx) && idx[k] < end {
-				n, err := vr.ReadValues(vals)
-				for _, v := range vals[:n] {
-					if k < len(idx) && row == idx[k] {
-						p.set(&recs[k], ci, v)
-						k++
-					}
-					row++
-				}
-				if n == 0 || errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					parquet.Release(page)
-					pages.Close()
-					return nil, p.fail("reading values", err)
-				}
-			}
-			// Handing the page back lets the next column's page reuse its
-			// buffers (set copied out what it kept); unreleased, every page
-			// is fresh memory, and a lookup grew the heap past the first
-			// garbage collection.
-			parquet.Release(page)
-			if row == first {
-				pages.Close()
-				return nil, p.fail("reading a page", io.ErrUnexpectedEOF)
 			}
 		}
 		pages.Close()
@@ -478,14 +529,13 @@ type readerAtCloser interface {
 
 // openLocalParquet opens a file on disk.
 func openLocalParquet(path string, t Table) (*pqFile, error) {
-	f, err := os.Open(path)
+	f, st, err := openRegular(path)
 	if err != nil {
+		var fe *FileError
+		if errors.As(err, &fe) {
+			return nil, fe
+		}
 		return nil, &FileError{Path: path, Reason: "cannot open", Err: err}
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, &FileError{Path: path, Reason: "cannot stat", Err: err}
 	}
 	p, err := openParquet(path, t, f, st.Size())
 	if err != nil {

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/compress"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // dispatchRow is the Parquet layout of the dispatch_outbox table. Strings
@@ -71,93 +71,6 @@ func toTimerRow(r *Record) timerRow {
 	}
 }
 
-// Layout settings of the files this package writes.
-const (
-	// rowGroupRows bounds a row group: large enough for good compression,
-	// small enough that one row group's bloom filter and page index are
-	// cheap to read for a lookup.
-	rowGroupRows = 128 * 1024
-	// pageBufferBytes bounds an uncompressed page, the unit a lookup reads
-	// and decodes for every column of a hit. Measured on 100k rows: 32 KiB
-	// pages are 3% larger than 64 KiB ones for no faster lookup; 256 KiB
-	// pages are 1.5% smaller but make a one-shot query (the CLI) 60% slower.
-	pageBufferBytes = 64 * 1024
-	// indexBoundBytes is how much of a string the page index keeps as a
-	// page's min and max. IDs share long prefixes (dispatch:run17:…), and the
-	// default of 16 bytes would make every page look alike.
-	indexBoundBytes = 128
-	// metaKeyWriter marks files written by this package.
-	metaKeyWriter = "ctdispatch.outbox"
-	// metaKeySorted says the rows are sorted by ID, then updated_at.
-	metaKeySorted = "ctdispatch.sorted"
-)
-
-// Compression levels. Log conversions are small and frequent, so they use
-// a fast level that still entropy-codes the random half of an ID; a large
-// compaction output is written once and read for weeks, so it uses the
-// strongest (about 1.5% smaller, 4x the CPU). Below bestCodecMinRows the
-// strongest level's fixed cost per page is not worth paying.
-const bestCodecMinRows = 64 << 10
-
-var (
-	flushCodec   = newZstdCodec(zstd.SpeedBetterCompression)
-	compactCodec = newZstdCodec(zstd.SpeedBestCompression)
-)
-
-// layout is what differs between the files this package writes.
-type layout struct {
-	codec compress.Codec
-	// idBloomBits and cloudBloomBits size the bloom filters of the ID
-	// column and of cloud_task_id, in bits per value.
-	idBloomBits, cloudBloomBits uint
-}
-
-var (
-	// flushLayout is for converted log segments: small files, many of
-	// them, each covering a wide range of IDs, and asked on every dispatch
-	// whether they hold a new ID: bloom filters with about 1% false
-	// positives, cheap at this size.
-	flushLayout = layout{codec: flushCodec, idBloomBits: 10, cloudBloomBits: 10}
-	// compactLayout is for large compaction outputs. Sorted by ID, their
-	// row-group bounds and page index already find the one page an ID can
-	// be on, so the ID filter only spares that page read for IDs never
-	// written and a small one (about one false positive in three) is worth
-	// its half byte per row. cloud_task_id is a hash with no order, the
-	// filter its only pruning, and each row group it wrongly admits costs a
-	// column chunk read (1% of the file): at 11 bits a row, about 0.8% false
-	// positives, a lookup in 5M rows reads 1.5% of the file on average,
-	// against 2.5% at 8 bits (3.3% false positives), for a file 0.9%
-	// larger and still smaller than DuckDB's zstd output of the same rows.
-	// 12 bits would make it larger than DuckDB's; smaller row groups would
-	// read less but make every lookup decode a larger footer (see README,
-	// Numbers).
-	compactLayout = layout{codec: compactCodec, idBloomBits: 4, cloudBloomBits: 11}
-)
-
-func writerOptions(t Table, l layout) []parquet.WriterOption {
-	return []parquet.WriterOption{
-		// The default zstd level stores blocks without matches raw; the
-		// random half of a Cloud Tasks ID (base32) then stays at 8 bits a
-		// character. The next level entropy-codes them (about 5 bits).
-		parquet.Compression(l.codec),
-		parquet.MaxRowsPerRowGroup(rowGroupRows),
-		parquet.PageBufferSize(pageBufferBytes),
-		parquet.ColumnIndexSizeLimit(func([]string) int { return indexBoundBytes }),
-		// A hash's page bounds prune nothing; leave them out of the index.
-		parquet.SkipPageBounds("payload_sha256"),
-		// Page bounds live in the page index; repeating them in every page
-		// header only adds bytes (a tenth of a percent of the file).
-		parquet.DataPageStatistics(false),
-		parquet.BloomFilters(
-			parquet.SplitBlockFilter(l.idBloomBits, t.idColumn()),
-			parquet.SplitBlockFilter(l.cloudBloomBits, "cloud_task_id"),
-		),
-		parquet.KeyValueMetadata(metaKeyWriter, "1"),
-		parquet.KeyValueMetadata(metaKeySorted, "id,updated_at"),
-		parquet.CreatedBy("ctdispatch", "1", ""),
-	}
-}
-
 // recordBefore is the order every file written by this package has: by
 // ID, then by state, oldest first.
 func recordBefore(a, b *Record) bool {
@@ -188,12 +101,12 @@ type rowWriter struct {
 	rows  int64
 }
 
-func newRowWriter(w io.Writer, t Table, l layout) *rowWriter {
+func newRowWriter(w io.Writer, t Table, l pqfile.Layout) *rowWriter {
 	rw := &rowWriter{table: t}
 	if t == TableTimers {
-		rw.tw = parquet.NewGenericWriter[timerRow](w, writerOptions(t, l)...)
+		rw.tw = parquet.NewGenericWriter[timerRow](w, pqfile.WriterOptions(t.idColumn(), l)...)
 	} else {
-		rw.dw = parquet.NewGenericWriter[dispatchRow](w, writerOptions(t, l)...)
+		rw.dw = parquet.NewGenericWriter[dispatchRow](w, pqfile.WriterOptions(t.idColumn(), l)...)
 	}
 	return rw
 }
@@ -290,7 +203,7 @@ func (a *atomicFile) abort() {
 // writeRecords writes recs (in file order) as one Parquet file through w,
 // committing it on success and aborting it otherwise.
 func writeRecords(w storeWriter, t Table, recs []*Record) error {
-	rw := newRowWriter(w, t, flushLayout)
+	rw := newRowWriter(w, t, pqfile.FlushLayout)
 	for _, r := range recs {
 		if err := rw.write(r); err != nil {
 			w.abort()
@@ -350,7 +263,7 @@ func NewFileWriter(w io.Writer, t Table) (*FileWriter, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
-	return &FileWriter{rw: newRowWriter(w, t, flushLayout)}, nil
+	return &FileWriter{rw: newRowWriter(w, t, pqfile.FlushLayout)}, nil
 }
 
 // Write adds a record. It fails if the record's ID sorts before the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // Pending returns the records of table t whose latest state is pending and
@@ -51,10 +53,12 @@ type rowRef struct {
 }
 
 // decidingFields are the columns Pending reads from every row.
-var decidingFields = []field{fieldID, fieldStatus, fieldUpdatedAt, fieldProcessor}
+// cloud_task_id is among them so that a foreign row (see distrust) can
+// neither become a candidate nor hide a real pending state.
+var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor}
 
 func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Record, vanished bool, _ error) {
-	isOld := func(r *Record) bool { return r.Status == StatusPending && !r.UpdatedAt.After(cutoff) }
+	isOld := func(r *Record) bool { return r.Status == StatusPending && !r.UpdatedAt.After(cutoff) && r.trusted() }
 	live, err := o.liveRecords()
 	if err != nil {
 		return nil, false, err
@@ -104,7 +108,7 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 
 	consider := func(r *Record, ref func() *rowRef) {
 		c := cand[r.ID]
-		if c == nil || (c.set && !newer(r, &c.rec)) {
+		if c == nil || (c.set && !newer(r, &c.rec)) || !r.trusted() {
 			return
 		}
 		c.rec, c.set, c.ref = *r, true, nil
@@ -153,12 +157,7 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 		}
 		out = append(out, recs...)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
-			return out[i].UpdatedAt.Before(out[j].UpdatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortPending(out)
 	return out, false, nil
 }
 
@@ -166,7 +165,8 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 // fields filled (and Table), reading nothing but those columns. Strings of
 // low-cardinality columns are interned, so a scan allocates little beyond
 // the IDs.
-func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *Record)) error {
+func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *Record)) (err error) {
+	defer recoverRead(p.path, &err)
 	intern := map[string]string{}
 	vals := make([]parquet.Value, 512)
 	for gi, rg := range p.pf.RowGroups() {
@@ -181,9 +181,28 @@ func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg i
 				continue
 			}
 			pages := rg.ColumnChunks()[ci].Pages()
-			row := int64(0)
-			for row < n {
-				page, err := pages.ReadPage()
+			for row := int64(0); row < n; {
+				end, err := pqfile.ReadPage(pages, row, vals, func(r int64, v parquet.Value) bool {
+					if r >= n {
+						return false
+					}
+					if (fld == fieldStatus || fld == fieldProcessor) && !v.IsNull() {
+						b := v.ByteArray()
+						s, ok := intern[string(b)]
+						if !ok {
+							s = string(b)
+							intern[s] = s
+						}
+						if fld == fieldStatus {
+							recs[r].Status = Status(s)
+						} else {
+							recs[r].ProcessorUUID = s
+						}
+						return true
+					}
+					p.set(&recs[r], ci, v)
+					return true
+				})
 				if errors.Is(err, io.EOF) {
 					break
 				}
@@ -191,40 +210,7 @@ func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg i
 					pages.Close()
 					return p.fail("reading a page", err)
 				}
-				vr := page.Values()
-				for {
-					k, err := vr.ReadValues(vals)
-					for _, v := range vals[:k] {
-						if row >= n {
-							break
-						}
-						if fld == fieldStatus || fld == fieldProcessor {
-							if !v.IsNull() {
-								b := v.ByteArray()
-								s, ok := intern[string(b)]
-								if !ok {
-									s = string(b)
-									intern[s] = s
-								}
-								if fld == fieldStatus {
-									recs[row].Status = Status(s)
-								} else {
-									recs[row].ProcessorUUID = s
-								}
-							}
-						} else {
-							p.set(&recs[row], ci, v)
-						}
-						row++
-					}
-					if k == 0 || errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						pages.Close()
-						return p.fail("reading values", err)
-					}
-				}
+				row = end
 			}
 			pages.Close()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -186,7 +187,7 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 	}
 	for _, recs := range tails {
 		for i := range recs {
-			if recs[i].Table == t && q.match(&recs[i]) {
+			if recs[i].Table == t && q.match(&recs[i]) && recs[i].trusted() {
 				fn(recs[i:i+1], false)
 			}
 		}
@@ -194,6 +195,7 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 	fld, val := q.field()
 	return o.eachFile(ctx, t, func(f *openFile) error {
 		recs, err := f.find(fld, val, o.files[t].cacheBloom)
+		recs = slices.DeleteFunc(recs, func(r Record) bool { return !r.trusted() })
 		if len(recs) > 0 {
 			fn(recs, true)
 		}

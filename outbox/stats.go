@@ -22,7 +22,12 @@ type TableStats struct {
 	// ByStatus, ByQueue, ByKind and ByProcessor count IDs by their latest
 	// state's status, queue, kind and writing processor.
 	ByStatus, ByQueue, ByKind, ByProcessor map[string]int64
-	// Skipped lists damaged or foreign files left out.
+	// ForeignRows counts rows left out because this system cannot have
+	// written them (see ErrForeignRecord); they are in no other count but
+	// Rows.
+	ForeignRows int64
+	// Skipped lists damaged or foreign files left out, each with its path
+	// and the reason.
 	Skipped []*FileError
 }
 
@@ -68,6 +73,7 @@ func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
 	}
 	defer fs.release(files)
 	var streams []recordStream
+	foreign := func(*Record) { st.ForeignRows++ }
 	for _, f := range files {
 		st.Files++
 		st.Bytes += f.size
@@ -75,14 +81,14 @@ func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
 		if f.ours {
 			fst := newFileStream(f.pqFile, nil)
 			defer fst.close()
-			streams = append(streams, fst)
+			streams = append(streams, trustedStream{fst, foreign})
 			continue
 		}
 		if err := f.scan(func(r Record) error { mem = append(mem, r); return nil }); err != nil {
 			return st, err
 		}
 	}
-	streams = append(streams, newSliceStream(mem))
+	streams = append(streams, trustedStream{newSliceStream(mem), foreign})
 	err = mergeLatest(ctx, streams, func(r Record) error {
 		st.IDs++
 		st.ByStatus[string(r.Status)]++

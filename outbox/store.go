@@ -23,8 +23,11 @@ import (
 
 // tableStore holds the Parquet files of the tables: a local directory or a
 // bucket. Writes are atomic in both: a file is either complete or absent.
+// A file's name is relative to its table's directory and uses "/":
+// "created_date=2026-11-23/x.parquet", or "x.parquet" in the flat layout.
 type tableStore interface {
-	// list returns the table's data files (hidden temporaries excluded).
+	// list returns the table's data files (hidden temporaries excluded),
+	// flat and in partitions.
 	list(ctx context.Context, t Table) ([]storeEntry, error)
 	// open opens a file for random access.
 	open(ctx context.Context, t Table, name string) (readerAtCloser, int64, error)
@@ -38,6 +41,7 @@ type tableStore interface {
 	where(t Table, name string) string
 	// cleanTemps removes temporaries older than before.
 	cleanTemps(ctx context.Context, t Table, before time.Time)
+	leaseStore
 	close() error
 }
 
@@ -59,38 +63,76 @@ type localStore struct{ root string }
 func (s localStore) dir(t Table) string { return filepath.Join(s.root, string(t)) }
 
 func (s localStore) list(_ context.Context, t Table) ([]storeEntry, error) {
-	entries, err := os.ReadDir(s.dir(t))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]storeEntry, 0, len(entries))
-	for _, e := range entries {
-		if !isDataFile(e.Name()) || e.IsDir() {
-			continue
-		}
-		info, err := e.Info()
+	var out []storeEntry
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		entries, err := os.ReadDir(filepath.Join(s.dir(t), rel))
 		if err != nil {
-			continue // removed while listing
+			if rel != "" || errors.Is(err, os.ErrNotExist) {
+				return nil // a partition removed while listing, or no table yet
+			}
+			return err
 		}
-		out = append(out, storeEntry{name: e.Name(), size: info.Size(), modTime: info.ModTime()})
+		for _, e := range entries {
+			if e.IsDir() {
+				if rel == "" && isPartitionDir(e.Name()) {
+					if err := walk(e.Name()); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			if !isDataFile(e.Name()) {
+				continue
+			}
+			info, err := e.Info() // lstat: a named pipe is listed, never opened
+			if err != nil {
+				continue // removed while listing
+			}
+			out = append(out, storeEntry{name: path.Join(rel, e.Name()), size: info.Size(), modTime: info.ModTime()})
+		}
+		return nil
 	}
-	return out, nil
+	return out, walk("")
 }
 
 func (s localStore) open(_ context.Context, t Table, name string) (readerAtCloser, int64, error) {
-	f, err := os.Open(filepath.Join(s.dir(t), name))
+	f, st, err := openRegular(filepath.Join(s.dir(t), name))
 	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, 0, err
 	}
 	return f, st.Size(), nil
+}
+
+// openRegular opens a regular file for reading, and refuses anything else
+// before opening it: opening a named pipe blocks until a writer comes,
+// which may be never, and a device may be endless. The mode is checked
+// again on the opened file, in case the name changed hands in between.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, notRegular(path, st.Mode())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err = f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = notRegular(path, st.Mode())
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+func notRegular(path string, mode os.FileMode) error {
+	return &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %s); only regular files are read", mode.Type()), Err: ErrForeignFile}
 }
 
 func (s localStore) create(_ context.Context, t Table, name string) (storeWriter, error) {
@@ -110,14 +152,32 @@ func (s localStore) sync(t Table) error { return syncDir(s.dir(t)) }
 func (s localStore) where(t Table, name string) string { return filepath.Join(s.dir(t), name) }
 
 func (s localStore) cleanTemps(_ context.Context, t Table, before time.Time) {
-	entries, _ := os.ReadDir(s.dir(t))
-	for _, e := range entries {
-		if !isTemp(e.Name()) {
-			continue
+	dirs := []string{s.dir(t)}
+	if entries, err := os.ReadDir(s.dir(t)); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && isPartitionDir(e.Name()) {
+				dirs = append(dirs, filepath.Join(s.dir(t), e.Name()))
+			}
 		}
-		if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
-			os.Remove(filepath.Join(s.dir(t), e.Name()))
+	}
+	for _, dir := range dirs {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if !isTemp(e.Name()) {
+				continue
+			}
+			if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
 		}
+	}
+}
+
+// removeEmptyPartition removes a partition directory left empty (by
+// retention or a move); a directory still in use is left alone.
+func (s localStore) removeEmptyPartition(t Table, partition string) {
+	if partition != "" {
+		_ = os.Remove(filepath.Join(s.dir(t), partition))
 	}
 }
 
@@ -158,21 +218,28 @@ func displayURL(raw string) string {
 func (s *blobStore) key(t Table, name string) string { return path.Join(string(t), name) }
 
 func (s *blobStore) list(ctx context.Context, t Table) ([]storeEntry, error) {
-	it := s.bucket.List(&blob.ListOptions{Prefix: string(t) + "/"})
 	var out []storeEntry
+	err := s.each(ctx, string(t)+"/", func(obj *blob.ListObject) {
+		name := strings.TrimPrefix(obj.Key, string(t)+"/")
+		if _, _, ok := splitName(name); !obj.IsDir && ok {
+			out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+		}
+	})
+	return out, err
+}
+
+// each calls fn for every object whose key starts with prefix.
+func (s *blobStore) each(ctx context.Context, prefix string, fn func(*blob.ListObject)) error {
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		name := path.Base(obj.Key)
-		if obj.IsDir || !isDataFile(name) || obj.Key != s.key(t, name) {
-			continue
-		}
-		out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+		fn(obj)
 	}
 }
 

@@ -270,7 +270,13 @@ func checkTasks(emu *emulator.Server, batches ...batch) []string {
 	return problems
 }
 
-// outboxFiles lists the Parquet files of the dispatch table.
+// outboxFiles lists the Parquet files of the dispatch table, in its
+// partitions (created_date=…/) and, from older versions, flat.
 func outboxFiles(root string) ([]string, error) {
-	return filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*.parquet"))
+	parts, err := filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*", "*.parquet"))
+	if err != nil {
+		return nil, err
+	}
+	flat, err := filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*.parquet"))
+	return append(parts, flat...), err
 }

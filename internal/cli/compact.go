@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +47,67 @@ func (p *progressBar) finish() {
 	defer p.mu.Unlock()
 	if !p.last.IsZero() {
 		fmt.Fprintln(p.w)
+		p.last = time.Time{}
 	}
+}
+
+// printTableTotals writes what was skipped or kept in each table, and its
+// totals.
+func printTableTotals(w io.Writer, stats outbox.CompactStats) {
+	for _, s := range stats.Tables {
+		for _, fe := range s.Skipped {
+			fmt.Fprintf(w, "%s: skipped %s: %s\n", s.Table, fe.Path, fe.Reason)
+		}
+		for _, k := range s.Kept {
+			fmt.Fprintf(w, "%s: kept %s: it holds rows this system did not write\n", s.Table, k)
+		}
+		fmt.Fprintf(w, "%s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention\n",
+			s.Table, s.FilesIn, s.RowsIn, s.BytesIn, s.FilesOut, s.RowsOut, s.BytesOut, s.Dropped)
+	}
+}
+
+// partitionLine says what compaction did with one partition.
+func partitionLine(t outbox.Table, p outbox.PartitionCompaction) string {
+	where := string(t) + "/" + p.Partition
+	if p.Partition == "" {
+		where = string(t) + " (flat layout)"
+	}
+	switch p.Action {
+	case outbox.PartitionUntouched:
+		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
+	case outbox.PartitionBusy:
+		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
+	case outbox.PartitionDropped:
+		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
+	case outbox.PartitionMoved:
+		return fmt.Sprintf("%s: moved into partitions: %d files, %d rows -> %d files", where, p.FilesIn, p.RowsIn, p.FilesOut)
+	}
+	line := fmt.Sprintf("%s: %s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention",
+		where, p.Action, p.FilesIn, p.RowsIn, p.BytesIn, p.FilesOut, p.RowsOut, p.BytesOut, p.Dropped)
+	if p.ForeignRows > 0 {
+		line += fmt.Sprintf("; %d foreign rows left out", p.ForeignRows)
+	}
+	return line
+}
+
+// parseSize reads a byte size: a number with an optional KiB, MiB or GiB.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mul    int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"", 1}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n <= 0 {
+			break
+		}
+		return n * u.mul, nil
+	}
+	return 0, fmt.Errorf("size %q: want a positive number of bytes, KiB, MiB or GiB (256MiB)", s)
 }
 
 // isTerminal reports whether w is a terminal, where a progress bar helps
@@ -57,18 +118,33 @@ func isTerminal(w io.Writer) bool {
 }
 
 func newCompactCmd(env *Env) *cobra.Command {
-	var dir, retention string
+	var dir, retention, target string
 	cmd := &cobra.Command{
-		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...]",
-		Short: "Merge the outbox's files into one sorted file per table, applying retention",
-		Long: `Merge the outbox's files into one sorted file per table, applying retention.
+		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE]",
+		Short: "Merge each partition's new files into sorted files, applying retention",
+		Long: `Merge each partition's new files into sorted files, applying retention.
 
-Each ID keeps only its latest state (its history is folded), rows are sorted
-by ID, and terminal records (created, already_existed, failed, cancelled)
-older than their queue's retention are dropped; pending records never are.
-Logs left by stopped dispatchers are converted first. Running dispatchers
-keep appending meanwhile, and an interrupted compaction leaves the outbox as
-it was.
+Tables are partitioned by the UTC day each ID was first recorded
+(created_date=YYYY-MM-DD). Each partition written since it was last
+compacted is merged into files sorted by ID of at most --target-size each;
+each ID keeps only its latest state (its history is folded), and terminal
+records (created, already_existed, failed, cancelled) older than their
+queue's retention are dropped; pending records never are. A partition
+compacted and not written since is left untouched (not even read); one
+whose every row is past retention is removed whole. Files of the flat
+layout of earlier versions are moved into partitions first. Logs left by
+stopped dispatchers are converted first. Running dispatchers keep appending
+meanwhile, and an interrupted compaction leaves the outbox as it was.
+
+Each partition is compacted under a lease (a small object under
+_leases/ in the outbox), so two compactions of one outbox at once (two
+machines, or a cron overlapping a slow run) never write a row twice: a
+partition the other one holds is reported busy and skipped; run again
+later to finish it. A crashed compaction's lease expires after 10 minutes.
+
+One line per partition says what was done (compacted, untouched, dropped,
+moved, busy), then files skipped as damaged or foreign, files kept because
+they hold foreign rows, and a total per table.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of
@@ -90,20 +166,36 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return err
 			}
 			defer o.Close()
-			opts := outbox.CompactOptions{Retention: ret}
+			targetBytes, err := parseSize(target)
+			if err != nil {
+				return usagef("--target-size: %v", err)
+			}
+			w := cmd.OutOrStdout()
+			opts := outbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes}
 			var bar *progressBar
 			if isTerminal(env.Err) {
 				bar = &progressBar{w: env.Err, now: time.Now}
 				opts.Progress = bar.update
 			}
-			stats, err := o.Compact(ctx, opts)
-			if bar != nil {
-				bar.finish()
+			opts.OnPartition = func(t outbox.Table, p outbox.PartitionCompaction) {
+				if bar != nil {
+					bar.finish()
+				}
+				fmt.Fprintln(w, partitionLine(t, p))
 			}
-			w := cmd.OutOrStdout()
-			for _, s := range stats.Tables {
-				fmt.Fprintf(w, "%s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention\n",
-					s.Table, s.FilesIn, s.RowsIn, s.BytesIn, s.FilesOut, s.RowsOut, s.BytesOut, s.Dropped)
+			// A table at a time, so each table's total follows its
+			// partitions.
+			for _, t := range outbox.Tables {
+				opts.Tables = []outbox.Table{t}
+				var st outbox.CompactStats
+				st, err = o.Compact(ctx, opts)
+				if bar != nil {
+					bar.finish()
+				}
+				printTableTotals(w, st)
+				if err != nil {
+					break
+				}
 			}
 			if err != nil {
 				return err
@@ -113,5 +205,6 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	}
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
+	cmd.Flags().StringVar(&target, "target-size", "256MiB", "size past which a partition's output goes on in another file (KiB, MiB, GiB)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,8 +24,28 @@ func TestCompactCommand(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "compact", "--outbox", dir)
 	require.Equal(t, "", stderr, "no progress bar when stderr is not a terminal")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `^dispatch_outbox: 1 files, 3 rows, \d+ bytes -> 1 files, 2 rows, \d+ bytes; 0 dropped by retention\n`+
+	require.Regexp(t, `^dispatch_outbox/created_date=2026-03-01: compacted: 1 files, 3 rows, \d+ bytes -> 1 files, 2 rows, \d+ bytes; 0 dropped by retention\n`+
+		`dispatch_outbox: 1 files, 3 rows, \d+ bytes -> 1 files, 2 rows, \d+ bytes; 0 dropped by retention\n`+
+		`timers/created_date=2026-03-01: compacted: 1 files, 1 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention\n`+
 		`timers: 1 files, 1 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention\n$`, stdout)
+
+	// Nothing written since: every partition untouched. A partition held
+	// by another compaction is skipped, and a foreign file is named.
+	lease := filepath.Join(dir, "_leases", "timers", "created_date=2026-03-01.000000000007")
+	require.NoError(t, os.MkdirAll(filepath.Dir(lease), 0o700))
+	require.NoError(t, os.WriteFile(lease, []byte(`{"holder":"nightly on host2","expires":"2999-01-01T00:00:00Z"}`), 0o600))
+	garbage := filepath.Join(dir, "dispatch_outbox", "created_date=2026-03-01", "garbage.parquet")
+	require.NoError(t, os.WriteFile(garbage, []byte("not parquet"), 0o600))
+	code, stdout, stderr = runCLI(t, "compact", "--outbox", dir)
+	require.Contains(t, stderr, `msg="outbox: skipped file" path="`+garbage+`"`)
+	require.Equal(t, 0, code)
+	require.Equal(t, "dispatch_outbox/created_date=2026-03-01: untouched: compacted and not written since\n"+
+		"dispatch_outbox: skipped "+garbage+": not a readable Parquet file\n"+
+		"dispatch_outbox: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n"+
+		"timers/created_date=2026-03-01: busy, skipped: held by compaction nightly on host2 until 2999-01-01T00:00:00Z\n"+
+		"timers: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n", stdout)
+	require.NoError(t, os.Remove(garbage))
+	require.NoError(t, os.Remove(lease))
 
 	code, stdout, _ = runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:run1:extract:1", "--history", "--format", "csv")
 	require.Equal(t, 0, code)
@@ -33,6 +54,7 @@ func TestCompactCommand(t *testing.T) {
 	// Retention 0 on the queue drops the terminal records.
 	code, stdout, _ = runCLI(t, "compact", "--outbox", dir, "--retention", "orders=0")
 	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "dispatch_outbox/created_date=2026-03-01: dropped: all 2 rows past retention; 1 files")
 	require.Contains(t, stdout, "dispatch_outbox: 1 files, 2 rows")
 	require.Contains(t, stdout, "-> 0 files, 0 rows, 0 bytes; 2 dropped by retention")
 	code, _, _ = runCLI(t, "query", "--outbox", dir, "--run", "run1")
@@ -53,4 +75,17 @@ func TestProgressBar(t *testing.T) {
 	p.finish()
 	require.Equal(t, "\rcompacting dispatch_outbox [###############               ]  50% 50/100 rows"+
 		"\rcompacting dispatch_outbox [##############################] 100% 100/100 rows\n", buf.String())
+}
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"256MiB": 256 << 20, "1GiB": 1 << 30, "64KiB": 64 << 10, "1000": 1000} {
+		got, err := parseSize(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "0", "-1MiB", "12MB", "MiB"} {
+		_, err := parseSize(in)
+		require.EqualError(t, err, "size \""+in+"\": want a positive number of bytes, KiB, MiB or GiB (256MiB)")
+	}
 }

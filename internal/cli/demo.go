@@ -131,8 +131,8 @@ func printDemo(w io.Writer, s demo.Summary) error {
 	}
 	p.printf("  ctdispatch query --outbox %s --run run-1\n", s.OutboxDir)
 	p.printf("  ctdispatch stats --outbox %s\n", s.OutboxDir)
-	p.printf("  duckdb -c \"SELECT dispatch_id, cloud_task_id, status, processor_uuid FROM read_parquet('%s') ORDER BY dispatch_id, updated_at\"\n",
-		filepath.Join(s.OutboxDir, "dispatch_outbox", "*.parquet"))
+	p.printf("  duckdb -c \"SELECT dispatch_id, cloud_task_id, status, processor_uuid FROM read_parquet('%s', hive_partitioning = true) ORDER BY dispatch_id, updated_at\"\n",
+		filepath.Join(s.OutboxDir, "dispatch_outbox", "**", "*.parquet"))
 	return p.err
 }
 

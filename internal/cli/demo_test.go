@@ -19,7 +19,7 @@ func TestDemoCommand(t *testing.T) {
 		"queue       12 tasks after dispatching (one per distinct ID), 0 left at the end\n",
 		"worker      14 deliveries of 14 attempts, 12 distinct keys done once each, 2 repeats acknowledged without redoing work, 0 rejected\n",
 		"(removed at exit; run with --keep to explore it)\n",
-		"/dispatch_outbox/*.parquet')",
+		"/dispatch_outbox/**/*.parquet', hive_partitioning = true)",
 	} {
 		require.Contains(t, res.stdout, want)
 	}

@@ -39,10 +39,10 @@ func seedOutbox(t *testing.T) string {
 	clock.Advance(1500 * time.Millisecond)
 	d.Status, d.CreateCalls = outbox.StatusCreated, 1
 	require.NoError(t, o.Append(ctx, d))
-	f := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:load:2", CloudTaskID: "d_loadloadloadloadloadloadlo",
+	f := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:load:2", CloudTaskID: "d_jbmde3fgfum6suqbrrywrudv7g",
 		Queue: cliQueue, RunID: "run1", TaskKey: "load", Attempt: "2", Status: outbox.StatusFailed, ErrorCode: "PermissionDenied", CreateCalls: 3}
 	require.NoError(t, o.Append(ctx, f))
-	tm := outbox.Record{Table: outbox.TableTimers, ID: "timer:retry:run1:extract:1:1772370000", CloudTaskID: "t_hlljqq57362d4n3x2kett7jrqf",
+	tm := outbox.Record{Table: outbox.TableTimers, ID: "timer:retry:run1:extract:1:1772370000", CloudTaskID: "t_r36kq5aw4etqdihtwlvv5mky3q",
 		Queue: cliQueue, RunID: "run1", TaskKey: "extract", Attempt: "1", Kind: "retry", Status: outbox.StatusCreated,
 		CreateCalls: 1, DueAt: time.Unix(1772370000, 0)}
 	require.NoError(t, o.Append(ctx, tm))
@@ -78,13 +78,13 @@ func TestQueryCommand(t *testing.T) {
 			args: []string{"query", "--outbox", dir, "--cloud-task-id", "d_cxtoltqhbncw6nevn7hy53kqn6", "--history", "--format", "csv"},
 			wantStdout: strings.Join(csvHeader, ",") + "\n" +
 				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,pending,,0,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:00.000000Z,\n" +
-				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:01.500000Z,2026-03-01T12:00:01.500000Z,\n",
+				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:01.500000Z,\n",
 		},
 		{
 			name: "timer as JSON",
 			args: []string{"query", "--outbox", dir, "--timer-id", "timer:retry:run1:extract:1:1772370000", "--format", "json"},
-			wantStdout: `{"table":"timers","id":"timer:retry:run1:extract:1:1772370000","cloud_task_id":"t_hlljqq57362d4n3x2kett7jrqf",` +
-				`"task_name":"` + cliQueue + `/tasks/t_hlljqq57362d4n3x2kett7jrqf","queue":"` + cliQueue + `","run_id":"run1","task_key":"extract",` +
+			wantStdout: `{"table":"timers","id":"timer:retry:run1:extract:1:1772370000","cloud_task_id":"t_r36kq5aw4etqdihtwlvv5mky3q",` +
+				`"task_name":"` + cliQueue + `/tasks/t_r36kq5aw4etqdihtwlvv5mky3q","queue":"` + cliQueue + `","run_id":"run1","task_key":"extract",` +
 				`"attempt":"1","kind":"retry","status":"created","error_code":"","create_calls":1,"payload_sha256":"","processor_uuid":"` + cliProc + `",` +
 				`"created_at":"2026-03-01T12:00:01.500000Z","updated_at":"2026-03-01T12:00:01.500000Z","due_at":"2026-03-01T13:00:00.000000Z"}` + "\n",
 		},
@@ -93,8 +93,8 @@ func TestQueryCommand(t *testing.T) {
 			args: []string{"query", "--outbox", dir, "--run", "run1"},
 			wantStdout: "ID                                     STATUS   CLOUD TASK ID                 ERROR             CALLS  UPDATED AT                   DUE AT                       PROCESSOR\n" +
 				"dispatch:run1:extract:1                created  d_cxtoltqhbncw6nevn7hy53kqn6  -                 1      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
-				"dispatch:run1:load:2                   failed   d_loadloadloadloadloadloadlo  PermissionDenied  3      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
-				"timer:retry:run1:extract:1:1772370000  created  t_hlljqq57362d4n3x2kett7jrqf  -                 1      2026-03-01T12:00:01.500000Z  2026-03-01T13:00:00.000000Z  " + cliProc + "\n",
+				"dispatch:run1:load:2                   failed   d_jbmde3fgfum6suqbrrywrudv7g  PermissionDenied  3      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
+				"timer:retry:run1:extract:1:1772370000  created  t_r36kq5aw4etqdihtwlvv5mky3q  -                 1      2026-03-01T12:00:01.500000Z  2026-03-01T13:00:00.000000Z  " + cliProc + "\n",
 		},
 		{
 			name:       "nothing matches",

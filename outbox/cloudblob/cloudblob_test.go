@@ -41,7 +41,7 @@ func TestGSURL(t *testing.T) {
 	list, err := srv.ListObjectsWithOptionsPaginated("outbox-test", fakestorage.ListOptions{Prefix: "prod/"})
 	require.NoError(t, err)
 	require.Len(t, list.Objects, 1)
-	require.Regexp(t, `^prod/dispatch_outbox/[0-9a-f-]{36}-0000000000000000\.parquet$`, list.Objects[0].Name)
+	require.Regexp(t, `^prod/dispatch_outbox/created_date=[0-9-]{10}/[0-9a-f-]{36}-0000000000000000\.parquet$`, list.Objects[0].Name)
 
 	ro, err := outbox.Open(ctx, outbox.Options{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
 	require.NoError(t, err)

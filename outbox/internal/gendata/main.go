@@ -2,11 +2,15 @@
 // the outbox at scale: IDs dispatch:run{N}:task{M}:{attempt}, real Cloud
 // Tasks IDs, a realistic spread of queues, statuses and processors, and a
 // pending state before the outcome for a share of the IDs (so compaction
-// has history to fold). Rows are dealt round-robin into several files, each
-// sorted by ID, as dispatchers' log conversions produce them.
+// has history to fold). IDs are first recorded evenly over -days UTC days
+// from -start, and rows are dealt round-robin into several files per daily
+// partition (created_date=YYYY-MM-DD/), each sorted by ID, as dispatchers'
+// log conversions produce them; -days 0 writes the flat layout of earlier
+// versions instead.
 //
-//	go run ./outbox/internal/gendata -rows 5000000 -files 10 -out /tmp/outbox5m
+//	go run ./outbox/internal/gendata -rows 5000000 -days 30 -files 10 -out /tmp/outbox5m
 //	ctdispatch compact --outbox /tmp/outbox5m
+//	go run ./outbox/internal/gendata -rows 166667 -first 5000000 -days 1 -start 2026-01-31 -out /tmp/outbox5m
 //
 // The output is the same for the same flags.
 package main
@@ -33,12 +37,21 @@ func main() {
 	pendingShare := flag.Float64("pending-history", 0.1, "share of IDs that also get an earlier pending row")
 	out := flag.String("out", "", "outbox root to create (required)")
 	seed := flag.Uint64("seed", 1, "random seed")
+	days := flag.Int("days", 30, "UTC days (daily partitions) the IDs are first recorded over; 0: flat layout")
+	start := flag.String("start", "2026-01-01", "first day")
+	first := flag.Int("first", 0, "number of the first ID (to add a day to an existing table)")
 	flag.Parse()
+	base, err := time.Parse(time.DateOnly, *start)
+	if err != nil || *days < 0 || *first < 0 {
+		fmt.Fprintln(os.Stderr, "gendata: -start must be YYYY-MM-DD; -days and -first must not be negative")
+		os.Exit(2)
+	}
 	if *out == "" || *rows <= 0 || *files <= 0 {
 		fmt.Fprintln(os.Stderr, "gendata: -out is required; -rows and -files must be positive")
 		os.Exit(2)
 	}
-	if err := generate(*out, *rows, *files, *pendingShare, *seed); err != nil {
+	g := gen{rows: *rows, first: *first, files: *files, days: *days, pendingShare: *pendingShare, seed: *seed, base: base}
+	if err := g.write(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "gendata:", err)
 		os.Exit(1)
 	}
@@ -60,8 +73,26 @@ var (
 
 const tasksPerRun, attemptsPerTask = 500, 2
 
+// gen says what to generate.
+type gen struct {
+	rows, first, files, days int
+	pendingShare             float64
+	seed                     uint64
+	base                     time.Time
+}
+
+// created is when the i-th of the generated IDs is first recorded: evenly
+// over the days (20ms apart in the flat layout).
+func (g gen) created(i int) time.Time {
+	if g.days == 0 {
+		return g.base.Add(time.Duration(i) * 20 * time.Millisecond)
+	}
+	step := time.Duration(g.days) * 24 * time.Hour / time.Duration(g.rows)
+	return g.base.Add(time.Duration(i) * step)
+}
+
 // record builds the final state of the i-th ID.
-func record(i int, rng *rand.Rand, base time.Time) (outbox.Record, error) {
+func record(i int, rng *rand.Rand, created time.Time) (outbox.Record, error) {
 	run := i / (tasksPerRun * attemptsPerTask)
 	task := i / attemptsPerTask % tasksPerRun
 	attempt := i%attemptsPerTask + 1
@@ -69,7 +100,7 @@ func record(i int, rng *rand.Rand, base time.Time) (outbox.Record, error) {
 	if err != nil {
 		return outbox.Record{}, err
 	}
-	created := base.Add(time.Duration(i) * 20 * time.Millisecond).Add(time.Duration(rng.IntN(1000)) * time.Microsecond)
+	created = created.Add(time.Duration(rng.IntN(1000)) * time.Microsecond)
 	r := outbox.Record{
 		Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: queues[task%len(queues)], RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(),
@@ -91,32 +122,40 @@ func record(i int, rng *rand.Rand, base time.Time) (outbox.Record, error) {
 	return r, nil
 }
 
-func generate(root string, rows, files int, pendingShare float64, seed uint64) error {
-	dir := filepath.Join(root, string(outbox.TableDispatch))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for f := range files {
-		rng := rand.New(rand.NewPCG(seed, uint64(f)))
-		var recs []outbox.Record
-		for i := f; i < rows; i += files {
-			r, err := record(i, rng, base)
+func (g gen) write(root string) error {
+	table := filepath.Join(root, string(outbox.TableDispatch))
+	for f := range g.files {
+		rng := rand.New(rand.NewPCG(g.seed, uint64(g.first+f)))
+		byPart := map[string][]outbox.Record{}
+		for i := f; i < g.rows; i += g.files {
+			r, err := record(g.first+i, rng, g.created(i))
 			if err != nil {
 				return err
 			}
-			if r.Status != outbox.StatusPending && rng.Float64() < pendingShare {
+			part := ""
+			if g.days > 0 {
+				part = "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly)
+			}
+			if r.Status != outbox.StatusPending && rng.Float64() < g.pendingShare {
 				p := r
 				p.Status, p.ErrorCode, p.CreateCalls, p.UpdatedAt = outbox.StatusPending, "", 0, r.CreatedAt
-				recs = append(recs, p)
+				byPart[part] = append(byPart[part], p)
 			}
-			recs = append(recs, r)
+			byPart[part] = append(byPart[part], r)
 		}
-		sort.SliceStable(recs, func(a, b int) bool { return recs[a].ID < recs[b].ID })
-		if err := writeFile(filepath.Join(dir, fmt.Sprintf("gen-%04d.parquet", f)), recs); err != nil {
-			return err
+		n := 0
+		for part, recs := range byPart {
+			sort.SliceStable(recs, func(a, b int) bool { return recs[a].ID < recs[b].ID })
+			dir := filepath.Join(table, part)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			if err := writeFile(filepath.Join(dir, fmt.Sprintf("gen-%d-%04d.parquet", g.first, f)), recs); err != nil {
+				return err
+			}
+			n += len(recs)
 		}
-		fmt.Fprintf(os.Stderr, "gendata: file %d/%d: %d rows\n", f+1, files, len(recs))
+		fmt.Fprintf(os.Stderr, "gendata: file set %d/%d: %d rows in %d partitions\n", f+1, g.files, n, len(byPart))
 	}
 	return nil
 }

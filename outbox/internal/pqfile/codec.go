@@ -1,4 +1,4 @@
-package outbox
+package pqfile
 
 import (
 	"github.com/klauspost/compress/zstd"
@@ -7,28 +7,33 @@ import (
 	"github.com/parquet-go/parquet-go/format"
 )
 
-// zstdCodec compresses pages, keeping its encoders for the life of the
+// ZstdCodec compresses pages, keeping its encoders for the life of the
 // process. parquet-go's codec pools them in a sync.Pool, which every
 // garbage collection empties; the stronger levels allocate tens of
 // megabytes of tables per encoder, so re-creating one per page made
 // writing several times slower. Frames are standard zstd, decoded by any
 // reader.
-type zstdCodec struct {
+type ZstdCodec struct {
 	level zstd.EncoderLevel
 	free  chan *zstd.Encoder
 	dec   pzstd.Codec
 }
 
-var _ compress.Codec = (*zstdCodec)(nil)
+var _ compress.Codec = (*ZstdCodec)(nil)
 
-func newZstdCodec(level zstd.EncoderLevel) *zstdCodec {
-	return &zstdCodec{level: level, free: make(chan *zstd.Encoder, 4)}
+// NewZstdCodec returns a codec compressing at level.
+func NewZstdCodec(level zstd.EncoderLevel) *ZstdCodec {
+	return &ZstdCodec{level: level, free: make(chan *zstd.Encoder, 4)}
 }
 
-func (c *zstdCodec) String() string                            { return "ZSTD" }
-func (c *zstdCodec) CompressionCodec() format.CompressionCodec { return format.Zstd }
+// String names the codec.
+func (c *ZstdCodec) String() string { return "ZSTD" }
 
-func (c *zstdCodec) Encode(dst, src []byte) ([]byte, error) {
+// CompressionCodec is ZSTD.
+func (c *ZstdCodec) CompressionCodec() format.CompressionCodec { return format.Zstd }
+
+// Encode compresses src into dst.
+func (c *ZstdCodec) Encode(dst, src []byte) ([]byte, error) {
 	var e *zstd.Encoder
 	select {
 	case e = <-c.free:
@@ -52,4 +57,5 @@ func (c *zstdCodec) Encode(dst, src []byte) ([]byte, error) {
 	return out, nil
 }
 
-func (c *zstdCodec) Decode(dst, src []byte) ([]byte, error) { return c.dec.Decode(dst, src) }
+// Decode decompresses src into dst.
+func (c *ZstdCodec) Decode(dst, src []byte) ([]byte, error) { return c.dec.Decode(dst, src) }

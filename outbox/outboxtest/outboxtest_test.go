@@ -1,0 +1,78 @@
+package outboxtest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/outboxtest"
+)
+
+const proc = "00000000-0000-4000-8000-000000000001"
+
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
+		return outbox.NewMemory(proc, clock)
+	})
+}
+
+func TestFileOutbox(t *testing.T) {
+	t.Parallel()
+	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
+		o, err := outbox.Open(context.Background(), outbox.Options{
+			Root: t.TempDir(), ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, o.Close()) })
+		return o
+	})
+}
+
+// flushed reads everything back from Parquet files: each Append is
+// followed by a Flush, and a second outbox (another processor) answers
+// the reads, so the suite checks the files' precision and order too.
+type flushed struct {
+	*outbox.Outbox
+	reader *outbox.Outbox
+}
+
+func (f flushed) Append(ctx context.Context, r outbox.Record) error {
+	if err := f.Outbox.Append(ctx, r); err != nil {
+		return err
+	}
+	return f.Flush(ctx)
+}
+
+func (f flushed) Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error) {
+	return f.reader.Latest(ctx, t, id)
+}
+
+func (f flushed) Lookup(ctx context.Context, q outbox.Query) ([]outbox.Record, error) {
+	return f.reader.Lookup(ctx, q)
+}
+
+func (f flushed) Pending(ctx context.Context, t outbox.Table, olderThan time.Duration) ([]outbox.Record, error) {
+	return f.reader.Pending(ctx, t, olderThan)
+}
+
+func TestFileOutboxReadFromParquet(t *testing.T) {
+	t.Parallel()
+	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
+		root := t.TempDir()
+		o, err := outbox.Open(context.Background(), outbox.Options{
+			Root: root, ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, o.Close()) })
+		r, err := outbox.Open(context.Background(), outbox.Options{Root: root, ReadOnly: true, Clock: clock, RefreshInterval: -1})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, r.Close()) })
+		return flushed{Outbox: o, reader: r}
+	})
+}
