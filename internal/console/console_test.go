@@ -182,10 +182,14 @@ func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	code, page := b.get(t, "/outbox")
 	require.Equal(t, http.StatusOK, code)
 	files := rows(t, page, "files")
-	require.Len(t, files, 2)
-	require.Equal(t, []string{"dispatch_outbox", "(top level)", "3"}, files[0][:3])
+	// The records sit in their day's partition; the planted files at the
+	// table's top level, where a flat table's files would be.
+	require.Len(t, files, 3)
+	require.Equal(t, []string{"dispatch_outbox", "(top level)", "1"}, files[0][:3])
 	require.Equal(t, "1", files[0][4])
-	require.Equal(t, []string{"timers", "(top level)", "1"}, files[1][:3])
+	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "2"}, files[1][:3])
+	require.Equal(t, "0", files[1][4])
+	require.Equal(t, []string{"timers", "created_date=2026-11-23", "1"}, files[2][:3])
 	damaged := rows(t, page, "damaged")
 	require.Len(t, damaged, 1)
 	require.Equal(t, filepath.Join(b.dir, "dispatch_outbox", "broken.parquet"), damaged[0][0])
