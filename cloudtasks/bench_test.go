@@ -56,23 +56,22 @@ func BenchmarkDispatch(b *testing.B) {
 		})
 	})
 	for _, mode := range []struct {
-		name           string
-		memory         bool
-		durablePending bool
-	}{{"dispatch-durable", false, false}, {"dispatch-durable-pending-synced", false, true}, {"dispatch-memory-outbox", true, false}} {
+		name       string
+		durability Durability
+	}{{"dispatch-overlapped", DurabilityOverlapped}, {"dispatch-strict", DurabilityStrict}, {"dispatch-memory-outbox", DurabilityMemory}} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
 			cfg := testConfig()
-			if !mode.memory {
+			if mode.durability != DurabilityMemory {
 				box, err := outbox.Open(ctx, outbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 				require.NoError(b, err)
 				defer box.Close()
 				cfg.Outbox = box
 			}
-			cfg.Client, cfg.DurablePending = client, mode.durablePending
+			cfg.Client, cfg.Durability = client, mode.durability
 			d, err := NewDispatcher(ctx, &cfg)
 			require.NoError(b, err)
-			defer d.Close()
+			defer d.Close(context.Background())
 			run := uuid.NewString()
 			runConcurrent(b, func(i int64) error {
 				_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: uint64(i)}, Task: task})
@@ -97,7 +96,7 @@ func BenchmarkDispatchRatio(b *testing.B) {
 	cfg.Client, cfg.Outbox = client, box
 	d, err := NewDispatcher(ctx, &cfg)
 	require.NoError(b, err)
-	defer d.Close()
+	defer d.Close(context.Background())
 	task := Task{URL: "https://worker.example/run", Body: []byte(`{"table":"orders","day":"2026-01-01"}`)}
 
 	// round runs n calls of fn from benchConcurrency goroutines and returns

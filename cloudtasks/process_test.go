@@ -52,12 +52,12 @@ func TestHelperProcess(t *testing.T) {
 		outcomes := herd(t, n, func(int) (DispatchResult, error) {
 			return d.Dispatch(ctx, request("run1", "procs", 1, `{"k":"v"}`))
 		})
-		require.NoError(t, d.Close())
+		require.NoError(t, d.Close(context.Background()))
 		require.NoError(t, box.Close())
 		require.NoError(t, json.NewEncoder(os.Stdout).Encode(outcomes))
 	case "kill":
-		cfg.DurablePending = true
-		d, err := newWithClient(cfg, exitAfterCreate{fake.client(t)}, box)
+		cfg.Outbox, cfg.Client = box, exitAfterCreate{fake.client(t)}
+		d, err := NewDispatcher(ctx, &cfg)
 		require.NoError(t, err)
 		_, err = d.Dispatch(ctx, request("run1", "killed", 1, "x"))
 		t.Fatalf("the process should have died; Dispatch returned %v", err)
@@ -67,10 +67,10 @@ func TestHelperProcess(t *testing.T) {
 // exitAfterCreate ends the process as soon as CreateTask has succeeded,
 // before the dispatcher can record the outcome: a kill -9 at the worst
 // moment.
-type exitAfterCreate struct{ taskClient }
+type exitAfterCreate struct{ Client }
 
 func (e exitAfterCreate) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
-	task, err := e.taskClient.CreateTask(ctx, req, opts...)
+	task, err := e.Client.CreateTask(ctx, req, opts...)
 	if err == nil {
 		os.Exit(7)
 	}

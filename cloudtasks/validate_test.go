@@ -50,7 +50,7 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := testConfig().WithDefaults()
 	require.Equal(t, DefaultStaleAfter, c.StaleAfter)
-	require.Equal(t, RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10}, c.Retry)
+	require.Equal(t, RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10, MaxElapsed: time.Minute}, c.Retry)
 	require.Equal(t, uuid.Version(7), c.ProcessorUUID.Version())
 	require.False(t, c.EnforceOwnership)
 	require.NoError(t, c.validate())

@@ -44,7 +44,7 @@ func setup(t *testing.T) *bundle {
 		Project: "proj", Location: "europe-west1", Queue: "default", Client: client, Outbox: box, Clock: clock,
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { d.Close(context.Background()) })
 	return &bundle{emu: emu, box: box, s: timers.New(d), clock: clock}
 }
 
