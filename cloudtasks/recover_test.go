@@ -29,6 +29,7 @@ func leavePending(t *testing.T, b *testBundle, task string) string {
 	_, err := b.d.Dispatch(context.Background(), request("run1", task, 1, "x"))
 	require.ErrorIs(t, err, ErrGaveUp)
 	b.fake.setFault(nil)
+	settle(b.d) // the record is written before the test moves the clock
 	return "dispatch:run1:" + task + ":1"
 }
 
