@@ -140,7 +140,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 		if err != nil {
 			return fmt.Errorf("bench: %s dispatcher: %w", m, err)
 		}
-		t.closeFns = append(t.closeFns, d.Close)
+		t.closeFns = append(t.closeFns, func() error { return d.Close(context.Background()) })
 		t.disp[m] = d
 	}
 	if d := t.disp[ModeDispatchDurable]; d != nil {

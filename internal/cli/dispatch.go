@@ -26,6 +26,18 @@ const emulatorEnv = "CLOUD_TASKS_EMULATOR_HOST"
 type connFlags struct {
 	emulator, project, location, queue, outbox string
 	jsonOut                                    bool
+	durability                                 string
+	batch                                      bool
+}
+
+// registerModes adds the flags that choose how calls are recorded and
+// sent; dispatch and timer take them.
+func (c *connFlags) registerModes(cmd *cobra.Command, batch bool) {
+	f := cmd.Flags()
+	f.StringVar(&c.durability, "durability", "", "with --outbox: overlapped (default: the pending record's fsync runs beside the Cloud Tasks call), strict (the outcome is fsynced before the answer) or interval (synced every 100ms; survives a process crash, not a machine crash)")
+	if batch {
+		f.BoolVar(&c.batch, "batch", false, "let concurrent requests to one queue share BatchCreateTasks calls (up to 100 tasks each; with --from and --concurrency)")
+	}
 }
 
 func (c *connFlags) register(cmd *cobra.Command, env *Env) {
@@ -44,9 +56,21 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*cloudtasks.Dispa
 			return nil, usagef("%s is required", req.name)
 		}
 	}
+	var durability cloudtasks.Durability
+	if c.durability != "" {
+		d, err := cloudtasks.ParseDurability(c.durability)
+		if err != nil || d == cloudtasks.DurabilityMemory {
+			return nil, usagef("--durability %q: allowed: overlapped, strict, interval (without --outbox records stay in memory)", c.durability)
+		}
+		if c.outbox == "" {
+			return nil, usagef("--durability %s needs --outbox DIR", c.durability)
+		}
+		durability = d
+	}
 	return cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
 		Project: c.project, Location: c.location, Queue: c.queue,
 		EmulatorAddr: c.emulator, OutboxDir: c.outbox, Logger: env.Logger,
+		Durability: durability, Batch: c.batch,
 	})
 }
 
@@ -247,7 +271,13 @@ attempt every call).
 The target receives Idempotency-Key: <internal ID> and X-Ctdispatch-Task-Id:
 <Cloud Tasks ID>. With --outbox DIR every request is recorded there
 (pending, then the outcome) and a repeat is answered from the record
-without calling Cloud Tasks.
+without calling Cloud Tasks. --durability says what an answer promises:
+overlapped (the default) makes the pending record durable while Cloud
+Tasks is called, so after a crash an answered request is recorded at least
+as pending (recover finishes it); strict also makes the outcome durable
+before answering; interval syncs every 100ms and survives a process crash
+only. --batch lets concurrent requests (--from with --concurrency) share
+BatchCreateTasks calls; each request still gets its own outcome.
 
 --from FILE reads one JSON object per line with the fields run, task,
 attempt, key, unique, queue, url, method, headers (object), body (string)
@@ -281,7 +311,7 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 			if err != nil {
 				return err
 			}
-			defer d.Close()
+			defer d.Close(ctx)
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				id, err := l.identity()
 				if err != nil {
@@ -302,13 +332,14 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 				}, text, nil
 			}
 			err = runRequests(ctx, env, cmd.OutOrStdout(), &conn, &rf, def, one)
-			if cerr := d.Close(); err == nil && cerr != nil {
+			if cerr := d.Close(ctx); err == nil && cerr != nil {
 				err = cerr
 			}
 			return err
 		},
 	}
 	conn.register(cmd, env)
+	conn.registerModes(cmd, true)
 	rf.register(cmd, true)
 	return cmd
 }

@@ -23,8 +23,8 @@ func newRecoverCmd(env *Env) *cobra.Command {
 A record still pending after --stale-after is the trace of a dispatcher that
 stopped between recording "pending" and recording the outcome. For each,
 Cloud Tasks is asked whether the named task exists: if it does, the record
-becomes created; if not, failed with error code NotFound, so the caller may
-dispatch it again. Records of any processor are taken over unless
+becomes created; if not, not_found (never created, or it ran and is gone;
+not a failure), and the caller may dispatch it again. Records of any processor are taken over unless
 --enforce-ownership is given; the new records carry this process's
 processor UUID, so the history shows the hand-over.
 
@@ -59,12 +59,12 @@ Output: one summary line, or with --json one object with the counts.`,
 			if err != nil {
 				return err
 			}
-			defer d.Close()
+			defer d.Close(ctx)
 			st, err := d.Recover(ctx)
 			if err != nil {
 				return err
 			}
-			if err := d.Close(); err != nil {
+			if err := d.Close(ctx); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -74,7 +74,7 @@ Output: one summary line, or with --json one object with the counts.`,
 					"handed_over": st.HandedOver, "skipped_not_owned": st.SkippedNotOwned, "errors": st.Errors,
 				})
 			}
-			fmt.Fprintf(out, "%d stale pending: %d found (created), %d not found (failed), %d taken over from other processors, %d left to their owners, %d errors\n",
+			fmt.Fprintf(out, "%d stale pending: %d found (created), %d not found (not_found), %d taken over from other processors, %d left to their owners, %d errors\n",
 				st.Stale, st.Found, st.NotFound, st.HandedOver, st.SkippedNotOwned, st.Errors)
 			if st.Errors > 0 {
 				return fmt.Errorf("%d records could not be resolved; they stay pending (see the log)", st.Errors)

@@ -86,7 +86,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 			if err != nil {
 				return err
 			}
-			defer d.Close()
+			defer d.Close(ctx)
 			s := timers.New(d)
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				req, err := l.timer()
@@ -104,13 +104,14 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 				}, text, nil
 			}
 			err = runRequests(ctx, env, cmd.OutOrStdout(), &conn, &rf, def, one)
-			if cerr := d.Close(); err == nil && cerr != nil {
+			if cerr := d.Close(ctx); err == nil && cerr != nil {
 				err = cerr
 			}
 			return err
 		},
 	}
 	conn.register(cmd, env)
+	conn.registerModes(cmd, false)
 	rf.register(cmd, false)
 	f := cmd.Flags()
 	f.StringVar(&due, "due", "", "due time of a retry timer (RFC 3339 or epoch seconds)")
@@ -153,7 +154,7 @@ func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFl
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer d.Close(ctx)
 	res, err := timers.New(d).CancelTimer(ctx, id, "")
 	if err != nil {
 		return err
@@ -170,5 +171,5 @@ func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFl
 		state = "already gone"
 	}
 	fmt.Fprintf(out, "cancelled %s %s (%s)\n", res.ID, res.TaskName, state)
-	return d.Close()
+	return d.Close(ctx)
 }
