@@ -52,8 +52,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (Ca
 
 // cancel is the work of one cancel flight.
 func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, queue string) {
-	ctx, cancel := d.workContext(leader)
-	defer cancel()
+	ctx := workContext(leader)
 	start := d.clock.Now()
 	key := id.String()
 	queuePath := d.QueuePath(queue)

@@ -105,11 +105,13 @@ type RetryPolicy struct {
 	// MaxCalls bounds the calls per Dispatch, the first included. Defaults
 	// to 10.
 	MaxCalls int
-	// MaxElapsed bounds the work for one ID (every call and wait, and
-	// recording the outcome), whatever the callers' contexts: the work is
-	// shared by identical concurrent calls, so one caller's cancellation
-	// does not end it. A caller whose context ends sooner gets a
-	// *WaitError while the work goes on. Defaults to 1m.
+	// MaxElapsed bounds the retries for one ID, whatever the callers'
+	// contexts: no call starts once MaxElapsed has passed since the first,
+	// and a call in progress is bounded by the client's own timeout (20s
+	// for the official client's CreateTask). The work is shared by
+	// identical concurrent calls, so one caller's cancellation does not end
+	// it; a caller whose context ends sooner gets a *WaitError while the
+	// work goes on and records its outcome. Defaults to 1m.
 	MaxElapsed time.Duration
 }
 

@@ -303,10 +303,9 @@ func tableOf(id naming.ID) outbox.Table {
 }
 
 // workContext is the context of a flight's work: the leader's values
-// without its cancellation, bounded by Retry.MaxElapsed.
-func (d *Dispatcher) workContext(leader context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(leader), d.cfg.Retry.MaxElapsed)
-}
+// without its cancellation. The retry loop bounds the work by
+// Retry.MaxElapsed.
+func workContext(leader context.Context) context.Context { return context.WithoutCancel(leader) }
 
 // baseRecord is the record of id with the fields every status shares.
 func baseRecord(id naming.ID, queuePath string) outbox.Record {
@@ -324,8 +323,7 @@ func baseRecord(id naming.ID, queuePath string) outbox.Record {
 // pending, create the task, record the outcome. It answers f's callers as
 // soon as the mode allows, then finishes recording.
 func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, now time.Time) {
-	ctx, cancel := d.workContext(leader)
-	defer cancel()
+	ctx := workContext(leader)
 	key, cloudID := id.String(), id.CloudTaskID()
 	queuePath := d.QueuePath(t.Queue)
 	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: queuePath + "/tasks/" + cloudID}

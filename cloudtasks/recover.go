@@ -134,8 +134,7 @@ func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *Reco
 // resolve is the work of one recover flight: if rec is still the ID's
 // latest state, ask Cloud Tasks and record the verdict.
 func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Record) {
-	ctx, cancel := d.workContext(leader)
-	defer cancel()
+	ctx := workContext(leader)
 	latest, found, err := d.box.Latest(ctx, rec.Table, rec.ID)
 	if err != nil {
 		f.err = err

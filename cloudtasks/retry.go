@@ -67,9 +67,15 @@ func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
 }
 
 // retry calls fn until it succeeds, fails with a code that is not
-// transient, the policy's MaxCalls is reached or ctx ends. It returns the
+// transient, the policy's MaxCalls is reached, ctx ends, or MaxElapsed has
+// passed since the first call (no call starts after it; zero: no bound). It returns the
 // number of calls made and the last error.
+//
+// MaxElapsed is checked on clock rather than set as a context deadline: a
+// deadline costs a runtime timer per call, and each attempt is bounded by
+// the client's own timeout anyway.
 func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, fn func(context.Context) error) (int, error) {
+	end := clock.Now().Add(p.MaxElapsed)
 	calls := 0
 	for {
 		calls++
@@ -77,7 +83,11 @@ func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func(
 		if err == nil || !Transient(codeOf(err)) || calls >= p.MaxCalls || ctx.Err() != nil {
 			return calls, err
 		}
-		if serr := sleep(ctx, clock, p.delay(calls, rnd())); serr != nil {
+		wait := p.delay(calls, rnd())
+		if left := end.Sub(clock.Now()); p.MaxElapsed > 0 && wait >= left {
+			return calls, err
+		}
+		if serr := sleep(ctx, clock, wait); serr != nil {
 			return calls, err
 		}
 	}

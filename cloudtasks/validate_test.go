@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -221,4 +222,20 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	})
 	require.Equal(t, 1, calls3)
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
+
+	// MaxElapsed: after 1s the next wait (2s) would end past 2.5s, so the
+	// loop stops at 2 calls.
+	p.MaxElapsed = 2500 * time.Millisecond
+	n = 0
+	go func() {
+		calls, err := p.retry(context.Background(), clock, func() float64 { return 0 }, func(context.Context) error {
+			n++
+			return status.Error(codes.Unavailable, "down")
+		})
+		require.Equal(t, codes.Unavailable, status.Code(err))
+		done <- fmt.Errorf("%d calls", calls)
+	}()
+	require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
+	clock.Advance(time.Second)
+	require.EqualError(t, <-done, "2 calls")
 }
