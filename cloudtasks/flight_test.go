@@ -66,6 +66,17 @@ func (g *gateClient) reached(t *testing.T) {
 	}
 }
 
+// gatedCreate starts the emulator and a dispatcher whose CreateTask calls
+// wait at a gate.
+func gatedCreate(t *testing.T) (emuBackend, *gateClient, *Dispatcher, *outbox.Outbox) {
+	t.Helper()
+	emu := startEmulator(t)
+	gate := newGate(emu.client(t), "CreateTask")
+	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Client = gate })
+	return emu, gate, d, box
+}
+
 // answer is one call's result, sent from the goroutine that made it.
 type answer struct {
 	res DispatchResult
@@ -148,10 +159,7 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 // first caller still gets the outcome.
 func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t)
-	gate := newGate(emu.client(t), "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
-	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Client = gate })
+	_, gate, d, box := gatedCreate(t)
 	req := request("run1", "a", 1, "x")
 
 	leader := dispatchAsync(context.Background(), d, req)
@@ -178,10 +186,7 @@ func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 // the outcome is recorded.
 func TestLeaderCancellationDoesNotEndSharedCall(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t)
-	gate := newGate(emu.client(t), "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
-	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Client = gate })
+	emu, gate, d, box := gatedCreate(t)
 	req := request("run1", "a", 1, "x")
 
 	ctx, cancel := context.WithCancel(context.Background())
