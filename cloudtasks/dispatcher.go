@@ -304,8 +304,13 @@ func tableOf(id naming.ID) outbox.Table {
 
 // workContext is the context of a flight's work: the leader's values
 // without its cancellation. The retry loop bounds the work by
-// Retry.MaxElapsed.
-func workContext(leader context.Context) context.Context { return context.WithoutCancel(leader) }
+// Retry.MaxElapsed. A context that cannot end is used as it is.
+func workContext(leader context.Context) context.Context {
+	if leader.Done() == nil {
+		return leader
+	}
+	return context.WithoutCancel(leader)
+}
 
 // baseRecord is the record of id with the fields every status shares.
 func baseRecord(id naming.ID, queuePath string) outbox.Record {
