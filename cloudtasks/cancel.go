@@ -55,7 +55,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	ctx := workContext(leader)
 	start := d.clock.Now()
 	key := id.String()
-	queuePath := d.QueuePath(queue)
+	queuePath := d.queueOf(queue)
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: queuePath + "/tasks/" + id.CloudTaskID()}
 	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
 		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})

@@ -186,9 +186,9 @@ func (d *Dispatcher) closeOwned() error {
 	return errors.Join(errs...)
 }
 
-// QueuePath returns the full resource name of a queue ID; an empty ID
+// queueOf returns the full resource name of a queue ID; an empty ID
 // means the default queue.
-func (d *Dispatcher) QueuePath(queue string) string {
+func (d *Dispatcher) queueOf(queue string) string {
 	if queue == "" {
 		queue = d.cfg.Queue
 	}
@@ -330,7 +330,7 @@ func baseRecord(id naming.ID, queuePath string) outbox.Record {
 func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, now time.Time) {
 	ctx := workContext(leader)
 	key, cloudID := id.String(), id.CloudTaskID()
-	queuePath := d.QueuePath(t.Queue)
+	queuePath := d.queueOf(t.Queue)
 	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: queuePath + "/tasks/" + cloudID}
 	rec := baseRecord(id, queuePath)
 
