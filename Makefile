@@ -4,7 +4,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell go env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 
-.PHONY: all build test test-short lint fmt tools bench fuzz demo clean
+.PHONY: all build test test-short readme-test lint fmt tools bench fuzz demo clean
 
 all: lint test
 
@@ -19,9 +19,21 @@ build:
 demo:
 	go run ./cmd/ctdispatch demo
 
-## test: the whole test suite with the race detector (what CI runs)
+## test: the whole test suite with the race detector (what CI runs). The
+## race detector needs cgo and a C compiler; without them the suite runs
+## without -race, and says so. TEST_PKGS narrows it (default ./...).
+TEST_PKGS ?= ./...
 test:
-	go test -race -count=1 ./...
+	@if [ "$$(go env CGO_ENABLED)" = 1 ] && command -v "$$(go env CC)" >/dev/null 2>&1; then \
+		echo go test -race -count=1 $(TEST_PKGS); go test -race -count=1 $(TEST_PKGS); \
+	else \
+		echo "make test: no C compiler ($$(go env CC)) or cgo disabled: running without the race detector (-race needs cgo; install gcc)" >&2; \
+		echo CGO_ENABLED=0 go test -count=1 $(TEST_PKGS); CGO_ENABLED=0 go test -count=1 $(TEST_PKGS); \
+	fi
+
+## readme-test: run the README's sh blocks in order (scripts/readme-test)
+readme-test:
+	scripts/readme-test
 
 ## lint: gofmt, go vet and staticcheck must all be clean
 lint: tools

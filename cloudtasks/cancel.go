@@ -24,6 +24,9 @@ type CancelResult struct {
 	// Deleted is true when this call deleted the task, false when it was
 	// already gone (fired, deleted before, or never created).
 	Deleted bool
+	// NotFound is true when neither Cloud Tasks nor the outbox knows the ID
+	// (a mistyped ID, say): nothing was recorded.
+	NotFound bool
 }
 
 // Cancel deletes the task named by id from queue (empty: the default queue)
@@ -57,7 +60,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	key := id.String()
 	queuePath := d.queueOf(queue)
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: queuePath + "/tasks/" + id.CloudTaskID()}
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context) error {
 		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
 		d.m.call(ctx, "DeleteTask", codeOf(err))
 		return err
@@ -73,9 +76,15 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: Transient(code), Err: err}
 		return
 	}
+	prev, known, err := d.box.Latest(ctx, tableOf(id), key)
+	if err == nil && !known && !res.Deleted {
+		res.NotFound = true
+		f.cancelled = res
+		return
+	}
 	rec := baseRecord(id, queuePath)
 	rec.Status = outbox.StatusCancelled
-	if prev, found, err := d.box.Latest(ctx, rec.Table, key); err == nil && found {
+	if known {
 		rec.CreatedAt, rec.CreateCalls, rec.PayloadSHA256 = prev.CreatedAt, prev.CreateCalls, prev.PayloadSHA256
 	}
 	if err := d.box.Append(ctx, rec); err != nil {

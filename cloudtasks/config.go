@@ -48,6 +48,9 @@ type Config struct {
 	// itself, with ProcessorUUID and durable appends. Ignored when Outbox is
 	// set.
 	OutboxDir string
+	// OutboxLogDir is the local directory of that outbox's write-ahead
+	// log; required when OutboxDir is a bucket URL (gs://, s3://).
+	OutboxLogDir string
 
 	// Durability says what a returned answer promises about its record
 	// and what it costs; see Durability and ADR 0006. Defaults to
@@ -77,6 +80,11 @@ type Config struct {
 	// another processor (in Dispatch and Recover). Defaults to off, so any
 	// instance finishes a crashed instance's work.
 	EnforceOwnership bool
+
+	// OnRetry, if set, is called before each retry of a transient failure
+	// (CreateTask, GetTask, DeleteTask), for example to tell a waiting user
+	// why a command takes long. It must return quickly.
+	OnRetry func(RetryEvent)
 
 	// Logger receives one line per dispatch event, each carrying the
 	// internal ID; never payloads or credentials. Defaults to discarding.

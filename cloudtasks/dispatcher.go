@@ -124,7 +124,7 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 		if c.Durability == DurabilityInterval {
 			durability = outbox.Interval
 		}
-		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, ProcessorUUID: c.ProcessorUUID, Durability: durability, Logger: c.Logger, Clock: c.Clock})
+		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, LogDir: c.OutboxLogDir, ProcessorUUID: c.ProcessorUUID, Durability: durability, Logger: c.Logger, Clock: c.Clock})
 		if err != nil {
 			d.closeOwned()
 			return nil, fmt.Errorf("cloudtasks: open outbox: %w", err)
@@ -375,7 +375,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 	}
 	req := t.createRequest(queuePath, key, cloudID, now)
 	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
-		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
 			return d.createTask(ctx, key, req)
 		})
 	})

@@ -148,7 +148,7 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 	if name == "" {
 		name = rec.Queue + "/tasks/" + rec.CloudTaskID
 	}
-	_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, func(ctx context.Context) error {
+	_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
 		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
 		d.m.call(ctx, "GetTask", codeOf(err))
 		return err

@@ -66,15 +66,44 @@ func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
 	}
 }
 
+// RetryEvent describes a transient failure about to be retried, for
+// Config.OnRetry.
+type RetryEvent struct {
+	// Method is the RPC: CreateTask, GetTask or DeleteTask.
+	Method string
+	// Call is the number of the call that failed (1 for the first).
+	Call int
+	// MaxCalls is the policy's bound on calls.
+	MaxCalls int
+	// Code is the failure's gRPC code and Err the failure.
+	Code codes.Code
+	Err  error
+	// Delay is the wait before the next call.
+	Delay time.Duration
+}
+
+// onRetry returns the hook that reports method's retries to
+// Config.OnRetry, or nil when none is set.
+func (d *Dispatcher) onRetry(method string) func(RetryEvent) {
+	if d.cfg.OnRetry == nil {
+		return nil
+	}
+	return func(ev RetryEvent) {
+		ev.Method = method
+		d.cfg.OnRetry(ev)
+	}
+}
+
 // retry calls fn until it succeeds, fails with a code that is not
 // transient, the policy's MaxCalls is reached, ctx ends, or MaxElapsed has
-// passed since the first call (no call starts after it; zero: no bound). It returns the
-// number of calls made and the last error.
+// passed since the first call (no call starts after it; zero: no bound). It
+// returns the number of calls made and the last error. notify, if not nil,
+// hears of each retry before its wait.
 //
 // MaxElapsed is checked on clock rather than set as a context deadline: a
 // deadline costs a runtime timer per call, and each attempt is bounded by
 // the client's own timeout anyway.
-func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, fn func(context.Context) error) (int, error) {
+func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, notify func(RetryEvent), fn func(context.Context) error) (int, error) {
 	end := clock.Now().Add(p.MaxElapsed)
 	calls := 0
 	for {
@@ -83,11 +112,14 @@ func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func(
 		if err == nil || !Transient(codeOf(err)) || calls >= p.MaxCalls || ctx.Err() != nil {
 			return calls, err
 		}
-		wait := p.delay(calls, rnd())
-		if left := end.Sub(clock.Now()); p.MaxElapsed > 0 && wait >= left {
+		delay := p.delay(calls, rnd())
+		if left := end.Sub(clock.Now()); p.MaxElapsed > 0 && delay >= left {
 			return calls, err
 		}
-		if serr := sleep(ctx, clock, wait); serr != nil {
+		if notify != nil {
+			notify(RetryEvent{Call: calls, MaxCalls: p.MaxCalls, Code: codeOf(err), Err: err, Delay: delay})
+		}
+		if serr := sleep(ctx, clock, delay); serr != nil {
 			return calls, err
 		}
 	}

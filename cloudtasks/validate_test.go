@@ -191,7 +191,7 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	done := make(chan error, 1)
 	n := 0
 	go func() {
-		_, err := p.retry(context.Background(), clock, func() float64 { return 0 }, func(context.Context) error {
+		_, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
 			n++
 			calls <- n
 			return status.Error(codes.Unavailable, "down")
@@ -212,12 +212,12 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 		require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
 		cancel()
 	}()
-	calls2, err := p.retry(ctx, clock, func() float64 { return 0 }, func(context.Context) error {
+	calls2, err := p.retry(ctx, clock, func() float64 { return 0 }, nil, func(context.Context) error {
 		return status.Error(codes.Unavailable, "down")
 	})
 	require.Equal(t, 1, calls2)
 	require.Equal(t, codes.Unavailable, status.Code(err))
-	calls3, err := p.retry(context.Background(), clock, func() float64 { return 0 }, func(context.Context) error {
+	calls3, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
 		return status.Error(codes.InvalidArgument, "bad")
 	})
 	require.Equal(t, 1, calls3)
@@ -228,7 +228,7 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	p.MaxElapsed = 2500 * time.Millisecond
 	n = 0
 	go func() {
-		calls, err := p.retry(context.Background(), clock, func() float64 { return 0 }, func(context.Context) error {
+		calls, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
 			n++
 			return status.Error(codes.Unavailable, "down")
 		})

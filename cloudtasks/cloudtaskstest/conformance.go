@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,11 @@ type Target struct {
 	// NameReuseWindow is how long the target keeps a departed task's name
 	// taken; only used with Advance. Defaults to 24h.
 	NameReuseWindow time.Duration
+	// InjectFault makes every later call of the RPC method (for example
+	// "BatchCreateTasks") fail with code until stop is called; with commit
+	// the call takes effect before it fails. Nil for a target that cannot
+	// inject faults (the real service): the fault tests are skipped.
+	InjectFault func(method string, code codes.Code, commit bool) (stop func())
 }
 
 // RunConformanceTests asserts, through the official client, the behaviours
@@ -56,7 +62,12 @@ func RunConformanceTests(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"PurgedNameStaysTaken", testPurgedNameStaysTaken},
 		{"NameFreeAfterWindow", testNameFreeAfterWindow},
 		{"BatchCreate", testBatchCreate},
+		{"BatchCreateOperation", testBatchCreateOperation},
+		{"BatchCreatePerRequestFailures", testBatchCreatePerRequestFailures},
+		{"BatchCreateRefused", testBatchCreateRefused},
+		{"BatchCreateFaults", testBatchCreateFaults},
 		{"QueueStateAndUpdate", testQueueStateAndUpdate},
+		{"ListQueuesStateFilter", testListQueuesStateFilter},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -303,15 +314,208 @@ func testQueueStateAndUpdate(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	require.Equal(t, cloudtaskspb.Queue_PAUSED, q.State)
 
-	found := false
-	it := h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location})
-	for {
-		lq, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
+	require.True(t, h.listed(t, ""), "ListQueues lists %s", h.queue)
+}
+
+// batch sends one BatchCreateTasks call creating tasks with these IDs in
+// the harness's queue (an empty ID lets the target name the task).
+func (h *harness) batch(ids ...string) (*cloudtasks.BatchCreateTasksOperation, error) {
+	reqs := make([]*cloudtaskspb.CreateTaskRequest, len(ids))
+	for i, id := range ids {
+		name := ""
+		if id != "" {
+			name = h.taskName(id)
 		}
-		require.NoError(t, err)
-		found = found || lq.Name == h.queue
+		reqs[i] = &cloudtaskspb.CreateTaskRequest{Parent: h.queue, Task: h.task(name)}
 	}
-	require.True(t, found, "ListQueues lists %s", h.queue)
+	return h.Client.BatchCreateTasks(h.ctx, &cloudtaskspb.BatchCreateTasksRequest{Parent: h.queue, Requests: reqs})
+}
+
+// failedCodes reads the operation's metadata: the status code of each
+// failed request by its index.
+func failedCodes(t *testing.T, op *cloudtasks.BatchCreateTasksOperation) map[int32]codes.Code {
+	t.Helper()
+	meta, err := op.Metadata()
+	require.NoError(t, err)
+	out := make(map[int32]codes.Code, len(meta.GetFailedRequests()))
+	for i, st := range meta.GetFailedRequests() {
+		out[i] = codes.Code(st.GetCode())
+	}
+	return out
+}
+
+func taskNames(tasks []*cloudtaskspb.Task) []string {
+	out := make([]string, len(tasks))
+	for i, tk := range tasks {
+		out[i] = tk.GetName()
+	}
+	return out
+}
+
+func skipWithoutBatch(t *testing.T, err error) {
+	t.Helper()
+	if status.Code(err) == codes.Unimplemented {
+		t.Skip("BatchCreateTasks is not available on this target")
+	}
+}
+
+// testBatchCreateOperation: the operation is finished when the call
+// returns, its metadata says SUCCEEDED with no failures, and the official
+// client fetches it again by name (GetOperation).
+func testBatchCreateOperation(t *testing.T, h *harness) {
+	op, err := h.batch("lro-a", "lro-b", "lro-c")
+	skipWithoutBatch(t, err)
+	require.NoError(t, err)
+	require.True(t, op.Done(), "the operation is done when BatchCreateTasks returns")
+	resp, err := op.Wait(h.ctx)
+	require.NoError(t, err)
+	want := []string{h.taskName("lro-a"), h.taskName("lro-b"), h.taskName("lro-c")}
+	require.ElementsMatch(t, want, taskNames(resp.GetTasks()))
+	meta, err := op.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, cloudtaskspb.BatchCreateTasksMetadata_SUCCEEDED.String(), meta.GetState().String())
+	require.Empty(t, meta.GetFailedRequests())
+	require.NotNil(t, meta.GetStartTime())
+	require.NotNil(t, meta.GetEndTime())
+	require.False(t, meta.GetEndTime().AsTime().Before(meta.GetStartTime().AsTime()))
+
+	again := h.Client.BatchCreateTasksOperation(op.Name())
+	resp, err = again.Poll(h.ctx)
+	require.NoError(t, err)
+	require.True(t, again.Done())
+	require.ElementsMatch(t, want, taskNames(resp.GetTasks()))
+	for _, n := range want {
+		_, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: n})
+		require.NoError(t, err, n)
+	}
+}
+
+// testBatchCreatePerRequestFailures: a request that cannot be created fails
+// alone, with its own status in the metadata under its index; the others
+// are created.
+func testBatchCreatePerRequestFailures(t *testing.T, h *harness) {
+	_, err := h.create(h.task(h.taskName("pre-existing")))
+	require.NoError(t, err)
+	reqs := []*cloudtaskspb.Task{
+		h.task(h.taskName("new-a")),        // 0 created
+		h.task(h.taskName("pre-existing")), // 1 taken before the batch
+		h.task(h.taskName("new-a")),        // 2 taken earlier in the same batch
+		h.task(h.taskName("a.b")),          // 3 invalid ID
+		h.task(h.taskName("new-b")),        // 4 created
+		h.task(h.taskName("far-future")),   // 5 scheduled over 30 days ahead
+	}
+	reqs[5].ScheduleTime = timestamppb.New(h.Now().Add(31 * 24 * time.Hour))
+	batch := &cloudtaskspb.BatchCreateTasksRequest{Parent: h.queue}
+	for _, tk := range reqs {
+		batch.Requests = append(batch.Requests, &cloudtaskspb.CreateTaskRequest{Parent: h.queue, Task: tk})
+	}
+	op, err := h.Client.BatchCreateTasks(h.ctx, batch)
+	skipWithoutBatch(t, err)
+	require.NoError(t, err)
+	resp, err := op.Wait(h.ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{h.taskName("new-a"), h.taskName("new-b")}, taskNames(resp.GetTasks()))
+	require.Equal(t, map[int32]codes.Code{1: codes.AlreadyExists, 2: codes.AlreadyExists, 3: codes.InvalidArgument, 5: codes.InvalidArgument}, failedCodes(t, op))
+	meta, err := op.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED.String(), meta.GetState().String())
+
+	// Across batches: a name created by an earlier batch is taken. When no
+	// request succeeds the metadata still lists each failure; the
+	// operation's own result is not relied on.
+	op, err = h.batch("new-b")
+	require.NoError(t, err)
+	_, _ = op.Wait(h.ctx)
+	require.Equal(t, map[int32]codes.Code{0: codes.AlreadyExists}, failedCodes(t, op))
+}
+
+// testBatchCreateRefused: a batch that breaks the method's own rules is
+// refused as a whole, before any task is created.
+func testBatchCreateRefused(t *testing.T, h *harness) {
+	ids := make([]string, 101)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("over-%03d", i)
+	}
+	_, err := h.batch(ids...)
+	skipWithoutBatch(t, err)
+	requireCode(t, err, codes.InvalidArgument)
+	_, err = h.batch()
+	requireCode(t, err, codes.InvalidArgument)
+
+	other := h.Location + "/queues/ctd-other-" + randomID(4)
+	_, err = h.Client.BatchCreateTasks(h.ctx, &cloudtaskspb.BatchCreateTasksRequest{Parent: h.queue, Requests: []*cloudtaskspb.CreateTaskRequest{
+		{Parent: h.queue, Task: h.task(h.taskName("mixed-1"))},
+		{Parent: other, Task: h.task(other + "/tasks/mixed-2")},
+	}})
+	requireCode(t, err, codes.InvalidArgument)
+
+	missing := h.Location + "/queues/ctd-missing-" + randomID(8)
+	_, err = h.Client.BatchCreateTasks(h.ctx, &cloudtaskspb.BatchCreateTasksRequest{Parent: missing, Requests: []*cloudtaskspb.CreateTaskRequest{
+		{Parent: missing, Task: h.task("")},
+	}})
+	requireCode(t, err, codes.NotFound)
+
+	for _, id := range []string{ids[0], "mixed-1"} {
+		_, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: h.taskName(id)})
+		requireCode(t, err, codes.NotFound)
+	}
+}
+
+// testBatchCreateFaults: a failed call either created nothing or, after a
+// commit-then-fail, every task, so a retry of the same batch meets
+// ALREADY_EXISTS for each request.
+func testBatchCreateFaults(t *testing.T, h *harness) {
+	if h.InjectFault == nil {
+		t.Skip("the target cannot inject faults")
+	}
+	stop := h.InjectFault("BatchCreateTasks", codes.Unavailable, false)
+	_, err := h.batch("lost-a", "lost-b")
+	stop()
+	requireCode(t, err, codes.Unavailable)
+	for _, id := range []string{"lost-a", "lost-b"} {
+		_, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: h.taskName(id)})
+		requireCode(t, err, codes.NotFound)
+	}
+
+	stop = h.InjectFault("BatchCreateTasks", codes.DeadlineExceeded, true)
+	_, err = h.batch("kept-a", "kept-b")
+	stop()
+	requireCode(t, err, codes.DeadlineExceeded)
+	for _, id := range []string{"kept-a", "kept-b"} {
+		_, err := h.Client.GetTask(h.ctx, &cloudtaskspb.GetTaskRequest{Name: h.taskName(id)})
+		require.NoError(t, err, "committed before the call failed: %s", id)
+	}
+	op, err := h.batch("kept-a", "kept-b")
+	require.NoError(t, err)
+	_, _ = op.Wait(h.ctx)
+	require.Equal(t, map[int32]codes.Code{0: codes.AlreadyExists, 1: codes.AlreadyExists}, failedCodes(t, op))
+}
+
+// listed reports whether ListQueues with filter lists the harness's queue.
+func (h *harness) listed(t *testing.T, filter string) bool {
+	t.Helper()
+	it := h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location, Filter: filter})
+	for {
+		q, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return false
+		}
+		require.NoError(t, err, "filter %q", filter)
+		if q.GetName() == h.queue {
+			return true
+		}
+	}
+}
+
+// testListQueuesStateFilter: the documented sample filter "state: PAUSED"
+// selects queues by state.
+func testListQueuesStateFilter(t *testing.T, h *harness) {
+	require.True(t, h.listed(t, "state: PAUSED"), "the paused queue is listed by state: PAUSED")
+	require.False(t, h.listed(t, "state: RUNNING"), "the paused queue is not listed by state: RUNNING")
+	_, err := h.Client.ResumeQueue(h.ctx, &cloudtaskspb.ResumeQueueRequest{Name: h.queue})
+	require.NoError(t, err)
+	require.False(t, h.listed(t, "state: PAUSED"))
+	require.True(t, h.listed(t, "state: RUNNING"))
+	_, err = h.Client.PauseQueue(h.ctx, &cloudtaskspb.PauseQueueRequest{Name: h.queue})
+	require.NoError(t, err)
 }

@@ -9,6 +9,7 @@ import (
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/cloudtaskstest"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -30,6 +31,10 @@ func TestConformanceEmulator(t *testing.T) {
 			Now:             clock.Now,
 			Advance:         clock.Advance,
 			NameReuseWindow: emulator.DefaultNameReuseWindow,
+			InjectFault: func(method string, code codes.Code, commit bool) func() {
+				require.NoError(t, srv.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{method}, Rate: 1, Code: code, CommitThenFail: commit}}}))
+				return func() { require.NoError(t, srv.SetFaults(emulator.Faults{})) }
+			},
 		}
 	})
 }

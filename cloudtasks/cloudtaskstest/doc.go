@@ -2,7 +2,8 @@
 // it asserts, through the official Go client, the behaviours ctdispatch
 // depends on (real status codes, anchored name validation, the service's
 // limits, names that stay taken after delete and purge, BASIC and FULL
-// views, paging, batch creation).
+// views, paging, and BatchCreateTasks: its finished operation, per-request
+// failures by index, batches refused whole, and faults).
 //
 // # Targets
 //
@@ -22,5 +23,7 @@
 // # Use in your own tests
 //
 // RunConformanceTests takes a function that returns a Target; point it at
-// any endpoint that claims to speak Cloud Tasks.
+// any endpoint that claims to speak Cloud Tasks. A target that can inject
+// faults sets Target.InjectFault (the emulator's does, through SetFaults);
+// without it the fault tests are skipped.
 package cloudtaskstest

@@ -23,8 +23,10 @@ const (
 	// service documents.
 	DefaultNameReuseWindow = 24 * time.Hour
 	// DefaultQueueReuseWindow is how long a deleted queue's name stays
-	// taken (the service's "tombstone window" of up to 3 days).
-	DefaultQueueReuseWindow = 72 * time.Hour
+	// taken: 7 days, as the Cloud Tasks documentation on deleting queues
+	// says (the v2 proto speaks of a tombstone window of up to 3 days; the
+	// emulator takes the longer bound, as it does for task names).
+	DefaultQueueReuseWindow = 7 * 24 * time.Hour
 	// DefaultDeliveryLogLimit is how many delivery attempts Deliveries keeps.
 	DefaultDeliveryLogLimit = 10000
 )
@@ -205,7 +207,17 @@ type FaultRule struct {
 	// Latency is added to a hit call before it is handled. It is real
 	// time, not the Config's clock, because it stands for the network.
 	Latency time.Duration `json:"latency" yaml:"latency"`
+	// PerRequest applies the rule to each request of a BatchCreateTasks
+	// call (each name of a BatchDeleteTasks call) instead of to the call:
+	// a hit request fails alone, with Code under its index in the
+	// operation's failed_requests, while the others succeed. With
+	// CommitThenFail the hit request's task is created (or deleted) all the
+	// same. Methods must name only batch RPCs, and Latency must be zero.
+	PerRequest bool `json:"per_request" yaml:"per_request"`
 }
+
+// batchMethods are the RPCs a PerRequest rule may name.
+var batchMethods = map[string]bool{"BatchCreateTasks": true, "BatchDeleteTasks": true}
 
 // Faults is a deterministic fault plan: for a given Seed the n-th call of
 // each RPC method always gets the same decision from each rule, whatever
@@ -232,6 +244,19 @@ func (f Faults) validate() error {
 		for j, m := range r.Methods {
 			if _, ok := knownMethods[m]; !ok {
 				return &ConfigError{Field: fmt.Sprintf("Faults.Rules[%d].Methods[%d]", i, j), Value: m, Rule: "is not a Cloud Tasks RPC name (for example CreateTask)"}
+			}
+			if r.PerRequest && !batchMethods[m] {
+				return &ConfigError{Field: fmt.Sprintf("Faults.Rules[%d].Methods[%d]", i, j), Value: m, Rule: "is not a batch RPC; a PerRequest rule names only BatchCreateTasks or BatchDeleteTasks"}
+			}
+		}
+		if r.PerRequest {
+			switch {
+			case len(r.Methods) == 0:
+				return &ConfigError{Field: fmt.Sprintf("Faults.Rules[%d].Methods", i), Value: "", Rule: "must name BatchCreateTasks or BatchDeleteTasks when PerRequest is set"}
+			case r.Code == codes.OK:
+				return &ConfigError{Field: fmt.Sprintf("Faults.Rules[%d].Code", i), Value: r.Code.String(), Rule: "must be an error code when PerRequest is set"}
+			case r.Latency != 0:
+				return &ConfigError{Field: fmt.Sprintf("Faults.Rules[%d].Latency", i), Value: r.Latency.String(), Rule: "must be zero when PerRequest is set (latency belongs to the call)"}
 			}
 		}
 	}

@@ -40,6 +40,7 @@ type ruleFile struct {
 	Code           string   `yaml:"code"`
 	CommitThenFail bool     `yaml:"commit_then_fail"`
 	Latency        string   `yaml:"latency"`
+	PerRequest     bool     `yaml:"per_request"`
 }
 
 // ReadConfigFile reads queues, fault rules and reuse windows from a JSON or
@@ -57,6 +58,7 @@ type ruleFile struct {
 //	  seed: 1
 //	  rules:
 //	    - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
+//	    - {methods: [BatchCreateTasks], rate: 0.05, code: UNAVAILABLE, per_request: true}
 func ReadConfigFile(data []byte, cfg *Config) error {
 	var f configFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -106,7 +108,7 @@ func ReadConfigFile(data []byte, cfg *Config) error {
 				}
 			}
 			cfg.Faults.Rules = append(cfg.Faults.Rules, FaultRule{
-				Methods: r.Methods, Rate: r.Rate, Code: code, CommitThenFail: r.CommitThenFail,
+				Methods: r.Methods, Rate: r.Rate, Code: code, CommitThenFail: r.CommitThenFail, PerRequest: r.PerRequest,
 				Latency: dur(fmt.Sprintf("faults.rules[%d].latency", i), r.Latency),
 			})
 		}

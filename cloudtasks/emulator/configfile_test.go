@@ -21,6 +21,7 @@ func TestReadConfigFile(t *testing.T) {
 		Faults: emulator.Faults{Seed: 9, Rules: []emulator.FaultRule{
 			{Methods: []string{"CreateTask"}, Rate: 0.1, Code: codes.Unavailable, CommitThenFail: true},
 			{Rate: 1, Latency: 5 * time.Millisecond},
+			{Methods: []string{"BatchCreateTasks"}, Rate: 0.2, Code: codes.Unavailable, PerRequest: true},
 		}},
 	}
 	yamlDoc := `
@@ -40,6 +41,7 @@ faults:
   rules:
     - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
     - {rate: 1, latency: 5ms}
+    - {methods: [BatchCreateTasks], rate: 0.2, code: UNAVAILABLE, per_request: true}
 `
 	jsonDoc := `{"name_reuse_window": "1h",
   "queues": [{"name": "projects/p/locations/l/queues/q", "max_dispatches_per_second": 10,
@@ -47,7 +49,8 @@ faults:
     "min_backoff": "1s", "max_backoff": "1m", "max_doublings": 3, "paused": true}],
   "faults": {"seed": 9, "rules": [
     {"methods": ["CreateTask"], "rate": 0.1, "code": "Unavailable", "commit_then_fail": true},
-    {"rate": 1, "latency": "5ms"}]}}`
+    {"rate": 1, "latency": "5ms"},
+    {"methods": ["BatchCreateTasks"], "rate": 0.2, "code": "UNAVAILABLE", "per_request": true}]}}`
 	for name, doc := range map[string]string{"yaml": yamlDoc, "json": jsonDoc} {
 		t.Run(name, func(t *testing.T) {
 			var cfg emulator.Config

@@ -104,6 +104,9 @@ func (s *Server) dispatchDueLocked(now time.Time) (started int, next time.Time) 
 				next = earliest(next, time.Unix(0, t.schedule))
 				break
 			}
+			if s.expiredLocked(t, now) {
+				continue
+			}
 			if q.running >= q.pb.RateLimits.MaxConcurrentDispatches {
 				break // an attempt finishing wakes the loop
 			}
@@ -164,6 +167,7 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 		h.Set(t.headers[i], t.headers[i+1])
 	}
 	target.applyQueue(t.q.pb.HttpTarget, h)
+	dropServiceHeaders(h)
 	method := target.method
 	if method == cloudtaskspb.HttpMethod_HTTP_METHOD_UNSPECIFIED {
 		method = cloudtaskspb.HttpMethod_POST
@@ -207,10 +211,9 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 		h.Set("Authorization", "Bearer emulator-oauth-token."+target.oauth.ServiceAccountEmail)
 	}
 	if req != nil {
+		// Host comes from the URL and Content-Length from the body, as the
+		// service computes them; net/http does both.
 		req.Header = h
-		if host := h.Get("Host"); host != "" {
-			req.Host = host
-		}
 	}
 	a.req = req
 	a.rec = Delivery{
@@ -381,6 +384,22 @@ func (s *Server) waitIdle(ctx context.Context) (busy bool, err error) {
 	case <-ctx.Done():
 		return true, ctx.Err()
 	}
+}
+
+// dropServiceHeaders removes the headers a task may not set: the service
+// computes Host (from the URL) and Content-Length (from the body), and
+// keeps X-Google-* and X-AppEngine-* for its own use, so the v2 HttpRequest
+// documentation says the task's values are ignored or replaced.
+func dropServiceHeaders(h http.Header) {
+	for k := range h {
+		if k == "Host" || k == "Content-Length" || hasFoldPrefix(k, "X-Google-") || hasFoldPrefix(k, "X-AppEngine-") {
+			delete(h, k)
+		}
+	}
+}
+
+func hasFoldPrefix(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // requestTarget is where and how an attempt is sent, after the queue's

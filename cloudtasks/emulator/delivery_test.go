@@ -25,10 +25,12 @@ import (
 
 // received is one request as the worker saw it.
 type received struct {
-	header http.Header
-	body   []byte
-	method string
-	path   string
+	header        http.Header
+	body          []byte
+	method        string
+	path          string
+	host          string
+	contentLength int64
 }
 
 // worker is an HTTP target that answers with a scripted sequence of status
@@ -53,7 +55,7 @@ func newWorker(t *testing.T, codes ...int) *worker {
 func (w *worker) serve(rw http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	w.mu.Lock()
-	w.got = append(w.got, received{header: r.Header.Clone(), body: body, method: r.Method, path: r.URL.Path})
+	w.got = append(w.got, received{header: r.Header.Clone(), body: body, method: r.Method, path: r.URL.Path, host: r.Host, contentLength: r.ContentLength})
 	code := w.codes[min(len(w.got), len(w.codes))-1]
 	for k, v := range w.headers {
 		rw.Header().Set(k, v)

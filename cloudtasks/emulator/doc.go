@@ -8,11 +8,15 @@
 //
 // # What is emulated
 //
-// Queues (create, get, list, update with field masks, delete, purge, pause,
-// resume) and tasks (create, get, list with BASIC and FULL views, delete,
-// run, batch create and batch delete as finished long-running operations
-// that the client's operations client can fetch on the same connection).
-// IAM, CMEK and locations answer codes.Unimplemented.
+// Queues (create, get, list with a state filter such as "state: PAUSED",
+// update with field masks, delete, purge, pause, resume, and an IAM policy
+// per queue that is stored but not enforced) and tasks (create, get, list
+// with BASIC and FULL views, delete, run, batch create and batch delete as
+// finished long-running operations that the client's operations client can
+// fetch on the same connection, with each failed request's status under
+// its index in the metadata). CMEK and locations answer
+// codes.Unimplemented. Unset queue fields take the service's defaults; a
+// default queue has a burst of DefaultMaxBurstSize.
 //
 // Requests are checked as the service checks them, with its status codes:
 // NotFound for a missing queue or task, AlreadyExists for a taken name,
@@ -33,8 +37,13 @@
 // HTTP tasks are sent to their URL when due, within the queue's token
 // bucket (max_dispatches_per_second) and max_concurrent_dispatches, never
 // from a paused queue, with the service's X-CloudTasks-* headers, the
-// task's own headers and body, and an OIDC token signed by the emulator
-// (its keys are served at JWKSURL). An attempt is bounded by the task's
+// task's own headers and body, and an OIDC token signed by the emulator.
+// As the v2 HttpRequest docs say, Host comes from the URL, Content-Length
+// from the body, and the task's X-Google-* and X-AppEngine-* headers are
+// dropped. The token has the claims of a Google ID token (aud is one
+// string); its key is served at JWKSURL (JSON Web Keys) and PEMCertsURL
+// (PEM by key ID), so Google's own verifiers accept it when pointed there.
+// An attempt is bounded by the task's
 // dispatch_deadline. A 2xx deletes the task; anything else is retried with
 // the queue's backoff (min_backoff doubled max_doublings times, then
 // linear, capped at max_backoff) until max_attempts and max_retry_duration
@@ -51,5 +60,7 @@
 //
 // Config.Faults (or SetFaults) injects error codes, latency and
 // "commit then fail" (the call takes effect, the caller sees an error)
-// into chosen RPCs at chosen rates, repeatably for a given seed.
+// into chosen RPCs at chosen rates, repeatably for a given seed. A
+// PerRequest rule fails single requests inside BatchCreateTasks and
+// BatchDeleteTasks instead of the whole call.
 package emulator

@@ -128,7 +128,10 @@ func TestQueueLifecycle(t *testing.T) {
 	requireCode(t, err, codes.NotFound, "does not exist")
 	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/second"}})
 	requireCode(t, err, codes.FailedPrecondition, "deleted recently")
-	b.clock.Advance(emulator.DefaultQueueReuseWindow)
+	b.clock.Advance(7*24*time.Hour - time.Nanosecond)
+	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/second"}})
+	requireCode(t, err, codes.FailedPrecondition, "its name can be used again at 2026-01-09T03:04:05Z")
+	b.clock.Advance(time.Nanosecond)
 	_, err = b.client.CreateQueue(ctx, &cloudtaskspb.CreateQueueRequest{Parent: loc, Queue: &cloudtaskspb.Queue{Name: loc + "/queues/second"}})
 	require.NoError(t, err)
 }
@@ -171,10 +174,10 @@ func TestQueueErrors(t *testing.T) {
 			_, err := b.client.PurgeQueue(ctx, &cloudtaskspb.PurgeQueueRequest{Name: loc + "/queues/nope"})
 			return err
 		}, codes.NotFound, "does not exist"},
-		{"iam", func() error {
-			_, err := b.client.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: queue})
+		{"iam of a missing queue", func() error {
+			_, err := b.client.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: loc + "/queues/nope"})
 			return err
-		}, codes.Unimplemented, "IAM is not emulated"},
+		}, codes.NotFound, "queue projects/p/locations/l/queues/nope does not exist"},
 		{"cmek", func() error {
 			_, err := b.client.GetCmekConfig(ctx, &cloudtaskspb.GetCmekConfigRequest{Name: loc + "/cmekConfig"})
 			return err
@@ -403,6 +406,14 @@ func TestConfigValidation(t *testing.T) {
 		{"rate", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 2}}}}, "Config.Faults.Rules[0].Rate"},
 		{"method", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Methods: []string{"Create"}}}}}, "is not a Cloud Tasks RPC name"},
 		{"commit without code", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, CommitThenFail: true}}}}, "Config.Faults.Rules[0].Code"},
+		{"per request on a single RPC", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Code: codes.Unavailable, PerRequest: true, Methods: []string{"BatchCreateTasks", "CreateTask"}}}}},
+			`Config.Faults.Rules[0].Methods[1] "CreateTask" is not a batch RPC; a PerRequest rule names only BatchCreateTasks or BatchDeleteTasks`},
+		{"per request on every RPC", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Code: codes.Unavailable, PerRequest: true}}}},
+			`Config.Faults.Rules[0].Methods "" must name BatchCreateTasks or BatchDeleteTasks when PerRequest is set`},
+		{"per request without code", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, PerRequest: true, Methods: []string{"BatchCreateTasks"}}}}},
+			`Config.Faults.Rules[0].Code "OK" must be an error code when PerRequest is set`},
+		{"per request with latency", emulator.Config{Faults: emulator.Faults{Rules: []emulator.FaultRule{{Rate: 1, Code: codes.Unavailable, PerRequest: true, Methods: []string{"BatchDeleteTasks"}, Latency: time.Second}}}},
+			`Config.Faults.Rules[0].Latency "1s" must be zero when PerRequest is set`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

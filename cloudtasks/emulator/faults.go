@@ -57,12 +57,24 @@ type decision struct {
 	commitThenFail bool
 }
 
+// decide draws the fate of one call of method from the rules that apply
+// to calls.
 func (fs *faultState) decide(method string) decision {
+	return fs.draw(method, false)
+}
+
+// decideRequest draws the fate of one request inside a batch call of
+// method from the PerRequest rules.
+func (fs *faultState) decideRequest(method string) decision {
+	return fs.draw(method, true)
+}
+
+func (fs *faultState) draw(method string, perRequest bool) decision {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	var d decision
 	for i, r := range fs.f.Rules {
-		if len(r.Methods) > 0 && !slices.Contains(r.Methods, method) {
+		if r.PerRequest != perRequest || (len(r.Methods) > 0 && !slices.Contains(r.Methods, method)) {
 			continue
 		}
 		k := streamKey{i, method}

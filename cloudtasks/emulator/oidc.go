@@ -4,8 +4,10 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"math/big"
 	"net/http"
 	"sync"
@@ -18,14 +20,22 @@ import (
 const (
 	// DiscoveryPath serves the OpenID Connect discovery document.
 	DiscoveryPath = "/.well-known/openid-configuration"
-	// JWKSPath serves the public keys that verify the OIDC tokens.
+	// JWKSPath serves the public keys that verify the OIDC tokens, as JSON
+	// Web Keys (the path of Google's own key set, which Go's idtoken reads).
 	JWKSPath = "/oauth2/v3/certs"
+	// PEMCertsPath serves the same keys in PEM form, keyed by key ID (the
+	// path and shape of Google's v1 endpoint, which Node's
+	// google-auth-library and Python's google-auth read).
+	PEMCertsPath = "/oauth2/v1/certs"
 )
 
 // tokenLifetime is how long a signed OIDC token is valid, as Google's are.
 const tokenLifetime = time.Hour
 
-// OIDCClaims are the claims of the tokens the emulator signs.
+// OIDCClaims decode the tokens the emulator signs, for example with
+// jwt.ParseWithClaims. The tokens themselves carry the claims of a Google
+// ID token: iss, aud (one JSON string, never an array), sub, email,
+// email_verified, iat and exp.
 type OIDCClaims struct {
 	// Email is the task's service account.
 	Email string `json:"email"`
@@ -61,19 +71,19 @@ func keyID(pub *rsa.PublicKey) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
-// signOIDC returns an RS256 JWT for a task's OIDC token.
+// signOIDC returns an RS256 JWT for a task's OIDC token. The claims are
+// those of a Google ID token: in particular "aud" is a single string,
+// which Google's verifiers (Go's idtoken, Node's google-auth-library)
+// require; jwt.RegisteredClaims would encode it as an array.
 func (s *Server) signOIDC(serviceAccount, audience string, now time.Time) (string, error) {
-	claims := OIDCClaims{
-		Email:         serviceAccount,
-		EmailVerified: true,
-		RegisteredClaims: jwt.RegisteredClaims{
-			Issuer:    s.issuer,
-			Subject:   serviceAccount,
-			Audience:  jwt.ClaimStrings{audience},
-			IssuedAt:  jwt.NewNumericDate(now),
-			NotBefore: jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(now.Add(tokenLifetime)),
-		},
+	claims := jwt.MapClaims{
+		"iss":            s.issuer,
+		"aud":            audience,
+		"sub":            serviceAccount,
+		"email":          serviceAccount,
+		"email_verified": true,
+		"iat":            now.Unix(),
+		"exp":            now.Add(tokenLifetime).Unix(),
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
 	key, kid, err := s.signingKey()
@@ -89,6 +99,9 @@ func (s *Server) Issuer() string { return s.issuer }
 
 // JWKSURL is where a worker fetches the keys that verify the tokens.
 func (s *Server) JWKSURL() string { return "http://" + s.HTTPAddr() + JWKSPath }
+
+// PEMCertsURL is where a worker fetches the same keys in PEM form.
+func (s *Server) PEMCertsURL() string { return "http://" + s.HTTPAddr() + PEMCertsPath }
 
 // PublicKey returns the key that verifies the emulator's OIDC tokens.
 // It is nil if no key could be generated.
@@ -143,6 +156,20 @@ func (s *Server) oidcHandler() http.Handler {
 		}}}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(set)
+	})
+	mux.HandleFunc("GET "+PEMCertsPath, func(w http.ResponseWriter, _ *http.Request) {
+		key, kid, err := s.signingKey()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{kid: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))})
 	})
 	mux.HandleFunc("GET "+DiscoveryPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

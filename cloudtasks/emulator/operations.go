@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"context"
-	"sort"
 	"strings"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
@@ -21,8 +20,9 @@ type longrunningOp = longrunningpb.Operation
 
 // finishOpLocked stores a finished operation, named after the queue's
 // location, and returns a copy. A repeated request ID returns the first
-// operation, as the service does.
-func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Message) (*longrunningOp, error) {
+// operation, as the service does. A non-nil opErr is the operation's error
+// in place of resp.
+func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Message, opErr *rpcstatus.Status) (*longrunningOp, error) {
 	loc := parent
 	if qn, err := parseQueueName(parent); err == nil {
 		loc = qn.location
@@ -40,6 +40,9 @@ func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Messa
 		Metadata: m,
 		Done:     true,
 		Result:   &longrunningpb.Operation_Response{Response: r},
+	}
+	if opErr != nil {
+		op.Result = &longrunningpb.Operation_Error{Error: opErr}
 	}
 	s.ops[op.Name] = op
 	if requestID != "" {
@@ -84,7 +87,11 @@ func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longru
 	meta := &cloudtaskspb.BatchCreateTasksMetadata{StartTime: now, EndTime: now}
 	resp := &cloudtaskspb.BatchCreateTasksResponse{}
 	for i, r := range req.Requests {
-		t, err := s.createTaskLocked(r, false)
+		var t *task
+		err := s.batchRequestLocked("BatchCreateTasks", i, func() (err error) {
+			t, err = s.createTaskLocked(r, false)
+			return err
+		})
 		if err != nil {
 			if meta.FailedRequests == nil {
 				meta.FailedRequests = make(map[int32]*rpcstatus.Status)
@@ -94,19 +101,31 @@ func (s *Server) batchCreate(req *cloudtaskspb.BatchCreateTasksRequest) (*longru
 		}
 		resp.Tasks = append(resp.Tasks, t.snapshot(r.ResponseView))
 	}
-	meta.State = batchState(len(meta.FailedRequests), len(req.Requests), cloudtaskspb.BatchCreateTasksMetadata_SUCCEEDED, cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED, cloudtaskspb.BatchCreateTasksMetadata_FAILED)
-	return s.finishOpLocked(req.Parent, req.RequestId, meta, resp)
+	// FAILED is documented as the whole operation failing to complete (an
+	// internal error); requests that fail one by one make a finished batch
+	// PARTIALLY_SUCCEEDED, even when none succeeded.
+	meta.State = cloudtaskspb.BatchCreateTasksMetadata_SUCCEEDED
+	if len(meta.FailedRequests) > 0 {
+		meta.State = cloudtaskspb.BatchCreateTasksMetadata_PARTIALLY_SUCCEEDED
+	}
+	return s.finishOpLocked(req.Parent, req.RequestId, meta, resp, nil)
 }
 
-func batchState[S any](failed, total int, ok, partial, fail S) S {
-	switch failed {
-	case 0:
-		return ok
-	case total:
-		return fail
-	default:
-		return partial
+// batchRequestLocked applies request i of a batch call of method with do,
+// under the fault plan's PerRequest rules: a hit request fails with the
+// rule's code, before do runs or, with CommitThenFail, after it succeeded.
+func (s *Server) batchRequestLocked(method string, i int, do func() error) error {
+	d := s.faults.decideRequest(method)
+	if d.code != codes.OK && !d.commitThenFail {
+		return status.Errorf(d.code, "%s request %d: injected fault", method, i)
 	}
+	if err := do(); err != nil {
+		return err
+	}
+	if d.code != codes.OK {
+		return status.Errorf(d.code, "%s request %d: injected fault after the request took effect", method, i)
+	}
+	return nil
 }
 
 func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longrunningOp, error) {
@@ -132,15 +151,25 @@ func (s *Server) batchDelete(req *cloudtaskspb.BatchDeleteTasksRequest) (*longru
 	now := timestamppb.New(s.clock.Now())
 	meta := &cloudtaskspb.BatchDeleteTasksMetadata{StartTime: now, EndTime: now}
 	for i, n := range req.Names {
-		if err := s.deleteTaskLocked(n); err != nil {
+		if err := s.batchRequestLocked("BatchDeleteTasks", i, func() error { return s.deleteTaskLocked(n) }); err != nil {
 			if meta.FailedRequests == nil {
 				meta.FailedRequests = make(map[int32]*rpcstatus.Status)
 			}
 			meta.FailedRequests[int32(i)] = status.Convert(err).Proto()
 		}
 	}
-	meta.State = batchState(len(meta.FailedRequests), len(req.Names), cloudtaskspb.BatchDeleteTasksMetadata_SUCCEEDED, cloudtaskspb.BatchDeleteTasksMetadata_PARTIALLY_SUCCEEDED, cloudtaskspb.BatchDeleteTasksMetadata_FAILED)
-	return s.finishOpLocked(req.Parent, req.RequestId, meta, &emptypb.Empty{})
+	// As documented for BatchDeleteTasksMetadata: failures make the batch
+	// PARTIALLY_SUCCEEDED, and when every request failed the operation's
+	// error is ABORTED with this message.
+	meta.State = cloudtaskspb.BatchDeleteTasksMetadata_SUCCEEDED
+	var opErr *rpcstatus.Status
+	if n := len(meta.FailedRequests); n > 0 {
+		meta.State = cloudtaskspb.BatchDeleteTasksMetadata_PARTIALLY_SUCCEEDED
+		if n == len(req.Names) {
+			opErr = status.New(codes.Aborted, "None of the requests succeeded, refer to BatchDeleteTasksMetadata.failed_requests for individual error details").Proto()
+		}
+	}
+	return s.finishOpLocked(req.Parent, req.RequestId, meta, &emptypb.Empty{}, opErr)
 }
 
 // operations implements google.longrunning.Operations for the batch RPCs.
@@ -177,15 +206,10 @@ func (o *operations) ListOperations(_ context.Context, req *longrunningpb.ListOp
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
 	resp := &longrunningpb.ListOperationsResponse{}
-	for i, n := range names {
-		if i == size {
-			resp.NextPageToken = pageToken(names[i-1])
-			break
-		}
-		resp.Operations = append(resp.Operations, proto.Clone(o.s.ops[n]).(*longrunningOp))
-	}
+	resp.Operations, resp.NextPageToken = page(names, size, func(n string) *longrunningOp {
+		return proto.Clone(o.s.ops[n]).(*longrunningOp)
+	})
 	return resp, nil
 }
 

@@ -3,9 +3,12 @@ package emulator
 import (
 	"container/heap"
 	"math"
+	"regexp"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"cloud.google.com/go/iam/apiv1/iampb"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -13,6 +16,7 @@ import (
 const (
 	DefaultMaxDispatchesPerSecond  = 500
 	DefaultMaxConcurrentDispatches = 1000
+	DefaultMaxBurstSize            = 100
 	DefaultMaxAttempts             = 100
 	DefaultMinBackoff              = 100 * time.Millisecond
 	DefaultMaxBackoff              = time.Hour
@@ -61,8 +65,7 @@ func fillQueueDefaults(pb *cloudtaskspb.Queue) {
 	if rl.MaxConcurrentDispatches == 0 {
 		rl.MaxConcurrentDispatches = DefaultMaxConcurrentDispatches
 	}
-	// The service sizes the bucket itself, at least one second's worth.
-	rl.MaxBurstSize = int32(math.Max(1, math.Ceil(rl.MaxDispatchesPerSecond)))
+	rl.MaxBurstSize = burstSize(rl.MaxDispatchesPerSecond)
 	if pb.RetryConfig == nil {
 		pb.RetryConfig = &cloudtaskspb.RetryConfig{}
 	}
@@ -85,6 +88,15 @@ func fillQueueDefaults(pb *cloudtaskspb.Queue) {
 	if pb.State == cloudtaskspb.Queue_STATE_UNSPECIFIED {
 		pb.State = cloudtaskspb.Queue_RUNNING
 	}
+}
+
+// burstSize is the output-only max_burst_size the emulator picks for a
+// rate. The service documents only that it derives the burst from the rate;
+// a queue with the default 500 dispatches/s shows 100, so the emulator
+// gives one second's worth of tokens, at least 1 and at most
+// DefaultMaxBurstSize.
+func burstSize(rate float64) int32 {
+	return int32(min(DefaultMaxBurstSize, max(1, math.Ceil(rate))))
 }
 
 // retryPolicy is a RetryConfig in plain Go values.
@@ -178,6 +190,7 @@ type queue struct {
 	running  int32 // attempts in flight
 	urls     map[string]string
 	oidc     map[[2]string]*cloudtaskspb.HttpRequest_OidcToken
+	policy   *iampb.Policy // nil until SetIamPolicy
 }
 
 func newQueue(pb *cloudtaskspb.Queue, id string, now time.Time) *queue {
@@ -304,4 +317,35 @@ func (t *task) headerMap() map[string]string {
 		m[t.headers[i]] = t.headers[i+1]
 	}
 	return m
+}
+
+// queueFilter is a parsed ListQueues filter: the queues in one state, or
+// every queue.
+type queueFilter struct {
+	state cloudtaskspb.Queue_State
+}
+
+func (f queueFilter) matches(q *cloudtaskspb.Queue) bool {
+	return f.state == cloudtaskspb.Queue_STATE_UNSPECIFIED || q.State == f.state
+}
+
+// queueFilterRE matches the filters the emulator understands, in the
+// logging filter syntax the API documents ("state: PAUSED", "state=RUNNING").
+var queueFilterRE = regexp.MustCompile(`^\s*state\s*(?::|=)\s*([A-Za-z_]+)\s*$`)
+
+// parseQueueFilter reads a ListQueues filter. Only the state field is
+// emulated; anything else is refused so that a test never silently gets
+// an unfiltered list.
+func parseQueueFilter(s string) (queueFilter, error) {
+	if strings.TrimSpace(s) == "" {
+		return queueFilter{}, nil
+	}
+	m := queueFilterRE.FindStringSubmatch(s)
+	if m != nil {
+		switch st := cloudtaskspb.Queue_State(cloudtaskspb.Queue_State_value[strings.ToUpper(m[1])]); st {
+		case cloudtaskspb.Queue_RUNNING, cloudtaskspb.Queue_PAUSED, cloudtaskspb.Queue_DISABLED:
+			return queueFilter{state: st}, nil
+		}
+	}
+	return queueFilter{}, invalid("filter %q is not supported by the emulator; supported: state: RUNNING, state: PAUSED or state: DISABLED", s)
 }

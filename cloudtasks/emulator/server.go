@@ -107,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	cloudtaskspb.RegisterCloudTasksServer(s.grpc, &service{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, &operations{s: s})
 	location.RegisterLocationsServer(s.grpc, locations{})
-	s.http = &http.Server{Handler: s.oidcHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.withInspection(s.oidcHandler()), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.ctx, s.cancel = ctx, cancel

@@ -39,23 +39,32 @@ func (v *service) CreateQueue(_ context.Context, req *cloudtaskspb.CreateQueueRe
 	return v.s.createQueue(req.Queue)
 }
 
-func (v *service) GetQueue(_ context.Context, req *cloudtaskspb.GetQueueRequest) (*cloudtaskspb.Queue, error) {
-	s := v.s
+// withQueue runs fn on the named queue under the server's lock, or
+// returns the queue lookup's error (InvalidArgument, NotFound).
+func withQueue[T any](s *Server, name string, fn func(*queue) (T, error)) (T, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q, err := s.queueLocked(req.GetName())
+	q, err := s.queueLocked(name)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	return proto.Clone(q.pb).(*cloudtaskspb.Queue), nil
+	return fn(q)
+}
+
+func (v *service) GetQueue(_ context.Context, req *cloudtaskspb.GetQueueRequest) (*cloudtaskspb.Queue, error) {
+	return withQueue(v.s, req.GetName(), func(q *queue) (*cloudtaskspb.Queue, error) {
+		return proto.Clone(q.pb).(*cloudtaskspb.Queue), nil
+	})
 }
 
 func (v *service) ListQueues(_ context.Context, req *cloudtaskspb.ListQueuesRequest) (*cloudtaskspb.ListQueuesResponse, error) {
 	if err := parseLocation(req.GetParent()); err != nil {
 		return nil, invalid("parent: %v", err)
 	}
-	if req.Filter != "" {
-		return nil, status.Error(codes.Unimplemented, "ListQueues filter is not emulated; list without a filter")
+	want, err := parseQueueFilter(req.Filter)
+	if err != nil {
+		return nil, err
 	}
 	after, size, err := pageArgs(req.PageToken, req.PageSize, maxQueuePageSize)
 	if err != nil {
@@ -66,19 +75,14 @@ func (v *service) ListQueues(_ context.Context, req *cloudtaskspb.ListQueuesRequ
 	defer s.mu.Unlock()
 	var names []string
 	for n := range s.queues {
-		if strings.HasPrefix(n, req.Parent+"/queues/") && n > after {
+		if strings.HasPrefix(n, req.Parent+"/queues/") && n > after && want.matches(s.queues[n].pb) {
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
 	resp := &cloudtaskspb.ListQueuesResponse{}
-	for i, n := range names {
-		if i == size {
-			resp.NextPageToken = pageToken(names[i-1])
-			break
-		}
-		resp.Queues = append(resp.Queues, proto.Clone(s.queues[n].pb).(*cloudtaskspb.Queue))
-	}
+	resp.Queues, resp.NextPageToken = page(names, size, func(n string) *cloudtaskspb.Queue {
+		return proto.Clone(s.queues[n].pb).(*cloudtaskspb.Queue)
+	})
 	return resp, nil
 }
 
@@ -164,55 +168,43 @@ func copyPath(dst, src proto.Message, path string) error {
 
 func (v *service) DeleteQueue(_ context.Context, req *cloudtaskspb.DeleteQueueRequest) (*emptypb.Empty, error) {
 	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, err := s.queueLocked(req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock.Now()
-	for _, t := range q.tasks {
-		s.removeTaskLocked(t, now)
-	}
-	delete(s.queues, q.pb.Name)
-	if s.cfg.QueueReuseWindow > 0 {
-		s.queueNames[q.pb.Name] = now.Add(s.cfg.QueueReuseWindow)
-	}
-	return &emptypb.Empty{}, nil
+	return withQueue(s, req.GetName(), func(q *queue) (*emptypb.Empty, error) {
+		now := s.clock.Now()
+		for _, t := range q.tasks {
+			s.removeTaskLocked(t, now)
+		}
+		delete(s.queues, q.pb.Name)
+		if s.cfg.QueueReuseWindow > 0 {
+			s.queueNames[q.pb.Name] = now.Add(s.cfg.QueueReuseWindow)
+		}
+		return &emptypb.Empty{}, nil
+	})
 }
 
 func (v *service) PurgeQueue(_ context.Context, req *cloudtaskspb.PurgeQueueRequest) (*cloudtaskspb.Queue, error) {
 	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, err := s.queueLocked(req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	now := s.clock.Now()
-	// Purged names follow the same reuse window as deleted ones.
-	for _, t := range q.tasks {
-		s.removeTaskLocked(t, now)
-	}
-	q.pb.PurgeTime = timestamppb.New(now)
-	return proto.Clone(q.pb).(*cloudtaskspb.Queue), nil
+	return withQueue(s, req.GetName(), func(q *queue) (*cloudtaskspb.Queue, error) {
+		now := s.clock.Now()
+		// Purged names follow the same reuse window as deleted ones.
+		for _, t := range q.tasks {
+			s.removeTaskLocked(t, now)
+		}
+		q.pb.PurgeTime = timestamppb.New(now)
+		return proto.Clone(q.pb).(*cloudtaskspb.Queue), nil
+	})
 }
 
 func (v *service) setState(name string, state cloudtaskspb.Queue_State) (*cloudtaskspb.Queue, error) {
 	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, err := s.queueLocked(name)
-	if err != nil {
-		return nil, err
-	}
-	if q.pb.State != state {
-		q.pb = proto.Clone(q.pb).(*cloudtaskspb.Queue)
-		q.pb.State = state
-		q.refill(s.clock.Now())
-	}
-	s.poke()
-	return proto.Clone(q.pb).(*cloudtaskspb.Queue), nil
+	return withQueue(s, name, func(q *queue) (*cloudtaskspb.Queue, error) {
+		if q.pb.State != state {
+			q.pb = proto.Clone(q.pb).(*cloudtaskspb.Queue)
+			q.pb.State = state
+			q.refill(s.clock.Now())
+		}
+		s.poke()
+		return proto.Clone(q.pb).(*cloudtaskspb.Queue), nil
+	})
 }
 
 func (v *service) PauseQueue(_ context.Context, req *cloudtaskspb.PauseQueueRequest) (*cloudtaskspb.Queue, error) {
@@ -260,29 +252,19 @@ func (v *service) ListTasks(_ context.Context, req *cloudtaskspb.ListTasksReques
 	if err != nil {
 		return nil, err
 	}
-	s := v.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, err := s.queueLocked(req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(q.tasks))
-	for n := range q.tasks {
-		if n > after {
-			names = append(names, n)
+	return withQueue(v.s, req.GetParent(), func(q *queue) (*cloudtaskspb.ListTasksResponse, error) {
+		names := make([]string, 0, len(q.tasks))
+		for n := range q.tasks {
+			if n > after {
+				names = append(names, n)
+			}
 		}
-	}
-	sort.Strings(names)
-	resp := &cloudtaskspb.ListTasksResponse{}
-	for i, n := range names {
-		if i == size {
-			resp.NextPageToken = pageToken(names[i-1])
-			break
-		}
-		resp.Tasks = append(resp.Tasks, q.tasks[n].snapshot(req.ResponseView))
-	}
-	return resp, nil
+		resp := &cloudtaskspb.ListTasksResponse{}
+		resp.Tasks, resp.NextPageToken = page(names, size, func(n string) *cloudtaskspb.Task {
+			return q.tasks[n].snapshot(req.ResponseView)
+		})
+		return resp, nil
+	})
 }
 
 func (v *service) DeleteTask(_ context.Context, req *cloudtaskspb.DeleteTaskRequest) (*emptypb.Empty, error) {
@@ -322,16 +304,33 @@ func (v *service) BatchDeleteTasks(_ context.Context, req *cloudtaskspb.BatchDel
 	return v.s.batchDelete(req)
 }
 
-func (v *service) GetIamPolicy(context.Context, *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
-	return nil, status.Error(codes.Unimplemented, "GetIamPolicy: IAM is not emulated; every caller may do everything")
+func (v *service) GetIamPolicy(_ context.Context, req *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
+	return withQueue(v.s, req.GetResource(), func(q *queue) (*iampb.Policy, error) {
+		return q.iamPolicy(), nil
+	})
 }
 
-func (v *service) SetIamPolicy(context.Context, *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
-	return nil, status.Error(codes.Unimplemented, "SetIamPolicy: IAM is not emulated; every caller may do everything")
+func (v *service) SetIamPolicy(_ context.Context, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
+	if req.GetPolicy() == nil {
+		return nil, invalid("policy is required")
+	}
+	s := v.s
+	return withQueue(s, req.GetResource(), func(q *queue) (*iampb.Policy, error) {
+		s.seq++
+		return q.setIAMPolicy(req.Policy, req.GetUpdateMask().GetPaths(), s.seq)
+	})
 }
 
-func (v *service) TestIamPermissions(context.Context, *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "TestIamPermissions: IAM is not emulated; every caller may do everything")
+func (v *service) TestIamPermissions(_ context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
+	for i, p := range req.GetPermissions() {
+		if p == "" || strings.Contains(p, "*") {
+			return nil, invalid("permissions[%d] %q: permissions with wildcards (*) are not allowed", i, p)
+		}
+	}
+	// Policies are stored, not enforced: every caller holds every permission.
+	return withQueue(v.s, req.GetResource(), func(*queue) (*iampb.TestIamPermissionsResponse, error) {
+		return &iampb.TestIamPermissionsResponse{Permissions: append([]string(nil), req.GetPermissions()...)}, nil
+	})
 }
 
 func (v *service) GetCmekConfig(context.Context, *cloudtaskspb.GetCmekConfigRequest) (*cloudtaskspb.CmekConfig, error) {
@@ -353,6 +352,19 @@ func (locations) ListLocations(context.Context, *location.ListLocationsRequest) 
 
 func (locations) GetLocation(context.Context, *location.GetLocationRequest) (*location.Location, error) {
 	return nil, status.Error(codes.Unimplemented, "GetLocation: locations are not emulated; any location ID is accepted in names")
+}
+
+// page sorts names and returns the items of the first size of them, with
+// the token of the next page ("" on the last page).
+func page[T any](names []string, size int, item func(name string) T) (items []T, next string) {
+	sort.Strings(names)
+	for i, n := range names {
+		if i == size {
+			return items, pageToken(names[i-1])
+		}
+		items = append(items, item(n))
+	}
+	return items, ""
 }
 
 // pageToken is opaque to callers: the last name of the previous page.

@@ -167,10 +167,22 @@ func (s *Server) taskLocked(name string) (*task, error) {
 	if q := s.queues[qname]; q != nil {
 		t = q.tasks[name]
 	}
-	if t == nil {
+	if t == nil || s.expiredLocked(t, s.clock.Now()) {
 		return nil, notFound("task %s does not exist (it may have been executed, deleted or purged)", name)
 	}
 	return t, nil
+}
+
+// expiredLocked deletes t if it has outlived the service's 31-day task
+// retention without an attempt in flight (a task that waited in a paused
+// queue, say) and reports whether it did. Attempts check the retention
+// when they finish.
+func (s *Server) expiredLocked(t *task, now time.Time) bool {
+	if t.running || now.Sub(time.Unix(0, t.created)) < maxTaskRetention {
+		return false
+	}
+	s.removeTaskLocked(t, now)
+	return true
 }
 
 func (s *Server) deleteTaskLocked(name string) error {

@@ -22,10 +22,18 @@ const (
 	ScenarioCrash    = "crash"
 	ScenarioFaults   = "faults"
 	ScenarioBadInput = "bad-input"
+	// ScenarioRecoverHerd races Recover against a herd of Dispatch calls
+	// of the same stale IDs.
+	ScenarioRecoverHerd = "recover-herd"
+	// ScenarioDiskFull fills the outbox's disk in the middle of a run.
+	ScenarioDiskFull = "disk-full"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioFaults, ScenarioBadInput}
+var Scenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioFaults, ScenarioBadInput, ScenarioRecoverHerd, ScenarioDiskFull}
+
+// childScenarios start ctdispatch processes, so they need Options.Binary.
+var childScenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioBadInput, ScenarioRecoverHerd, ScenarioDiskFull}
 
 // Default sizes; Long multiplies them (see Options).
 const (
@@ -135,8 +143,8 @@ func (o Options) validate() error {
 			return &OptionsError{Field: "Only", Value: s, Rule: "is not a scenario; allowed: " + strings.Join(Scenarios, ", ")}
 		}
 	}
-	if o.Binary == "" && (slices.Contains(o.Only, ScenarioHerd) || slices.Contains(o.Only, ScenarioCrash) || slices.Contains(o.Only, ScenarioBadInput)) {
-		return &OptionsError{Field: "Binary", Rule: "is required: the herd, crash and bad input scenarios start ctdispatch processes"}
+	if o.Binary == "" && slices.ContainsFunc(o.Only, func(s string) bool { return slices.Contains(childScenarios, s) }) {
+		return &OptionsError{Field: "Binary", Rule: "is required: the " + strings.Join(childScenarios, ", ") + " scenarios start ctdispatch processes"}
 	}
 	if o.Requests < 0 {
 		return &OptionsError{Field: "Requests", Value: fmt.Sprint(o.Requests), Rule: "is negative"}
@@ -174,6 +182,9 @@ type Result struct {
 	Scenario string `json:"scenario"`
 	// Passed is true when every check held.
 	Passed bool `json:"passed"`
+	// Skipped is true when the machine could not run the scenario (for
+	// example, no privilege to mount a small filesystem); Held says why.
+	Skipped bool `json:"skipped,omitempty"`
 	// Tried says what the scenario did, with its sizes.
 	Tried string `json:"tried"`
 	// Held says what was checked and found true (when Passed) or what
@@ -186,7 +197,10 @@ type Result struct {
 // Line is the result as one line: "PASS|FAIL <scenario>: tried; held".
 func (r Result) Line() string {
 	verdict := "PASS"
-	if !r.Passed {
+	switch {
+	case r.Skipped:
+		verdict = "SKIP"
+	case !r.Passed:
 		verdict = "FAIL"
 	}
 	return fmt.Sprintf("%s %s: %s; %s", verdict, r.Scenario, r.Tried, r.Held)
@@ -200,15 +214,23 @@ type Report struct {
 	Long bool `json:"long"`
 	// Results has one entry per scenario run, in order.
 	Results []Result `json:"results"`
-	// Passed and Failed count the results.
-	Passed int `json:"passed"`
-	Failed int `json:"failed"`
+	// Passed, Failed and Skipped count the results.
+	Passed  int `json:"passed"`
+	Failed  int `json:"failed"`
+	Skipped int `json:"skipped"`
 	// Seconds is the run's wall time.
 	Seconds float64 `json:"seconds"`
 }
 
-// Summary is the closing line: "N passed, N failed".
-func (r Report) Summary() string { return fmt.Sprintf("%d passed, %d failed", r.Passed, r.Failed) }
+// Summary is the closing line: "N passed, N failed", with ", N skipped"
+// when the machine could not run a scenario.
+func (r Report) Summary() string {
+	s := fmt.Sprintf("%d passed, %d failed", r.Passed, r.Failed)
+	if r.Skipped > 0 {
+		s += fmt.Sprintf(", %d skipped", r.Skipped)
+	}
+	return s
+}
 
 // OK is true when every scenario passed.
 func (r Report) OK() bool { return r.Failed == 0 && r.Passed > 0 }
@@ -259,6 +281,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	scenarios := map[string]func(context.Context) Result{
 		ScenarioHerd: r.herd, ScenarioCrash: r.crash, ScenarioFaults: r.faults, ScenarioBadInput: r.badInput,
+		ScenarioRecoverHerd: r.recoverHerd, ScenarioDiskFull: r.diskFull,
 	}
 	for _, name := range Scenarios {
 		if !slices.Contains(opts.Only, name) {
@@ -269,9 +292,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		res.Scenario = name
 		res.Seconds = roundSeconds(time.Since(t0))
 		rep.Results = append(rep.Results, res)
-		if res.Passed {
+		switch {
+		case res.Skipped:
+			rep.Skipped++
+		case res.Passed:
 			rep.Passed++
-		} else {
+		default:
 			rep.Failed++
 		}
 		if opts.JSON {
@@ -288,9 +314,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			Long    bool    `json:"long"`
 			Passed  int     `json:"passed"`
 			Failed  int     `json:"failed"`
+			Skipped int     `json:"skipped"`
 			Seconds float64 `json:"seconds"`
 			Summary string  `json:"summary"`
-		}{rep.Seed, rep.Long, rep.Passed, rep.Failed, rep.Seconds, rep.Summary()})
+		}{rep.Seed, rep.Long, rep.Passed, rep.Failed, rep.Skipped, rep.Seconds, rep.Summary()})
 		fmt.Fprintf(opts.Out, "%s\n", b)
 	} else {
 		fmt.Fprintln(opts.Out, rep.Summary())

@@ -28,11 +28,27 @@
 //     files. Held: each refused with an error naming the field, value or
 //     rule; damaged files skipped and named; everything accepted before
 //     still recorded and its task present.
+//   - recover-herd: a processor that died an hour ago left 2,000 IDs
+//     pending, half of them after their task was created. Two ctdispatch
+//     processes and the suite's own process dispatch all of them at once,
+//     and the suite's dispatcher runs Recover in a loop meanwhile, so
+//     Recover and Dispatch meet on one ID inside one process and across
+//     processes. Held: no panic or hang, every call answered, one task per
+//     ID, no ID answered "created" twice (nor one whose task existed
+//     already), and after a last plain run every ID terminal.
+//   - disk-full: the outbox lives on a 2 MiB tmpfs with 160 KiB free while
+//     a process dispatches 2,000 requests. Held: the process stops with a
+//     no-space error instead of creating tasks it cannot record (tasks
+//     with no record are at most the 32 calls in flight), every answered
+//     request is recorded, and once space returns a new run finishes the
+//     batch with one task per ID and nothing lost. Mounting needs root;
+//     elsewhere the scenario is reported as skipped, never as passed.
 //
 // # Output
 //
 // Each scenario prints one line, "PASS|FAIL SCENARIO: what was tried; what
-// held" (or what broke), and the run ends with "N passed, N failed".
+// held" (or what broke, or SKIP and why), and the run ends with "N
+// passed, N failed" (", N skipped" when the machine could not run one).
 // Options.JSON prints objects instead. A failed check is a FAIL line, never
 // a panic or an early stop, so one run reports every scenario.
 //
@@ -45,7 +61,8 @@
 //
 // # Child processes
 //
-// The herd, crash and CLI half of bad-input start Options.Binary, the
+// The herd, crash, recover-herd, disk-full and the CLI half of bad-input
+// start Options.Binary, the
 // ctdispatch executable: `ctdispatch chaos` passes itself; the package's
 // tests build it once without the race detector, so the children run at
 // full speed while the emulator and checks in the test process are still

@@ -46,43 +46,7 @@ func (r *run) herd(ctx context.Context) Result {
 		return fail(err.Error())
 	}
 
-	type childOut struct {
-		created  map[string]int
-		outcomes map[string]int
-		err      error
-	}
-	outs := make([]childOut, procs)
-	var wg sync.WaitGroup
-	for p := range procs {
-		wg.Go(func() {
-			o := childOut{created: map[string]int{}, outcomes: map[string]int{}}
-			defer func() { outs[p] = o }()
-			cmd := r.command(ctx, dispatchArgs(emu.Addr(), root, file)...)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				o.err = err
-				return
-			}
-			if err := cmd.Start(); err != nil {
-				o.err = err
-				return
-			}
-			rerr := readAcks(stdout, func(a ack) {
-				o.outcomes[a.Outcome]++
-				if a.Outcome == "created" {
-					o.created[a.DispatchID]++
-				}
-			})
-			if err := cmd.Wait(); err != nil {
-				o.err = fmt.Errorf("process %d: %v: %s", p+1, err, firstLine(stderr.String()))
-			} else if rerr != nil {
-				o.err = fmt.Errorf("process %d: %v", p+1, rerr)
-			}
-		})
-	}
-	wg.Wait()
+	outs := r.runDispatchers(ctx, emu.Addr(), root, file, procs)
 	if r.opts.afterRun != nil {
 		r.opts.afterRun(ScenarioHerd, emu)
 	}
@@ -132,6 +96,54 @@ func (r *run) herd(ctx context.Context) Result {
 	return Result{Passed: true, Tried: tried, Held: fmt.Sprintf(
 		"exactly %d tasks; %d IDs each answered \"created\" once (%d created, %d already_existed across processes); every latest outbox record terminal, one \"created\" record per ID, %d processor UUIDs, no damaged file",
 		n, n, outcomes["created"], outcomes["already_existed"], len(t.procs))}
+}
+
+// childOut is what one dispatching child answered.
+type childOut struct {
+	created  map[string]int // "created" answers per ID
+	outcomes map[string]int // answers per outcome
+	stderr   string
+	err      error
+}
+
+// runDispatchers runs procs `ctdispatch dispatch` children over the same
+// file at once and collects their answers.
+func (r *run) runDispatchers(ctx context.Context, addr, root, file string, procs int) []childOut {
+	outs := make([]childOut, procs)
+	var wg sync.WaitGroup
+	for p := range procs {
+		wg.Go(func() {
+			o := childOut{created: map[string]int{}, outcomes: map[string]int{}}
+			defer func() { outs[p] = o }()
+			cmd := r.command(ctx, dispatchArgs(addr, root, file)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				o.err = err
+				return
+			}
+			if err := cmd.Start(); err != nil {
+				o.err = err
+				return
+			}
+			rerr := readAcks(stdout, func(a ack) {
+				o.outcomes[a.Outcome]++
+				if a.Outcome == "created" {
+					o.created[a.DispatchID]++
+				}
+			})
+			err = cmd.Wait()
+			o.stderr = stderr.String()
+			if err != nil {
+				o.err = fmt.Errorf("process %d: %v: %s", p+1, err, firstLine(o.stderr))
+			} else if rerr != nil {
+				o.err = fmt.Errorf("process %d: %v", p+1, rerr)
+			}
+		})
+	}
+	wg.Wait()
+	return outs
 }
 
 func firstLine(s string) string {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -74,7 +75,7 @@ The child processes are this executable. Each scenario prints one line,
 	f.Uint64Var(&opts.Seed, "seed", 0, "seed for kill points, fault plans and batch order (default: from the clock; printed)")
 	f.BoolVar(&opts.Long, "long", false, "5 times the requests and kills (also $"+chaosLongEnv+"=1)")
 	f.BoolVar(&opts.JSON, "json", false, "one JSON object per scenario and a closing summary object")
-	f.StringSliceVar(&opts.Only, "only", nil, "run only these scenarios: herd, crash, faults, bad-input (repeatable or comma-separated)")
+	f.StringSliceVar(&opts.Only, "only", nil, "run only these scenarios: "+strings.Join(chaos.Scenarios, ", ")+" (repeatable or comma-separated)")
 	f.IntVar(&opts.Requests, "requests", 0, "requests per scenario instead of its default")
 	f.IntVar(&opts.Kills, "kills", 0, "SIGKILLs in the crash scenario instead of 20")
 	f.StringVar(&opts.Dir, "dir", "", "work directory for outboxes and request files (default: a temporary directory)")

@@ -21,8 +21,9 @@ type Env struct {
 	Out io.Writer
 	// Err receives errors, progress and logs.
 	Err io.Writer
-	// Logger is the structured logger handed to library code. Defaults to a
-	// text logger on Err at warn level (info with --verbose).
+	// Logger is the structured logger handed to library code. Defaults to
+	// discarding; --verbose replaces it with a debug-level text logger on
+	// Err.
 	Logger *slog.Logger
 	// Getenv reads an environment variable. Defaults to os.Getenv.
 	Getenv func(string) string
@@ -33,9 +34,18 @@ func DefaultEnv() Env {
 	return Env{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}
 }
 
+// Exit codes of Run, documented in the root help.
+const (
+	exitOK         = 0
+	exitFailed     = 1
+	exitUsage      = 2
+	exitIncomplete = 3
+)
+
 // Run executes the CLI with args (without the program name) and returns the
 // process exit code: 0 on success, 1 on a failed operation or no result, 2
-// on a usage error.
+// on a usage error, 3 when an answer was printed but may be incomplete
+// because files were skipped.
 func Run(ctx context.Context, args []string, env Env) int {
 	env = env.withDefaults()
 	root := newRootCmd(&env)
@@ -45,14 +55,18 @@ func Run(ctx context.Context, args []string, env Env) int {
 	root.SetErr(env.Err)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		return 0
+		return exitOK
 	}
 	fmt.Fprintf(env.Err, "ctdispatch: %s\n", oneLine(err.Error()))
 	var ue *usageError
-	if errors.As(err, &ue) {
-		return 2
+	var ie *incompleteError
+	switch {
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.As(err, &ie):
+		return exitIncomplete
 	}
-	return 1
+	return exitFailed
 }
 
 func (e Env) withDefaults() Env {
@@ -69,7 +83,10 @@ func (e Env) withDefaults() Env {
 		e.Getenv = func(string) string { return "" }
 	}
 	if e.Logger == nil {
-		e.Logger = slog.New(slog.NewTextHandler(e.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		// Without -v the error line is the whole story: library warnings
+		// (a failed call, a skipped file) are either the error itself or
+		// summed up by the command.
+		e.Logger = slog.New(slog.DiscardHandler)
 	}
 	return e
 }
@@ -82,6 +99,29 @@ func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// asUsage marks err as a usage error unless it is nil or already one.
+func asUsage(err error) error {
+	var ue *usageError
+	if err == nil || errors.As(err, &ue) {
+		return err
+	}
+	return &usageError{err: err}
+}
+
+// usageArgs makes every positional-argument check of the command tree
+// report a usage error (exit 2), and gives the commands that declare no
+// check cobra.NoArgs, so a stray argument is never silently ignored.
+func usageArgs(cmd *cobra.Command) {
+	check := cmd.Args
+	if check == nil {
+		check = cobra.NoArgs
+	}
+	cmd.Args = func(c *cobra.Command, args []string) error { return asUsage(check(c, args)) }
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }
 
 // oneLine keeps error output to a single line, as scripts expect.
@@ -103,9 +143,19 @@ names the same task, so repeating a call never creates a second task.
 
 Start with:
   ctdispatch id dispatch:run1:extract:1      derive a Cloud Tasks ID
-  ctdispatch id --json dispatch:run1:extract:1`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+  ctdispatch id --json dispatch:run1:extract:1
+
+Results go to stdout, errors to stderr as one line. Exit status: 0 success;
+1 the operation failed or found nothing; 2 the command was called wrongly
+(unknown command or flag, extra argument, bad flag value); 3 an answer was
+printed but may be incomplete (query and stats skipped damaged or foreign
+files, listed on stderr).`,
+		Version:                    versionString(),
+		Args:                       rootArgs,
+		SuggestionsMinimumDistance: 2,
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		SilenceUsage:               true,
+		SilenceErrors:              true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			if verbose {
 				env.Logger = slog.New(slog.NewTextHandler(env.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -113,6 +163,7 @@ Start with:
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
+	root.SetVersionTemplate("ctdispatch {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	// Each command lives in a file of its own; register it here.
 	root.AddCommand(
@@ -122,9 +173,29 @@ Start with:
 		newStatsCmd(env),
 		newCompactCmd(env),
 		newEmulatorCmd(env),
+		newConsoleCmd(env),
 		newDispatchCmd(env), newTimerCmd(env), newRecoverCmd(env),
 		newChaosCmd(env),
 		newBenchCmd(env),
+		newVersionCmd(),
 	)
+	// The root's own check (unknown command) is set above; the
+	// subcommands' checks are wrapped to exit 2.
+	for _, sub := range root.Commands() {
+		usageArgs(sub)
+	}
 	return root
+}
+
+// rootArgs refuses an unknown command as a usage error, with cobra's
+// suggestion when there is one.
+func rootArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.Name())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, ", ") + "?"
+	}
+	return usagef("%s", msg)
 }

@@ -57,7 +57,7 @@ func TestRootHelp(t *testing.T) {
 func TestUnknownCommandIsAUsageError(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "frobnicate")
-	require.Equal(t, 1, res.code)
+	require.Equal(t, 2, res.code)
 	require.Empty(t, res.stdout)
 	require.Equal(t, "ctdispatch: unknown command \"frobnicate\" for \"ctdispatch\"\n", res.stderr)
 }

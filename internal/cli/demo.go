@@ -8,14 +8,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ctdispatch/ctdispatch/internal/console"
 	"github.com/ctdispatch/ctdispatch/internal/demo"
 )
 
 func newDemoCmd(env *Env) *cobra.Command {
 	var (
-		opts   demo.Options
-		keep   bool
-		asJSON bool
+		opts        demo.Options
+		keep        bool
+		asJSON      bool
+		consoleAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -32,7 +34,8 @@ the tasks, moves the emulator's clock forward to fire the timers, and prints
 what happened and how to query the outbox.
 
 It finishes in seconds and removes what it made. With --keep the outbox stays
-and the emulator keeps serving (Ctrl-C to stop) so you can explore both.`,
+and the emulator keeps serving (Ctrl-C to stop) so you can explore both, and
+the web console serves them on --console-addr (see "ctdispatch console").`,
 		Example: `  ctdispatch demo
   ctdispatch demo --runs 10 --json
   ctdispatch demo --keep --outbox ./demo-outbox`,
@@ -40,6 +43,9 @@ and the emulator keeps serving (Ctrl-C to stop) so you can explore both.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Keep = keep
 			opts.Logger = env.Logger
+			if err := opts.Validate(); err != nil {
+				return asUsage(err)
+			}
 			sum, running, err := demo.Run(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -61,6 +67,17 @@ and the emulator keeps serving (Ctrl-C to stop) so you can explore both.`,
 			if keep {
 				fmt.Fprintf(env.Err, "emulator serving on %s (export %s=%s); Ctrl-C to stop\n",
 					running.Emulator.Addr(), emulatorEnv, running.Emulator.Addr())
+				if consoleAddr != "" {
+					c, err := startConsole(cmd.Context(), console.Config{
+						Emulator: running.Emulator.Addr(), EmulatorHTTP: running.Emulator.HTTPAddr(),
+						Outbox: sum.OutboxDir, Logger: env.Logger,
+					}, consoleAddr, env)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					printConsole(env.Err, c)
+				}
 				<-cmd.Context().Done()
 			}
 			return nil
@@ -70,9 +87,10 @@ and the emulator keeps serving (Ctrl-C to stop) so you can explore both.`,
 	f.IntVar(&opts.Runs, "runs", 3, "orchestration runs to dispatch (4 tasks each)")
 	f.StringVar(&opts.OutboxDir, "outbox", "", "outbox directory (default: a temporary directory)")
 	f.BoolVar(&keep, "keep", false, "keep the outbox and leave the emulator serving until interrupted")
+	f.StringVar(&consoleAddr, "console-addr", console.DefaultAddr, "with --keep, serve the web console here (empty: no console)")
 	f.Float64Var(&opts.CommitThenFailRate, "commit-then-fail", 0.25, "share of CreateTask calls that create the task but answer Unavailable (negative: none)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the injected faults")
-	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON object (snake_case keys; advanced_seconds in seconds)")
 	return cmd
 }
 

@@ -29,23 +29,32 @@ func TestDemoCommandJSON(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "demo", "--runs", "1", "--json", "--commit-then-fail", "-1")
 	require.Equal(t, 0, res.code, res.stderr)
-	var sum struct {
-		DispatchCalls int
-		Dispatch      struct{ Created, AlreadyExisted, Skipped, CreateCalls int }
-		TasksLeft     int
-	}
+	var sum map[string]any
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &sum))
-	require.Equal(t, 8, sum.DispatchCalls)
-	require.Equal(t, 4, sum.Dispatch.Created, "without faults every first call creates")
-	require.Equal(t, 4, sum.Dispatch.Skipped)
-	require.Equal(t, 4, sum.Dispatch.CreateCalls)
-	require.Equal(t, 0, sum.TasksLeft)
+	require.ElementsMatch(t, []string{"runs", "tasks", "dispatch_calls", "dispatch", "timer_calls", "timers",
+		"tasks_in_queue_after_dispatch", "advanced_seconds", "delivery_attempts", "worker", "tasks_left",
+		"outbox_dir", "kept"}, keysOf(sum))
+	require.Equal(t, 8.0, sum["dispatch_calls"])
+	require.Equal(t, map[string]any{"created": 4.0, "already_existed": 4.0, "skipped": 4.0, "recovered": 0.0, "create_calls": 4.0},
+		sum["dispatch"], "without faults every first call creates")
+	require.Equal(t, 360.0, sum["advanced_seconds"], "the clock moves 6m to fire the timers")
+	require.Equal(t, 0.0, sum["tasks_left"])
+	require.ElementsMatch(t, []string{"deliveries", "unique", "repeats", "rejected"}, keysOf(sum["worker"].(map[string]any)))
+}
+
+// keysOf returns the keys of a decoded JSON object.
+func keysOf(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 func TestDemoCommandRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "demo", "--runs", "-2")
-	require.Equal(t, 1, res.code)
+	require.Equal(t, 2, res.code)
 	require.Empty(t, res.stdout)
 	require.Equal(t, "ctdispatch: demo: runs -2 out of range; allowed: 1 to 1000\n", res.stderr)
 }

@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,10 +27,13 @@ const emulatorEnv = "CLOUD_TASKS_EMULATOR_HOST"
 // connFlags are the flags that say where tasks go and where they are
 // recorded; dispatch, timer and recover share them.
 type connFlags struct {
-	emulator, project, location, queue, outbox string
-	jsonOut                                    bool
-	durability                                 string
-	batch                                      bool
+	emulator, project, location, queue, outbox, logDir string
+	jsonOut                                            bool
+	// emulatorFromEnv is $CLOUD_TASKS_EMULATOR_HOST, the --emulator
+	// default, so an error can say where a bad address came from.
+	emulatorFromEnv string
+	durability      string
+	batch           bool
 }
 
 // registerModes adds the flags that choose how calls are recorded and
@@ -40,17 +46,34 @@ func (c *connFlags) registerModes(cmd *cobra.Command, batch bool) {
 	}
 }
 
+// register adds the flags to cmd.
 func (c *connFlags) register(cmd *cobra.Command, env *Env) {
+	c.registerFor(cmd, env, false)
+}
+
+// registerFor adds the flags to cmd; for recover (recovering), which reads
+// queues from the records, the queue flags are accepted but hidden and the
+// help marks the outbox as required.
+func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f := cmd.Flags()
-	f.StringVar(&c.emulator, "emulator", env.Getenv(emulatorEnv), "Cloud Tasks emulator host:port (default $"+emulatorEnv+"; without it, real Cloud Tasks with application default credentials)")
+	c.emulatorFromEnv = env.Getenv(emulatorEnv)
+	f.StringVar(&c.emulator, "emulator", c.emulatorFromEnv, "Cloud Tasks emulator host:port (default $"+emulatorEnv+"; without it, real Cloud Tasks with application default credentials)")
 	f.StringVar(&c.project, "project", "", "Google Cloud project ID (required)")
 	f.StringVar(&c.location, "location", "", "Cloud Tasks location, for example europe-west1 (required)")
 	f.StringVar(&c.queue, "queue", "", "queue ID (required)")
-	f.StringVar(&c.outbox, "outbox", "", "outbox directory that records every request (default: none, records kept in memory)")
+	f.StringVar(&c.outbox, "outbox", "", "outbox that records every request: a directory or a bucket URL, gs://BUCKET?prefix=P/ (default: none, records kept in memory)")
+	f.StringVar(&c.logDir, "log-dir", "", "local directory of the write-ahead log; required with a bucket --outbox")
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object per request")
+	if recovering {
+		for _, name := range []string{"project", "location", "queue"} {
+			_ = f.MarkHidden(name) // the flag exists: MarkHidden cannot fail
+		}
+		f.Lookup("outbox").Usage = "outbox whose pending records are re-driven (required)"
+		f.Lookup("json").Usage = "print the counts as one JSON object"
+	}
 }
 
-func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*cloudtasks.Dispatcher, error) {
+func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) {
 	for _, req := range []struct{ name, v string }{{"--project", c.project}, {"--location", c.location}, {"--queue", c.queue}} {
 		if req.v == "" {
 			return nil, usagef("%s is required", req.name)
@@ -67,9 +90,8 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*cloudtasks.Dispa
 		}
 		durability = d
 	}
-	return cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
+	return c.connect(ctx, env, cloudtasks.Config{
 		Project: c.project, Location: c.location, Queue: c.queue,
-		EmulatorAddr: c.emulator, OutboxDir: c.outbox, Logger: env.Logger,
 		Durability: durability, Batch: c.batch,
 	})
 }
@@ -107,17 +129,18 @@ func (r *requestFlags) register(cmd *cobra.Command, withSchedule bool) {
 		f.StringVar(&r.scheduleTime, "schedule-time", "", "when the task fires (RFC 3339 or epoch seconds; default now)")
 	}
 	f.DurationVar(&r.deadline, "deadline", 0, "dispatch deadline of one delivery, 15s to 30m (default: the service's 10m)")
-	f.StringVar(&r.from, "from", "", "read many requests from a JSONL file (- for stdin); flags give defaults")
+	f.StringVar(&r.from, "from", "", "read many requests from a JSON Lines file, - for stdin, or a FIFO; flags give defaults")
 	f.IntVar(&r.concurrency, "concurrency", 16, "requests in flight with --from")
 }
 
 // requestLine is one line of a --from file. Absent fields take the flag
-// values.
+// values; the identity (attempt, key, unique) is taken from the line as a
+// whole when the line gives any of it, else from the flags.
 type requestLine struct {
 	Run                string            `json:"run"`
 	Task               string            `json:"task"`
-	Attempt            *uint64           `json:"attempt"`
-	Key                string            `json:"key"`
+	Attempt            *attemptNumber    `json:"attempt"`
+	Key                *string           `json:"key"`
 	Unique             bool              `json:"unique"`
 	Queue              string            `json:"queue"`
 	URL                string            `json:"url"`
@@ -135,17 +158,42 @@ type requestLine struct {
 	Check string `json:"check"`
 }
 
+// attemptNumber is the attempt of a --from line: a JSON number (1) or a
+// string of digits ("1", as ctdispatch id --json prints it).
+type attemptNumber uint64
+
+// UnmarshalJSON accepts a number or a string holding a canonical number.
+func (a *attemptNumber) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if unq, err := strconv.Unquote(s); err == nil && strings.HasPrefix(s, `"`) {
+		s = unq
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || naming.AttemptNumber(n) != s {
+		return fmt.Errorf("attempt %s is not an attempt number; allowed: 0 to 18446744073709551615 without leading zeros, as a number or a string (a caller key goes in \"key\")", b)
+	}
+	*a = attemptNumber(n)
+	return nil
+}
+
 // base turns the flags into the line every --from line starts from.
-func (r *requestFlags) base(queue string) (requestLine, error) {
+func (r *requestFlags) base(cmd *cobra.Command, queue string) (requestLine, error) {
 	l := requestLine{
-		Run: r.run, Task: r.task, Key: r.key, Unique: r.unique, URL: r.url, Method: r.method,
+		Run: r.run, Task: r.task, Unique: r.unique, URL: r.url, Method: r.method,
 		OIDCServiceAccount: r.oidcSA, OIDCAudience: r.oidcAud, ScheduleTime: r.scheduleTime,
 	}
 	if queue != "" {
 		l.Queue = queue
 	}
-	a := r.attempt
-	l.Attempt = &a
+	flags := cmd.Flags()
+	if flags.Changed("attempt") {
+		a := attemptNumber(r.attempt)
+		l.Attempt = &a
+	}
+	if flags.Changed("key") {
+		k := r.key
+		l.Key = &k
+	}
 	if r.deadline != 0 {
 		l.Deadline = r.deadline.String()
 	}
@@ -182,15 +230,16 @@ func merge(def requestLine, raw []byte) (requestLine, error) {
 			l.Headers[k] = v
 		}
 	}
-	// Pointers are decoded into, so the line gets its own.
-	l.Attempt, l.Body = nil, nil
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	// Pointers are decoded into, so the line gets its own; the identity is
+	// the line's when it gives one.
+	l.Attempt, l.Key, l.Unique, l.Body = nil, nil, false, nil
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
 		return l, err
 	}
-	if l.Attempt == nil {
-		l.Attempt = def.Attempt
+	if l.Attempt == nil && l.Key == nil && !l.Unique {
+		l.Attempt, l.Key, l.Unique = def.Attempt, def.Key, def.Unique
 	}
 	if l.Body == nil && l.BodyJSON == nil {
 		l.Body = def.Body
@@ -198,20 +247,43 @@ func merge(def requestLine, raw []byte) (requestLine, error) {
 	return l, nil
 }
 
+// errIdentity explains the attempt-slot rule.
+const errIdentity = `give exactly one of --attempt N, --key K or --unique ("attempt", "key" or "unique" in a --from line)`
+
+// identity fills the attempt slot: exactly one of attempt, key and unique.
 func (l *requestLine) identity() (naming.Identity, error) {
+	var given []string
+	if l.Attempt != nil {
+		given = append(given, "attempt")
+	}
+	if l.Key != nil {
+		given = append(given, "key")
+	}
+	if l.Unique {
+		given = append(given, "unique")
+	}
 	switch {
-	case l.Unique && l.Key != "":
-		return naming.Identity{}, usagef("--unique and --key exclude each other")
+	case len(given) == 0:
+		return naming.Identity{}, usagef("the attempt slot is not set; %s", errIdentity)
+	case len(given) > 1:
+		return naming.Identity{}, usagef("%s exclude each other; %s", strings.Join(given, " and "), errIdentity)
 	case l.Unique:
 		return naming.Identity{Strategy: naming.StrategyUnique}, nil
-	case l.Key != "":
-		return naming.Identity{Strategy: naming.StrategyCallerKey, Key: l.Key}, nil
+	case l.Key != nil:
+		if *l.Key == "" {
+			return naming.Identity{}, usagef("the key is empty; a caller idempotency key needs at least one character")
+		}
+		return naming.Identity{Strategy: naming.StrategyCallerKey, Key: *l.Key}, nil
 	}
-	var n uint64
-	if l.Attempt != nil {
-		n = *l.Attempt
+	return naming.Identity{Strategy: naming.StrategyStrict, Number: uint64(*l.Attempt)}, nil
+}
+
+// noIdentity refuses an attempt slot where there is none (heartbeats).
+func (l *requestLine) noIdentity(what string) error {
+	if l.Attempt != nil || l.Key != nil || l.Unique {
+		return usagef("%s has no attempt slot; drop --attempt, --key and --unique", what)
 	}
-	return naming.Identity{Strategy: naming.StrategyStrict, Number: n}, nil
+	return nil
 }
 
 func (l *requestLine) task() (cloudtasks.Task, error) {
@@ -264,27 +336,37 @@ func newDispatchCmd(env *Env) *cobra.Command {
 
 The task is named after its internal ID dispatch:RUN:TASK:ATTEMPT, so
 repeating the command never creates a second task: the repeat reports
-already_existed. The attempt slot is --attempt N (default 0), or --key K (a
-caller idempotency key, hashed with the task key), or --unique (a fresh
-attempt every call).
+already_existed. The attempt slot is required, exactly one of: --attempt N,
+--key K (a caller idempotency key, hashed with the task key; not empty), or
+--unique (a fresh attempt every call).
 
 The target receives Idempotency-Key: <internal ID> and X-Ctdispatch-Task-Id:
-<Cloud Tasks ID>. With --outbox DIR every request is recorded there
-(pending, then the outcome) and a repeat is answered from the record
-without calling Cloud Tasks. --durability says what an answer promises:
-overlapped (the default) makes the pending record durable while Cloud
-Tasks is called, so after a crash an answered request is recorded at least
-as pending (recover finishes it); strict also makes the outcome durable
-before answering; interval syncs every 100ms and survives a process crash
-only. --batch lets concurrent requests (--from with --concurrency) share
-BatchCreateTasks calls; each request still gets its own outcome.
+<Cloud Tasks ID>. With --outbox every request is recorded there (pending,
+then the outcome) and a repeat is answered from the record without calling
+Cloud Tasks. --outbox is a directory or a bucket URL (gs://BUCKET?prefix=P/;
+s3:// in a binary built with -tags s3), which needs --log-dir DIR for the
+write-ahead log. --durability says what an answer
+promises: overlapped (the default) makes the pending record durable while
+Cloud Tasks is called, so after a crash an answered request is recorded at
+least as pending (recover finishes it); strict also makes the outcome
+durable before answering; interval syncs every 100ms and survives a
+process crash only. --batch lets concurrent requests (--from with
+--concurrency) share BatchCreateTasks calls; each request still gets its
+own outcome.
 
 --from FILE reads one JSON object per line with the fields run, task,
-attempt, key, unique, queue, url, method, headers (object), body (string)
-or body_json (any JSON), oidc_service_account, oidc_audience,
-schedule_time, deadline; flags give the defaults. A progress line is drawn
-on stderr when it is a terminal. A failed request is reported on stderr
-with its line number and the exit status is 1.
+attempt (a number or a string of digits), key, unique, queue, url, method,
+headers (object), body (string) or body_json (any JSON),
+oidc_service_account, oidc_audience, schedule_time, deadline; flags give
+the defaults, and a line giving attempt, key or unique replaces the flags'
+choice. FILE may be - (stdin), /dev/stdin or a FIFO; it is read once, as a
+stream. A progress line is drawn on stderr when it is a terminal. A failed
+request, or a line over 4 MiB, is reported on stderr with its line number,
+the rest goes on, and the exit status is 1.
+
+Cloud Tasks (or the emulator) must answer within 5s, else the command stops
+naming the address and the cause. Transient failures are retried, each
+retry shown on stderr when it is a terminal.
 
 Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 --json {"dispatch_id","cloud_task_id","task_name","outcome",...}.`,
@@ -294,7 +376,7 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
   ctdispatch dispatch --project p --location europe-west1 --queue work --outbox ./outbox --from requests.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			def, err := rf.base("")
+			def, err := rf.base(cmd, "")
 			if err != nil {
 				return err
 			}
@@ -305,13 +387,17 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 				if def.URL == "" {
 					return usagef("--url is required")
 				}
+				if _, err := def.identity(); err != nil {
+					return err
+				}
 			}
 			ctx := cmd.Context()
-			d, err := conn.dispatcher(ctx, env)
+			sess, err := conn.dispatcher(ctx, env)
 			if err != nil {
 				return err
 			}
-			defer d.Close(ctx)
+			defer sess.close()
+			d := sess.d
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				id, err := l.identity()
 				if err != nil {
@@ -332,7 +418,7 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 				}, text, nil
 			}
 			err = runRequests(ctx, env, cmd.OutOrStdout(), &conn, &rf, def, one)
-			if cerr := d.Close(ctx); err == nil && cerr != nil {
+			if cerr := sess.close(); err == nil && cerr != nil {
 				err = cerr
 			}
 			return err
@@ -364,19 +450,11 @@ func runRequests(ctx context.Context, env *Env, out io.Writer, conn *connFlags, 
 		emit(obj, text)
 		return nil
 	}
-	in := env.In
-	total := int64(-1)
-	if rf.from != "-" {
-		f, err := os.Open(rf.from)
-		if err != nil {
-			return fmt.Errorf("--from: %w", err)
-		}
-		defer f.Close()
-		in = f
-		if n, err := countLines(rf.from); err == nil {
-			total = n
-		}
+	in, total, closeIn, err := openFrom(rf.from, env.In, isTerminal(env.Err))
+	if err != nil {
+		return err
 	}
+	defer closeIn()
 	if rf.concurrency < 1 {
 		return usagef("--concurrency %d: want at least 1", rf.concurrency)
 	}
@@ -415,22 +493,29 @@ func runRequests(ctx context.Context, env *Env, out io.Writer, conn *connFlags, 
 			}
 		}
 	}()
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	n := 0
-	var scanErr error
-	for sc.Scan() {
-		n++
-		raw := strings.TrimSpace(sc.Text())
-		if raw == "" {
-			continue
-		}
-		if ctx.Err() != nil {
+	lines := newLineReader(in, maxLineBytes)
+	var readErr error
+	for n := 1; ctx.Err() == nil; n++ {
+		raw, err := lines.next()
+		if err == io.EOF {
 			break
+		}
+		var tooLong *lineTooLongError
+		if err != nil && !errors.As(err, &tooLong) {
+			readErr = err
+			break
+		}
+		if err == nil && len(bytes.TrimSpace(raw)) == 0 {
+			continue
 		}
 		r := &result{n: n, completed: make(chan struct{})}
 		queue <- r
-		l, err := merge(def, []byte(raw))
+		if err != nil {
+			r.err = err
+			close(r.completed)
+			continue
+		}
+		l, err := merge(def, raw)
 		if err != nil {
 			r.err = fmt.Errorf("not a request: %w", err)
 			close(r.completed)
@@ -442,13 +527,12 @@ func runRequests(ctx context.Context, env *Env, out io.Writer, conn *connFlags, 
 			r.obj, r.text, r.err = one(ctx, l)
 		})
 	}
-	scanErr = sc.Err()
 	wg.Wait()
 	close(queue)
 	<-printer
 	switch {
-	case scanErr != nil:
-		return fmt.Errorf("--from: %w", scanErr)
+	case readErr != nil:
+		return fmt.Errorf("--from %s: %w", rf.from, readErr)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case failed > 0:
@@ -457,21 +541,103 @@ func runRequests(ctx context.Context, env *Env, out io.Writer, conn *connFlags, 
 	return nil
 }
 
-func countLines(name string) (int64, error) {
+// maxLineBytes bounds one --from line: a task body is at most 1 MiB, and
+// JSON escaping can quadruple it.
+const maxLineBytes = 4 << 20
+
+// openFrom opens the --from input: "-" is in, anything else a path, which
+// may be a pipe or a FIFO (/dev/stdin, <(…)): it is read once, as a
+// stream. When count is set and the path is a regular file, its lines are
+// counted first for the progress bar; otherwise total is -1.
+func openFrom(name string, in io.Reader, count bool) (r io.Reader, total int64, closeFn func(), err error) {
+	if name == "-" {
+		return in, -1, func() {}, nil
+	}
 	f, err := os.Open(name)
 	if err != nil {
-		return 0, err
+		return nil, 0, nil, fmt.Errorf("--from: %w", err)
 	}
-	defer f.Close()
+	total = -1
+	if info, err := f.Stat(); err == nil && info.Mode().IsRegular() && count {
+		if n, err := countLines(f); err == nil {
+			total = n
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			f.Close()
+			return nil, 0, nil, fmt.Errorf("--from: %w", err)
+		}
+	}
+	return f, total, func() { f.Close() }, nil
+}
+
+// countLines counts the non-blank lines of r, as the dispatch loop numbers
+// requests.
+func countLines(r io.Reader) (int64, error) {
+	lines := newLineReader(r, maxLineBytes)
 	var n int64
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) != "" {
+	for {
+		raw, err := lines.next()
+		var tooLong *lineTooLongError
+		switch {
+		case err == io.EOF:
+			return n, nil
+		case errors.As(err, &tooLong):
+			n++
+		case err != nil:
+			return n, err
+		case len(bytes.TrimSpace(raw)) > 0:
 			n++
 		}
 	}
-	return n, sc.Err()
+}
+
+// lineTooLongError reports a line over the limit; the reader has skipped
+// the rest of it and goes on with the next line.
+type lineTooLongError struct{ size, limit int }
+
+func (e *lineTooLongError) Error() string {
+	return fmt.Sprintf("line of %d bytes is over the limit of %d bytes (a task body is at most 1 MiB); skipped", e.size, e.limit)
+}
+
+// lineReader reads lines of at most limit bytes, in memory bounded by the
+// limit whatever the input holds.
+type lineReader struct {
+	r     *bufio.Reader
+	limit int
+	buf   []byte
+}
+
+func newLineReader(r io.Reader, limit int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), limit: limit}
+}
+
+// next returns the next line without its newline, a *lineTooLongError for
+// a line over the limit (whose bytes are discarded), or io.EOF at the end.
+// The slice is valid until the next call.
+func (lr *lineReader) next() ([]byte, error) {
+	lr.buf = lr.buf[:0]
+	size := 0
+	for {
+		chunk, err := lr.r.ReadSlice('\n')
+		size += len(chunk)
+		if size <= lr.limit+1 { // +1: the newline
+			lr.buf = append(lr.buf, chunk...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && size == 0:
+			return nil, io.EOF
+		case err != nil && err != io.EOF:
+			return nil, err
+		}
+		line := bytes.TrimSuffix(lr.buf, []byte("\n"))
+		if size > lr.limit+1 || (err == io.EOF && size > lr.limit) {
+			lr.buf = lr.buf[:0]
+			return nil, &lineTooLongError{size: size, limit: lr.limit}
+		}
+		return line, nil
+	}
 }
 
 // lineProgress draws "N/TOTAL requests" on one self-overwriting terminal

@@ -90,11 +90,11 @@ func TestDispatchCommandErrors(t *testing.T) {
 		{"no run", []string{"--url", "https://w/x"}, 2, "ctdispatch: --run and --task are required (or --from FILE)\n"},
 		{"no url", []string{"--run", "r", "--task", "t"}, 2, "ctdispatch: --url is required\n"},
 		{"bad header", []string{"--run", "r", "--task", "t", "--url", "https://w/x", "--header", "nope"}, 2, "ctdispatch: --header \"nope\": want K=V\n"},
-		{"body with GET", []string{"--run", "r", "--task", "t", "--url", "https://w/x", "--method", "GET", "--body", "x"}, 1,
+		{"body with GET", []string{"--run", "r", "--task", "t", "--attempt", "1", "--url", "https://w/x", "--method", "GET", "--body", "x"}, 1,
 			"ctdispatch: cloudtasks: Body \"1 bytes\" is only allowed with POST, PUT or PATCH; method is GET\n"},
-		{"missing queue", []string{"--run", "r", "--task", "t", "--url", "https://w/x", "--queue", "nope"}, 1,
-			"ctdispatch: cloudtasks: CreateTask dispatch:r:t:0 failed: NotFound: "},
-		{"separator", []string{"--run", "a:b", "--task", "t", "--url", "https://w/x"}, 1,
+		{"missing queue", []string{"--run", "r", "--task", "t", "--attempt", "1", "--url", "https://w/x", "--queue", "nope"}, 1,
+			"ctdispatch: cloudtasks: CreateTask dispatch:r:t:1 failed: NotFound: "},
+		{"separator", []string{"--run", "a:b", "--task", "t", "--attempt", "1", "--url", "https://w/x"}, 1,
 			"ctdispatch: cloudtasks: RunID \"a:b\" contains ':'"},
 	}
 	for _, tt := range tests {
@@ -104,7 +104,8 @@ func TestDispatchCommandErrors(t *testing.T) {
 			require.Equal(t, tt.code, code)
 			require.Empty(t, stdout)
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")
-			require.True(t, strings.HasPrefix(lines[len(lines)-1]+"\n", tt.stderr), "stderr %q", stderr)
+			require.Len(t, lines, 1, "an error is one line, no log lines beside it: %q", stderr)
+			require.True(t, strings.HasPrefix(lines[0]+"\n", tt.stderr), "stderr %q", stderr)
 		})
 	}
 }
@@ -118,7 +119,7 @@ func TestDispatchCommandFrom(t *testing.T) {
 		``,
 		`{"run":"run2","task":"a","attempt":1}`,
 		`{"run":"run2","task":"c","key":"evt-7","headers":{"X-Trace":"t1"}}`,
-		`{"run":"run2","task":"bad:key"}`,
+		`{"run":"run2","task":"bad:key","attempt":1}`,
 		`not json`,
 	}, "\n")
 	code, stdout, stderr := runWithEnv(t, emu.Addr(), lines,

@@ -36,7 +36,7 @@ func TestDispatchDurabilityFlag(t *testing.T) {
 		{[]string{"--durability", "fast", "--outbox", t.TempDir()}, `ctdispatch: --durability "fast": allowed: overlapped, strict, interval`},
 		{[]string{"--durability", "strict"}, "ctdispatch: --durability strict needs --outbox DIR"},
 	} {
-		args := append(append(append([]string(nil), dispatchArgs...), tt.args...), "--run", "r", "--task", "t", "--url", "https://worker.example/x")
+		args := append(append(append([]string(nil), dispatchArgs...), tt.args...), "--run", "r", "--task", "t", "--attempt", "0", "--url", "https://worker.example/x")
 		code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
 		require.Equal(t, 2, code, stderr)
 		require.Empty(t, stdout)

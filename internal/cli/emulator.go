@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/console"
 )
 
 // emulatorHostEnv names the emulator's address for every ctdispatch command
@@ -20,17 +22,26 @@ const emulatorHostEnv = "CLOUD_TASKS_EMULATOR_HOST"
 // defaultEmulatorAddr is used when neither --addr nor the environment says.
 const defaultEmulatorAddr = "127.0.0.1:8123"
 
+// The project and location that qualify a bare queue ID given to --queue:
+// those of the README's examples.
+const (
+	defaultEmulatorProject  = "p"
+	defaultEmulatorLocation = "europe-west1"
+)
+
 func newEmulatorCmd(env *Env) *cobra.Command {
 	var (
 		addr, httpAddr, configPath string
+		project, location          string
 		queues, faults             []string
 		seed                       uint64
 		reuse                      time.Duration
 		latency                    time.Duration
 		noDelivery                 bool
+		consoleAddr, consoleOutbox string
 	)
 	cmd := &cobra.Command{
-		Use:   "emulator [--addr HOST:PORT] [--queue NAME]... [--config FILE]",
+		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE]",
 		Short: "Run the Cloud Tasks emulator until interrupted",
 		Long: `Run the in-repo Cloud Tasks emulator: a gRPC server that the official
 client talks to unmodified, which stores tasks with the service's rules and
@@ -38,12 +49,17 @@ delivers HTTP tasks to their URLs (with the X-CloudTasks-* headers, OIDC
 tokens, rate limits and retries).
 
 It listens on --addr, by default $` + emulatorHostEnv + ` or ` + defaultEmulatorAddr + `,
-and serves until SIGINT or SIGTERM. Point a client at it with
+and serves until SIGINT or SIGTERM. It has no authentication: an address
+on every interface (":8123", "0.0.0.0:8123") gets a warning on stderr.
+Point a client at it with
   option.WithEndpoint(addr), option.WithoutAuthentication() and an insecure
   gRPC transport (emulator.ClientOptions(addr) does all three).
 
-Queues come from --queue (full names, service defaults) and from --config,
-a JSON or YAML file:
+Queues come from --queue and from --config. --queue takes a full name,
+projects/PROJECT/locations/LOCATION/queues/QUEUE, or a bare queue ID, which
+is created in --project and --location (by default
+projects/` + defaultEmulatorProject + `/locations/` + defaultEmulatorLocation + `/queues/QUEUE); either way
+the queue has the service's defaults. --config is a JSON or YAML file:
   name_reuse_window: 1h
   queues:
     - name: projects/p/locations/l/queues/q
@@ -57,10 +73,18 @@ a JSON or YAML file:
     seed: 1
     rules:
       - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
+      - {methods: [BatchCreateTasks], rate: 0.05, code: UNAVAILABLE, per_request: true}
 
---fault METHOD[,METHOD]:CODE:RATE[:commit] adds a fault rule from the
-command line ("*" for every RPC), for example
-  --fault CreateTask:UNAVAILABLE:0.05:commit`,
+--fault ` + faultSyntax + ` adds a fault rule from the
+command line ("*" for every RPC). commit makes the call take effect before
+it fails; each applies the rule to every request inside a BatchCreateTasks
+or BatchDeleteTasks call instead of to the call, so single requests fail
+under their index in the operation's metadata. For example
+  --fault CreateTask:UNAVAILABLE:0.05:commit
+  --fault BatchCreateTasks:UNAVAILABLE:0.1:each
+
+--console-addr also serves the web console (see "ctdispatch console") over
+this emulator, and over the outbox in --console-outbox if given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := emulator.Config{
@@ -76,6 +100,11 @@ command line ("*" for every RPC), for example
 			if cfg.Addr == "" {
 				cfg.Addr = defaultEmulatorAddr
 			}
+			for _, a := range []struct{ flag, value string }{{"--addr", cfg.Addr}, {"--http-addr", cfg.HTTPAddr}} {
+				if _, _, err := net.SplitHostPort(a.value); err != nil {
+					return usagef("%s %q: want HOST:PORT, for example 127.0.0.1:8123", a.flag, a.value)
+				}
+			}
 			if configPath != "" {
 				data, err := os.ReadFile(configPath)
 				if err != nil {
@@ -86,6 +115,9 @@ command line ("*" for every RPC), for example
 				}
 			}
 			for _, q := range queues {
+				if !strings.Contains(q, "/") {
+					q = "projects/" + project + "/locations/" + location + "/queues/" + q
+				}
 				cfg.Queues = append(cfg.Queues, emulator.QueueConfig{Name: q})
 			}
 			if seed != 0 {
@@ -110,11 +142,23 @@ command line ("*" for every RPC), for example
 			}
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
+			warnAllInterfaces(env, "--addr", cfg.Addr, srv.Addr())
+			warnAllInterfaces(env, "--http-addr", cfg.HTTPAddr, srv.HTTPAddr())
 			fmt.Fprintf(out, "Cloud Tasks emulator listening on %s\n", srv.Addr())
-			fmt.Fprintf(out, "export %s=%s\n", emulatorHostEnv, srv.Addr())
+			fmt.Fprintf(out, "export %s=%s\n", emulatorHostEnv, dialAddr(srv.Addr()))
 			fmt.Fprintf(out, "OIDC keys: %s (issuer %s)\n", srv.JWKSURL(), srv.Issuer())
 			for _, q := range srv.Queues() {
 				fmt.Fprintf(out, "queue %s\n", q.Name)
+			}
+			if consoleAddr != "" {
+				c, err := startConsole(ctx, console.Config{
+					Emulator: srv.Addr(), EmulatorHTTP: srv.HTTPAddr(), Outbox: consoleOutbox, Logger: env.Logger,
+				}, consoleAddr, env)
+				if err != nil {
+					return errors.Join(err, srv.Close())
+				}
+				defer c.Close()
+				printConsole(out, c)
 			}
 			env.Logger.Info("emulator started", "addr", srv.Addr(), "queues", len(cfg.Queues))
 			<-ctx.Done()
@@ -128,24 +172,44 @@ command line ("*" for every RPC), for example
 	}
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "", "gRPC listen address (default $"+emulatorHostEnv+" or "+defaultEmulatorAddr+")")
-	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the OIDC discovery/JWKS HTTP server")
-	f.StringArrayVar(&queues, "queue", nil, "create this queue at start (full name; repeatable)")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the HTTP server for the OIDC discovery document and keys (JWKS and PEM)")
+	f.StringArrayVar(&queues, "queue", nil, "create this queue at start: a full name or a bare ID in --project and --location (repeatable)")
+	f.StringVar(&project, "project", defaultEmulatorProject, "project of the queues given to --queue as bare IDs")
+	f.StringVar(&location, "location", defaultEmulatorLocation, "location of the queues given to --queue as bare IDs")
 	f.StringVar(&configPath, "config", "", "JSON or YAML file with queues, faults and reuse windows")
 	f.DurationVar(&reuse, "name-reuse-window", 0, "how long a task name stays taken after the task is gone (default 24h)")
-	f.StringArrayVar(&faults, "fault", nil, "inject faults: METHOD[,METHOD]:CODE:RATE[:commit] (repeatable)")
+	f.StringArrayVar(&faults, "fault", nil, "inject faults: "+faultSyntax+" (repeatable)")
 	f.Uint64Var(&seed, "fault-seed", 0, "seed that makes fault decisions repeatable")
 	f.DurationVar(&latency, "latency", 0, "add this latency to every RPC")
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
+	f.StringVar(&consoleAddr, "console-addr", "", "also serve the web console on this address, for example "+console.DefaultAddr)
+	f.StringVar(&consoleOutbox, "console-outbox", "", "outbox directory the console shows (with --console-addr)")
 	return cmd
 }
 
-// parseFaultFlag reads METHOD[,METHOD]:CODE:RATE[:commit].
+// faultSyntax is the form of a --fault value.
+const faultSyntax = "METHOD[,METHOD]:CODE:RATE[:commit][,each]"
+
+// parseFaultFlag reads METHOD[,METHOD]:CODE:RATE[:OPTION[,OPTION]], where
+// the options are commit (CommitThenFail) and each (PerRequest).
 func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	parts := strings.Split(v, ":")
-	if len(parts) < 3 || len(parts) > 4 || (len(parts) == 4 && parts[3] != "commit") {
-		return emulator.FaultRule{}, usagef("--fault %q: want METHOD[,METHOD]:CODE:RATE[:commit], for example CreateTask:UNAVAILABLE:0.05:commit", v)
+	if len(parts) < 3 || len(parts) > 4 {
+		return emulator.FaultRule{}, usagef("--fault %q: want %s, for example CreateTask:UNAVAILABLE:0.05:commit", v, faultSyntax)
 	}
 	var rule emulator.FaultRule
+	if len(parts) == 4 {
+		for _, opt := range strings.Split(parts[3], ",") {
+			switch opt {
+			case "commit":
+				rule.CommitThenFail = true
+			case "each":
+				rule.PerRequest = true
+			default:
+				return rule, usagef("--fault %q: option %q is not commit or each; want %s", v, opt, faultSyntax)
+			}
+		}
+	}
 	if parts[0] != "*" {
 		rule.Methods = strings.Split(parts[0], ",")
 	}
@@ -157,6 +221,32 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	if err != nil {
 		return rule, usagef("--fault %q: rate %q is not a number from 0 to 1", v, parts[2])
 	}
-	rule.Code, rule.Rate, rule.CommitThenFail = code, rate, len(parts) == 4
+	rule.Code, rule.Rate = code, rate
 	return rule, nil
+}
+
+// warnAllInterfaces prints one line on stderr when a listener was asked for
+// every network interface: the emulator has no authentication, so anyone
+// who can reach the port can create, read and delete tasks.
+func warnAllInterfaces(env *Env, flag, requested, actual string) {
+	host, _, err := net.SplitHostPort(requested)
+	if err != nil || !unspecifiedHost(host) {
+		return
+	}
+	fmt.Fprintf(env.Err, "ctdispatch: warning: %s %s listens on every network interface (%s) without authentication; use 127.0.0.1:PORT to keep the emulator on this machine\n", flag, requested, actual)
+}
+
+func unspecifiedHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || (ip != nil && ip.IsUnspecified())
+}
+
+// dialAddr is the address a local client dials to reach a listener: the
+// loopback address in place of an unspecified one.
+func dialAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !unspecifiedHost(host) {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }

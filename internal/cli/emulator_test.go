@@ -159,10 +159,15 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{"bad fault", []string{"--fault", "CreateTask:UNAVAILABLE"}, `want METHOD[,METHOD]:CODE:RATE[:commit]`},
+		{"bad fault", []string{"--fault", "CreateTask:UNAVAILABLE"}, `want METHOD[,METHOD]:CODE:RATE[:commit][,each]`},
+		{"bad fault option", []string{"--fault", "CreateTask:UNAVAILABLE:0.1:later"}, `--fault "CreateTask:UNAVAILABLE:0.1:later": option "later" is not commit or each`},
+		{"each on a single RPC", []string{"--fault", "CreateTask:UNAVAILABLE:0.1:each"}, `"CreateTask" is not a batch RPC`},
 		{"bad code", []string{"--fault", "CreateTask:NOPE:0.1"}, `"NOPE" is not a gRPC code name`},
 		{"bad method", []string{"--fault", "Create:UNAVAILABLE:0.1"}, `is not a Cloud Tasks RPC name`},
-		{"bad queue", []string{"--queue", "q"}, `Config.Queues[0].Name "q"`},
+		{"bad queue", []string{"--queue", "projects/p/queues/q"}, `Config.Queues[0].Name "projects/p/queues/q"`},
+		{"bad bare queue ID", []string{"--queue", "a_b"}, `Config.Queues[0].Name "projects/p/locations/europe-west1/queues/a_b" queue ID "a_b" must be 1 to 100 characters from [A-Za-z0-9-]`},
+		{"address with a scheme", []string{"--addr", "http://127.0.0.1:8123"}, `--addr "http://127.0.0.1:8123": want HOST:PORT, for example 127.0.0.1:8123`},
+		{"http address without a port", []string{"--http-addr", "127.0.0.1"}, `--http-addr "127.0.0.1": want HOST:PORT`},
 		{"bad duration", []string{"--config", bad}, `queues[0].min_backoff "soon" is not a duration`},
 		{"unknown key", []string{"--config", misspelt}, `field queue not found`},
 	}
@@ -173,6 +178,28 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 			code := Run(context.Background(), append([]string{"emulator", "--addr", "127.0.0.1:0"}, tt.args...), Env{Err: &errBuf})
 			require.Equal(t, 2, code, errBuf.String())
 			require.Contains(t, errBuf.String(), tt.msg)
+		})
+	}
+}
+
+func TestParseFaultFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want emulator.FaultRule
+	}{
+		{"CreateTask:UNAVAILABLE:0.05", emulator.FaultRule{Methods: []string{"CreateTask"}, Code: codes.Unavailable, Rate: 0.05}},
+		{"CreateTask,GetTask:Internal:1:commit", emulator.FaultRule{Methods: []string{"CreateTask", "GetTask"}, Code: codes.Internal, Rate: 1, CommitThenFail: true}},
+		{"BatchCreateTasks:UNAVAILABLE:0.1:each", emulator.FaultRule{Methods: []string{"BatchCreateTasks"}, Code: codes.Unavailable, Rate: 0.1, PerRequest: true}},
+		{"BatchCreateTasks:DEADLINE_EXCEEDED:0.5:commit,each", emulator.FaultRule{Methods: []string{"BatchCreateTasks"}, Code: codes.DeadlineExceeded, Rate: 0.5, CommitThenFail: true, PerRequest: true}},
+		{"*:ABORTED:0.2", emulator.FaultRule{Code: codes.Aborted, Rate: 0.2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseFaultFlag(tt.in)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
 		})
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,14 +17,18 @@ import (
 )
 
 // openOutbox opens an existing outbox: a directory, or a bucket URL
-// (gs://, s3://) which is always opened read-only, since write-ahead logs
-// live on the dispatchers' machines. Skipped files are logged through
+// (gs://, s3:// in a binary built with -tags s3, mem://) which is always
+// opened read-only (compaction included), since write-ahead logs live on
+// the dispatchers' machines. Skipped files are logged through
 // env.Logger (stderr) with their path and reason.
 func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outbox.Outbox, error) {
 	if dir == "" {
 		return nil, usagef("--outbox DIR is required")
 	}
-	if strings.Contains(dir, "://") {
+	if isBucketURL(dir) {
+		if err := checkBucketURL(dir); err != nil {
+			return nil, err
+		}
 		return outbox.Open(ctx, outbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
 	}
 	info, err := os.Stat(dir)
@@ -144,9 +146,14 @@ lookup by ID reads a small part of even a large table. By default each ID shows
 its latest state; --history shows every recorded state not yet folded by
 compaction.
 
-Formats: table (aligned columns, the default), json (one object per line, keys
-as the Parquet columns) and csv (with a header). Exits 1 when nothing matches.
-Damaged or foreign files are reported on stderr and skipped.`,
+Formats: table (aligned columns, the default), json (JSON Lines: one object
+per line, keys as the Parquet columns) and csv (with a header). Exits 1 when
+nothing matches.
+
+Damaged or foreign files are skipped, so the answer may be incomplete: they
+are then listed on stderr (one line), added to the json output as lines
+{"skipped_file":PATH,"reason":…,"damaged":BOOL} after the records, and the
+exit status is 3.`,
 		Example: `  ctdispatch query --outbox ./outbox --dispatch-id dispatch:run1:extract:1
   ctdispatch query --outbox ./outbox --cloud-task-id d_cxtoltqhbncw6nevn7hy53kqn6 --history
   ctdispatch query --outbox ./outbox --run run1 --format csv`,
@@ -189,19 +196,24 @@ Damaged or foreign files are reported on stderr and skipped.`,
 			if err != nil {
 				return err
 			}
+			out := cmd.OutOrStdout()
 			if len(recs) == 0 {
-				return errors.New("no record with " + what + " in " + dir) // exit 1
+				// Exit 1, or 3 when the record may be in a skipped file.
+				return reportSkipped(out, format == "json", skippedFiles(o), "no record with "+what+" in "+dir)
 			}
-			return writeRecords(cmd.OutOrStdout(), format, recs)
+			if err := writeRecords(out, format, recs); err != nil {
+				return err
+			}
+			return reportSkipped(out, format == "json", skippedFiles(o), "")
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "outbox", "", "outbox directory (required)")
+	f.StringVar(&dir, "outbox", "", "outbox directory or bucket URL, gs://BUCKET?prefix=P/ (required)")
 	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
 	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
 	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")
 	f.StringVar(&run, "run", "", "run ID: every dispatch and timer of the run")
 	f.BoolVar(&history, "history", false, "show every recorded state, not only the latest")
-	f.StringVar(&format, "format", "table", "output format: table, json or csv")
+	f.StringVar(&format, "format", "table", "output format: table, json (JSON Lines) or csv")
 	return cmd
 }

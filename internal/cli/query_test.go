@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,9 +144,23 @@ func TestQueryReportsDamagedFilesAndGoesOn(t *testing.T) {
 	bad := filepath.Join(dir, "dispatch_outbox", "broken.parquet")
 	require.NoError(t, os.WriteFile(bad, []byte("PAR1 not really"), 0o600))
 	code, stdout, stderr := runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:run1:load:2", "--format", "json")
-	require.Equal(t, 0, code)
-	require.Contains(t, stdout, `"status":"failed"`)
-	require.Contains(t, stderr, "level=WARN msg=\"outbox: skipped file\" path="+bad+" reason=\"not a readable Parquet file\"")
+	require.Equal(t, 3, code, "an answer that may be incomplete exits 3")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 2)
+	require.Contains(t, lines[0], `"status":"failed"`)
+	var skipped map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &skipped))
+	require.Equal(t, bad, skipped["skipped_file"])
+	require.Equal(t, true, skipped["damaged"])
+	require.True(t, strings.HasPrefix(skipped["reason"].(string), "not a readable Parquet file"), skipped["reason"])
+	require.Equal(t, "ctdispatch: the answer may be incomplete: 1 file skipped (damaged or foreign): "+bad+" (not a readable Parquet file)\n", stderr)
+
+	// No match at all: the record may be in the skipped file, so 3 again.
+	code, stdout, stderr = runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:run1:nope:1")
+	require.Equal(t, 3, code)
+	require.Empty(t, stdout)
+	require.Equal(t, "ctdispatch: no record with dispatch_id \"dispatch:run1:nope:1\" in "+dir+
+		"; the answer may be incomplete: 1 file skipped (damaged or foreign): "+bad+" (not a readable Parquet file)\n", stderr)
 }
 
 func TestQueryBucketURL(t *testing.T) {

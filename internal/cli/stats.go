@@ -64,7 +64,14 @@ func newStatsCmd(env *Env) *cobra.Command {
 Each ID is counted once, in its latest state, across every Parquet file and
 the write-ahead logs of running dispatchers. The first table also shows the
 files, their bytes and rows (rows include states not yet folded by
-compaction). Reads everything, streaming.`,
+compaction). Reads everything, streaming.
+
+--format json prints JSON Lines: one object per table.
+
+Damaged or foreign files are skipped, so the counts may be incomplete: they
+are then listed on stderr (one line), added to the json output as lines
+{"skipped_file":PATH,"reason":…,"damaged":BOOL} after the tables, and the
+exit status is 3.`,
 		Example: `  ctdispatch stats --outbox ./outbox
   ctdispatch stats --outbox ./outbox --format json | jq .`,
 		Args: cobra.NoArgs,
@@ -92,12 +99,13 @@ compaction). Reads everything, streaming.`,
 						return err
 					}
 				}
-				return nil
+			} else if err := writeStats(cmd.OutOrStdout(), stats); err != nil {
+				return err
 			}
-			return writeStats(cmd.OutOrStdout(), stats)
+			return reportSkipped(cmd.OutOrStdout(), format == "json", skippedFiles(o), "")
 		},
 	}
-	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
-	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory or bucket URL, gs://BUCKET?prefix=P/ (required)")
+	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json (JSON Lines)")
 	return cmd
 }

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,4 +42,23 @@ func trimRight(lines []string) []string {
 		out[i] = strings.TrimRight(l, " ")
 	}
 	return out
+}
+
+func TestStatsReportsSkippedFiles(t *testing.T) {
+	t.Parallel()
+	dir := seedOutbox(t)
+	bad := filepath.Join(dir, "timers", "broken.parquet")
+	require.NoError(t, os.WriteFile(bad, []byte("PAR1 not really"), 0o600))
+	code, stdout, stderr := runCLI(t, "stats", "--outbox", dir, "--format", "json")
+	require.Equal(t, 3, code)
+	require.Equal(t, "ctdispatch: the answer may be incomplete: 1 file skipped (damaged or foreign): "+bad+" (not a readable Parquet file)\n", stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 3, "one line per table, then one per skipped file")
+	var skipped map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &skipped))
+	require.Equal(t, bad, skipped["skipped_file"])
+
+	code, stdout, _ = runCLI(t, "stats", "--outbox", dir)
+	require.Equal(t, 3, code)
+	require.True(t, strings.HasPrefix(stdout, "TABLE"), stdout)
 }

@@ -27,20 +27,23 @@ func newTimerCmd(env *Env) *cobra.Command {
 	var rf requestFlags
 	var due, check, cancel string
 	cmd := &cobra.Command{
-		Use:   "timer --project P --location L --queue Q --run RUN --task TASK (--attempt N --due TIME | --check TIME) --url URL [flags]",
+		Use:   "timer --project P --location L --queue Q --run RUN --task TASK (--attempt N|--key K|--unique) --due TIME --url URL [flags]\n  ctdispatch timer ... --check TIME --url URL [flags]\n  ctdispatch timer ... --cancel TIMER_ID",
 		Short: "Schedule a retry timer or a heartbeat check as a named Cloud Task, or cancel one",
 		Long: `Schedule a retry timer or a heartbeat check as a named Cloud Task, or cancel one.
 
-A retry timer (--due TIME, with the attempt it retries) is named
-timer:retry:RUN:TASK:ATTEMPT:DUE_EPOCH; a heartbeat check (--check TIME) is
-named timer:heartbeat:RUN:TASK:CHECK_EPOCH. Their Cloud Tasks IDs start
-with t_ and the task fires at the due or check time. Times are RFC 3339 or
+A retry timer (--due TIME, with exactly one of --attempt N, --key K or
+--unique for the attempt it retries) is named
+timer:retry:RUN:TASK:ATTEMPT:DUE_EPOCH; a heartbeat check (--check TIME),
+which has no attempt slot, is named timer:heartbeat:RUN:TASK:CHECK_EPOCH.
+Their Cloud Tasks IDs start with t_ and the task fires at the due or check
+time. Times are RFC 3339 or
 epoch seconds, named to the second; a time in the past fires at once, more
 than 30 days ahead is refused. Repeating the command never creates a second
 task.
 
 --cancel TIMER_ID deletes the timer's task (already gone is a success) and
-records it as cancelled.
+records it as cancelled. An ID that neither Cloud Tasks nor the outbox knows
+prints not_found, records nothing and exits 1.
 
 --from FILE reads one JSON object per line, with the fields of
 'ctdispatch dispatch --help' plus kind ("retry" or "heartbeat"), due and
@@ -59,7 +62,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 			if cancel != "" {
 				return cancelTimer(ctx, env, cmd, &conn, cancel)
 			}
-			def, err := rf.base("")
+			def, err := rf.base(cmd, "")
 			if err != nil {
 				return err
 			}
@@ -81,13 +84,16 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 				if def.URL == "" {
 					return usagef("--url is required")
 				}
+				if _, err := def.timer(); err != nil {
+					return err
+				}
 			}
-			d, err := conn.dispatcher(ctx, env)
+			sess, err := conn.dispatcher(ctx, env)
 			if err != nil {
 				return err
 			}
-			defer d.Close(ctx)
-			s := timers.New(d)
+			defer sess.close()
+			s := timers.New(sess.d)
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				req, err := l.timer()
 				if err != nil {
@@ -104,7 +110,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 				}, text, nil
 			}
 			err = runRequests(ctx, env, cmd.OutOrStdout(), &conn, &rf, def, one)
-			if cerr := d.Close(ctx); err == nil && cerr != nil {
+			if cerr := sess.close(); err == nil && cerr != nil {
 				err = cerr
 			}
 			return err
@@ -140,6 +146,9 @@ func (l *requestLine) timer() (timers.TimerRequest, error) {
 		}
 	case "heartbeat":
 		req.Kind, at = naming.KindHeartbeat, l.Check
+		if err := l.noIdentity("a heartbeat check"); err != nil {
+			return req, err
+		}
 	default:
 		return req, usagef("kind %q: want retry (with due) or heartbeat (with check)", l.Kind)
 	}
@@ -150,26 +159,42 @@ func (l *requestLine) timer() (timers.TimerRequest, error) {
 }
 
 func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFlags, id string) error {
-	d, err := conn.dispatcher(ctx, env)
+	sess, err := conn.dispatcher(ctx, env)
 	if err != nil {
 		return err
 	}
-	defer d.Close(ctx)
-	res, err := timers.New(d).CancelTimer(ctx, id, "")
+	defer sess.close()
+	res, err := timers.New(sess.d).CancelTimer(ctx, id, "")
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
-	if conn.jsonOut {
-		return json.NewEncoder(out).Encode(map[string]any{
-			"timer_id": res.ID, "cloud_task_id": res.CloudTaskID, "task_name": res.TaskName,
-			"outcome": "cancelled", "deleted": res.Deleted,
-		})
-	}
-	state := "deleted"
-	if !res.Deleted {
+	outcome, state := "cancelled", "deleted"
+	switch {
+	case res.NotFound:
+		outcome = "not_found"
+	case !res.Deleted:
 		state = "already gone"
 	}
-	fmt.Fprintf(out, "cancelled %s %s (%s)\n", res.ID, res.TaskName, state)
-	return d.Close(ctx)
+	if conn.jsonOut {
+		err = json.NewEncoder(out).Encode(map[string]any{
+			"timer_id": res.ID, "cloud_task_id": res.CloudTaskID, "task_name": res.TaskName,
+			"outcome": outcome, "deleted": res.Deleted,
+		})
+	} else if res.NotFound {
+		_, err = fmt.Fprintf(out, "not_found %s %s\n", res.ID, res.TaskName)
+	} else {
+		_, err = fmt.Fprintf(out, "cancelled %s %s (%s)\n", res.ID, res.TaskName, state)
+	}
+	if err != nil {
+		return err
+	}
+	if res.NotFound {
+		where := "the outbox " + conn.outbox
+		if conn.outbox == "" {
+			where = "an outbox (none given: --outbox)"
+		}
+		return fmt.Errorf("timer %s not found: no task %s in Cloud Tasks and no record in %s; nothing recorded", res.ID, res.TaskName, where)
+	}
+	return sess.close()
 }

@@ -50,7 +50,7 @@ func TestTimerCommand(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("cancelled %s %s/tasks/%s (%s)\n", id, dqQueue, got["cloud_task_id"], want), stdout)
 	}
 
-	code, _, stderr = runWithEnv(t, emu.Addr(), "", append(append([]string(nil), timerArgs...), "--run", "r", "--task", "t",
+	code, _, stderr = runWithEnv(t, emu.Addr(), "", append(append([]string(nil), timerArgs...), "--run", "r", "--task", "t", "--attempt", "1",
 		"--due", time.Now().Add(40*24*time.Hour).Format(time.RFC3339), "--url", "https://w/x")...)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "Cloud Tasks schedules at most 30 days (720h) ahead")

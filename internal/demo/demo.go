@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,7 +69,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func (o Options) validate() error {
+// Validate reports the first option out of range, naming it and the
+// allowed range.
+func (o Options) Validate() error {
 	switch {
 	case o.Runs < 0 || o.Runs > 1000:
 		return fmt.Errorf("demo: runs %d out of range; allowed: 1 to 1000", o.Runs)
@@ -81,46 +84,58 @@ func (o Options) validate() error {
 // Summary is what a demo run did and saw.
 type Summary struct {
 	// Runs and Tasks describe the workload: Runs runs of Tasks tasks each.
-	Runs, Tasks int
+	Runs  int `json:"runs"`
+	Tasks int `json:"tasks"`
 	// DispatchCalls counts Dispatch calls; every attempt is requested twice.
-	DispatchCalls int
+	DispatchCalls int `json:"dispatch_calls"`
 	// Dispatch tallies the outcomes of those calls.
-	Dispatch Tally
+	Dispatch Tally `json:"dispatch"`
 	// TimerCalls counts ScheduleTimer calls; every timer is requested twice.
-	TimerCalls int
+	TimerCalls int `json:"timer_calls"`
 	// Timers tallies the outcomes of those calls.
-	Timers Tally
+	Timers Tally `json:"timers"`
 	// TasksInQueueAfterDispatch is what the emulator held before anything
 	// was delivered: one task per distinct ID.
-	TasksInQueueAfterDispatch int
-	// Advanced is how far the emulator's clock was moved to fire the timers.
-	Advanced time.Duration
+	TasksInQueueAfterDispatch int `json:"tasks_in_queue_after_dispatch"`
+	// Advanced is how far the emulator's clock was moved to fire the
+	// timers; JSON has it in seconds, as advanced_seconds.
+	Advanced time.Duration `json:"-"`
 	// DeliveryAttempts counts every HTTP attempt the emulator made,
 	// including those the worker failed on purpose.
-	DeliveryAttempts int
+	DeliveryAttempts int `json:"delivery_attempts"`
 	// Worker is what the worker saw.
-	Worker WorkerStats
+	Worker WorkerStats `json:"worker"`
 	// TasksLeft is what the queue holds at the end (0: all delivered).
-	TasksLeft int
+	TasksLeft int `json:"tasks_left"`
 	// OutboxDir is the outbox root; Kept says whether it is still there.
-	OutboxDir string
+	OutboxDir string `json:"outbox_dir"`
 	// Kept reports whether the outbox was left in place.
-	Kept bool
+	Kept bool `json:"kept"`
+}
+
+// MarshalJSON writes the summary with snake_case keys and the clock
+// advance in seconds, under a key that says so.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary // without this method
+	return json.Marshal(struct {
+		plain
+		AdvancedSeconds float64 `json:"advanced_seconds"`
+	}{plain(s), s.Advanced.Seconds()})
 }
 
 // Tally counts the outcomes of a group of calls.
 type Tally struct {
 	// Created counts calls that created their task.
-	Created int
+	Created int `json:"created"`
 	// AlreadyExisted counts duplicates: answered from the outbox (Skipped)
 	// or by Cloud Tasks' AlreadyExists.
-	AlreadyExisted int
+	AlreadyExisted int `json:"already_existed"`
 	// Skipped counts the duplicates the outbox answered with no RPC.
-	Skipped int
+	Skipped int `json:"skipped"`
 	// Recovered counts calls that finished an interrupted dispatch.
-	Recovered int
+	Recovered int `json:"recovered"`
 	// CreateCalls counts CreateTask RPCs, retries included.
-	CreateCalls int
+	CreateCalls int `json:"create_calls"`
 }
 
 func (t *Tally) add(o cloudtasks.Outcome, skipped bool, calls int) {
@@ -163,7 +178,7 @@ func (e *Env) Close() error {
 // twice), delivers what is due, moves the emulator's clock forward to fire
 // the timers, and returns what happened. The caller must Close the Env.
 func Run(ctx context.Context, opts Options) (Summary, *Env, error) {
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return Summary{}, nil, err
 	}
 	opts = opts.withDefaults()

@@ -72,14 +72,14 @@ func checkDelivery(key, taskName string) error {
 // WorkerStats is what the worker saw.
 type WorkerStats struct {
 	// Deliveries counts requests with valid headers, repeats included.
-	Deliveries int
+	Deliveries int `json:"deliveries"`
 	// Unique counts distinct idempotency keys: the work actually done.
-	Unique int
+	Unique int `json:"unique"`
 	// Repeats counts deliveries of a key already done, which the worker
 	// acknowledged without doing the work again.
-	Repeats int
+	Repeats int `json:"repeats"`
 	// Rejected counts requests with missing or inconsistent headers.
-	Rejected int
+	Rejected int `json:"rejected"`
 }
 
 // Stats returns a snapshot of what the worker saw.

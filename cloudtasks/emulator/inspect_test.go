@@ -1,0 +1,95 @@
+package emulator_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+)
+
+// inspect fetches the inspection endpoint with query q.
+func inspect(t *testing.T, srv *emulator.Server, q url.Values) (int, emulator.Inspection) {
+	t.Helper()
+	resp, err := http.Get("http://" + srv.HTTPAddr() + emulator.InspectPath + "?" + q.Encode())
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var ins emulator.Inspection
+	if resp.StatusCode == http.StatusOK {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&ins))
+	}
+	return resp.StatusCode, ins
+}
+
+func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+	defer target.Close()
+	const a, b = "projects/p/locations/l/queues/a", "projects/p/locations/l/queues/b"
+	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	srv, err := emulator.New(emulator.Config{
+		Addr: "127.0.0.1:0", Clock: clockwork.NewFakeClockAt(start), ManualDelivery: true,
+		Queues: []emulator.QueueConfig{{Name: a}, {Name: b, Paused: true}},
+	})
+	require.NoError(t, err)
+	defer srv.Close()
+	client, err := srv.NewClient(ctx)
+	require.NoError(t, err)
+	defer client.Close()
+	create := func(queue, id string, at time.Time) {
+		_, err := client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: &cloudtaskspb.Task{
+			Name: queue + "/tasks/" + id, ScheduleTime: timestamppb.New(at),
+			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+				Url: target.URL, HttpMethod: cloudtaskspb.HttpMethod_POST, Body: []byte("12345"),
+				AuthorizationHeader: &cloudtaskspb.HttpRequest_OidcToken{OidcToken: &cloudtaskspb.OidcToken{ServiceAccountEmail: "w@p.iam.gserviceaccount.com"}},
+			}},
+		}})
+		require.NoError(t, err)
+	}
+	create(a, "sent", start)
+	_, err = srv.RunDue(ctx)
+	require.NoError(t, err)
+	create(a, "later", start.Add(time.Hour))
+	create(b, "held1", start)
+	create(b, "held2", start)
+
+	code, ins := inspect(t, srv, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, start, ins.Now.UTC())
+	require.Equal(t, []emulator.QueueLoad{
+		{Name: a, Tasks: 1, Scheduled: 1},
+		{Name: b, Tasks: 2, Waiting: 2},
+	}, ins.Queues)
+	require.Len(t, ins.Deliveries, 1)
+	d := ins.Deliveries[0]
+	require.Equal(t, []string{a + "/tasks/sent", "POST", target.URL, "succeeded"}, []string{d.Task, d.Method, d.URL, d.Outcome})
+	require.Equal(t, []int{http.StatusAccepted, 5, 1}, []int{d.StatusCode, d.BodyBytes, int(d.Attempt)})
+	require.Equal(t, []string{emulator.RedactedValue}, d.Header["Authorization"])
+	require.Equal(t, "sent", d.Header.Get("X-Cloudtasks-Taskname"))
+	// What the worker was sent still holds the token.
+	require.Regexp(t, `^Bearer \S+$`, srv.Deliveries()[0].Header.Get("Authorization"))
+
+	_, ins = inspect(t, srv, url.Values{"queue": {b}})
+	require.Empty(t, ins.Deliveries)
+	_, ins = inspect(t, srv, url.Values{"task": {a + "/tasks/sent"}, "limit": {"1"}})
+	require.Len(t, ins.Deliveries, 1)
+	_, ins = inspect(t, srv, url.Values{"limit": {"0"}})
+	require.Empty(t, ins.Deliveries)
+	code, _ = inspect(t, srv, url.Values{"limit": {"-1"}})
+	require.Equal(t, http.StatusBadRequest, code)
+	// The OIDC documents are still served next to it.
+	resp, err := http.Get(srv.JWKSURL())
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

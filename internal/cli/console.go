@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/internal/console"
+)
+
+func newConsoleCmd(env *Env) *cobra.Command {
+	var (
+		cfg  console.Config
+		addr string
+	)
+	cmd := &cobra.Command{
+		Use:   "console [--emulator ADDR] [--outbox DIR] [--addr 127.0.0.1:8090]",
+		Short: "Serve a web console over an emulator and an outbox",
+		Long: `Serve a web console that shows a Cloud Tasks emulator and an outbox.
+
+Pages: the queues (state, rate and retry settings, tasks waiting, scheduled
+and running, deliveries per second, recent response codes); the tasks of a
+queue, 100 at a time, with the internal ID the outbox knows for each; the
+recent deliveries with their X-CloudTasks-* and Idempotency-Key headers
+(an Authorization value is never shown); the audit trail of an ID (search
+by internal ID, Cloud Tasks ID or run); a run's dispatches and timers on a
+timeline; and the outbox's files, damaged or foreign files, stale pending
+records and outcomes over time.
+
+Either source may be left out. --emulator is the emulator's gRPC address;
+--emulator-http its HTTP address (printed by "ctdispatch emulator" as the
+host of its OIDC keys), which adds exact task counts and the deliveries.
+The console lists the queues of every --location and those the emulator
+reports.
+
+The console only reads unless --allow-actions is given; then it offers
+pause, resume, purge, run now and recover, each a POST carrying a token.
+It listens on loopback by default and warns when bound elsewhere: it has
+no login. Pages are rendered on the server and work without JavaScript;
+a small embedded script refreshes them while "live" is ticked.`,
+		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --emulator-http 127.0.0.1:8124 --outbox ./outbox
+  ctdispatch console --outbox ./outbox --addr 127.0.0.1:9000
+  ctdispatch emulator --console-addr 127.0.0.1:8090
+  ctdispatch demo --keep`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Emulator == "" && cfg.Outbox == "" {
+				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both")
+			}
+			cfg.Logger = env.Logger
+			c, err := startConsole(cmd.Context(), cfg, addr, env)
+			if err != nil {
+				return err
+			}
+			printConsole(cmd.OutOrStdout(), c)
+			<-cmd.Context().Done()
+			return c.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Emulator, "emulator", env.Getenv(emulatorEnv), "emulator gRPC address host:port (default $"+emulatorEnv+")")
+	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries")
+	f.StringArrayVar(&cfg.Locations, "location", nil, "show the queues of this location, projects/P/locations/L (repeatable)")
+	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
+	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
+	f.BoolVar(&cfg.AllowActions, "allow-actions", false, "offer pause, resume, purge, run now and recover")
+	f.DurationVar(&cfg.StaleAfter, "stale-after", cloudtasks.DefaultStaleAfter, "age past which a pending record is stale")
+	f.DurationVar(&cfg.Refresh, "refresh", 5*time.Second, "how often live pages refresh")
+	return cmd
+}
+
+// runningConsole is a console serving in the background of a command.
+type runningConsole struct {
+	// URL is where the console answers.
+	URL    string
+	srv    *console.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startConsole opens the console's sources, listens on addr and serves
+// until Close. A listener reachable from other machines gets one warning
+// line on stderr, shown with or without -v.
+func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env) (*runningConsole, error) {
+	srv, err := console.New(ctx, cfg)
+	if errors.Is(err, console.ErrNoSource) {
+		return nil, usagef("%v", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	lis, err := console.Listen(addr, nil)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	if !console.IsLoopback(lis.Addr()) {
+		fmt.Fprintf(env.Err, "ctdispatch: warning: the console at %s is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended\n", lis.Addr())
+	}
+	serveCtx, cancel := context.WithCancel(context.Background())
+	c := &runningConsole{URL: "http://" + lis.Addr().String() + "/", srv: srv, cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- srv.Serve(serveCtx, lis) }()
+	return c, nil
+}
+
+// Close stops serving and releases the console's sources.
+func (c *runningConsole) Close() error {
+	c.cancel()
+	err := <-c.done
+	return errors.Join(err, c.srv.Close())
+}
+
+// printConsole tells where a console started by another command answers.
+func printConsole(w io.Writer, c *runningConsole) {
+	fmt.Fprintf(w, "console serving on %s\n", c.URL)
+}

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runTool runs a repository tool from the module root with extra
+// environment variables and returns its exit code and combined output.
+func runTool(t *testing.T, env []string, name string, args ...string) (int, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs repository tools; skipped with -short")
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), out.String()
+	}
+	require.NoError(t, err)
+	return 0, out.String()
+}
+
+// The README script runs the sh blocks in order, leaves out the marked
+// ones, fails on a broken command and stops what the blocks started.
+func TestReadmeScript(t *testing.T) {
+	t.Parallel()
+	abs := func(name string) string {
+		p, err := filepath.Abs(filepath.Join("testdata", "readme", name))
+		require.NoError(t, err)
+		return p
+	}
+	code, out := runTool(t, nil, "scripts/readme-test", abs("pass.md"))
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "readme-test: block 1, ")
+	require.Contains(t, out, "readme-test: block 3, ")
+	require.NotContains(t, out, "readme-test: block 2, ", "the marked block is skipped")
+
+	code, out = runTool(t, nil, "scripts/readme-test", abs("fail.md"))
+	require.Equal(t, 127, code, out)
+	require.Contains(t, out, "no-such-command-anywhere: command not found")
+	require.Contains(t, out, "readme-test: a block of "+abs("fail.md")+" failed (exit 127)")
+	// The background sleep of the failed run is gone.
+	ps, err := exec.Command("ps", "-eo", "args").Output()
+	require.NoError(t, err)
+	require.NotContains(t, string(ps), "sleep 300\n")
+}
+
+// Without a C compiler make test still runs the tests, without -race, and
+// says why.
+func TestMakeTestWithoutCCompiler(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	code, out := runTool(t, []string{"CC=/nonexistent/cc", "TEST_PKGS=./naming/"}, "make", "test")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "make test: no C compiler (/nonexistent/cc) or cgo disabled: running without the race detector")
+	require.Contains(t, out, "CGO_ENABLED=0 go test -count=1 ./naming/\n")
+	require.True(t, strings.Contains(out, "ok  \tgithub.com/ctdispatch/ctdispatch/naming"), out)
+}
