@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -32,18 +33,32 @@ type CancelResult struct {
 // and records it as cancelled. A task that is already gone is a success.
 // Transient errors are retried like CreateTask's.
 func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (CancelResult, error) {
-	if d.closed.Load() {
-		return CancelResult{}, ErrClosed
-	}
 	if id.IsZero() {
 		return CancelResult{}, &RequestError{Field: "ID", Rule: "is the zero ID"}
 	}
 	if queue != "" && !queuePattern.MatchString(queue) {
 		return CancelResult{}, &RequestError{Field: "Queue", Value: shorten(queue), Rule: "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]"}
 	}
+	key := id.String()
+	if err := ctx.Err(); err != nil {
+		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Err: err}
+	}
+	f, _, err := d.flights.do(ctx, key, opCancel, func(f *flight) { d.cancel(ctx, f, id, queue) })
+	switch {
+	case errors.Is(err, ErrClosed):
+		return CancelResult{}, err
+	case err != nil:
+		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Err: err}
+	}
+	return f.cancelled, f.err
+}
+
+// cancel is the work of one cancel flight.
+func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, queue string) {
+	ctx := workContext(leader)
 	start := d.clock.Now()
 	key := id.String()
-	queuePath := d.QueuePath(queue)
+	queuePath := d.queueOf(queue)
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: queuePath + "/tasks/" + id.CloudTaskID()}
 	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context) error {
 		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
@@ -58,28 +73,26 @@ func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (Ca
 	default:
 		d.m.outcome(ctx, id.Kind().String(), "cancel_failed", d.clock.Since(start))
 		d.log.Warn("DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
-		return CancelResult{}, &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: Transient(code), Err: err}
+		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: Transient(code), Err: err}
+		return
 	}
 	prev, known, err := d.box.Latest(ctx, tableOf(id), key)
 	if err == nil && !known && !res.Deleted {
 		res.NotFound = true
-		return res, nil
+		f.cancelled = res
+		return
 	}
-	rec := outbox.Record{
-		Table: tableOf(id), ID: key, CloudTaskID: id.CloudTaskID(), Queue: queuePath,
-		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(),
-		Status: outbox.StatusCancelled,
-	}
-	if id.IsTimer() {
-		rec.DueAt = id.Time()
-	}
+	rec := baseRecord(id, queuePath)
+	rec.Status = outbox.StatusCancelled
 	if known {
 		rec.CreatedAt, rec.CreateCalls, rec.PayloadSHA256 = prev.CreatedAt, prev.CreateCalls, prev.PayloadSHA256
 	}
-	if err := d.box.Append(context.WithoutCancel(ctx), rec); err != nil {
-		return res, fmt.Errorf("cloudtasks: %s: deleted but recording it failed: %w", key, err)
+	if err := d.box.Append(ctx, rec); err != nil {
+		d.outboxFailed(key, false, err)
+		f.cancelled, f.err = res, fmt.Errorf("cloudtasks: %s: deleted but recording it failed: %w", key, err)
+		return
 	}
 	d.m.outcome(ctx, id.Kind().String(), "cancelled", d.clock.Since(start))
 	d.log.Debug("cancelled", "id", key, "deleted", res.Deleted)
-	return res, nil
+	f.cancelled = res
 }

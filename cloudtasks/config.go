@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"time"
 
-	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/metric"
@@ -28,9 +27,11 @@ type Config struct {
 	// Queue is the queue ID used when a request names none. Required.
 	Queue string
 
-	// Client is a ready Cloud Tasks client. When set, EmulatorAddr and
-	// ClientOptions are ignored and Close leaves the client open.
-	Client *ctapi.Client
+	// Client is a ready Cloud Tasks client: the official *ctapi.Client, or
+	// anything else that satisfies Client (a wrapper that observes calls,
+	// a test double). When set, EmulatorAddr and ClientOptions are ignored
+	// and Close leaves the client open.
+	Client Client
 	// EmulatorAddr points the dispatcher at a Cloud Tasks emulator
 	// (host:port) over plain gRPC without authentication.
 	EmulatorAddr string
@@ -51,12 +52,18 @@ type Config struct {
 	// log; required when OutboxDir is a bucket URL (gs://, s3://).
 	OutboxLogDir string
 
-	// DurablePending makes Dispatch wait until the pending marker is
-	// durable before calling CreateTask. Defaults to off: the marker is
-	// written without waiting for fsync and only the outcome is waited for
-	// (see ADR 0006); a crash can then lose the marker, never an answered
-	// outcome.
-	DurablePending bool
+	// Durability says what a returned answer promises about its record
+	// and what it costs; see Durability and ADR 0006. Defaults to
+	// DurabilityOverlapped when an outbox is configured, and to
+	// DurabilityMemory when none is.
+	Durability Durability
+	// Batch lets concurrent Dispatch and ScheduleTimer calls to one queue
+	// share one BatchCreateTasks request (at most 100 tasks): the first
+	// call goes alone at once, the calls that arrive while a request is in
+	// flight form the next one. Each call still gets its own outcome. If
+	// the service refuses the method, calls fall back to CreateTask.
+	// Defaults to off.
+	Batch bool
 
 	// ProcessorUUID names this process in the records it writes (audit
 	// only). Defaults to a new UUIDv7; replaced by the Outbox's own UUID when
@@ -104,8 +111,59 @@ type RetryPolicy struct {
 	// Defaults to 0.5; set a negative value for none.
 	Jitter float64
 	// MaxCalls bounds the calls per Dispatch, the first included. Defaults
-	// to 10; the caller's context usually ends the loop first.
+	// to 10.
 	MaxCalls int
+	// MaxElapsed bounds the retries for one ID, whatever the callers'
+	// contexts: no call starts once MaxElapsed has passed since the first,
+	// and a call in progress is bounded by the client's own timeout (20s
+	// for the official client's CreateTask). The work is shared by
+	// identical concurrent calls, so one caller's cancellation does not end
+	// it; a caller whose context ends sooner gets a *WaitError while the
+	// work goes on and records its outcome. Defaults to 1m.
+	MaxElapsed time.Duration
+}
+
+// Durability says when an answered call's record is durable, and so what a
+// crash can lose.
+type Durability string
+
+// The durability modes. Each promises that a call that returned an answer
+// (an outcome or a permanent failure) left a record that survives what the
+// mode names; see ADR 0006.
+const (
+	// DurabilityOverlapped appends the pending record and waits for its
+	// group commit while the create call runs; the call returns when both
+	// are done. The outcome is appended without waiting and made durable
+	// by the next group commit. After a machine crash an answered call's
+	// record may say pending; Recover resolves it.
+	DurabilityOverlapped Durability = "overlapped"
+	// DurabilityStrict appends the pending record without waiting, then
+	// returns only once the outcome is on stable storage: after a crash
+	// the record of every answered call says what the call answered.
+	DurabilityStrict Durability = "strict"
+	// DurabilityInterval works like DurabilityOverlapped over an outbox
+	// that syncs its log every outbox.Options.FlushInterval (100ms) instead
+	// of on each commit: an answer survives a process crash; a machine
+	// crash may lose the records of the last interval. It applies to the
+	// outbox opened from OutboxDir; a given Outbox keeps its own setting.
+	DurabilityInterval Durability = "interval"
+	// DurabilityMemory keeps records in this process's memory only:
+	// duplicates within the process are answered locally, Cloud Tasks'
+	// task names cover the rest. Nothing survives the process.
+	DurabilityMemory Durability = "memory"
+)
+
+// Durabilities lists the modes, in the order the docs present them.
+var Durabilities = []Durability{DurabilityOverlapped, DurabilityStrict, DurabilityInterval, DurabilityMemory}
+
+// ParseDurability reads a mode name as the CLI takes it.
+func ParseDurability(s string) (Durability, error) {
+	for _, d := range Durabilities {
+		if s == string(d) {
+			return d, nil
+		}
+	}
+	return "", &ConfigError{Field: "Durability", Value: s, Rule: "is not a durability mode; allowed: overlapped, strict, interval, memory"}
 }
 
 // Defaults for Config and RetryPolicy.
@@ -116,6 +174,7 @@ const (
 	DefaultRetryMultiplier = 2.0
 	DefaultRetryJitter     = 0.5
 	DefaultRetryMaxCalls   = 10
+	DefaultRetryMaxElapsed = time.Minute
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -125,6 +184,12 @@ func (c Config) WithDefaults() Config {
 		c.ProcessorUUID = uuid.Must(uuid.NewV7())
 	}
 	c.Retry = c.Retry.WithDefaults()
+	if c.Durability == "" {
+		c.Durability = DurabilityMemory
+		if c.Outbox != nil || c.OutboxDir != "" {
+			c.Durability = DurabilityOverlapped
+		}
+	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
@@ -159,6 +224,9 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	}
 	if p.MaxCalls == 0 {
 		p.MaxCalls = DefaultRetryMaxCalls
+	}
+	if p.MaxElapsed == 0 {
+		p.MaxElapsed = DefaultRetryMaxElapsed
 	}
 	return p
 }
@@ -203,6 +271,18 @@ func (c Config) validate() error {
 		return bad("Retry.Jitter", fmt.Sprint(c.Retry.Jitter), "is above 1; allowed: [0, 1]")
 	case c.Retry.MaxCalls < 1:
 		return bad("Retry.MaxCalls", fmt.Sprint(c.Retry.MaxCalls), "is below 1")
+	case c.Retry.MaxElapsed < 0:
+		return bad("Retry.MaxElapsed", c.Retry.MaxElapsed.String(), "is negative")
+	}
+	if _, err := ParseDurability(string(c.Durability)); err != nil {
+		return err
+	}
+	hasOutbox := c.Outbox != nil || c.OutboxDir != ""
+	switch {
+	case c.Durability == DurabilityMemory && hasOutbox:
+		return bad("Durability", string(c.Durability), "keeps records in memory only; leave Outbox and OutboxDir empty, or choose overlapped, strict or interval")
+	case c.Durability != DurabilityMemory && !hasOutbox:
+		return bad("Durability", string(c.Durability), "needs an outbox; set Outbox or OutboxDir, or choose memory")
 	}
 	return nil
 }

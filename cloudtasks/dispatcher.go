@@ -11,9 +11,7 @@ import (
 
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
-	"golang.org/x/sync/singleflight"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -54,33 +52,33 @@ type DispatchResult struct {
 	Outcome Outcome
 	// FirstRecorded is when the ID was first recorded in the outbox.
 	FirstRecorded time.Time
-	// Skipped is true when the outbox answered without a Cloud Tasks call.
+	// Skipped is true when the recorded outcome answered without a Cloud
+	// Tasks call: read from the outbox, or from the outcome an earlier
+	// identical call was still writing.
 	Skipped bool
 	// Calls counts the CreateTask calls this call made (0 when skipped or
 	// shared with a concurrent identical call).
 	Calls int
 }
 
-// taskClient is the part of the official client the dispatcher uses.
-type taskClient interface {
-	CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error)
-	GetTask(ctx context.Context, req *cloudtaskspb.GetTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error)
-	DeleteTask(ctx context.Context, req *cloudtaskspb.DeleteTaskRequest, opts ...gax.CallOption) error
-}
-
 // Dispatcher hands tasks to Cloud Tasks exactly once per internal ID and
 // records each in the outbox. Its methods are safe for concurrent use.
 type Dispatcher struct {
 	cfg       Config
-	client    taskClient
+	client    Client
 	closeFns  []func() error
 	box       Outbox
 	processor string
 	log       *slog.Logger
 	clock     clockwork.Clock
 	m         *metrics
-	flights   singleflight.Group
-	closed    atomic.Bool
+	flights   flights
+	batches   *batcher // nil unless Config.Batch
+	// outboxOK is true once the outbox made a record durable, and false
+	// again after any append failed: while it is false the pending record
+	// is made durable before the create call, so a failing outbox stops
+	// calls instead of letting tasks be created that it cannot record.
+	outboxOK atomic.Bool
 }
 
 // NewDispatcher checks cfg, opens the client and the outbox it names, and
@@ -122,9 +120,13 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 	case c.Outbox != nil:
 		d.box = c.Outbox
 	case c.OutboxDir != "":
-		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, LogDir: c.OutboxLogDir, ProcessorUUID: c.ProcessorUUID, Logger: c.Logger, Clock: c.Clock})
+		durability := outbox.Durable
+		if c.Durability == DurabilityInterval {
+			durability = outbox.Interval
+		}
+		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, LogDir: c.OutboxLogDir, ProcessorUUID: c.ProcessorUUID, Durability: durability, Logger: c.Logger, Clock: c.Clock})
 		if err != nil {
-			d.Close()
+			d.closeOwned()
 			return nil, fmt.Errorf("cloudtasks: open outbox: %w", err)
 		}
 		d.box = ob
@@ -135,24 +137,10 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 		d.box = newMemOutbox(c.ProcessorUUID.String(), c.Clock)
 	}
 	d.processor = d.box.ProcessorUUID()
+	if c.Batch {
+		d.batches = newBatcher(d)
+	}
 	return d, nil
-}
-
-// newWithClient builds a Dispatcher over a given client and outbox (nil:
-// in memory), for tests that inject failures.
-func newWithClient(cfg Config, client taskClient, box Outbox) (*Dispatcher, error) {
-	c := cfg.WithDefaults()
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	m, err := newMetrics(c.MeterProvider)
-	if err != nil {
-		return nil, err
-	}
-	if box == nil {
-		box = newMemOutbox(c.ProcessorUUID.String(), c.Clock)
-	}
-	return &Dispatcher{cfg: c, client: client, box: box, processor: box.ProcessorUUID(), log: c.Logger, clock: c.Clock, m: m}, nil
 }
 
 // Now returns the current time on the dispatcher's clock, against which
@@ -162,27 +150,45 @@ func (d *Dispatcher) Now() time.Time { return d.clock.Now() }
 // ProcessorUUID returns the UUID this dispatcher writes into its records.
 func (d *Dispatcher) ProcessorUUID() string { return d.processor }
 
-// Close flushes the outbox (a given one that has a Flush method, such as
-// *outbox.Outbox, rolls its log into Parquet), and closes the outbox and the
-// client if the dispatcher opened them. Calls after Close fail with
-// ErrClosed.
-func (d *Dispatcher) Close() error {
-	if d.closed.Swap(true) {
+// Close stops new calls (they fail with ErrClosed), waits within ctx for
+// the calls in flight to finish and record their outcomes, flushes the
+// outbox (a given one that has a Flush method, such as *outbox.Outbox,
+// rolls its log into Parquet) and closes the outbox and the client if the
+// dispatcher opened them. The error says what could not be finished, for
+// example how many calls were still in flight when ctx ended; their
+// records stay pending for Recover. A second Close returns nil.
+func (d *Dispatcher) Close(ctx context.Context) error {
+	if d.flights.isClosed() {
 		return nil
 	}
 	var errs []error
+	if err := wait(ctx, d.flights.close()); err != nil {
+		errs = append(errs, fmt.Errorf("cloudtasks: close: %d calls still in flight (their records stay pending for Recover): %w", d.flights.inFlight(), err))
+	}
 	if f, ok := d.cfg.Outbox.(interface{ Flush(context.Context) error }); ok {
-		errs = append(errs, f.Flush(context.Background()))
+		if err := f.Flush(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cloudtasks: close: flush the outbox: %w", err))
+		}
 	}
-	for _, fn := range d.closeFns {
-		errs = append(errs, fn())
-	}
+	errs = append(errs, d.closeOwned())
 	return errors.Join(errs...)
 }
 
-// QueuePath returns the full resource name of a queue ID; an empty ID
+// closeOwned closes what NewDispatcher opened, outbox first.
+func (d *Dispatcher) closeOwned() error {
+	var errs []error
+	for _, fn := range d.closeFns {
+		if err := fn(); err != nil {
+			errs = append(errs, fmt.Errorf("cloudtasks: close: %w", err))
+		}
+	}
+	d.closeFns = nil
+	return errors.Join(errs...)
+}
+
+// queueOf returns the full resource name of a queue ID; an empty ID
 // means the default queue.
-func (d *Dispatcher) QueuePath(queue string) string {
+func (d *Dispatcher) queueOf(queue string) string {
 	if queue == "" {
 		queue = d.cfg.Queue
 	}
@@ -208,63 +214,71 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (Dispatc
 	return d.Submit(ctx, id, req.Task)
 }
 
-// flight is the shared answer of one round of identical concurrent calls.
-type flight struct {
-	fp       string // the leader's payload fingerprint
-	recorded string // the outbox's fingerprint, when it conflicted with fp
-	res      DispatchResult
-}
-
 // Submit creates the task named by id (a dispatch or timer ID) with the
 // semantics of Dispatch. A timer's record goes to the timers table. It is
 // the common core of Dispatch and the timers package.
 func (d *Dispatcher) Submit(ctx context.Context, id naming.ID, t Task) (DispatchResult, error) {
 	start := d.clock.Now()
-	kind := id.Kind().String()
-	if d.closed.Load() {
-		return DispatchResult{}, ErrClosed
-	}
 	if id.IsZero() {
 		return DispatchResult{}, &RequestError{Field: "ID", Rule: "is the zero ID"}
 	}
 	if err := t.validate(start); err != nil {
 		return DispatchResult{}, err
 	}
+	key, kind := id.String(), id.Kind().String()
+	if err := ctx.Err(); err != nil {
+		// Nothing was started: an ended context makes no call.
+		return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
+	}
 	fp := naming.PayloadFingerprint(t.Body)
-	ran := false
-	v, err, _ := d.flights.Do(id.String(), func() (any, error) {
-		ran = true
-		return d.submit(ctx, id, &t, fp, start)
-	})
-	f := v.(*flight)
-	res := f.res
-	if !ran {
-		// A concurrent call of the same ID did the work; this one is its
-		// duplicate.
-		if f.recorded != "" && f.recorded == fp {
-			// The leader's payload conflicted with the record, and this
-			// call's matches it: it is not a conflict, so ask again.
-			return d.Submit(ctx, id, t)
-		}
-		if f.fp != fp {
-			d.m.conflicts.Add(ctx, 1)
-			d.log.Warn("payload conflict with a concurrent call", "id", id.String())
-			return DispatchResult{}, &ConflictError{ID: id.String(), Recorded: f.fp, Given: fp}
-		}
-		if err != nil {
+	for {
+		f, how, err := d.flights.do(ctx, key, opCreate, func(f *flight) {
+			f.fp = fp
+			d.create(ctx, f, id, &t, start)
+		})
+		switch {
+		case errors.Is(err, ErrClosed):
 			return DispatchResult{}, err
+		case err != nil:
+			d.m.outcome(ctx, kind, "gave_up", d.clock.Since(start))
+			return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
 		}
-		if res.Outcome == OutcomeCreated || res.Outcome == OutcomeRecovered {
-			res.Outcome = OutcomeAlreadyExisted
+		res := f.res
+		if how != ledFlight {
+			// A concurrent call of the same ID did the work; this one is
+			// its duplicate.
+			if f.recorded != "" && f.recorded == fp {
+				// The leader's payload conflicted with the record, and this
+				// call's matches it: it is not a conflict, so ask again once
+				// that flight is over.
+				if err := wait(ctx, f.done); err != nil {
+					return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
+				}
+				continue
+			}
+			if f.fp != fp {
+				d.m.conflicts.Add(ctx, 1)
+				d.log.Warn("payload conflict with a concurrent call", "id", key)
+				return DispatchResult{}, &ConflictError{ID: key, Recorded: f.fp, Given: fp}
+			}
+			if res.Outcome == OutcomeCreated || res.Outcome == OutcomeRecovered {
+				res.Outcome = OutcomeAlreadyExisted
+			}
+			res.Calls = 0
+			// Joining after the answer is answering from the record being
+			// written, as the outbox would once it is.
+			if how == lateFlight && f.err == nil && !res.Skipped {
+				res.Skipped = true
+				d.m.kindCount(ctx, d.m.skips, kind)
+			}
 		}
-		res.Calls = 0
+		if f.err != nil {
+			d.m.outcome(ctx, kind, failureOutcome(f.err), d.clock.Since(start))
+			return DispatchResult{}, f.err
+		}
+		d.m.outcome(ctx, kind, string(res.Outcome), d.clock.Since(start))
+		return res, nil
 	}
-	if err != nil {
-		d.m.outcome(ctx, kind, failureOutcome(err), d.clock.Since(start))
-		return DispatchResult{}, err
-	}
-	d.m.outcome(ctx, kind, string(res.Outcome), d.clock.Since(start))
-	return res, nil
 }
 
 func failureOutcome(err error) string {
@@ -275,6 +289,8 @@ func failureOutcome(err error) string {
 		return "gave_up"
 	case errors.Is(err, ErrPayloadConflict):
 		return "conflict"
+	case errors.Is(err, ErrOutboxUnavailable):
+		return "outbox_unavailable"
 	}
 	return "error"
 }
@@ -286,28 +302,53 @@ func tableOf(id naming.ID) outbox.Table {
 	return outbox.TableDispatch
 }
 
-// submit is the work of one flight: consult the outbox, record pending,
-// create the task, record the outcome.
-func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp string, now time.Time) (*flight, error) {
-	f := &flight{fp: fp}
-	key, cloudID := id.String(), id.CloudTaskID()
-	table := tableOf(id)
-	queuePath := d.QueuePath(t.Queue)
-	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: queuePath + "/tasks/" + cloudID}
+// workContext is the context of a flight's work: the leader's values
+// without its cancellation. The retry loop bounds the work by
+// Retry.MaxElapsed. A context that cannot end is used as it is.
+func workContext(leader context.Context) context.Context {
+	if leader.Done() == nil {
+		return leader
+	}
+	return context.WithoutCancel(leader)
+}
 
-	prev, found, err := d.box.Latest(ctx, table, key)
+// baseRecord is the record of id with the fields every status shares.
+func baseRecord(id naming.ID, queuePath string) outbox.Record {
+	rec := outbox.Record{
+		Table: tableOf(id), ID: id.String(), CloudTaskID: id.CloudTaskID(), Queue: queuePath,
+		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(),
+	}
+	if id.IsTimer() {
+		rec.DueAt = id.Time()
+	}
+	return rec
+}
+
+// create is the work of one create flight: consult the outbox, record
+// pending, create the task, record the outcome. It answers f's callers as
+// soon as the mode allows, then finishes recording.
+func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, now time.Time) {
+	ctx := workContext(leader)
+	key, cloudID := id.String(), id.CloudTaskID()
+	queuePath := d.queueOf(t.Queue)
+	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: queuePath + "/tasks/" + cloudID}
+	rec := baseRecord(id, queuePath)
+
+	prev, found, err := d.box.Latest(ctx, rec.Table, key)
 	if err != nil {
-		return f, fmt.Errorf("cloudtasks: %s: read outbox: %w", key, err)
+		f.err = fmt.Errorf("cloudtasks: %s: read outbox: %w", key, err)
+		return
 	}
 	recovering := false
 	if found {
 		switch prev.Status {
 		case outbox.StatusCreated, outbox.StatusAlreadyExisted, outbox.StatusPending:
-			if prev.PayloadSHA256 != "" && prev.PayloadSHA256 != fp {
+			if prev.PayloadSHA256 != "" && prev.PayloadSHA256 != f.fp {
 				f.recorded = prev.PayloadSHA256
 				d.m.conflicts.Add(ctx, 1)
 				d.log.Warn("payload conflict with the recorded dispatch", "id", key, "status", prev.Status)
-				return f, &ConflictError{ID: key, Recorded: prev.PayloadSHA256, Given: fp}
+				f.err = &ConflictError{ID: key, Recorded: prev.PayloadSHA256, Given: f.fp}
+				return
 			}
 		}
 		switch prev.Status {
@@ -317,47 +358,31 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 			f.res.Outcome = OutcomeAlreadyExisted
 			f.res.FirstRecorded = prev.CreatedAt
 			f.res.Skipped = true
-			return f, nil
+			return
 		case outbox.StatusPending:
 			if prev.ProcessorUUID != d.processor && d.cfg.EnforceOwnership {
-				return f, &OwnershipError{ID: key, Owner: prev.ProcessorUUID}
+				f.err = &OwnershipError{ID: key, Owner: prev.ProcessorUUID}
+				return
 			}
 			recovering = now.Sub(prev.UpdatedAt) >= d.cfg.StaleAfter
 		}
 	}
 
-	rec := outbox.Record{
-		Table: table, ID: key, CloudTaskID: cloudID, Queue: queuePath,
-		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(),
-		Status: outbox.StatusPending, PayloadSHA256: fp, CreatedAt: micro(now),
-	}
-	if id.IsTimer() {
-		rec.DueAt = id.Time()
-	}
+	rec.Status, rec.PayloadSHA256, rec.CreatedAt = outbox.StatusPending, f.fp, micro(now)
 	if found {
 		rec.CreatedAt = prev.CreatedAt
 		rec.CreateCalls = prev.CreateCalls
 	}
-	// The pending marker is not waited for: if it is lost in a crash, the
-	// caller got no answer and repeats the call under the same name, which
-	// Cloud Tasks deduplicates. The outcome below is durable.
-	appendPending := d.box.AppendAsync
-	if d.cfg.DurablePending {
-		appendPending = d.box.Append
-	}
-	if err := appendPending(ctx, rec); err != nil {
-		return f, fmt.Errorf("cloudtasks: %s: record pending: %w", key, err)
-	}
 	req := t.createRequest(queuePath, key, cloudID, now)
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
-		_, err := d.client.CreateTask(ctx, req)
-		code := codeOf(err)
-		d.m.call(ctx, "CreateTask", code)
-		if err != nil && code != codes.AlreadyExists {
-			d.log.Debug("CreateTask error", "id", key, "code", code.String())
-		}
-		return err
+	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
+		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
+			return d.createTask(ctx, key, req)
+		})
 	})
+	if perr != nil {
+		f.err = perr
+		return
+	}
 	f.res.Calls = calls
 	code := codeOf(err)
 	rec.CreateCalls += int32(calls)
@@ -368,23 +393,19 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
 	case Transient(code) || ctx.Err() != nil:
 		// The outcome is unknown (the task may exist): the record stays
-		// pending, now durably and with the calls made, for Recover or the
-		// caller's repeat.
+		// pending, now with the calls made, for Recover or the caller's
+		// repeat.
 		d.log.Info("gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
-		cerr := &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
 		rec.ErrorCode = code.String()
-		if aerr := d.box.Append(context.WithoutCancel(ctx), rec); aerr != nil {
-			return f, errors.Join(cerr, fmt.Errorf("cloudtasks: %s: record pending: %w", key, aerr))
-		}
-		return f, cerr
+		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
+		d.recordOutcome(ctx, f, rec)
+		return
 	default:
 		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
 		d.log.Info("CreateTask failed", "id", key, "code", code.String(), "calls", calls)
-		cerr := &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Err: err}
-		if aerr := d.box.Append(context.WithoutCancel(ctx), rec); aerr != nil {
-			return f, errors.Join(cerr, fmt.Errorf("cloudtasks: %s: record failure: %w", key, aerr))
-		}
-		return f, cerr
+		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Err: err}
+		d.recordOutcome(ctx, f, rec)
+		return
 	}
 	if recovering {
 		f.res.Outcome = OutcomeRecovered
@@ -392,13 +413,93 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task, fp strin
 		d.noteHandover(ctx, id, prev.ProcessorUUID, "dispatch")
 	}
 	f.res.FirstRecorded = rec.CreatedAt
-	// The outcome is recorded even if the caller's context ended meanwhile:
-	// the task exists, and the record must say so.
-	if err := d.box.Append(context.WithoutCancel(ctx), rec); err != nil {
-		return f, fmt.Errorf("cloudtasks: %s: task %s but recording it failed: %w", key, rec.Status, err)
-	}
 	d.log.Debug("dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
-	return f, nil
+	d.recordOutcome(ctx, f, rec)
+}
+
+// createTask makes one create call, alone or in a shared batch.
+func (d *Dispatcher) createTask(ctx context.Context, key string, req *cloudtaskspb.CreateTaskRequest) error {
+	if d.batches != nil {
+		return d.batches.create(ctx, key, req)
+	}
+	return d.createOne(ctx, key, req)
+}
+
+// createOne makes one CreateTask call.
+func (d *Dispatcher) createOne(ctx context.Context, key string, req *cloudtaskspb.CreateTaskRequest) error {
+	_, err := d.client.CreateTask(ctx, req)
+	code := codeOf(err)
+	d.m.call(ctx, "CreateTask", code)
+	if err != nil && code != codes.AlreadyExists {
+		d.log.Debug("CreateTask error", "id", key, "code", code.String())
+	}
+	return err
+}
+
+// pendingWithCall records rec (pending) and runs call, in the order and
+// overlap the durability mode asks for. perr is an *OutboxError when the
+// pending record could not be written; then either call did not run, or
+// (overlapped) its answer must not be given.
+func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, call func(context.Context) (int, error)) (calls int, err, perr error) {
+	// The in-memory record cannot fail or be slow: nothing to overlap.
+	overlap := d.cfg.Durability != DurabilityStrict && d.cfg.Durability != DurabilityMemory && d.outboxOK.Load()
+	if !overlap {
+		// Strict mode needs only the pending record to be queued before the
+		// call: the durable outcome comes after it in the log. Until the
+		// outbox has shown it can make a record durable, the pending record
+		// is waited for, so a broken outbox stops the call.
+		appendPending := d.box.Append
+		if d.cfg.Durability == DurabilityStrict && d.outboxOK.Load() {
+			appendPending = d.box.AppendAsync
+		}
+		if err := appendPending(ctx, rec); err != nil {
+			return 0, nil, d.outboxFailed(rec.ID, true, err)
+		}
+		if d.cfg.Durability != DurabilityStrict {
+			d.outboxOK.Store(true)
+		}
+		calls, err = call(ctx)
+		return calls, err, nil
+	}
+	appended := make(chan error, 1)
+	go func() { appended <- d.box.Append(ctx, rec) }()
+	calls, err = call(ctx)
+	if aerr := <-appended; aerr != nil {
+		return calls, err, d.outboxFailed(rec.ID, false, aerr)
+	}
+	return calls, err, nil
+}
+
+// outboxFailed notes that the outbox failed an append and returns the
+// error for the caller.
+func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
+	if d.outboxOK.Swap(false) {
+		d.log.Error("outbox cannot record; calls stop until it can", "id", id, "err", err)
+	}
+	return &OutboxError{ID: id, BeforeCall: beforeCall, Err: err}
+}
+
+// recordOutcome appends rec, f's outcome. In strict mode the callers wait
+// until it is durable, and a failure is their error; in the other modes
+// they are answered first and the flight stays in the table until the
+// record is written, so a repeat meanwhile shares this answer instead of
+// reading a stale record.
+func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Record) {
+	if d.cfg.Durability != DurabilityStrict {
+		f.answer()
+	}
+	err := d.box.Append(ctx, rec)
+	if err == nil {
+		d.outboxOK.Store(true)
+		return
+	}
+	d.outboxFailed(rec.ID, false, err)
+	werr := fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", rec.ID, rec.Status, err)
+	if f.answered {
+		d.log.Error("outcome not recorded; the record stays pending for Recover", "id", rec.ID, "status", rec.Status, "err", err)
+		return
+	}
+	f.err = errors.Join(f.err, werr)
 }
 
 // noteHandover logs and counts a record finished by a processor other than

@@ -12,19 +12,54 @@
 //     existed answers at once, with no call (an idempotent skip); the same
 //     ID with another payload fingerprint is a *ConflictError;
 //  2. records "pending" with the payload fingerprint and this processor's
-//     UUID;
+//     UUID, and at the same time
 //  3. calls CreateTask with the deterministic name
 //     projects/P/locations/L/queues/Q/tasks/d_…; AlreadyExists is a success;
 //     transient codes (Unavailable, DeadlineExceeded, ResourceExhausted,
 //     Aborted, Internal) are retried with capped exponential backoff and
-//     jitter while the caller's context lasts — safe, because the name
-//     deduplicates;
-//  4. records the outcome durably and returns both IDs, the task name and
-//     the outcome: created, already_existed or recovered.
+//     jitter within Config.Retry — safe, because the name deduplicates;
+//  4. returns both IDs, the task name and the outcome (created,
+//     already_existed or recovered) once the call and the pending record's
+//     group commit are both done, and records the outcome.
 //
 // Identical calls made at the same time in one process share one CreateTask
 // call, and exactly one of them sees "created". Across processes, the task
-// name does the same job.
+// name does the same job. Dispatch, ScheduleTimer, Cancel and Recover share
+// one table of work in flight per ID, so they never race on a record; each
+// caller waits on its own context (*WaitError when it ends first) while the
+// shared work goes on, bounded by Config.Retry.
+//
+// # Durability
+//
+// Config.Durability says what an answered call promises:
+//
+//	mode        the call returns once                       after a crash, an answered call's record is
+//	overlapped  CreateTask and the pending fsync are done   at least pending (Recover resolves it)
+//	strict      the outcome is fsynced                      the outcome it answered
+//	interval    CreateTask and the pending write are done   at least pending after a process crash;
+//	                                                        the last 100ms may be lost in a machine crash
+//	memory      CreateTask is done                          nothing: records live in the process
+//
+// overlapped is the default with an outbox, memory without one. Until the
+// outbox has made a record durable, and after any append failed, the pending
+// record is waited for before CreateTask, so an outbox that cannot record
+// stops calls with ErrOutboxUnavailable instead of creating tasks it cannot
+// record. See ADR 0006 for the crash cases.
+//
+// # Batching
+//
+// With Config.Batch, concurrent calls to one queue share BatchCreateTasks
+// requests the way appends share a group commit: a call to an idle queue
+// goes at once (as CreateTask), calls that arrive meanwhile form the next
+// request, up to 100. Each call gets its own outcome from its index. If the
+// service answers UNIMPLEMENTED or the operation is not done at once,
+// calls fall back to CreateTask, and the log says so once.
+//
+// # Lifecycle
+//
+// Close(ctx) stops new calls (ErrClosed), waits within ctx for the calls in
+// flight to record their outcomes and for the outbox's last flush, and says
+// what it could not finish.
 //
 // The worker receives an Idempotency-Key header with the internal ID and an
 // X-Ctdispatch-Task-Id header with the Cloud Tasks ID, so it can deduplicate
@@ -32,16 +67,27 @@
 //
 // # Reuse
 //
-// A failed ID (a permanent error such as PermissionDenied or NotFound) may
-// be dispatched again, with any payload. A pending, created or
+// A failed ID (a permanent error such as PermissionDenied or NotFound), a
+// not_found one (see Recovery) and a cancelled one may be dispatched again,
+// with any payload. A pending, created or
 // already-existed ID never creates a second task.
 //
 // # Recovery
 //
 // A record still pending after Config.StaleAfter is the trace of a process
-// that stopped mid-dispatch. Recover asks Cloud Tasks whether the named
-// task exists and records created (it does) or failed with NOT_FOUND (it
-// does not; the caller may dispatch again). Any instance may recover any
+// that stopped mid-dispatch, or of a call whose outcome stayed unknown.
+// Recover asks Cloud Tasks (GetTask) whether the named task exists:
+//
+//	Recover saw   status written  what the caller should do
+//	OK            created         nothing; a repeat is answered from the outbox
+//	NOT_FOUND     not_found       dispatch again if the work is needed: the task was
+//	                              never created, or it ran and is gone; a repeat within
+//	                              the name-reuse window is answered already_existed
+//	other codes   (pending)       nothing; the next pass tries again
+//
+// not_found is not a failure: the service cannot tell "never created" from
+// "ran and deleted". Only ALREADY_EXISTS to a create call says the name
+// existed recently, and a repeated Dispatch records that as already_existed. Any instance may recover any
 // processor's records unless Config.EnforceOwnership is set; the processor
 // UUID on each record is an audit trail of who did what, and every hand-over
 // is logged and counted. A caller that repeats an interrupted Dispatch
@@ -53,7 +99,10 @@
 // ErrInvalidConfig (*ConfigError), ErrInvalidRequest (*RequestError, naming
 // the field, the value and the rule), ErrPayloadConflict (*ConflictError),
 // ErrNotOwner (*OwnershipError), ErrCreateFailed and ErrGaveUp
-// (*CallError, which unwraps to the gRPC status: status.Code(err) works).
+// (*CallError, which unwraps to the gRPC status: status.Code(err) works),
+// ErrGaveUp also for *WaitError (the caller's context ended; the work goes
+// on), ErrOutboxUnavailable (*OutboxError: the pending record could not be
+// written) and ErrClosed.
 //
 // # Observability
 //

@@ -31,6 +31,10 @@ var (
 	ErrGaveUp = errors.New("gave up retrying")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("dispatcher closed")
+	// ErrOutboxUnavailable matches an *OutboxError: the outbox could not
+	// record the call's pending state, so no answer is given. Before the
+	// create call this means no task was created; see OutboxError.
+	ErrOutboxUnavailable = errors.New("outbox unavailable")
 )
 
 // ConfigError names the Config field that is wrong, its value and the rule.
@@ -159,3 +163,60 @@ func (e *CallError) Is(target error) bool {
 	}
 	return target == ErrCreateFailed
 }
+
+// OutboxError reports a call that got no answer because the outbox could
+// not record it. It matches ErrOutboxUnavailable and unwraps to the
+// outbox's error.
+//
+// When BeforeCall is true no Cloud Tasks call was made. When it is false
+// (the pending record was written at the same time as the call, see
+// DurabilityOverlapped) the task may exist; repeating the call once the
+// outbox works again is safe, because the task name deduplicates it.
+type OutboxError struct {
+	// ID is the internal ID.
+	ID string
+	// BeforeCall is true when the failure stopped the call before any
+	// Cloud Tasks request.
+	BeforeCall bool
+	// Err is the outbox's error.
+	Err error
+}
+
+func (e *OutboxError) Error() string {
+	when := "the Cloud Tasks call was not made"
+	if !e.BeforeCall {
+		when = "the task may exist; repeat the call once the outbox works"
+	}
+	return fmt.Sprintf("cloudtasks: %s: outbox could not record the pending state (%s): %v", e.ID, when, e.Err)
+}
+
+// Is makes an OutboxError match ErrOutboxUnavailable.
+func (e *OutboxError) Is(target error) bool { return target == ErrOutboxUnavailable }
+
+// Unwrap returns the outbox's error.
+func (e *OutboxError) Unwrap() error { return e.Err }
+
+// WaitError is returned to a caller whose context ended while the work for
+// its ID (its own or that of a concurrent identical call) was still
+// running. The work goes on, bounded by RetryPolicy.MaxElapsed, and records
+// its outcome; repeat the call to learn it. It matches ErrGaveUp and
+// unwraps to the context's error, so errors.Is(err,
+// context.DeadlineExceeded) works too.
+type WaitError struct {
+	// ID is the internal ID.
+	ID string
+	// Op is what was waited for: "create", "cancel" or "recover".
+	Op string
+	// Err is the caller's context error.
+	Err error
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("cloudtasks: %s: stopped waiting for %s (%v); the work goes on and records its outcome", e.ID, e.Op, e.Err)
+}
+
+// Is makes a WaitError match ErrGaveUp.
+func (e *WaitError) Is(target error) bool { return target == ErrGaveUp }
+
+// Unwrap returns the context's error.
+func (e *WaitError) Unwrap() error { return e.Err }

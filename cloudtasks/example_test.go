@@ -31,7 +31,7 @@ func ExampleDispatcher_Dispatch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer d.Close()
+	defer d.Close(context.Background())
 
 	req := cloudtasks.DispatchRequest{
 		RunID: "run1", TaskKey: "extract", Identity: naming.Identity{Number: 1},

@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
@@ -104,9 +105,18 @@ func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatche
 	cfg.Outbox = box
 	d, err := NewDispatcher(ctx, &cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { d.Close(context.Background()) })
+	writers.Store(box, d)
 	return d, box, reader
 }
+
+// writers maps each test outbox to the dispatcher writing it, so history
+// can wait for outcome records that were appended after the answer.
+var writers sync.Map
+
+// settle waits until d has no work in flight: every answered call's
+// records are then in the outbox.
+func settle(d *Dispatcher) { <-d.flights.quiet() }
 
 // counter sums the data points of an Int64 counter whose attributes include
 // every pair of want.
@@ -139,6 +149,9 @@ func counter(t testing.TB, r *sdkmetric.ManualReader, name string, want ...attri
 // history returns every record of an ID, oldest first.
 func history(t testing.TB, box *outbox.Outbox, id string) []outbox.Record {
 	t.Helper()
+	if d, ok := writers.Load(box); ok {
+		settle(d.(*Dispatcher))
+	}
 	recs, err := box.Lookup(context.Background(), outbox.Query{ID: id, History: true})
 	require.NoError(t, err)
 	return recs

@@ -1,6 +1,7 @@
 package cloudtasks
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ const (
 	envAddr   = "CTDISPATCH_TEST_ADDR"
 	envRoot   = "CTDISPATCH_TEST_ROOT"
 	envCount  = "CTDISPATCH_TEST_COUNT"
+	envMode   = "CTDISPATCH_TEST_DURABILITY"
 )
 
 // TestHelperProcess is not a test: it is the body of a child process.
@@ -52,12 +55,37 @@ func TestHelperProcess(t *testing.T) {
 		outcomes := herd(t, n, func(int) (DispatchResult, error) {
 			return d.Dispatch(ctx, request("run1", "procs", 1, `{"k":"v"}`))
 		})
-		require.NoError(t, d.Close())
+		require.NoError(t, d.Close(context.Background()))
 		require.NoError(t, box.Close())
 		require.NoError(t, json.NewEncoder(os.Stdout).Encode(outcomes))
+	case "answers":
+		// Dispatch distinct IDs from 16 callers and print each answered ID
+		// at once, until the parent kills the process.
+		cfg.Outbox, cfg.Client, cfg.Durability = box, fake.client(t), Durability(os.Getenv(envMode))
+		d, err := NewDispatcher(ctx, &cfg)
+		require.NoError(t, err)
+		n, _ := strconv.Atoi(os.Getenv(envCount))
+		var next atomic.Int64
+		var out sync.Mutex
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+					res, err := d.Dispatch(ctx, request("run1", "crash", uint64(i), "x"))
+					if err != nil {
+						continue
+					}
+					out.Lock()
+					os.Stdout.WriteString(res.ID + "\n")
+					out.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		t.Fatal("the process should have been killed before it answered every call")
 	case "kill":
-		cfg.DurablePending = true
-		d, err := newWithClient(cfg, exitAfterCreate{fake.client(t)}, box)
+		cfg.Outbox, cfg.Client = box, exitAfterCreate{fake.client(t)}
+		d, err := NewDispatcher(ctx, &cfg)
 		require.NoError(t, err)
 		_, err = d.Dispatch(ctx, request("run1", "killed", 1, "x"))
 		t.Fatalf("the process should have died; Dispatch returned %v", err)
@@ -67,10 +95,10 @@ func TestHelperProcess(t *testing.T) {
 // exitAfterCreate ends the process as soon as CreateTask has succeeded,
 // before the dispatcher can record the outcome: a kill -9 at the worst
 // moment.
-type exitAfterCreate struct{ taskClient }
+type exitAfterCreate struct{ Client }
 
 func (e exitAfterCreate) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
-	task, err := e.taskClient.CreateTask(ctx, req, opts...)
+	task, err := e.Client.CreateTask(ctx, req, opts...)
 	if err == nil {
 		os.Exit(7)
 	}
@@ -168,6 +196,63 @@ func TestRecoverAfterKill(t *testing.T) {
 	st, err = d.Recover(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, RecoverStats{}, st)
+}
+
+// A process SIGKILLed while it answers calls, in every mode that records in
+// an outbox: every call it answered has a record that survived (pending at
+// least; in strict mode the outcome), and Recover turns the pending ones
+// into created.
+func TestAnsweredCallsSurviveKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			emu := startEmulator(t)
+			root := t.TempDir()
+			cmd := child(t, "answers", emu.Addr(), root, envCount+"=100000", envMode+"="+string(mode))
+			stdout, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			sc := bufio.NewScanner(stdout)
+			var answered []string
+			for sc.Scan() {
+				answered = append(answered, sc.Text())
+				if len(answered) == 300 {
+					require.NoError(t, cmd.Process.Kill())
+				}
+			}
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			require.Equal(t, "signal: killed", exit.Error())
+			require.GreaterOrEqual(t, len(answered), 300)
+
+			clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
+			b := &testBundle{be: emu, emu: emu.Server, root: root}
+			d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
+			allowed := map[outbox.Status]bool{outbox.StatusCreated: true, outbox.StatusAlreadyExisted: true}
+			if mode != DurabilityStrict {
+				allowed[outbox.StatusPending] = true
+			}
+			ctx := context.Background()
+			for _, id := range answered {
+				rec, found, err := box.Latest(ctx, outbox.TableDispatch, id)
+				require.NoError(t, err)
+				require.True(t, found, "answered %s has no record", id)
+				require.True(t, allowed[rec.Status], "answered %s is %s", id, rec.Status)
+			}
+			_, err = d.Recover(ctx)
+			require.NoError(t, err)
+			for _, id := range answered {
+				rec, _, err := box.Latest(ctx, outbox.TableDispatch, id)
+				require.NoError(t, err)
+				require.Contains(t, []outbox.Status{outbox.StatusCreated, outbox.StatusAlreadyExisted}, rec.Status, id)
+			}
+		})
+	}
 }
 
 func assertNoError(t *testing.T, err error, out []byte) bool {

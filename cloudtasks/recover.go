@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -19,8 +20,9 @@ type RecoverStats struct {
 	Stale int
 	// Found counts records whose task exists: recorded as created.
 	Found int
-	// NotFound counts records whose task does not exist: recorded as failed
-	// with error code NOT_FOUND, so the ID may be dispatched again.
+	// NotFound counts records whose task does not exist now: recorded as
+	// not_found (never created, or ran and gone), so the ID may be
+	// dispatched again. Not a failure.
 	NotFound int
 	// HandedOver counts records left by another processor and finished by
 	// this one.
@@ -35,20 +37,36 @@ type RecoverStats struct {
 
 // Recover finishes the records of both tables that stayed pending for
 // longer than Config.StaleAfter — the trace of a process that stopped
-// between recording pending and recording the outcome. For each it asks
-// Cloud Tasks whether the named task exists: if it does, the record becomes
-// created; if not, failed with error code NOT_FOUND (the task was never
-// created, or it already ran and was deleted; the outbox keeps no payload
-// to create it from, and the caller's repeated Dispatch under the same ID
-// is allowed after a failure). Records of any processor are taken over
-// unless EnforceOwnership is on; the new records carry this processor's
-// UUID, and each hand-over is logged and counted.
+// between recording pending and recording the outcome, or of a call whose
+// outcome stayed unknown. For each it asks Cloud Tasks (GetTask) whether
+// the named task exists, and writes what that answer can tell:
+//
+//	GetTask answered     status written  what the caller should do
+//	OK                   created         nothing: a repeat is answered from the outbox
+//	NOT_FOUND            not_found       decide: the task was never created, or it ran
+//	                                     and is gone. A repeated Dispatch creates it
+//	                                     (created) or, if the name was used within the
+//	                                     service's reuse window (up to 24 h), gets
+//	                                     already_existed: it did exist
+//	another code         (stays pending) nothing: the next pass tries again
+//
+// NOT_FOUND cannot tell "never created" from "ran and was deleted", so it is
+// not recorded as a failure. Only the service's ALREADY_EXISTS to a create
+// call says the name was used recently, and a repeated Dispatch records
+// that as already_existed. A record that changed while Recover looked (a
+// concurrent Dispatch or Recover finished it) is left alone and not
+// counted as stale.
+//
+// Records of any processor are taken over unless EnforceOwnership is on;
+// the new records carry this processor's UUID, and each hand-over is
+// logged and counted. Recover shares the in-flight table with Dispatch,
+// ScheduleTimer and Cancel, so it never races them on one ID.
 //
 // Recover may run at start and periodically; an error on one record does
 // not stop the pass.
 func (d *Dispatcher) Recover(ctx context.Context) (RecoverStats, error) {
 	var st RecoverStats
-	if d.closed.Load() {
+	if d.flights.isClosed() {
 		return st, ErrClosed
 	}
 	for _, table := range outbox.Tables {
@@ -61,80 +79,94 @@ func (d *Dispatcher) Recover(ctx context.Context) (RecoverStats, error) {
 				return st, err
 			}
 			st.Stale++
-			d.recoverOne(ctx, rec, &st)
+			if err := d.recoverOne(ctx, rec, &st); errors.Is(err, ErrClosed) {
+				st.Stale--
+				return st, err
+			}
 		}
 	}
 	return st, nil
 }
 
-func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *RecoverStats) {
+func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *RecoverStats) error {
 	id, err := naming.Parse(rec.ID)
 	if err != nil {
 		st.Errors++
 		d.log.Warn("recover: pending record with an invalid ID", "id", rec.ID, "err", err)
-		return
+		return nil
 	}
 	if rec.ProcessorUUID != d.processor && d.cfg.EnforceOwnership {
 		st.SkippedNotOwned++
 		d.log.Info("recover: pending record of another processor left alone (ownership enforced)",
 			"id", rec.ID, "owner", rec.ProcessorUUID)
-		return
+		return nil
 	}
-	// Share the flight with a concurrent Dispatch of the same ID, so the two
-	// never race on the record.
-	v, err, _ := d.flights.Do(rec.ID, func() (any, error) {
-		latest, found, err := d.box.Latest(ctx, rec.Table, rec.ID)
-		if err != nil {
-			return "", err
-		}
-		if !found || latest.Status != outbox.StatusPending || !latest.UpdatedAt.Equal(rec.UpdatedAt) {
-			return "moved", nil // finished or re-driven meanwhile
-		}
-		name := rec.TaskName
-		if name == "" {
-			name = rec.Queue + "/tasks/" + rec.CloudTaskID
-		}
-		_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
-			_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
-			d.m.call(ctx, "GetTask", codeOf(err))
-			return err
-		})
-		next := latest
-		next.UpdatedAt = time.Time{} // now, by the outbox's clock
-		next.ErrorCode = ""
-		result := ""
-		switch code := codeOf(err); {
-		case err == nil:
-			next.Status, result = outbox.StatusCreated, "created"
-		case code == codes.NotFound:
-			next.Status, next.ErrorCode, result = outbox.StatusFailed, code.String(), "not_found"
-		default:
-			return "", err
-		}
-		if err := d.box.Append(context.WithoutCancel(ctx), next); err != nil {
-			return "", err
-		}
-		return result, nil
-	})
+	f, _, err := d.flights.do(ctx, rec.ID, opRecover, func(f *flight) { d.resolve(ctx, f, rec) })
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	if err == nil {
+		err = f.err
+	}
 	if err != nil {
 		st.Errors++
 		d.log.Warn("recover: could not resolve pending record", "id", rec.ID, "err", err)
-		return
+		return nil
 	}
-	result := v.(string)
-	switch result {
-	case "moved":
+	switch f.verdict {
+	case verdictMoved:
 		st.Stale--
-		return
-	case "created":
+		return nil
+	case verdictCreated:
 		st.Found++
-	case "not_found":
+	case verdictNotFound:
 		st.NotFound++
 	}
-	d.m.recovered.Add(ctx, 1, metricAttrs(id.Kind().String(), result))
+	d.m.recovered.Add(ctx, 1, metricAttrs(id.Kind().String(), string(f.verdict)))
 	if rec.ProcessorUUID != d.processor {
 		st.HandedOver++
 		d.noteHandover(ctx, id, rec.ProcessorUUID, "recover")
 	}
-	d.log.Info("recovered pending record", "id", rec.ID, "result", result, "from_processor", rec.ProcessorUUID)
+	d.log.Info("recovered pending record", "id", rec.ID, "result", string(f.verdict), "status", string(f.verdict), "from_processor", rec.ProcessorUUID)
+	return nil
+}
+
+// resolve is the work of one recover flight: if rec is still the ID's
+// latest state, ask Cloud Tasks and record the verdict.
+func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Record) {
+	ctx := workContext(leader)
+	latest, found, err := d.box.Latest(ctx, rec.Table, rec.ID)
+	if err != nil {
+		f.err = err
+		return
+	}
+	if !found || latest.Status != outbox.StatusPending || !latest.UpdatedAt.Equal(rec.UpdatedAt) {
+		f.verdict = verdictMoved
+		return
+	}
+	name := rec.TaskName
+	if name == "" {
+		name = rec.Queue + "/tasks/" + rec.CloudTaskID
+	}
+	_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
+		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+		d.m.call(ctx, "GetTask", codeOf(err))
+		return err
+	})
+	next := latest
+	next.UpdatedAt = time.Time{} // now, by the outbox's clock
+	next.ErrorCode = ""
+	switch code := codeOf(err); {
+	case err == nil:
+		next.Status, f.verdict = outbox.StatusCreated, verdictCreated
+	case code == codes.NotFound:
+		next.Status, next.ErrorCode, f.verdict = outbox.StatusNotFound, code.String(), verdictNotFound
+	default:
+		f.err = err
+		return
+	}
+	if err := d.box.Append(ctx, next); err != nil {
+		d.outboxFailed(rec.ID, false, err)
+		f.err = err
+	}
 }

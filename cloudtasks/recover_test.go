@@ -29,6 +29,7 @@ func leavePending(t *testing.T, b *testBundle, task string) string {
 	_, err := b.d.Dispatch(context.Background(), request("run1", task, 1, "x"))
 	require.ErrorIs(t, err, ErrGaveUp)
 	b.fake.setFault(nil)
+	settle(b.d) // the record is written before the test moves the clock
 	return "dispatch:run1:" + task + ":1"
 }
 
@@ -79,17 +80,17 @@ func TestRecoverOwnershipAndNotFound(t *testing.T) {
 	require.Equal(t, b.d.ProcessorUUID(), oe.Owner)
 
 	// The owner itself may recover its own record under enforcement; the
-	// task was never created, so the record becomes failed.
+	// task was never created, so the record becomes not_found.
 	st, err = b.d.Recover(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, RecoverStats{Stale: 1, NotFound: 1}, st)
 	recs := history(t, b.box, id)
 	last := recs[len(recs)-1]
-	require.Equal(t, outbox.StatusFailed, last.Status)
+	require.Equal(t, outbox.StatusNotFound, last.Status)
 	require.Equal(t, "NotFound", last.ErrorCode)
 	require.Equal(t, int64(1), counter(t, b.reader, MetricRecoveries, attribute.String("result", "not_found")))
 
-	// A failed ID may be dispatched again.
+	// A not_found ID may be dispatched again.
 	res, err := b.d.Dispatch(context.Background(), request("run1", "a", 1, "x"))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
@@ -147,7 +148,7 @@ func TestLogsCarryIDAndNoPayload(t *testing.T) {
 
 // blockingClient holds CreateTask until release is closed.
 type blockingClient struct {
-	taskClient
+	Client
 	entered chan struct{}
 	release chan struct{}
 }
@@ -155,15 +156,17 @@ type blockingClient struct {
 func (c blockingClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
 	c.entered <- struct{}{}
 	<-c.release
-	return c.taskClient.CreateTask(ctx, req, opts...)
+	return c.Client.CreateTask(ctx, req, opts...)
 }
 
 // A call with another payload while the first is in flight is a conflict.
 func TestDispatchConcurrentDifferentPayload(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
-	bc := blockingClient{taskClient: emu.client(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	d, err := newWithClient(testConfig(), bc, nil)
+	bc := blockingClient{Client: emu.client(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	cfg := testConfig()
+	cfg.Client = bc
+	d, err := NewDispatcher(context.Background(), &cfg)
 	require.NoError(t, err)
 	ctx := context.Background()
 	first := make(chan error, 1)

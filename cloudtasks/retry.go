@@ -95,10 +95,16 @@ func (d *Dispatcher) onRetry(method string) func(RetryEvent) {
 }
 
 // retry calls fn until it succeeds, fails with a code that is not
-// transient, the policy's MaxCalls is reached or ctx ends. It returns the
-// number of calls made and the last error. notify, if not nil, hears of
-// each retry before its wait.
+// transient, the policy's MaxCalls is reached, ctx ends, or MaxElapsed has
+// passed since the first call (no call starts after it; zero: no bound). It
+// returns the number of calls made and the last error. notify, if not nil,
+// hears of each retry before its wait.
+//
+// MaxElapsed is checked on clock rather than set as a context deadline: a
+// deadline costs a runtime timer per call, and each attempt is bounded by
+// the client's own timeout anyway.
 func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, notify func(RetryEvent), fn func(context.Context) error) (int, error) {
+	end := clock.Now().Add(p.MaxElapsed)
 	calls := 0
 	for {
 		calls++
@@ -107,6 +113,9 @@ func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func(
 			return calls, err
 		}
 		delay := p.delay(calls, rnd())
+		if left := end.Sub(clock.Now()); p.MaxElapsed > 0 && delay >= left {
+			return calls, err
+		}
 		if notify != nil {
 			notify(RetryEvent{Call: calls, MaxCalls: p.MaxCalls, Code: codeOf(err), Err: err, Delay: delay})
 		}

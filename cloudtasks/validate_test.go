@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := testConfig().WithDefaults()
 	require.Equal(t, DefaultStaleAfter, c.StaleAfter)
-	require.Equal(t, RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10}, c.Retry)
+	require.Equal(t, RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10, MaxElapsed: time.Minute}, c.Retry)
 	require.Equal(t, uuid.Version(7), c.ProcessorUUID.Version())
 	require.False(t, c.EnforceOwnership)
 	require.NoError(t, c.validate())
@@ -221,4 +222,20 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	})
 	require.Equal(t, 1, calls3)
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
+
+	// MaxElapsed: after 1s the next wait (2s) would end past 2.5s, so the
+	// loop stops at 2 calls.
+	p.MaxElapsed = 2500 * time.Millisecond
+	n = 0
+	go func() {
+		calls, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
+			n++
+			return status.Error(codes.Unavailable, "down")
+		})
+		require.Equal(t, codes.Unavailable, status.Code(err))
+		done <- fmt.Errorf("%d calls", calls)
+	}()
+	require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
+	clock.Advance(time.Second)
+	require.EqualError(t, <-done, "2 calls")
 }

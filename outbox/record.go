@@ -55,13 +55,17 @@ const (
 	StatusFailed Status = "failed"
 	// StatusCancelled means the task or timer was deleted on request.
 	StatusCancelled Status = "cancelled"
+	// StatusNotFound means recovery found no task under the name: it was
+	// never created, or it ran and is gone. Like failed, the ID may be
+	// dispatched again; unlike failed, it is not a failure.
+	StatusNotFound Status = "not_found"
 )
 
 // Terminal reports whether the status is final: every status except
 // pending. Retention only ever drops records in a terminal status.
 func (s Status) Terminal() bool {
 	switch s {
-	case StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled:
+	case StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled, StatusNotFound:
 		return true
 	}
 	return false
@@ -150,9 +154,9 @@ func (r *Record) validate() error {
 		return fmt.Errorf("outbox: record ID is empty")
 	}
 	switch r.Status {
-	case StatusPending, StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled:
+	case StatusPending, StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled, StatusNotFound:
 	default:
-		return fmt.Errorf("outbox: record %s: status %q unknown; allowed: pending, created, already_existed, failed, cancelled", r.ID, r.Status)
+		return fmt.Errorf("outbox: record %s: status %q unknown; allowed: pending, created, already_existed, failed, cancelled, not_found", r.ID, r.Status)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func ExampleScheduler_ScheduleTimer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer d.Close()
+	defer d.Close(context.Background())
 
 	due := time.Now().Add(10 * time.Minute)
 	res, err := timers.New(d).ScheduleTimer(ctx, timers.TimerRequest{

@@ -40,11 +40,13 @@ func setup(t *testing.T) *bundle {
 	box, err := outbox.Open(ctx, outbox.Options{Root: t.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: clock})
 	require.NoError(t, err)
 	t.Cleanup(func() { box.Close() })
+	// Strict: these tests read each outcome record right after the call.
 	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
 		Project: "proj", Location: "europe-west1", Queue: "default", Client: client, Outbox: box, Clock: clock,
+		Durability: cloudtasks.DurabilityStrict,
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { d.Close(context.Background()) })
 	return &bundle{emu: emu, box: box, s: timers.New(d), clock: clock}
 }
 

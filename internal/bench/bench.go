@@ -38,9 +38,16 @@ type Result struct {
 	// rounds divided by its calls. With the in-process emulator it includes
 	// the server's side of every RPC and the outbox's background work.
 	AllocsPerOp float64
+	// CPUPer1000 is the process's CPU time (user and system, from its own
+	// rusage) per 1,000 calls, in seconds. With the in-process emulator it
+	// includes the server's side of every RPC.
+	CPUPer1000 float64
 	// Ratio is Throughput divided by the create-bare Throughput; nil
 	// without a create-bare result.
 	Ratio *float64
+	// BatchRatio is dispatch-batched's Throughput divided by the
+	// batch-bare Throughput; nil for other modes or without batch-bare.
+	BatchRatio *float64
 	// FirstError is the first error a call returned, if any.
 	FirstError string
 }
@@ -62,7 +69,7 @@ type Report struct {
 // roundStats is what one round of one mode measured.
 type roundStats struct {
 	ops, errs, dups, dedups int64
-	elapsed                 time.Duration
+	elapsed, cpu            time.Duration
 	mallocs                 uint64
 	samples                 []time.Duration
 	firstErr                error
@@ -117,7 +124,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Report, error) 
 		order := slices.Concat(c.Modes[round%len(c.Modes):], c.Modes[:round%len(c.Modes)])
 		for _, m := range order {
 			run := fmt.Sprintf("%s-%s-r%d", prefix, m, round+1)
-			op, err := t.op(m, run, body)
+			op, err := t.op(m, run, body, c.BatchSize)
 			if err != nil {
 				return nil, err
 			}
@@ -125,7 +132,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Report, error) 
 			// Every round starts from a collected heap, so garbage left by
 			// the previous mode is not charged to this one.
 			runtime.GC()
-			st := runRound(ctx, c, n, op)
+			rc := c
+			width := 1
+			if m == ModeBatchBare {
+				// One request in flight, BatchSize tasks each: the shape
+				// of the dispatcher's batches when every caller waits.
+				rc.Concurrency, width = 1, c.BatchSize
+			}
+			st := runRound(ctx, rc, (n+width-1)/width, width, op)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -152,12 +166,14 @@ func combine(m Mode, rounds []roundStats) Result {
 	r := Result{Mode: m}
 	var samples []time.Duration
 	var mallocs uint64
+	var cpu time.Duration
 	for _, st := range rounds {
 		r.Ops += st.ops
 		r.Errors += st.errs
 		r.Duplicates += st.dups
 		r.Deduplicated += st.dedups
 		r.Elapsed += st.elapsed
+		cpu += st.cpu
 		mallocs += st.mallocs
 		samples = append(samples, st.samples...)
 		if r.FirstError == "" && st.firstErr != nil {
@@ -168,6 +184,7 @@ func combine(m Mode, rounds []roundStats) Result {
 	r.P50, r.P99 = summarize(samples)
 	if calls := r.Ops + r.Errors; calls > 0 {
 		r.AllocsPerOp = float64(mallocs) / float64(calls)
+		r.CPUPer1000 = cpu.Seconds() * 1000 / float64(calls)
 	}
 	return r
 }
@@ -180,8 +197,9 @@ type worker struct {
 }
 
 // runRound makes n calls of op (or calls for c.Duration/c.Rounds when n is
-// zero) from c.Concurrency goroutines.
-func runRound(ctx context.Context, c Config, n int, op opFunc) roundStats {
+// zero) from c.Concurrency goroutines. Each call of op stands for width
+// calls of the mode (a batch), and is counted so.
+func runRound(ctx context.Context, c Config, n, width int, op opFunc) roundStats {
 	workers := make([]worker, c.Concurrency)
 	perWorker := 1024
 	if n > 0 {
@@ -194,6 +212,7 @@ func runRound(ctx context.Context, c Config, n int, op opFunc) roundStats {
 	var wg sync.WaitGroup
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	cpuBefore := cpuTime()
 	start := time.Now()
 	deadline := start.Add(c.Duration / time.Duration(c.Rounds))
 	for w := range workers {
@@ -211,23 +230,24 @@ func runRound(ctx context.Context, c Config, n int, op opFunc) roundStats {
 				if dup {
 					me.dups++
 				}
+				w := int64(width)
 				switch {
 				case err != nil:
-					me.errs++
+					me.errs += w
 					if me.firstErr == nil {
 						me.firstErr = err
 					}
 				case dedup:
-					me.ops++
+					me.ops += w
 					me.dedups++
 				default:
-					me.ops++
+					me.ops += w
 				}
 			}
 		})
 	}
 	wg.Wait()
-	st := roundStats{elapsed: time.Since(start)}
+	st := roundStats{elapsed: time.Since(start), cpu: cpuTime() - cpuBefore}
 	runtime.ReadMemStats(&after)
 	st.mallocs = after.Mallocs - before.Mallocs
 	for _, w := range workers {

@@ -40,6 +40,12 @@ func TestRunEveryMode(t *testing.T) {
 		require.Equal(t, int64(120), r.Ops, r.Mode)
 		require.Zero(t, r.Errors, r.Mode)
 		require.Empty(t, r.FirstError, r.Mode)
+		require.Positive(t, r.CPUPer1000, r.Mode)
+		if r.Mode == ModeBatchBare {
+			// A repeated key repeats a whole batch: 10 requests of 4 tasks
+			// per round.
+			continue
+		}
 		require.Equal(t, dups, r.Duplicates, r.Mode)
 		if r.Mode == ModeNaming {
 			require.Zero(t, r.Deduplicated)
@@ -54,7 +60,7 @@ func TestRunEveryMode(t *testing.T) {
 	}
 	require.Equal(t, AllModes(), modes)
 	require.Equal(t, 1.0, *rep.Results[0].Ratio)
-	for _, sub := range []string{"durable", "interval"} {
+	for _, sub := range []string{"dispatch", "dispatch-strict", "dispatch-batched", "interval"} {
 		entries, err := os.ReadDir(filepath.Join(dir, sub))
 		require.NoError(t, err, sub)
 		require.NotEmpty(t, entries, "the %s outbox recorded the dispatches", sub)
@@ -64,7 +70,7 @@ func TestRunEveryMode(t *testing.T) {
 func TestRunWithFaults(t *testing.T) {
 	t.Parallel()
 	rep, err := Run(context.Background(), Config{
-		Modes: []Mode{ModeCreateBare, ModeDispatchMemory, ModeTimer},
+		Modes: []Mode{ModeCreateBare, ModeMemory, ModeTimer},
 		Count: 200, Rounds: 2, Concurrency: 4, FaultRate: 0.2, CommitThenFailRate: 0.1,
 	}, nil)
 	require.NoError(t, err)
@@ -83,7 +89,7 @@ func TestRunExternalEmulator(t *testing.T) {
 	srv, err := emulator.New(emulator.Config{DisableDelivery: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
-	cfg := Config{Modes: []Mode{ModeCreateBare, ModeDispatchMemory}, Count: 20, Rounds: 2, Concurrency: 2, EmulatorAddr: srv.Addr()}
+	cfg := Config{Modes: []Mode{ModeCreateBare, ModeMemory}, Count: 20, Rounds: 2, Concurrency: 2, EmulatorAddr: srv.Addr()}
 	rep, err := Run(context.Background(), cfg, nil)
 	require.NoError(t, err)
 	require.Equal(t, srv.Addr(), rep.Emulator)
@@ -105,7 +111,7 @@ func TestRunStopsWhenEveryCallFails(t *testing.T) {
 
 func TestRunForDuration(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(context.Background(), Config{Modes: []Mode{ModeNaming, ModeDispatchMemory}, Duration: 100 * time.Millisecond, Rounds: 2, Concurrency: 2}, nil)
+	rep, err := Run(context.Background(), Config{Modes: []Mode{ModeNaming, ModeMemory}, Duration: 100 * time.Millisecond, Rounds: 2, Concurrency: 2}, nil)
 	require.NoError(t, err)
 	require.Zero(t, rep.Config.Count)
 	for _, r := range rep.Results {
@@ -141,13 +147,14 @@ func TestWriteJSON(t *testing.T) {
 	require.Equal(t, map[string]any{
 		"modes": []any{"create-bare", "naming"}, "concurrency": 2.0, "count": 8.0, "duration_seconds": 0.0, "rounds": 2.0,
 		"payload_size": 256.0, "duplicate_ratio": 0.0, "fault_rate": 0.0, "commit_then_fail_rate": 0.0, "seed": 1.0,
+		"latency_us": 0.0, "batch_size": 2.0,
 	}, got["config"])
 	results := got["results"].([]any)
 	require.Len(t, results, 2)
 	for i, mode := range []string{"create-bare", "naming"} {
 		r := results[i].(map[string]any)
 		require.ElementsMatch(t, []string{"mode", "ops", "errors", "duplicates", "deduplicated", "elapsed_seconds",
-			"ops_per_second", "p50_us", "p99_us", "allocs_per_op", "ratio_vs_bare"}, keys(r))
+			"ops_per_second", "p50_us", "p99_us", "allocs_per_op", "cpu_seconds_per_1000", "ratio_vs_bare", "ratio_vs_batch_bare"}, keys(r))
 		require.Equal(t, mode, r["mode"])
 		require.Equal(t, 8.0, r["ops"])
 	}
@@ -164,7 +171,7 @@ func keys(m map[string]any) []string {
 
 func TestTemporaryOutboxIsRemoved(t *testing.T) {
 	t.Parallel()
-	c := Config{Modes: []Mode{ModeDispatchInterval}}.WithDefaults()
+	c := Config{Modes: []Mode{ModeInterval}}.WithDefaults()
 	tg, err := newTarget(context.Background(), c, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NotEmpty(t, tg.tempDir)

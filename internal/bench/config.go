@@ -15,16 +15,27 @@ const (
 	// ModeCreateBare is a bare CreateTask through the official client with a
 	// deterministic task name: the baseline every ratio is taken against.
 	ModeCreateBare Mode = "create-bare"
-	// ModeDispatchDurable is Dispatch with an outbox whose appends return
-	// after fsync (group commit).
-	ModeDispatchDurable Mode = "dispatch-durable"
-	// ModeDispatchInterval is Dispatch with an outbox synced every
-	// FlushInterval.
-	ModeDispatchInterval Mode = "dispatch-interval"
-	// ModeDispatchMemory is Dispatch with the dispatcher's in-memory record
-	// (no outbox directory).
-	ModeDispatchMemory Mode = "dispatch-memory"
-	// ModeTimer is ScheduleTimer (retry timers) over the durable outbox.
+	// ModeBatchBare is BatchCreateTasks through the official client, one
+	// request in flight with BatchSize tasks: the baseline of
+	// dispatch-batched.
+	ModeBatchBare Mode = "batch-bare"
+	// ModeDispatch is Dispatch in the default mode: an outbox whose
+	// pending record is made durable beside the create call
+	// (cloudtasks.DurabilityOverlapped).
+	ModeDispatch Mode = "dispatch"
+	// ModeDispatchStrict is Dispatch whose outcome is fsynced before it
+	// returns (cloudtasks.DurabilityStrict).
+	ModeDispatchStrict Mode = "dispatch-strict"
+	// ModeDispatchBatched is ModeDispatch with Config.Batch: concurrent
+	// calls share BatchCreateTasks requests.
+	ModeDispatchBatched Mode = "dispatch-batched"
+	// ModeInterval is Dispatch with an outbox synced every FlushInterval
+	// (cloudtasks.DurabilityInterval).
+	ModeInterval Mode = "interval"
+	// ModeMemory is Dispatch with the dispatcher's in-memory record (no
+	// outbox directory).
+	ModeMemory Mode = "memory"
+	// ModeTimer is ScheduleTimer (retry timers) in the default mode.
 	ModeTimer Mode = "timer"
 	// ModeNaming is naming.NewDispatch and CloudTaskID alone: no I/O.
 	ModeNaming Mode = "naming"
@@ -32,7 +43,7 @@ const (
 
 // AllModes returns every mode in report order.
 func AllModes() []Mode {
-	return []Mode{ModeCreateBare, ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory, ModeTimer, ModeNaming}
+	return []Mode{ModeCreateBare, ModeBatchBare, ModeDispatch, ModeDispatchStrict, ModeDispatchBatched, ModeInterval, ModeMemory, ModeTimer, ModeNaming}
 }
 
 // ParseModes reads a comma-separated list of mode names; "all" (or an
@@ -120,12 +131,20 @@ type Config struct {
 	// Seed makes duplicate choices and fault decisions repeatable. Defaults
 	// to 1.
 	Seed uint64
+	// Latency is added by the in-process emulator to every call, standing
+	// for the network and the service (a few milliseconds in a region).
+	// Defaults to none.
+	Latency time.Duration
+	// BatchSize is how many tasks each batch-bare request carries.
+	// Defaults to Concurrency, at most 100 (the service's limit): the size
+	// the dispatcher's batches reach when every caller waits.
+	BatchSize int
 	// EmulatorAddr is the host:port of a running emulator (for example
 	// `ctdispatch emulator --no-delivery`). Defaults to an in-process
 	// emulator with delivery disabled.
 	EmulatorAddr string
-	// OutboxDir holds the outboxes of the dispatch modes (subdirectories
-	// durable/ and interval/). Defaults to a temporary directory removed
+	// OutboxDir holds the outboxes of the dispatch modes (a subdirectory
+	// per mode). Defaults to a temporary directory removed
 	// after the run.
 	OutboxDir string
 	// Progress, if set, is called after each round of each mode with the
@@ -156,6 +175,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Seed == 0 {
 		c.Seed = DefaultSeed
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = min(c.Concurrency, 100)
 	}
 	return c
 }
@@ -211,6 +233,12 @@ func (c Config) validate() error {
 		return bad("FaultRate", c.FaultRate, "must be in [0, 1]")
 	case !(c.CommitThenFailRate >= 0 && c.CommitThenFailRate <= 1):
 		return bad("CommitThenFailRate", c.CommitThenFailRate, "must be in [0, 1]")
+	case c.Latency < 0:
+		return bad("Latency", c.Latency, "must not be negative")
+	case c.BatchSize < 1 || c.BatchSize > 100:
+		return bad("BatchSize", c.BatchSize, "must be in [1, 100] (BatchCreateTasks takes at most 100 tasks)")
+	case c.EmulatorAddr != "" && c.Latency > 0:
+		return bad("Latency", c.Latency, "needs the in-process emulator; configure latency on the emulator at "+c.EmulatorAddr+" instead")
 	case c.EmulatorAddr != "" && (c.FaultRate > 0 || c.CommitThenFailRate > 0):
 		return bad("FaultRate", c.FaultRate+c.CommitThenFailRate, "needs the in-process emulator; configure faults on the emulator at "+c.EmulatorAddr+" instead")
 	}

@@ -31,7 +31,7 @@ func TestConfigValidate(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		{"unknown mode", Config{Modes: []Mode{"bare"}}, `bench: Config.Modes bare is not a mode; allowed: create-bare, dispatch-durable, dispatch-interval, dispatch-memory, timer, naming`},
+		{"unknown mode", Config{Modes: []Mode{"bare"}}, `bench: Config.Modes bare is not a mode; allowed: create-bare, batch-bare, dispatch, dispatch-strict, dispatch-batched, interval, memory, timer, naming`},
 		{"negative concurrency", Config{Concurrency: -1}, "bench: Config.Concurrency -1 must be at least 1"},
 		{"negative count", Config{Count: -5}, "bench: Config.Count -5 must not be negative"},
 		{"negative duration", Config{Duration: -time.Second}, "bench: Config.Duration -1s must not be negative"},
@@ -68,7 +68,7 @@ func TestParseModes(t *testing.T) {
 		{in: "all", want: AllModes()},
 		{in: "naming", want: []Mode{ModeNaming}},
 		{in: "timer, create-bare,timer", want: []Mode{ModeCreateBare, ModeTimer}},
-		{in: "create-bare,fast", wantErr: "bench: Config.Modes fast is not a mode; allowed: all, create-bare, dispatch-durable, dispatch-interval, dispatch-memory, timer, naming"},
+		{in: "create-bare,fast", wantErr: "bench: Config.Modes fast is not a mode; allowed: all, create-bare, batch-bare, dispatch, dispatch-strict, dispatch-batched, interval, memory, timer, naming"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -7,12 +7,15 @@
 //
 // create-bare is the baseline: the CreateTask request a careful caller
 // writes by hand (hashed task name, the Idempotency-Key and
-// X-Ctdispatch-Task-Id headers), no retries. dispatch-durable,
-// dispatch-interval and dispatch-memory call Dispatch with the outbox
-// durable (fsync, group commit), synced every interval, or in memory.
-// timer calls ScheduleTimer over the durable outbox. naming builds the
-// internal ID and its Cloud Tasks ID and does no I/O. Every mode shares one
-// emulator, one client connection and the same number of callers.
+// X-Ctdispatch-Task-Id headers), no retries. batch-bare sends the same
+// requests in BatchCreateTasks calls of BatchSize tasks, one call in
+// flight: the baseline of dispatch-batched. dispatch (the default,
+// overlapped durability), dispatch-strict, interval and memory call
+// Dispatch in each cloudtasks.Durability mode, each over its own outbox;
+// dispatch-batched is dispatch with cloudtasks.Config.Batch. timer calls
+// ScheduleTimer in the default mode. naming builds the internal ID and its
+// Cloud Tasks ID and does no I/O. Every mode shares one emulator, one
+// client connection and the same number of callers (batch-bare: one).
 //
 // # Fairness
 //
@@ -29,8 +32,16 @@
 // Latencies are exact nearest-rank percentiles of every call, failed ones
 // included. Allocations per call are the process's heap allocations over
 // the mode's rounds divided by its calls; with the in-process emulator
-// they include the server's side of each RPC. Ratios divide each mode's
-// throughput by create-bare's.
+// they include the server's side of each RPC, as does the CPU time per
+// 1,000 calls, read from the process's own rusage around each round.
+// Ratios divide each mode's throughput by create-bare's, and
+// dispatch-batched's also by batch-bare's.
+//
+// # Latency
+//
+// Latency makes the in-process emulator delay every call, standing for
+// the network and the service, so the dispatcher's own costs are seen at
+// the scale they have against the real service.
 //
 // # Faults
 //

@@ -10,7 +10,7 @@ import (
 )
 
 // TableHeader is the first row of WriteTable's table.
-var TableHeader = []string{"mode", "ops", "errors", "ops/s", "p50", "p99", "allocs/op", "vs create-bare"}
+var TableHeader = []string{"mode", "ops", "errors", "ops/s", "p50", "p99", "allocs/op", "cpu s/1k", "vs create-bare", "vs batch-bare"}
 
 // Summary describes the run in one line: load, payload, duplicates,
 // faults and where the emulator ran.
@@ -20,8 +20,8 @@ func (r *Report) Summary() string {
 	if c.Duration > 0 {
 		amount = fmt.Sprintf("%s per mode", c.Duration)
 	}
-	return fmt.Sprintf("%s in %d rounds, %d concurrent callers, payload %d B, duplicate ratio %g, fault rate %g, commit-then-fail rate %g, emulator %s, GOMAXPROCS %d",
-		amount, c.Rounds, c.Concurrency, c.PayloadSize, c.DuplicateRatio, c.FaultRate, c.CommitThenFailRate, r.Emulator, r.GOMAXPROCS)
+	return fmt.Sprintf("%s in %d rounds, %d concurrent callers, payload %d B, duplicate ratio %g, fault rate %g, commit-then-fail rate %g, emulator latency %s, batch-bare size %d, emulator %s, GOMAXPROCS %d",
+		amount, c.Rounds, c.Concurrency, c.PayloadSize, c.DuplicateRatio, c.FaultRate, c.CommitThenFailRate, c.Latency, c.BatchSize, r.Emulator, r.GOMAXPROCS)
 }
 
 // WriteTable writes the summary line, then one aligned row per mode under
@@ -33,7 +33,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	rows := [][]string{TableHeader}
 	for _, res := range r.Results {
 		rows = append(rows, []string{string(res.Mode), fmt.Sprint(res.Ops), fmt.Sprint(res.Errors), fmt.Sprintf("%.0f", res.Throughput),
-			formatLatency(res.P50), formatLatency(res.P99), fmt.Sprintf("%.1f", res.AllocsPerOp), formatRatio(res.Ratio)})
+			formatLatency(res.P50), formatLatency(res.P99), fmt.Sprintf("%.1f", res.AllocsPerOp), fmt.Sprintf("%.3f", res.CPUPer1000),
+			formatRatio(res.Ratio), formatRatio(res.BatchRatio)})
 	}
 	widths := make([]int, len(TableHeader))
 	for _, row := range rows {
@@ -94,6 +95,8 @@ type jsonConfig struct {
 	FaultRate          float64 `json:"fault_rate"`
 	CommitThenFailRate float64 `json:"commit_then_fail_rate"`
 	Seed               uint64  `json:"seed"`
+	LatencyMicros      float64 `json:"latency_us"`
+	BatchSize          int     `json:"batch_size"`
 }
 
 type jsonResult struct {
@@ -107,7 +110,9 @@ type jsonResult struct {
 	P50Micros      float64  `json:"p50_us"`
 	P99Micros      float64  `json:"p99_us"`
 	AllocsPerOp    float64  `json:"allocs_per_op"`
+	CPUPer1000     float64  `json:"cpu_seconds_per_1000"`
 	RatioVsBare    *float64 `json:"ratio_vs_bare"`
+	RatioVsBatch   *float64 `json:"ratio_vs_batch_bare"`
 	FirstError     string   `json:"first_error,omitempty"`
 }
 
@@ -116,22 +121,23 @@ type jsonResult struct {
 // (latencies in microseconds, ratio_vs_bare null without a baseline).
 func (r *Report) WriteJSON(w io.Writer) error {
 	c := r.Config
+	micros := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	out := jsonReport{
 		Date: r.Date.Format(time.RFC3339), Emulator: r.Emulator, GOMAXPROCS: r.GOMAXPROCS,
 		Config: jsonConfig{
 			Modes: c.Modes, Concurrency: c.Concurrency, Count: c.Count, DurationSeconds: c.Duration.Seconds(),
 			Rounds: c.Rounds, PayloadSize: c.PayloadSize, DuplicateRatio: c.DuplicateRatio,
 			FaultRate: c.FaultRate, CommitThenFailRate: c.CommitThenFailRate, Seed: c.Seed,
+			LatencyMicros: micros(c.Latency), BatchSize: c.BatchSize,
 		},
 		Results: make([]jsonResult, 0, len(r.Results)),
 	}
-	micros := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	for _, res := range r.Results {
 		out.Results = append(out.Results, jsonResult{
 			Mode: res.Mode, Ops: res.Ops, Errors: res.Errors, Duplicates: res.Duplicates, Deduplicated: res.Deduplicated,
 			ElapsedSeconds: res.Elapsed.Seconds(), OpsPerSecond: res.Throughput,
 			P50Micros: micros(res.P50), P99Micros: micros(res.P99), AllocsPerOp: res.AllocsPerOp,
-			RatioVsBare: res.Ratio, FirstError: res.FirstError,
+			CPUPer1000: res.CPUPer1000, RatioVsBare: res.Ratio, RatioVsBatch: res.BatchRatio, FirstError: res.FirstError,
 		})
 	}
 	enc := json.NewEncoder(w)

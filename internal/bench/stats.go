@@ -32,20 +32,28 @@ func summarize(samples []time.Duration) (p50, p99 time.Duration) {
 }
 
 // SetRatios sets Ratio on every result to its throughput divided by the
-// create-bare throughput. Without a create-bare result with calls, every
-// Ratio is left nil.
+// create-bare throughput, and BatchRatio on dispatch-batched to its
+// throughput divided by the batch-bare one. A ratio without its baseline
+// (or a baseline without calls) is left nil.
 func SetRatios(results []Result) {
-	var base float64
+	var base, batchBase float64
 	for _, r := range results {
-		if r.Mode == ModeCreateBare {
+		switch r.Mode {
+		case ModeCreateBare:
 			base = r.Throughput
+		case ModeBatchBare:
+			batchBase = r.Throughput
 		}
 	}
 	for i := range results {
-		results[i].Ratio = nil
+		results[i].Ratio, results[i].BatchRatio = nil, nil
 		if base > 0 {
 			v := results[i].Throughput / base
 			results[i].Ratio = &v
+		}
+		if batchBase > 0 && results[i].Mode == ModeDispatchBatched {
+			v := results[i].Throughput / batchBase
+			results[i].BatchRatio = &v
 		}
 	}
 }

@@ -55,9 +55,9 @@ func TestSetRatios(t *testing.T) {
 			name: "every mode against create-bare",
 			results: []Result{
 				{Mode: ModeCreateBare, Throughput: 2000},
-				{Mode: ModeDispatchDurable, Throughput: 1600},
-				{Mode: ModeDispatchInterval, Throughput: 1900},
-				{Mode: ModeDispatchMemory, Throughput: 2100},
+				{Mode: ModeDispatchStrict, Throughput: 1600},
+				{Mode: ModeInterval, Throughput: 1900},
+				{Mode: ModeMemory, Throughput: 2100},
 				{Mode: ModeTimer, Throughput: 1000},
 				{Mode: ModeNaming, Throughput: 5_000_000},
 			},
@@ -70,7 +70,7 @@ func TestSetRatios(t *testing.T) {
 		},
 		{
 			name:    "no baseline",
-			results: []Result{{Mode: ModeDispatchDurable, Throughput: 1600}, {Mode: ModeNaming, Throughput: 1e6}},
+			results: []Result{{Mode: ModeDispatchStrict, Throughput: 1600}, {Mode: ModeNaming, Throughput: 1e6}},
 			want:    []*float64{nil, nil},
 		},
 		{

@@ -20,7 +20,6 @@ import (
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/timers"
 )
 
@@ -33,7 +32,6 @@ const targetURL = "http://127.0.0.1:9/bench"
 type target struct {
 	srv      *emulator.Server // nil for an external emulator
 	client   *ctapi.Client
-	boxes    []*outbox.Outbox
 	disp     map[Mode]*cloudtasks.Dispatcher
 	timers   *timers.Scheduler
 	tempDir  string
@@ -55,6 +53,11 @@ func newTarget(ctx context.Context, c Config, logger *slog.Logger) (t *target, e
 		}
 		if c.CommitThenFailRate > 0 {
 			rules = append(rules, emulator.FaultRule{Methods: []string{"CreateTask"}, Rate: c.CommitThenFailRate, Code: codes.Unavailable, CommitThenFail: true})
+		}
+		if c.Latency > 0 {
+			// Code OK: the rule only delays; it comes first so that it
+			// applies to every call, failed or not.
+			rules = append([]emulator.FaultRule{{Rate: 1, Latency: c.Latency}}, rules...)
 		}
 		t.srv, err = emulator.New(emulator.Config{
 			Queues:          []emulator.QueueConfig{{Name: Queue}},
@@ -93,57 +96,56 @@ func (t *target) ensureQueue(ctx context.Context) error {
 	return nil
 }
 
-// openDispatchers opens the outboxes and dispatchers the chosen modes use;
-// the timer mode shares the durable dispatcher.
+// dispatchModes are the modes that call a Dispatcher, each with the
+// durability and batching it measures.
+var dispatchModes = []struct {
+	mode       Mode
+	durability cloudtasks.Durability
+	batch      bool
+}{
+	{ModeDispatch, cloudtasks.DurabilityOverlapped, false},
+	{ModeDispatchStrict, cloudtasks.DurabilityStrict, false},
+	{ModeDispatchBatched, cloudtasks.DurabilityOverlapped, true},
+	{ModeInterval, cloudtasks.DurabilityInterval, false},
+	{ModeMemory, cloudtasks.DurabilityMemory, false},
+}
+
+// openDispatchers opens the dispatchers (each with its own outbox) the
+// chosen modes use; the timer mode shares the default one.
 func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Logger) error {
 	need := map[Mode]bool{}
 	for _, m := range c.Modes {
-		switch m {
-		case ModeTimer:
-			need[ModeDispatchDurable] = true
-		case ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory:
-			need[m] = true
+		if m == ModeTimer {
+			m = ModeDispatch
 		}
-	}
-	if len(need) == 0 {
-		return nil
+		need[m] = true
 	}
 	root := c.OutboxDir
-	if root == "" && (need[ModeDispatchDurable] || need[ModeDispatchInterval]) {
-		dir, err := os.MkdirTemp("", "ctdispatch-bench-*")
-		if err != nil {
-			return fmt.Errorf("bench: outbox directory: %w", err)
-		}
-		t.tempDir, root = dir, dir
-	}
-	for _, m := range []Mode{ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory} {
-		if !need[m] {
+	for _, dm := range dispatchModes {
+		if !need[dm.mode] {
 			continue
 		}
-		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client, Logger: logger}
-		if m != ModeDispatchMemory {
-			durability, sub := outbox.Durable, "durable"
-			if m == ModeDispatchInterval {
-				durability, sub = outbox.Interval, "interval"
+		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client,
+			Logger: logger, Durability: dm.durability, Batch: dm.batch}
+		if dm.durability != cloudtasks.DurabilityMemory {
+			if root == "" {
+				dir, err := os.MkdirTemp("", "ctdispatch-bench-*")
+				if err != nil {
+					return fmt.Errorf("bench: outbox directory: %w", err)
+				}
+				t.tempDir, root = dir, dir
 			}
-			box, err := outbox.Open(ctx, outbox.Options{Root: filepath.Join(root, sub), ProcessorUUID: uuid.Must(uuid.NewV7()), Durability: durability, Logger: logger})
-			if err != nil {
-				return fmt.Errorf("bench: open %s outbox: %w", sub, err)
-			}
-			// Outboxes close after their dispatchers (closeFns run in
-			// reverse).
-			t.closeFns = append(t.closeFns, box.Close)
-			t.boxes = append(t.boxes, box)
-			cfg.Outbox = box
+			cfg.OutboxDir = filepath.Join(root, string(dm.mode))
+			cfg.ProcessorUUID = uuid.Must(uuid.NewV7())
 		}
 		d, err := cloudtasks.NewDispatcher(ctx, &cfg)
 		if err != nil {
-			return fmt.Errorf("bench: %s dispatcher: %w", m, err)
+			return fmt.Errorf("bench: %s dispatcher: %w", dm.mode, err)
 		}
-		t.closeFns = append(t.closeFns, d.Close)
-		t.disp[m] = d
+		t.closeFns = append(t.closeFns, func() error { return d.Close(context.Background()) })
+		t.disp[dm.mode] = d
 	}
-	if d := t.disp[ModeDispatchDurable]; d != nil {
+	if d := t.disp[ModeDispatch]; d != nil {
 		t.timers = timers.New(d)
 	}
 	return nil
@@ -171,10 +173,37 @@ func (t *target) close() error {
 // errEmptyID should never happen; it keeps the naming mode's result used.
 var errEmptyID = errors.New("bench: empty Cloud Tasks ID")
 
-// op returns the call mode m makes for the IDs of run.
-func (t *target) op(m Mode, run string, body []byte) (opFunc, error) {
+// op returns the call mode m makes for the IDs of run; batch is the
+// batch-bare request size.
+func (t *target) op(m Mode, run string, body []byte, batch int) (opFunc, error) {
 	task := cloudtasks.Task{URL: targetURL, Body: body}
 	switch m {
+	case ModeBatchBare:
+		// Key k stands for the tasks k·batch … k·batch+batch-1.
+		return func(ctx context.Context, key uint64) (bool, error) {
+			req := &cloudtaskspb.BatchCreateTasksRequest{Parent: Queue, Requests: make([]*cloudtaskspb.CreateTaskRequest, batch)}
+			for i := range batch {
+				id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key*uint64(batch)+uint64(i), 10))
+				if err != nil {
+					return false, err
+				}
+				req.Requests[i] = bareRequest(id, body)
+			}
+			op, err := t.client.BatchCreateTasks(ctx, req)
+			if err != nil {
+				return false, err
+			}
+			meta, err := op.Metadata()
+			if err != nil {
+				return false, err
+			}
+			for _, st := range meta.GetFailedRequests() {
+				if codes.Code(st.GetCode()) != codes.AlreadyExists {
+					return false, status.ErrorProto(st)
+				}
+			}
+			return len(meta.GetFailedRequests()) > 0, nil
+		}, nil
 	case ModeCreateBare:
 		return func(ctx context.Context, key uint64) (bool, error) {
 			id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key, 10))
@@ -187,7 +216,7 @@ func (t *target) op(m Mode, run string, body []byte) (opFunc, error) {
 			}
 			return false, err
 		}, nil
-	case ModeDispatchDurable, ModeDispatchInterval, ModeDispatchMemory:
+	case ModeDispatch, ModeDispatchStrict, ModeDispatchBatched, ModeInterval, ModeMemory:
 		d := t.disp[m]
 		return func(ctx context.Context, key uint64) (bool, error) {
 			res, err := d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: key}, Task: task})

@@ -67,7 +67,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	if err != nil {
 		return fail(err.Error())
 	}
-	defer d.Close()
+	defer d.Close(context.Background())
 	request := func(b batch, i int) cloudtasks.DispatchRequest {
 		return cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(i),
 			Identity: naming.Identity{Strategy: naming.StrategyStrict, Number: 1},
@@ -122,7 +122,7 @@ func (r *run) badInput(ctx context.Context) Result {
 			problems = append(problems, "library: "+p)
 		}
 	}
-	if err := d.Close(); err != nil {
+	if err := d.Close(context.Background()); err != nil {
 		return fail("close dispatcher: " + err.Error())
 	}
 
@@ -228,7 +228,7 @@ func (r *run) badInput(ctx context.Context) Result {
 		if err != nil || res.Outcome != cloudtasks.OutcomeCreated {
 			problems = append(problems, fmt.Sprintf("new request after damage: %+v, %v; want created", res, err))
 		}
-		if err := d2.Close(); err != nil {
+		if err := d2.Close(context.Background()); err != nil {
 			problems = append(problems, "close dispatcher: "+err.Error())
 		}
 	}

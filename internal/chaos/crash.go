@@ -140,7 +140,9 @@ type runOut struct {
 // plan says. Only a clean exit or our own SIGKILL are accepted.
 func (r *run) dispatchUntilKilled(ctx context.Context, addr, root, file string, plan killPlan) (runOut, error) {
 	var out runOut
-	cmd := r.command(ctx, dispatchArgs(addr, root, file)...)
+	// Strict: this scenario checks that every answered request's record is
+	// terminal after a kill, which only the strict mode promises.
+	cmd := r.command(ctx, append(dispatchArgs(addr, root, file), "--durability", "strict")...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()

@@ -55,7 +55,7 @@ func (r *run) faults(ctx context.Context) Result {
 	if err != nil {
 		return fail(err.Error())
 	}
-	defer d.Close()
+	defer d.Close(context.Background())
 
 	type answer struct {
 		outcome cloudtasks.Outcome
@@ -99,7 +99,7 @@ func (r *run) faults(ctx context.Context) Result {
 		})
 	}
 	wg.Wait()
-	if err := d.Close(); err != nil {
+	if err := d.Close(context.Background()); err != nil {
 		problems = append(problems, "close dispatcher: "+err.Error())
 	}
 	gb := batch{run: "faults-gave-up", n: max(1, n/4)}
@@ -179,7 +179,7 @@ func (r *run) gaveUpThenRecover(ctx context.Context, addr, root string, b batch)
 			problems = append(problems, "single call: "+err.Error())
 		}
 	}
-	if err := one.Close(); err != nil {
+	if err := one.Close(context.Background()); err != nil {
 		problems = append(problems, "close dispatcher: "+err.Error())
 	}
 	// With 30% of calls failing, fifty single calls all succeed with a
@@ -193,7 +193,7 @@ func (r *run) gaveUpThenRecover(ctx context.Context, addr, root string, b batch)
 	if err != nil {
 		return st, append(problems, err.Error())
 	}
-	defer rec.Close()
+	defer rec.Close(context.Background())
 	for st.passes < 10 {
 		st.passes++
 		rs, err := rec.Recover(ctx)

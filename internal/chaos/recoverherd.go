@@ -272,7 +272,7 @@ func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch) lo
 	callers.Wait()
 	close(stop)
 	<-recovering
-	if err := d.Close(); err != nil {
+	if err := d.Close(context.Background()); err != nil {
 		note("close dispatcher: %v", err)
 	}
 	return out

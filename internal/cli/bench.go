@@ -19,6 +19,7 @@ var benchFlags = map[string]string{
 	"Modes": "--mode", "Concurrency": "--concurrency", "Count": "--count", "Duration": "--duration",
 	"Rounds": "--rounds", "PayloadSize": "--payload-size", "DuplicateRatio": "--duplicate-ratio",
 	"FaultRate": "--fault-rate", "CommitThenFailRate": "--commit-then-fail-rate", "EmulatorAddr": "--emulator",
+	"Latency": "--latency", "BatchSize": "--batch-size",
 }
 
 // benchRuleWords rewrites the field names a rule mentions as flags.
@@ -41,23 +42,35 @@ load on the machine hits every mode alike:
 
   create-bare        CreateTask through the official client with a
                      deterministic name: the baseline
-  dispatch-durable   Dispatch, outbox appends wait for fsync (group commit)
-  dispatch-interval  Dispatch, outbox synced every 100ms
-  dispatch-memory    Dispatch without an outbox directory
-  timer              ScheduleTimer over the durable outbox
+  batch-bare         BatchCreateTasks through the official client, one
+                     request of --batch-size tasks in flight: the baseline
+                     of dispatch-batched
+  dispatch           Dispatch in the default (overlapped) mode: the pending
+                     record's fsync runs beside CreateTask
+  dispatch-strict    Dispatch whose outcome is fsynced before it returns
+  dispatch-batched   dispatch with --batch: concurrent calls share
+                     BatchCreateTasks requests
+  interval           Dispatch, outbox synced every 100ms
+  memory             Dispatch without an outbox directory
+  timer              ScheduleTimer in the default mode
   naming             naming.NewDispatch and CloudTaskID alone
 
 It prints one row per mode: successful calls, errors, calls per second,
-p50 and p99 latency, heap allocations per call (of the whole process, so
-with the in-process emulator they include its side of each RPC) and the
-throughput ratio against create-bare. --json prints the same as JSON.
+p50 and p99 latency, heap allocations and CPU seconds (user and system,
+from the process's rusage) per call or per 1,000 calls (of the whole
+process, so with the in-process emulator they include its side of each
+RPC), the throughput ratio against create-bare and, for
+dispatch-batched, against batch-bare. --json prints the same as JSON.
+--latency adds a delay to every emulator call, closer to the real service.
+See BENCHMARKS.md for measured figures.
 
 By default the emulator runs in-process with delivery disabled and the
 outboxes live in a temporary directory removed afterwards. --emulator
 points at a running one instead (start it with --no-delivery); fault
 rates need the in-process emulator.`,
 		Example: `  ctdispatch bench
-  ctdispatch bench --mode create-bare,dispatch-durable --duration 20s --json
+  ctdispatch bench --mode create-bare,dispatch,dispatch-strict --duration 20s --json
+  ctdispatch bench --mode create-bare,batch-bare,dispatch-batched --latency 10ms --concurrency 64
   ctdispatch bench --duplicate-ratio 0.1 --fault-rate 0.05 --commit-then-fail-rate 0.01`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,7 +102,7 @@ rates need the in-process emulator.`,
 			// One line per round on stderr, so a long run shows it is alive;
 			// stdout keeps only the report.
 			cfg.Progress = func(round int, m bench.Mode, ops, errs int64, elapsed time.Duration) {
-				fmt.Fprintf(env.Err, "round %d/%d  %-17s %7d ops  %5d errors  %9.0f ops/s\n", round, cfg.Rounds, m, ops, errs, float64(ops)/elapsed.Seconds())
+				fmt.Fprintf(env.Err, "round %d/%d  %-16s %7d ops  %5d errors  %9.0f ops/s\n", round, cfg.Rounds, m, ops, errs, float64(ops)/elapsed.Seconds())
 			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
@@ -109,7 +122,7 @@ rates need the in-process emulator.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&modes, "mode", "all", "modes to measure, comma-separated: all, create-bare, dispatch-durable, dispatch-interval, dispatch-memory, timer, naming")
+	f.StringVar(&modes, "mode", "all", "modes to measure, comma-separated: all, create-bare, batch-bare, dispatch, dispatch-strict, dispatch-batched, interval, memory, timer, naming")
 	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "concurrent callers per mode")
 	f.IntVar(&cfg.Count, "count", 0, "calls per mode over all rounds (default 20000 unless --duration)")
 	f.DurationVar(&cfg.Duration, "duration", 0, "wall time per mode over all rounds, instead of --count")
@@ -121,6 +134,8 @@ rates need the in-process emulator.`,
 	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "seed of duplicate choices and fault decisions")
 	f.StringVar(&cfg.EmulatorAddr, "emulator", "", "host:port of a running emulator (default: one in-process, delivery disabled)")
 	f.StringVar(&cfg.OutboxDir, "outbox", "", "directory for the dispatch modes' outboxes, kept afterwards (default: a temporary directory, removed)")
+	f.DurationVar(&cfg.Latency, "latency", 0, "delay the in-process emulator adds to every call, e.g. 10ms")
+	f.IntVar(&cfg.BatchSize, "batch-size", 0, "tasks per batch-bare request, 1 to 100 (default: --concurrency, at most 100)")
 	f.BoolVar(&jsonOut, "json", false, "print the results as JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (read it with go tool pprof)")
 	return cmd

@@ -24,26 +24,31 @@ func TestBenchTable(t *testing.T) {
 	res := run(t, nil, benchArgs("--duplicate-ratio", "0.25", "--payload-size", "0")...)
 	require.Equal(t, 0, res.code, res.stderr)
 	progress := strings.Split(strings.TrimSuffix(res.stderr, "\n"), "\n")
-	require.Len(t, progress, 2*6, "one progress line per round and mode")
+	require.Len(t, progress, 2*9, "one progress line per round and mode")
 	for _, line := range progress {
 		require.Regexp(t, `^round [12]/2  [a-z-]+ +4 ops +0 errors +\d+ ops/s$`, line)
 	}
 	lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
-	require.Len(t, lines, 2+6)
-	require.Equal(t, fmt.Sprintf("8 calls per mode in 2 rounds, 2 concurrent callers, payload 0 B, duplicate ratio 0.25, fault rate 0, commit-then-fail rate 0, emulator in-process, GOMAXPROCS %d",
+	require.Len(t, lines, 2+9)
+	require.Equal(t, fmt.Sprintf("8 calls per mode in 2 rounds, 2 concurrent callers, payload 0 B, duplicate ratio 0.25, fault rate 0, commit-then-fail rate 0, emulator latency 0s, batch-bare size 2, emulator in-process, GOMAXPROCS %d",
 		runtime.GOMAXPROCS(0)), lines[0])
-	require.Equal(t, []string{"mode", "ops", "errors", "ops/s", "p50", "p99", "allocs/op", "vs", "create-bare"}, strings.Fields(lines[1]))
+	require.Equal(t, []string{"mode", "ops", "errors", "ops/s", "p50", "p99", "allocs/op", "cpu", "s/1k", "vs", "create-bare", "vs", "batch-bare"}, strings.Fields(lines[1]))
 	var modes []string
 	for _, line := range lines[2:] {
 		cells := strings.Fields(line)
-		require.Len(t, cells, 8, line)
+		require.Len(t, cells, 10, line)
 		modes = append(modes, cells[0])
 		require.Equal(t, "8", cells[1], line)
 		require.Equal(t, "0", cells[2], line)
-		require.True(t, strings.HasSuffix(cells[7], "x"), line)
+		require.True(t, strings.HasSuffix(cells[8], "x"), line)
+		if cells[0] == "dispatch-batched" {
+			require.True(t, strings.HasSuffix(cells[9], "x"), line)
+		} else {
+			require.Equal(t, "-", cells[9], line)
+		}
 	}
-	require.Equal(t, []string{"create-bare", "dispatch-durable", "dispatch-interval", "dispatch-memory", "timer", "naming"}, modes)
-	require.Equal(t, "1.00x", strings.Fields(lines[2])[7])
+	require.Equal(t, []string{"create-bare", "batch-bare", "dispatch", "dispatch-strict", "dispatch-batched", "interval", "memory", "timer", "naming"}, modes)
+	require.Equal(t, "1.00x", strings.Fields(lines[2])[8])
 }
 
 func TestBenchJSON(t *testing.T) {
@@ -114,13 +119,13 @@ func TestBenchWithoutBaselineHasNoRatio(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 	lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
 	require.Len(t, lines, 3)
-	require.Equal(t, "-", strings.Fields(lines[2])[7])
+	require.Equal(t, []string{"-", "-"}, strings.Fields(lines[2])[8:])
 }
 
 func TestBenchExternalEmulator(t *testing.T) {
 	t.Parallel()
 	emu := startCLIEmulator(t)
-	res := run(t, nil, benchArgs("--mode", "create-bare,dispatch-memory", "--emulator", emu.Addr())...)
+	res := run(t, nil, benchArgs("--mode", "create-bare,memory", "--emulator", emu.Addr())...)
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, "emulator "+emu.Addr()+",")
 	require.Len(t, emu.Tasks(bench.Queue), 16)
@@ -151,7 +156,7 @@ func TestBenchInvalidFlags(t *testing.T) {
 		{"count and duration", []string{"bench", "--count", "100", "--duration", "1s"}, "--count 100 and --duration exclude each other; give one"},
 		{"fewer calls than rounds", []string{"bench", "--count", "3", "--rounds", "4"}, "--count 3 is below --rounds (4); every round needs a call"},
 		{"zero rounds", []string{"bench", "--rounds", "0"}, "--rounds 0 must be at least 1"},
-		{"unknown mode", []string{"bench", "--mode", "create-bare,fast"}, "--mode fast is not a mode; allowed: all, create-bare, dispatch-durable, dispatch-interval, dispatch-memory, timer, naming"},
+		{"unknown mode", []string{"bench", "--mode", "create-bare,fast"}, "--mode fast is not a mode; allowed: all, create-bare, batch-bare, dispatch, dispatch-strict, dispatch-batched, interval, memory, timer, naming"},
 		{"negative payload", []string{"bench", "--payload-size", "-1"}, "--payload-size -1 must not be negative"},
 		{"payload too large", []string{"bench", "--payload-size", "2000000"}, "--payload-size 2000000 exceeds 1000000 bytes (Cloud Tasks allows 1 MiB per task)"},
 		{"duplicate ratio 1", []string{"bench", "--duplicate-ratio", "1"}, "--duplicate-ratio 1 must be in [0, 1)"},

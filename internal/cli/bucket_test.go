@@ -95,12 +95,12 @@ func TestBinaryBucketOutbox(t *testing.T) {
 
 	res = runBinary(t, env, "", "query", "--outbox", root, "--dispatch-id", id.String(), "--format", "csv")
 	require.Equal(t, 0, res.code, res.stderr)
-	require.Contains(t, res.stdout, ",failed,NotFound,")
+	require.Contains(t, res.stdout, ",not_found,NotFound,")
 
 	res = runBinary(t, env, "", "stats", "--outbox", root, "--format", "json")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, `"table":"dispatch_outbox","files":2,`, "the compacted file and recover's")
-	require.Contains(t, res.stdout, `"ids":2,"by_status":{"created":1,"failed":1}`)
+	require.Contains(t, res.stdout, `"ids":2,"by_status":{"created":1,"not_found":1}`)
 }
 
 func TestBucketSchemes(t *testing.T) {

@@ -128,6 +128,7 @@ func probeEndpoint(ctx context.Context, env *Env, addr string) error {
 // session is a dispatcher and what the command opened for it, closed in
 // order by close.
 type session struct {
+	ctx     context.Context // bounds the wait for calls in flight at close
 	d       *cloudtasks.Dispatcher
 	closers []func() error
 	once    sync.Once
@@ -138,7 +139,7 @@ type session struct {
 // connection; it returns the first error and may be called again.
 func (s *session) close() error {
 	s.once.Do(func() {
-		errs := []error{s.d.Close()}
+		errs := []error{s.d.Close(s.ctx)}
 		for _, c := range s.closers {
 			errs = append(errs, c())
 		}
@@ -164,7 +165,7 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		}
 		cfg.OutboxDir, cfg.OutboxLogDir = c.outbox, c.logDir
 	}
-	s := &session{}
+	s := &session{ctx: ctx}
 	fail := func(err error) (*session, error) {
 		for _, c := range s.closers {
 			c()

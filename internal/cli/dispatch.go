@@ -32,6 +32,18 @@ type connFlags struct {
 	// emulatorFromEnv is $CLOUD_TASKS_EMULATOR_HOST, the --emulator
 	// default, so an error can say where a bad address came from.
 	emulatorFromEnv string
+	durability      string
+	batch           bool
+}
+
+// registerModes adds the flags that choose how calls are recorded and
+// sent; dispatch and timer take them.
+func (c *connFlags) registerModes(cmd *cobra.Command, batch bool) {
+	f := cmd.Flags()
+	f.StringVar(&c.durability, "durability", "", "with --outbox: overlapped (default: the pending record's fsync runs beside the Cloud Tasks call), strict (the outcome is fsynced before the answer) or interval (synced every 100ms; survives a process crash, not a machine crash)")
+	if batch {
+		f.BoolVar(&c.batch, "batch", false, "let concurrent requests to one queue share BatchCreateTasks calls (up to 100 tasks each; with --from and --concurrency)")
+	}
 }
 
 // register adds the flags to cmd.
@@ -67,8 +79,20 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) 
 			return nil, usagef("%s is required", req.name)
 		}
 	}
+	var durability cloudtasks.Durability
+	if c.durability != "" {
+		d, err := cloudtasks.ParseDurability(c.durability)
+		if err != nil || d == cloudtasks.DurabilityMemory {
+			return nil, usagef("--durability %q: allowed: overlapped, strict, interval (without --outbox records stay in memory)", c.durability)
+		}
+		if c.outbox == "" {
+			return nil, usagef("--durability %s needs --outbox DIR", c.durability)
+		}
+		durability = d
+	}
 	return c.connect(ctx, env, cloudtasks.Config{
 		Project: c.project, Location: c.location, Queue: c.queue,
+		Durability: durability, Batch: c.batch,
 	})
 }
 
@@ -321,7 +345,14 @@ The target receives Idempotency-Key: <internal ID> and X-Ctdispatch-Task-Id:
 then the outcome) and a repeat is answered from the record without calling
 Cloud Tasks. --outbox is a directory or a bucket URL (gs://BUCKET?prefix=P/;
 s3:// in a binary built with -tags s3), which needs --log-dir DIR for the
-write-ahead log.
+write-ahead log. --durability says what an answer
+promises: overlapped (the default) makes the pending record durable while
+Cloud Tasks is called, so after a crash an answered request is recorded at
+least as pending (recover finishes it); strict also makes the outcome
+durable before answering; interval syncs every 100ms and survives a
+process crash only. --batch lets concurrent requests (--from with
+--concurrency) share BatchCreateTasks calls; each request still gets its
+own outcome.
 
 --from FILE reads one JSON object per line with the fields run, task,
 attempt (a number or a string of digits), key, unique, queue, url, method,
@@ -394,6 +425,7 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 		},
 	}
 	conn.register(cmd, env)
+	conn.registerModes(cmd, true)
 	rf.register(cmd, true)
 	return cmd
 }

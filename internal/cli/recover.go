@@ -23,8 +23,8 @@ func newRecoverCmd(env *Env) *cobra.Command {
 A record still pending after --stale-after is the trace of a dispatcher that
 stopped between recording "pending" and recording the outcome. For each,
 Cloud Tasks is asked whether the named task exists: if it does, the record
-becomes created; if not, failed with error code NotFound, so the caller may
-dispatch it again. Records of any processor are taken over unless
+becomes created; if not, not_found (never created, or it ran and is gone;
+not a failure), and the caller may dispatch it again. Records of any processor are taken over unless
 --enforce-ownership is given; the new records carry this process's
 processor UUID, so the history shows the hand-over.
 
@@ -33,7 +33,7 @@ are not needed. --stale-after 0 re-drives every pending record, however
 recent (only when no dispatcher is running on the outbox).
 
 Output: one line, "N stale pending: N found (created), N not found
-(failed), N taken over from other processors, N left to their owners, N
+(not_found), N taken over from other processors, N left to their owners, N
 errors", or with --json one object {"processor_uuid","stale","found",
 "not_found","handed_over","skipped_not_owned","errors"}. The exit status is
 1 when any record could not be resolved (errors above 0): those stay
@@ -94,7 +94,7 @@ pending, and a later run tries them again.`,
 					return err
 				}
 			} else {
-				fmt.Fprintf(out, "%d stale pending: %d found (created), %d not found (failed), %d taken over from other processors, %d left to their owners, %d errors\n",
+				fmt.Fprintf(out, "%d stale pending: %d found (created), %d not found (not_found), %d taken over from other processors, %d left to their owners, %d errors\n",
 					st.Stale, st.Found, st.NotFound, st.HandedOver, st.SkippedNotOwned, st.Errors)
 			}
 			if st.Errors > 0 {

@@ -117,6 +117,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 		},
 	}
 	conn.register(cmd, env)
+	conn.registerModes(cmd, false)
 	rf.register(cmd, false)
 	f := cmd.Flags()
 	f.StringVar(&due, "due", "", "due time of a retry timer (RFC 3339 or epoch seconds)")

@@ -100,7 +100,7 @@ func TestRecoverCommand(t *testing.T) {
 
 	code, stdout, _ = runWithEnv(t, emu.Addr(), "", "recover", "--outbox", dir)
 	require.Equal(t, 0, code)
-	require.Equal(t, "0 stale pending: 0 found (created), 0 not found (failed), 0 taken over from other processors, 0 left to their owners, 0 errors\n", stdout)
+	require.Equal(t, "0 stale pending: 0 found (created), 0 not found (not_found), 0 taken over from other processors, 0 left to their owners, 0 errors\n", stdout)
 
 	code, _, stderr = runCLI(t, "recover")
 	require.Equal(t, 2, code)

@@ -97,7 +97,7 @@ func demoConsole(t *testing.T) (*httptest.Server, *demo.Env) {
 		})
 		require.NoError(t, err)
 	}
-	require.NoError(t, d.Close())
+	require.NoError(t, d.Close(context.Background()))
 	srv, err := New(ctx, Config{
 		Emulator: env.Emulator.Addr(), EmulatorHTTP: env.Emulator.HTTPAddr(), Outbox: dir,
 		AllowActions: true, Refresh: time.Second,

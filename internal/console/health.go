@@ -206,7 +206,7 @@ func (s *Server) recoverStale(ctx context.Context) (string, error) {
 		return "", err
 	}
 	st, err := d.Recover(ctx)
-	if cerr := d.Close(); err == nil {
+	if cerr := d.Close(context.Background()); err == nil {
 		err = cerr
 	}
 	if err != nil {

@@ -236,7 +236,7 @@ func run(ctx context.Context, opts Options, env *Env) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	closeDispatcher := sync1(d.Close)
+	closeDispatcher := sync1(func() error { return d.Close(context.Background()) })
 	env.closers = append(env.closers, closeDispatcher)
 
 	if err := dispatchRuns(ctx, d, workerURL, opts.Runs, &sum); err != nil {

@@ -1,0 +1,155 @@
+package cloudtasks
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/googleapis/gax-go/v2"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/codes"
+
+	ctapi "cloud.google.com/go/cloudtasks/apiv2"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+)
+
+// queued waits until n calls wait for the next batch of the test queue.
+func queued(t *testing.T, d *Dispatcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d.batches.mu.Lock()
+		q := d.batches.queues[testQueue]
+		got := 0
+		if q != nil {
+			got = len(q.next)
+		}
+		d.batches.mu.Unlock()
+		if got == n {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%d calls waiting for a batch, want %d", got, n)
+		runtime.Gosched()
+	}
+}
+
+// badIndex makes the request at one index of every batch invalid, so the
+// service fails that index alone.
+type badIndex struct {
+	Client
+	index int
+}
+
+func (c badIndex) BatchCreateTasks(ctx context.Context, req *cloudtaskspb.BatchCreateTasksRequest, opts ...gax.CallOption) (*ctapi.BatchCreateTasksOperation, error) {
+	if c.index < len(req.Requests) {
+		req.Requests[c.index].Task.Name = req.Parent + "/tasks/bad name"
+	}
+	return c.Client.BatchCreateTasks(ctx, req, opts...)
+}
+
+// The first call goes alone as CreateTask; the calls that arrive while it
+// is in flight share one BatchCreateTasks request, and each gets its own
+// outcome: created, already_existed for a name taken before, or its own
+// permanent error.
+func TestBatchEachCallItsOwnOutcome(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	client := emu.client(t)
+	gate := newGate(badIndex{Client: client, index: 7}, "CreateTask")
+	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch = gate, true })
+	ctx := context.Background()
+	// Task 3's name is taken already.
+	taken := request("run1", "t", 3, "x")
+	id, err := taken.ID()
+	require.NoError(t, err)
+	_, err = client.CreateTask(ctx, taken.Task.createRequest(testQueue, id.String(), id.CloudTaskID(), time.Now()))
+	require.NoError(t, err)
+
+	first := dispatchAsync(ctx, d, request("run1", "t", 0, "x"))
+	gate.reached(t)
+	var rest []<-chan answer
+	for i := 1; i <= 50; i++ {
+		rest = append(rest, dispatchAsync(ctx, d, request("run1", "t", uint64(i), "x")))
+	}
+	queued(t, d, 50)
+	close(gate.open)
+	require.NoError(t, receive(t, first, "the first call").err)
+	got := map[Outcome]int{}
+	var failed []string
+	for _, ch := range rest {
+		a := receive(t, ch, "a batched call")
+		if a.err != nil {
+			require.ErrorIs(t, a.err, ErrCreateFailed)
+			require.Equal(t, codes.InvalidArgument, codeOf(a.err))
+			var ce *CallError
+			require.ErrorAs(t, a.err, &ce)
+			failed = append(failed, ce.ID)
+			continue
+		}
+		got[a.res.Outcome]++
+	}
+	require.Equal(t, map[Outcome]int{OutcomeCreated: 48, OutcomeAlreadyExisted: 1}, got)
+	require.Len(t, failed, 1)
+	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
+	require.Equal(t, 50, emu.TaskCount())
+}
+
+// 1,000 identical concurrent calls under batching: one task, one created.
+func TestBatchThunderingHerd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.Batch = true })
+	const n = 1000
+	outcomes := herd(t, n, func(int) (DispatchResult, error) {
+		return b.d.Dispatch(context.Background(), request("run1", "herd", 1, `{"k":"v"}`))
+	})
+	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
+	require.Equal(t, 1, b.emu.TaskCount())
+	require.Equal(t, int64(1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "created")))
+}
+
+// Distinct concurrent calls while half of the batch requests commit and
+// then fail: each caller retries alone, and every ID ends with one task.
+func TestBatchCommitThenFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) {
+		c.Batch, c.Retry = true, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 50}
+	})
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Seed: 3, Rules: []emulator.FaultRule{
+		{Methods: []string{"BatchCreateTasks", "CreateTask"}, Rate: 0.5, Code: codes.Unavailable, CommitThenFail: true},
+	}}))
+	const n = 300
+	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
+		return b.d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
+	})
+	require.Equal(t, n, outcomes[OutcomeCreated]+outcomes[OutcomeAlreadyExisted])
+	require.Equal(t, n, b.emu.TaskCount())
+}
+
+// A service without BatchCreateTasks: calls fall back to CreateTask, and
+// the log says so once.
+func TestBatchFallsBackWhenUnimplemented(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b := setup(t, func(c *Config) {
+		c.Batch = true
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"BatchCreateTasks"}, Rate: 1, Code: codes.Unimplemented},
+	}}))
+	const n = 300
+	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
+		return b.d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
+	})
+	require.Equal(t, map[Outcome]int{OutcomeCreated: n}, outcomes)
+	require.Equal(t, n, b.emu.TaskCount())
+	require.Equal(t, 1, strings.Count(logs.b.String(), "batching off"))
+}

@@ -1,0 +1,183 @@
+package cloudtasks
+
+import (
+	"context"
+	"sync"
+)
+
+// opKind is the operation a flight performs for an ID.
+type opKind uint8
+
+const (
+	opCreate  opKind = iota // Dispatch and ScheduleTimer
+	opCancel                // Cancel and CancelTimer
+	opRecover               // one record of a Recover pass
+)
+
+// verdict is what a recover flight decided about one pending record.
+type verdict string
+
+// The verdicts of a recover flight; they double as the "result" metric
+// attribute.
+const (
+	verdictMoved    verdict = "moved" // finished or re-driven meanwhile
+	verdictCreated  verdict = "created"
+	verdictExisted  verdict = "already_existed"
+	verdictNotFound verdict = "not_found"
+)
+
+// flight is the work of one operation on one ID, shared by every identical
+// call that arrives while it runs. Its answer fields are written by the
+// work before ready is closed and only read after.
+type flight struct {
+	op    opKind
+	ready chan struct{} // closed once the answer is set
+	done  chan struct{} // closed once the work, its records included, ended
+
+	// create
+	fp       string // the leader's payload fingerprint
+	recorded string // the outbox's fingerprint, when it conflicted with fp
+	res      DispatchResult
+	// cancel
+	cancelled CancelResult
+	// recover
+	verdict verdict
+
+	err      error
+	answered bool // touched by the work goroutine only
+}
+
+// answer publishes the flight's answer to its callers; the work may go on
+// (recording the outcome) after it.
+func (f *flight) answer() {
+	if !f.answered {
+		f.answered = true
+		close(f.ready)
+	}
+}
+
+// flights is the table of work in flight, one entry per ID whatever the
+// operation, so that a Dispatch, a Cancel and a Recover of one ID never
+// race on its record. It also counts the work still running for Close.
+type flights struct {
+	mu      sync.Mutex
+	m       map[string]*flight
+	running int
+	closing bool
+	idle    []chan struct{} // closed when running next reaches 0
+}
+
+// joined says how a caller met the flight whose answer it got.
+type joined uint8
+
+const (
+	ledFlight    joined = iota // it started the flight
+	sharedFlight               // it joined while the work ran
+	lateFlight                 // it joined after the answer, while the record was written
+)
+
+// do returns the answer of the flight of op for key: a flight of the same
+// op already in the table is joined; a flight of another
+// op is waited out first; otherwise a new flight runs work in its own
+// goroutine. Every caller waits on its own ctx only: when ctx ends first,
+// do returns ctx.Err() and the work goes on. do fails with ErrClosed once
+// close was called.
+func (t *flights) do(ctx context.Context, key string, op opKind, work func(*flight)) (f *flight, how joined, err error) {
+	for {
+		t.mu.Lock()
+		if t.closing {
+			t.mu.Unlock()
+			return nil, ledFlight, ErrClosed
+		}
+		cur := t.m[key]
+		if cur == nil {
+			f = &flight{op: op, ready: make(chan struct{}), done: make(chan struct{})}
+			if t.m == nil {
+				t.m = map[string]*flight{}
+			}
+			t.m[key] = f
+			t.running++
+			t.mu.Unlock()
+			go t.run(key, f, work)
+			return f, ledFlight, wait(ctx, f.ready)
+		}
+		t.mu.Unlock()
+		if cur.op == op {
+			select {
+			case <-cur.ready:
+				return cur, lateFlight, nil
+			default:
+			}
+			return cur, sharedFlight, wait(ctx, cur.ready)
+		}
+		if err := wait(ctx, cur.done); err != nil {
+			return nil, ledFlight, err
+		}
+	}
+}
+
+func (t *flights) run(key string, f *flight, work func(*flight)) {
+	work(f)
+	f.answer()
+	t.mu.Lock()
+	delete(t.m, key)
+	t.running--
+	if t.running == 0 {
+		for _, ch := range t.idle {
+			close(ch)
+		}
+		t.idle = nil
+	}
+	t.mu.Unlock()
+	close(f.done)
+}
+
+// close refuses new flights and returns a channel closed once none runs.
+func (t *flights) close() <-chan struct{} {
+	t.mu.Lock()
+	t.closing = true
+	t.mu.Unlock()
+	return t.quiet()
+}
+
+// quiet returns a channel closed once no flight runs.
+func (t *flights) quiet() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := make(chan struct{})
+	if t.running == 0 {
+		close(ch)
+	} else {
+		t.idle = append(t.idle, ch)
+	}
+	return ch
+}
+
+// isClosed reports whether close was called.
+func (t *flights) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closing
+}
+
+// inFlight returns how many flights are running.
+func (t *flights) inFlight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.running
+}
+
+// wait returns nil once ch is closed, or ctx's error if ctx ends first.
+func wait(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

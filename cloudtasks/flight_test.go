@@ -1,0 +1,207 @@
+package cloudtasks
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/googleapis/gax-go/v2"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// gateClient holds every call of one method at a gate until it is opened
+// or the call's context ends, and reports each call that reaches the gate.
+type gateClient struct {
+	Client
+	method  string
+	entered chan string
+	open    chan struct{}
+}
+
+func newGate(c Client, method string) *gateClient {
+	return &gateClient{Client: c, method: method, entered: make(chan string, 16), open: make(chan struct{})}
+}
+
+func (g *gateClient) hold(ctx context.Context, method string) error {
+	if method != g.method {
+		return nil
+	}
+	g.entered <- method
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gateClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if err := g.hold(ctx, "CreateTask"); err != nil {
+		return nil, err
+	}
+	return g.Client.CreateTask(ctx, req, opts...)
+}
+
+func (g *gateClient) GetTask(ctx context.Context, req *cloudtaskspb.GetTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if err := g.hold(ctx, "GetTask"); err != nil {
+		return nil, err
+	}
+	return g.Client.GetTask(ctx, req, opts...)
+}
+
+// reached waits until a call reached the gate, failing the test instead of
+// hanging when none does.
+func (g *gateClient) reached(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s call reached the gate", g.method)
+	}
+}
+
+// gatedCreate starts the emulator and a dispatcher whose CreateTask calls
+// wait at a gate.
+func gatedCreate(t *testing.T) (emuBackend, *gateClient, *Dispatcher, *outbox.Outbox) {
+	t.Helper()
+	emu := startEmulator(t)
+	gate := newGate(emu.client(t), "CreateTask")
+	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Client = gate })
+	return emu, gate, d, box
+}
+
+// answer is one call's result, sent from the goroutine that made it.
+type answer struct {
+	res DispatchResult
+	err error
+}
+
+func dispatchAsync(ctx context.Context, d *Dispatcher, req DispatchRequest) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := d.Dispatch(ctx, req)
+		ch <- answer{res, err}
+	}()
+	return ch
+}
+
+// receive returns the answer, failing the test instead of hanging when a
+// call that should have returned is stuck.
+func receive(t *testing.T, ch <-chan answer, what string) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not return", what)
+		return answer{}
+	}
+}
+
+// A Dispatch of an ID whose stale record Recover is resolving waits for
+// Recover and then answers from the record it wrote; it never shares
+// Recover's result (which once panicked with an interface conversion).
+func TestDispatchDuringRecoverOfSameID(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	root := t.TempDir()
+	clock := clockwork.NewFakeClock()
+	// A first dispatcher creates the task but hears Unavailable: its record
+	// stays pending.
+	require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: true},
+	}}))
+	b := &testBundle{be: emu, emu: emu.Server, root: root}
+	first, _, _ := b.newDispatcher(t, func(c *Config) { c.Clock, c.Retry.MaxCalls = clock, 1 })
+	req := request("run1", "a", 1, "x")
+	_, err := first.Dispatch(context.Background(), req)
+	require.ErrorIs(t, err, ErrGaveUp)
+	settle(first)
+	require.NoError(t, emu.SetFaults(emulator.Faults{}))
+	clock.Advance(2 * DefaultStaleAfter)
+
+	gate := newGate(emu.client(t), "GetTask")
+	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock, c.Client = clock, gate })
+	stats := make(chan RecoverStats, 1)
+	go func() {
+		st, err := d.Recover(context.Background())
+		require.NoError(t, err)
+		stats <- st
+	}()
+	gate.reached(t) // Recover is asking Cloud Tasks about the ID
+	call := dispatchAsync(context.Background(), d, req)
+	close(gate.open)
+
+	got := receive(t, call, "Dispatch")
+	require.NoError(t, got.err)
+	require.Equal(t, OutcomeAlreadyExisted, got.res.Outcome)
+	require.True(t, got.res.Skipped)
+	require.Equal(t, 0, got.res.Calls)
+	select {
+	case st := <-stats:
+		require.Equal(t, RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Recover did not return")
+	}
+	require.Equal(t, 1, emu.TaskCount())
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusCreated}, statuses(history(t, box, got.res.ID)))
+}
+
+// A caller that joins another caller's call waits on its own context: it
+// returns when its own context ends, with an error that says so, and the
+// first caller still gets the outcome.
+func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
+	t.Parallel()
+	_, gate, d, box := gatedCreate(t)
+	req := request("run1", "a", 1, "x")
+
+	leader := dispatchAsync(context.Background(), d, req)
+	gate.reached(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	follower := dispatchAsync(ctx, d, req)
+	cancel()
+	got := receive(t, follower, "the cancelled follower")
+	require.ErrorIs(t, got.err, ErrGaveUp)
+	require.ErrorIs(t, got.err, context.Canceled)
+	var we *WaitError
+	require.ErrorAs(t, got.err, &we)
+	require.Equal(t, "dispatch:run1:a:1", we.ID)
+
+	close(gate.open)
+	lead := receive(t, leader, "the leader")
+	require.NoError(t, lead.err)
+	require.Equal(t, OutcomeCreated, lead.res.Outcome)
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(history(t, box, lead.res.ID)))
+}
+
+// When the first caller's context ends, its call goes on for the callers
+// that joined it: they get the outcome, not the first caller's error, and
+// the outcome is recorded.
+func TestLeaderCancellationDoesNotEndSharedCall(t *testing.T) {
+	t.Parallel()
+	emu, gate, d, box := gatedCreate(t)
+	req := request("run1", "a", 1, "x")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	leader := dispatchAsync(ctx, d, req)
+	gate.reached(t)
+	follower := dispatchAsync(context.Background(), d, req)
+	cancel()
+	lead := receive(t, leader, "the cancelled leader")
+	require.ErrorIs(t, lead.err, ErrGaveUp)
+	require.ErrorIs(t, lead.err, context.Canceled)
+
+	close(gate.open)
+	got := receive(t, follower, "the follower")
+	require.NoError(t, got.err)
+	require.Equal(t, OutcomeAlreadyExisted, got.res.Outcome)
+	require.Equal(t, 1, emu.TaskCount())
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(history(t, box, got.res.ID)))
+}

@@ -1,0 +1,125 @@
+package cloudtasks
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// errDiskFull stands for an outbox that cannot make records durable.
+var errDiskFull = errors.New("write wal: no space left on device")
+
+// brokenOutbox is an in-memory outbox whose appends fail while broken.
+type brokenOutbox struct {
+	*memOutbox
+	broken atomic.Bool
+}
+
+func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record) error {
+	if b.broken.Load() {
+		return errDiskFull
+	}
+	return b.memOutbox.Append(ctx, r)
+}
+
+func (b *brokenOutbox) AppendAsync(ctx context.Context, r outbox.Record) error {
+	if b.broken.Load() {
+		return errDiskFull
+	}
+	return b.memOutbox.AppendAsync(ctx, r)
+}
+
+// outboxModes are the modes that record in an outbox.
+var outboxModes = []Durability{DurabilityOverlapped, DurabilityStrict, DurabilityInterval}
+
+func newBrokenSetup(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend, *sdkmetric.ManualReader) {
+	t.Helper()
+	emu := startEmulator(t)
+	box := &brokenOutbox{memOutbox: newMemOutbox("p1", clockwork.NewRealClock())}
+	reader := sdkmetric.NewManualReader()
+	cfg := testConfig()
+	cfg.Client, cfg.Outbox, cfg.Durability = emu.client(t), box, mode
+	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	d, err := NewDispatcher(context.Background(), &cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	return d, box, emu, reader
+}
+
+// An outbox that cannot record from the start stops every call before
+// Cloud Tasks is asked, in every mode.
+func TestOutboxUnavailableFailsClosed(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu, reader := newBrokenSetup(t, mode)
+			box.broken.Store(true)
+			for i := range 5 {
+				_, err := d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
+				require.ErrorIs(t, err, ErrOutboxUnavailable)
+				require.ErrorIs(t, err, errDiskFull)
+				var oe *OutboxError
+				require.ErrorAs(t, err, &oe)
+				require.True(t, oe.BeforeCall)
+			}
+			require.Equal(t, 0, emu.TaskCount())
+			require.Empty(t, emu.RememberedNames())
+			require.Equal(t, int64(0), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+			require.Equal(t, int64(5), counter(t, reader, MetricOutcomes, attribute.String("outcome", "outbox_unavailable")))
+		})
+	}
+}
+
+// An outbox that breaks while calls run: after the first failure is seen,
+// no call reaches Cloud Tasks until the outbox records again. In the
+// overlapped modes the call whose pending record failed beside the create
+// call may have created its task; it is not answered, and its repeat after
+// the outbox heals is answered already_existed.
+func TestOutboxBreaksThenHeals(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu, _ := newBrokenSetup(t, mode)
+			ctx := context.Background()
+			_, err := d.Dispatch(ctx, request("run1", "t", 0, "x"))
+			require.NoError(t, err)
+			settle(d)
+			box.broken.Store(true)
+
+			_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			var oe *OutboxError
+			require.ErrorAs(t, err, &oe)
+			wantTasks := 1
+			if mode != DurabilityStrict {
+				require.False(t, oe.BeforeCall)
+				wantTasks = 2
+			} else {
+				require.True(t, oe.BeforeCall)
+			}
+			_, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
+			require.ErrorAs(t, err, &oe)
+			require.True(t, oe.BeforeCall)
+			require.Equal(t, wantTasks, emu.TaskCount())
+
+			box.broken.Store(false)
+			res, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			require.NoError(t, err)
+			want := map[Durability]Outcome{DurabilityStrict: OutcomeCreated, DurabilityOverlapped: OutcomeAlreadyExisted, DurabilityInterval: OutcomeAlreadyExisted}
+			require.Equal(t, want[mode], res.Outcome)
+			res, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
+			require.NoError(t, err)
+			require.Equal(t, OutcomeCreated, res.Outcome)
+			require.Equal(t, 3, emu.TaskCount())
+		})
+	}
+}

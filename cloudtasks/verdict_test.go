@@ -1,0 +1,113 @@
+package cloudtasks
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// Each verdict of Recover against the emulator, which deletes executed
+// tasks and keeps their names taken for its reuse window, and what the
+// caller's repeat then gets.
+func TestRecoverVerdicts(t *testing.T) {
+	t.Parallel()
+	const window = time.Hour
+	for _, tt := range []struct {
+		name string
+		// committed: the lost create call did create the task.
+		committed bool
+		// ran: the task was executed (and so deleted) before Recover.
+		ran bool
+		// later is how long after Recover the caller repeats.
+		later       time.Duration
+		wantStats   RecoverStats
+		wantStatus  outbox.Status
+		wantRepeat  Outcome
+		wantHistory []outbox.Status
+		wantTasks   int // tasks created over the test
+	}{
+		{
+			name: "never created", wantStats: RecoverStats{Stale: 1, NotFound: 1},
+			wantStatus: outbox.StatusNotFound, wantRepeat: OutcomeCreated, wantTasks: 1,
+			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound, outbox.StatusPending, outbox.StatusCreated},
+		},
+		{
+			name: "exists", committed: true, wantStats: RecoverStats{Stale: 1, Found: 1},
+			wantStatus: outbox.StatusCreated, wantRepeat: OutcomeAlreadyExisted, wantTasks: 1,
+			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusCreated},
+		},
+		{
+			name: "ran and was deleted, repeat within the reuse window", committed: true, ran: true,
+			wantStats: RecoverStats{Stale: 1, NotFound: 1}, wantStatus: outbox.StatusNotFound,
+			wantRepeat: OutcomeAlreadyExisted, wantTasks: 1,
+			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound, outbox.StatusPending, outbox.StatusAlreadyExisted},
+		},
+		{
+			name: "ran and was deleted, repeat after the reuse window", committed: true, ran: true, later: 2 * window,
+			wantStats: RecoverStats{Stale: 1, NotFound: 1}, wantStatus: outbox.StatusNotFound,
+			wantRepeat: OutcomeCreated, wantTasks: 2,
+			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound, outbox.StatusPending, outbox.StatusCreated},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+			t.Cleanup(worker.Close)
+			clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+			emu, err := emulator.New(emulator.Config{ManualDelivery: true, Clock: clock, NameReuseWindow: window,
+				Queues: []emulator.QueueConfig{{Name: testQueue}}})
+			require.NoError(t, err)
+			t.Cleanup(func() { emu.Close() })
+			b := &testBundle{be: emuBackend{emu}, emu: emu, root: t.TempDir()}
+			d, box, _ := b.newDispatcher(t, func(c *Config) {
+				c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1}
+			})
+			ctx := context.Background()
+			req := request("run1", "a", 1, "x")
+			req.Task.URL = worker.URL
+
+			// The create call's answer is lost: the record stays pending.
+			require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+				{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: tt.committed},
+			}}))
+			_, err = d.Dispatch(ctx, req)
+			require.ErrorIs(t, err, ErrGaveUp)
+			settle(d)
+			require.NoError(t, emu.SetFaults(emulator.Faults{}))
+			if tt.ran {
+				n, err := emu.RunDue(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+			}
+
+			clock.Advance(2 * DefaultStaleAfter)
+			st, err := d.Recover(ctx)
+			require.NoError(t, err)
+			require.Equal(t, tt.wantStats, st)
+			latest, found, err := box.Latest(ctx, outbox.TableDispatch, "dispatch:run1:a:1")
+			require.NoError(t, err)
+			require.True(t, found)
+			require.Equal(t, tt.wantStatus, latest.Status)
+
+			clock.Advance(tt.later)
+			res, err := d.Dispatch(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, tt.wantRepeat, res.Outcome)
+			require.Equal(t, tt.wantHistory, statuses(history(t, box, res.ID)))
+			created := emu.TaskCount()
+			if tt.ran {
+				created++ // the executed one is gone from the store
+			}
+			require.Equal(t, tt.wantTasks, created)
+		})
+	}
+}

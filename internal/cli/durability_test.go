@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// --durability picks how the outbox records; every mode answers and
+// records the same, and a mode without an outbox, or an unknown one, is a
+// usage error naming the flag.
+func TestDispatchDurabilityFlag(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	for i, mode := range []string{"overlapped", "strict", "interval"} {
+		dir := filepath.Join(t.TempDir(), "outbox")
+		args := append(append([]string(nil), dispatchArgs...), "--outbox", dir, "--durability", mode,
+			"--run", "run-"+mode, "--task", "t", "--attempt", fmt.Sprint(i), "--url", "https://worker.example/x")
+		for _, want := range []string{"created", "already_existed"} {
+			code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
+			require.Equal(t, 0, code, stderr)
+			require.True(t, strings.HasPrefix(stdout, want+" dispatch:run-"+mode+":t:"), stdout)
+		}
+		code, stdout, _ := runCLI(t, "query", "--outbox", dir, "--run", "run-"+mode, "--format", "json")
+		require.Equal(t, 0, code)
+		require.Contains(t, stdout, `"status":"created"`)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--durability", "fast", "--outbox", t.TempDir()}, `ctdispatch: --durability "fast": allowed: overlapped, strict, interval`},
+		{[]string{"--durability", "strict"}, "ctdispatch: --durability strict needs --outbox DIR"},
+	} {
+		args := append(append(append([]string(nil), dispatchArgs...), tt.args...), "--run", "r", "--task", "t", "--attempt", "0", "--url", "https://worker.example/x")
+		code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
+		require.Equal(t, 2, code, stderr)
+		require.Empty(t, stdout)
+		require.Contains(t, stderr, tt.want)
+	}
+	require.Equal(t, 3, emu.TaskCount())
+}
+
+// --batch with --from: concurrent lines share BatchCreateTasks calls and
+// each line still gets its own outcome, in input order.
+func TestDispatchBatchFlag(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	dir := t.TempDir()
+	var lines strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&lines, `{"run":"batch","task":"t","attempt":%d}`+"\n", i%150)
+	}
+	from := filepath.Join(dir, "requests.jsonl")
+	require.NoError(t, os.WriteFile(from, []byte(lines.String()), 0o600))
+	args := append(append([]string(nil), dispatchArgs...), "--outbox", filepath.Join(dir, "outbox"), "--batch",
+		"--concurrency", "32", "--url", "https://worker.example/x", "--from", from)
+	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
+	require.Equal(t, 0, code, stderr)
+	out := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	require.Len(t, out, 200)
+	for i, line := range out {
+		want := "created"
+		if i >= 150 {
+			want = "already_existed"
+		}
+		require.True(t, strings.HasPrefix(line, fmt.Sprintf("%s dispatch:batch:t:%d ", want, i%150)), line)
+	}
+	require.Equal(t, 150, emu.TaskCount())
+}
