@@ -52,7 +52,14 @@ func (r *run) recoverHerd(ctx context.Context) Result {
 	defer emu.Close()
 	root := filepath.Join(r.dir, "recover-herd")
 	file := filepath.Join(r.dir, "recover-herd.jsonl")
-	if err := b.writeFile(file, nil); err != nil {
+	// The callers work from the last ID down while Recover goes from the
+	// first up, so Recover finishes a share of the IDs before the callers
+	// reach them and both meet, ID by ID, in the middle.
+	down := make([]int, n)
+	for i := range down {
+		down[i] = n - 1 - i
+	}
+	if err := b.writeFile(file, down); err != nil {
 		return fail(err.Error())
 	}
 	precreated, err := seedStale(ctx, emu, root, b)
@@ -66,7 +73,7 @@ func (r *run) recoverHerd(ctx context.Context) Result {
 		local    localHerd
 	)
 	wg.Go(func() { children = r.runDispatchers(ctx, emu.Addr(), root, file, recoverHerdChildren) })
-	wg.Go(func() { local = dispatchWhileRecovering(ctx, emu.Addr(), root, b) })
+	wg.Go(func() { local = dispatchWhileRecovering(ctx, emu.Addr(), root, b, down) })
 	wg.Wait()
 
 	var problems []string
@@ -189,10 +196,11 @@ type localHerd struct {
 	problems  []string
 }
 
-// dispatchWhileRecovering dispatches b from recoverHerdCallers goroutines
-// of one dispatcher while another goroutine of the same dispatcher runs
-// Recover over and over, until every call has answered.
-func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch) localHerd {
+// dispatchWhileRecovering dispatches b, in the given order, from
+// recoverHerdCallers goroutines of one dispatcher while another goroutine
+// of the same dispatcher runs Recover over and over, until every call has
+// answered.
+func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch, order []int) localHerd {
 	out := localHerd{created: map[string]int{}}
 	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
 		Project: project, Location: location, Queue: queueID, EmulatorAddr: addr, OutboxDir: root,
@@ -224,10 +232,11 @@ func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch) lo
 		callers.Go(func() {
 			defer guard("Dispatch")
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.n || ctx.Err() != nil {
+				k := int(next.Add(1)) - 1
+				if k >= b.n || ctx.Err() != nil {
 					return
 				}
+				i := order[k]
 				callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 				res, err := d.Dispatch(callCtx, cloudtasks.DispatchRequest{
 					RunID: b.run, TaskKey: b.taskKey(i), Identity: naming.Identity{Number: 1},
