@@ -134,7 +134,7 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 		// anything else is torn down.
 		d.closeFns = append([]func() error{ob.Close}, d.closeFns...)
 	default:
-		d.box = newMemOutbox(c.ProcessorUUID.String(), c.Clock)
+		d.box = outbox.NewMemory(c.ProcessorUUID.String(), c.Clock)
 	}
 	d.processor = d.box.ProcessorUUID()
 	if c.Batch {

@@ -19,7 +19,7 @@ var errDiskFull = errors.New("write wal: no space left on device")
 
 // brokenOutbox is an in-memory outbox whose appends fail while broken.
 type brokenOutbox struct {
-	*memOutbox
+	*outbox.Memory
 	broken atomic.Bool
 }
 
@@ -27,14 +27,14 @@ func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record) error {
 	if b.broken.Load() {
 		return errDiskFull
 	}
-	return b.memOutbox.Append(ctx, r)
+	return b.Memory.Append(ctx, r)
 }
 
 func (b *brokenOutbox) AppendAsync(ctx context.Context, r outbox.Record) error {
 	if b.broken.Load() {
 		return errDiskFull
 	}
-	return b.memOutbox.AppendAsync(ctx, r)
+	return b.Memory.AppendAsync(ctx, r)
 }
 
 // outboxModes are the modes that record in an outbox.
@@ -43,7 +43,7 @@ var outboxModes = []Durability{DurabilityOverlapped, DurabilityStrict, Durabilit
 func newBrokenSetup(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend, *sdkmetric.ManualReader) {
 	t.Helper()
 	emu := startEmulator(t)
-	box := &brokenOutbox{memOutbox: newMemOutbox("p1", clockwork.NewRealClock())}
+	box := &brokenOutbox{Memory: outbox.NewMemory("p1", clockwork.NewRealClock())}
 	reader := sdkmetric.NewManualReader()
 	cfg := testConfig()
 	cfg.Client, cfg.Outbox, cfg.Durability = emu.client(t), box, mode
