@@ -133,16 +133,7 @@ func (r *run) diskFull(ctx context.Context) Result {
 	if answered != n {
 		problems = append(problems, fmt.Sprintf("the run after space returned answered %d of %d requests", answered, n))
 	}
-	if r.opts.afterRun != nil {
-		r.opts.afterRun(ScenarioDiskFull, emu)
-	}
-	problems = append(problems, checkTasks(emu, b)...)
-	t, err = readOutbox(ctx, root, b.run)
-	if err != nil {
-		problems = append(problems, "read outbox: "+err.Error())
-	} else {
-		problems = append(problems, checkOutbox(t, b.ids(), rules{})...)
-	}
+	problems = append(problems, r.settled(ctx, ScenarioDiskFull, emu, root, b, rules{})...)
 	if len(problems) > 0 {
 		return fail(problems...)
 	}

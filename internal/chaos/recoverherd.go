@@ -118,16 +118,7 @@ func (r *run) recoverHerd(ctx context.Context) Result {
 	if last.outcomes["created"] > 0 {
 		problems = append(problems, fmt.Sprintf("the last run created %d tasks that should have existed", last.outcomes["created"]))
 	}
-	if r.opts.afterRun != nil {
-		r.opts.afterRun(ScenarioRecoverHerd, emu)
-	}
-	problems = append(problems, checkTasks(emu, b)...)
-	t, err := readOutbox(ctx, root, b.run)
-	if err != nil {
-		problems = append(problems, "read outbox: "+err.Error())
-	} else {
-		problems = append(problems, checkOutbox(t, b.ids(), rules{})...)
-	}
+	problems = append(problems, r.settled(ctx, ScenarioRecoverHerd, emu, root, b, rules{})...)
 	if len(problems) > 0 {
 		return fail(problems...)
 	}

@@ -280,3 +280,17 @@ func outboxFiles(root string) ([]string, error) {
 	flat, err := filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*.parquet"))
 	return append(parts, flat...), err
 }
+
+// settled runs the planted-fault hook, then lists what breaks "one task per
+// ID of b" in the emulator and the rules in the outbox at root.
+func (r *run) settled(ctx context.Context, scenario string, emu *emulator.Server, root string, b batch, rl rules) []string {
+	if r.opts.afterRun != nil {
+		r.opts.afterRun(scenario, emu)
+	}
+	problems := checkTasks(emu, b)
+	t, err := readOutbox(ctx, root, b.run)
+	if err != nil {
+		return append(problems, "read outbox: "+err.Error())
+	}
+	return append(problems, checkOutbox(t, b.ids(), rl)...)
+}
