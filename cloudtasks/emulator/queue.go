@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/iam/apiv1/iampb"
+	"github.com/google/btree"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -182,8 +183,9 @@ func (p retryPolicy) exhausted(attempts int32, first, created, now time.Time) bo
 type queue struct {
 	pb      *cloudtaskspb.Queue
 	id      string
-	tasks   map[string]*task // by full task name
-	pending taskHeap         // tasks waiting for their time, not in flight
+	tasks   map[string]*task     // by full task name
+	byName  *btree.BTreeG[*task] // the same tasks in name order, for ListTasks
+	pending taskHeap             // tasks waiting for their time, not in flight
 	// Token bucket for max_dispatches_per_second.
 	tokens   float64
 	refilled time.Time
@@ -198,11 +200,40 @@ func newQueue(pb *cloudtaskspb.Queue, id string, now time.Time) *queue {
 		pb:       pb,
 		id:       id,
 		tasks:    make(map[string]*task),
+		byName:   btree.NewG(nameIndexDegree, taskNameLess),
 		tokens:   float64(pb.RateLimits.MaxBurstSize),
 		refilled: now,
 		urls:     make(map[string]string),
 		oidc:     make(map[[2]string]*cloudtaskspb.HttpRequest_OidcToken),
 	}
+}
+
+// nameIndexDegree is the degree of a queue's name index: nodes of up to
+// 63 names keep the tree shallow without making inserts move much.
+const nameIndexDegree = 32
+
+func taskNameLess(a, b *task) bool { return a.pb.Name < b.pb.Name }
+
+// add stores t under its name.
+func (q *queue) add(t *task) {
+	q.tasks[t.pb.Name] = t
+	q.byName.ReplaceOrInsert(t)
+}
+
+// remove forgets t's name.
+func (q *queue) remove(t *task) {
+	delete(q.tasks, t.pb.Name)
+	q.byName.Delete(t)
+}
+
+// ascendAfter calls fn on the queue's tasks in name order, starting with
+// the first name after after, until fn returns false. The name after need
+// not exist any more: a page token stays valid when its task is deleted.
+func (q *queue) ascendAfter(after string, fn func(*task) bool) {
+	pivot := &task{pb: &cloudtaskspb.Task{Name: after}}
+	q.byName.AscendGreaterOrEqual(pivot, func(t *task) bool {
+		return t.pb.Name == after || fn(t)
+	})
 }
 
 // intern keeps one copy of each target URL per queue: most tasks of a
