@@ -323,7 +323,7 @@ type task struct {
 	created  int64 // create_time
 	seq      uint64
 	index    int32 // position in q.pending, -1 when not there
-	running  bool
+	running  int32 // attempts in flight; RunTask may start one beside another
 	removed  bool
 	headers  []string // the task's HTTP headers as key, value pairs
 	// Attempt history that the worker sees in headers.

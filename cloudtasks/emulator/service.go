@@ -287,11 +287,10 @@ func (v *service) RunTask(_ context.Context, req *cloudtaskspb.RunTaskRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if !t.running {
-		// RunTask ignores the queue's state and rate limits.
-		t.q.unschedule(t)
-		s.startAttemptLocked(t, s.clock.Now())
-	}
+	// RunTask ignores the queue's state and rate limits, and dispatches a
+	// task that is already running once more, as the service does.
+	t.q.unschedule(t)
+	s.startAttemptLocked(t, s.clock.Now())
 	return t.snapshot(req.ResponseView), nil
 }
 

@@ -178,7 +178,7 @@ func (s *Server) taskLocked(name string) (*task, error) {
 // queue, say) and reports whether it did. Attempts check the retention
 // when they finish.
 func (s *Server) expiredLocked(t *task, now time.Time) bool {
-	if t.running || now.Sub(time.Unix(0, t.created)) < maxTaskRetention {
+	if t.running > 0 || now.Sub(time.Unix(0, t.created)) < maxTaskRetention {
 		return false
 	}
 	s.removeTaskLocked(t, now)
