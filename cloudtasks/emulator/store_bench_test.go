@@ -25,28 +25,36 @@ func hashedTaskName(parent string, i uint64) string {
 //
 //	go test -run '^$' -bench CreateTaskHandler -benchtime 200000x -count 6 ./cloudtasks/emulator | benchstat -
 func BenchmarkCreateTaskHandler(b *testing.B) {
-	const parent = "projects/p/locations/l/queues/q"
-	srv, err := New(Config{Queues: []QueueConfig{{Name: parent}}, DisableDelivery: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
-	svc := &service{s: srv}
+	_, svc := benchServer(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	var i uint64
 	for b.Loop() {
 		i++
-		if _, err := svc.CreateTask(ctx, benchTaskRequest(parent, i)); err != nil {
+		if _, err := svc.CreateTask(ctx, benchTaskRequest(benchParent, i)); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
+// benchParent is the queue the store benchmarks fill.
+const benchParent = "projects/p/locations/l/queues/q"
+
+// benchServer starts an emulator with benchParent and no delivery, and
+// returns it with its CreateTask and ListTasks handlers.
+func benchServer(b *testing.B) (*Server, *service) {
+	srv, err := New(Config{Queues: []QueueConfig{{Name: benchParent}}, DisableDelivery: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Close() })
+	return srv, &service{s: srv}
+}
+
 // benchTaskRequest creates task i with a hashed name, a JSON body and two
 // headers.
 func benchTaskRequest(parent string, i uint64) *cloudtaskspb.CreateTaskRequest {
-	return &cloudtaskspb.CreateTaskRequest{Parent: parent, Task: &cloudtaskspb.Task{
+	return &cloudtaskspb.CreateTaskRequest{Parent: benchParent, Task: &cloudtaskspb.Task{
 		Name: hashedTaskName(parent, i),
 		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
 			Url:     "https://worker.example.com/tasks/run",
@@ -63,16 +71,10 @@ func benchTaskRequest(parent string, i uint64) *cloudtaskspb.CreateTaskRequest {
 //
 //	go test -run '^$' -bench ListTasks -count 6 ./cloudtasks/emulator | benchstat -
 func BenchmarkListTasks(b *testing.B) {
-	const parent = "projects/p/locations/l/queues/q"
-	srv, err := New(Config{Queues: []QueueConfig{{Name: parent}}, DisableDelivery: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
-	svc := &service{s: srv}
+	srv, svc := benchServer(b)
 	ctx := context.Background()
 	for i := range uint64(listBenchTasks) {
-		if _, err := svc.CreateTask(ctx, benchTaskRequest(parent, i)); err != nil {
+		if _, err := svc.CreateTask(ctx, benchTaskRequest(benchParent, i)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -83,13 +85,13 @@ func BenchmarkListTasks(b *testing.B) {
 	defer client.Close()
 	// The middle of the queue: the token of the page that ends with the
 	// 50,000th name in order.
-	firstPage, err := svc.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: parent, PageSize: 1000})
+	firstPage, err := svc.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: benchParent, PageSize: 1000})
 	if err != nil {
 		b.Fatal(err)
 	}
 	middle := firstPage.NextPageToken
 	for range listBenchTasks/2/1000 - 1 {
-		resp, err := svc.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: parent, PageSize: 1000, PageToken: middle})
+		resp, err := svc.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: benchParent, PageSize: 1000, PageToken: middle})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -99,7 +101,7 @@ func BenchmarkListTasks(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				it := client.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: parent, ResponseView: cloudtaskspb.Task_FULL})
+				it := client.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: benchParent, ResponseView: cloudtaskspb.Task_FULL})
 				var tasks []*cloudtaskspb.Task
 				if _, err := iterator.NewPager(it, 100, bc.token).NextPage(&tasks); err != nil {
 					b.Fatal(err)
