@@ -2,6 +2,7 @@ package emulator_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -110,4 +111,37 @@ func TestListTasksRefusesForeignToken(t *testing.T) {
 	b := setup(t)
 	_, err := b.client.ListTasks(context.Background(), &cloudtaskspb.ListTasksRequest{Parent: queue, PageToken: "not a token!"}).Next()
 	requireCode(t, err, codes.InvalidArgument, `page_token "not a token!" is not one this server returned`)
+}
+
+// TestListTasksTokenOfAnotherName checks a token that names no task of the
+// queue (the emulator's tokens are the base64url of the last name shown):
+// the page starts after that name in name order, as for any other token.
+func TestListTasksTokenOfAnotherName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, id := range []string{"b", "a"} {
+		_, err := b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: httpTask(queue + "/tasks/" + id)})
+		require.NoError(t, err)
+	}
+	for _, tc := range []struct {
+		after string
+		want  []string
+	}{
+		{loc + "/queues/a", []string{"a", "b"}},              // sorts before every task of q
+		{queue + "/tasks/", []string{"a", "b"}},              // the bare prefix
+		{queue + "/tasks/a\x00", []string{"b"}},              // just after a
+		{queue + "/tasks/aaaaaaaaaaaaaaaaaa", []string{"b"}}, // longer than the compared head
+		{loc + "/queues/z", nil},                             // sorts after every task of q
+	} {
+		it := b.client.ListTasks(ctx, &cloudtaskspb.ListTasksRequest{Parent: queue})
+		var tasks []*cloudtaskspb.Task
+		_, err := iterator.NewPager(it, 10, base64.RawURLEncoding.EncodeToString([]byte(tc.after))).NextPage(&tasks)
+		require.NoError(t, err, tc.after)
+		var got []string
+		for _, tk := range tasks {
+			got = append(got, strings.TrimPrefix(tk.Name, queue+"/tasks/"))
+		}
+		require.Equal(t, tc.want, got, "after %q", tc.after)
+	}
 }
