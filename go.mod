@@ -9,6 +9,7 @@ require (
 	github.com/chromedp/chromedp v0.14.2
 	github.com/fsouza/fake-gcs-server v1.54.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/google/btree v1.1.3
 	github.com/google/uuid v1.6.0
 	github.com/googleapis/gax-go/v2 v2.26.2
 	github.com/gowebpki/jcs v1.0.2

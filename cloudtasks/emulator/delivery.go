@@ -149,7 +149,7 @@ func (s *Server) startAttemptLocked(t *task, now time.Time) {
 		p.FirstAttempt = &cloudtaskspb.Attempt{DispatchTime: nowPB}
 	}
 	p.LastAttempt = &cloudtaskspb.Attempt{ScheduleTime: schedPB, DispatchTime: nowPB}
-	t.running = true
+	t.running++
 	t.q.running++
 	if s.inflight == 0 {
 		s.idle = make(chan struct{})
@@ -272,7 +272,7 @@ func (s *Server) finish(a *attempt, code int, retryAfter time.Duration, err erro
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	t, p := a.t, a.t.pb
-	t.running = false
+	t.running--
 	t.q.running--
 	a.rec.ResponseTime, a.rec.StatusCode = now, code
 	if err != nil {
@@ -310,6 +310,9 @@ func (s *Server) finish(a *attempt, code int, retryAfter time.Duration, err erro
 			break
 		}
 		a.rec.Outcome = OutcomeRetry
+		if t.running > 0 {
+			break // the attempt still in flight decides what happens next
+		}
 		delay := max(pol.backoff(p.DispatchCount-1), retryAfter)
 		t.schedule = now.Add(delay).UnixNano()
 		t.q.push(t)

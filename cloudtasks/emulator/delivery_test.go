@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -347,6 +348,62 @@ func TestRunTaskIgnoresScheduleAndPause(t *testing.T) {
 	require.Len(t, w.requests(), 1)
 	_, err = b.client.RunTask(context.Background(), &cloudtaskspb.RunTaskRequest{Name: name})
 	requireCode(t, err, codes.NotFound, "does not exist")
+}
+
+func TestRunTaskDispatchesARunningTaskAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		codes    []int
+		outcomes []string // sorted
+		left     int      // tasks left once both attempts are done
+	}{
+		{"both succeed", []int{200}, []string{emulator.OutcomeDeleted, emulator.OutcomeSucceeded}, 0},
+		{"both fail: one retry is scheduled", []int{500}, []string{emulator.OutcomeRetry, emulator.OutcomeRetry}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			w := newWorker(t, tc.codes...)
+			w.block = make(chan struct{})
+			release := sync.OnceFunc(func() { close(w.block) })
+			t.Cleanup(release) // a failed check must not leave the worker waiting
+			name := queue + "/tasks/twice"
+			_, err := b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: w.task(name)})
+			require.NoError(t, err)
+			got, err := b.client.RunTask(ctx, &cloudtaskspb.RunTaskRequest{Name: name})
+			require.NoError(t, err)
+			require.Equal(t, int32(1), got.DispatchCount)
+			<-w.arrived
+			got, err = b.client.RunTask(ctx, &cloudtaskspb.RunTaskRequest{Name: name})
+			require.NoError(t, err, "RunTask on a running task")
+			require.Equal(t, int32(2), got.DispatchCount)
+			<-w.arrived
+			release()
+			runDue(t, b)
+
+			var retries []string
+			for _, r := range w.requests() {
+				retries = append(retries, r.header.Get("X-CloudTasks-TaskRetryCount"))
+			}
+			require.Equal(t, []string{"0", "1"}, retries)
+			var outcomes []string
+			for _, d := range b.srv.Deliveries() {
+				outcomes = append(outcomes, d.Outcome)
+			}
+			slices.Sort(outcomes)
+			require.Equal(t, tc.outcomes, outcomes)
+			require.Equal(t, tc.left, b.srv.TaskCount())
+			if tc.left == 0 {
+				return
+			}
+			// The retry is in the schedule once: it goes out once.
+			b.clock.Advance(time.Hour)
+			require.Equal(t, 1, runDue(t, b))
+			require.Len(t, w.requests(), 3)
+		})
+	}
 }
 
 func TestResetAndResponseBody(t *testing.T) {

@@ -11,7 +11,8 @@
 // Queues (create, get, list with a state filter such as "state: PAUSED",
 // update with field masks, delete, purge, pause, resume, and an IAM policy
 // per queue that is stored but not enforced) and tasks (create, get, list
-// with BASIC and FULL views, delete, run, batch create and batch delete as
+// with BASIC and FULL views, delete, run (a task already running is
+// dispatched once more), batch create and batch delete as
 // finished long-running operations that the client's operations client can
 // fetch on the same connection, with each failed request's status under
 // its index in the metadata). CMEK and locations answer
@@ -31,6 +32,16 @@
 // Config.NameReuseWindow (24 h by default) after it was executed,
 // exhausted, deleted or purged; a CreateTask with that name gets
 // AlreadyExists until the window has passed on the clock.
+//
+// # Paging
+//
+// ListTasks returns tasks in name order from an index kept per queue, so a
+// page costs O(page size · log n) however many tasks the queue holds.
+// Page tokens are opaque to callers; the emulator's encode the last name
+// of the page (base64url) and the next page starts after that name. A
+// token therefore stays valid when its task is deleted, and a task created
+// between two pages shows on a later page only if its name sorts after
+// the token's. ListQueues pages the same way.
 //
 // # Delivery
 //

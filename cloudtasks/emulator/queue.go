@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"math"
 	"regexp"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/iam/apiv1/iampb"
+	"github.com/google/btree"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -180,10 +182,12 @@ func (p retryPolicy) exhausted(attempts int32, first, created, now time.Time) bo
 
 // queue is the emulator's state for one queue.
 type queue struct {
-	pb      *cloudtaskspb.Queue
-	id      string
-	tasks   map[string]*task // by full task name
-	pending taskHeap         // tasks waiting for their time, not in flight
+	pb         *cloudtaskspb.Queue
+	id         string
+	tasks      map[string]*task       // by full task name
+	byName     *btree.BTreeG[nameKey] // the names of tasks in order, for ListTasks
+	taskPrefix string                 // "<queue name>/tasks/", how every task name in q starts
+	pending    taskHeap               // tasks waiting for their time, not in flight
 	// Token bucket for max_dispatches_per_second.
 	tokens   float64
 	refilled time.Time
@@ -195,14 +199,71 @@ type queue struct {
 
 func newQueue(pb *cloudtaskspb.Queue, id string, now time.Time) *queue {
 	return &queue{
-		pb:       pb,
-		id:       id,
-		tasks:    make(map[string]*task),
-		tokens:   float64(pb.RateLimits.MaxBurstSize),
-		refilled: now,
-		urls:     make(map[string]string),
-		oidc:     make(map[[2]string]*cloudtaskspb.HttpRequest_OidcToken),
+		pb:         pb,
+		id:         id,
+		tasks:      make(map[string]*task),
+		byName:     btree.NewG(nameIndexDegree, nameKeyLess),
+		taskPrefix: pb.Name + "/tasks/",
+		tokens:     float64(pb.RateLimits.MaxBurstSize),
+		refilled:   now,
+		urls:       make(map[string]string),
+		oidc:       make(map[[2]string]*cloudtaskspb.HttpRequest_OidcToken),
 	}
+}
+
+// nameIndexDegree is the degree of a queue's name index: nodes of up to
+// 63 names keep the tree shallow without making inserts move much.
+const nameIndexDegree = 32
+
+// nameKey is a task's place in its queue's name index. Every name in a
+// queue starts with the same "<queue>/tasks/", so head holds the next 8
+// bytes of the name (big-endian, zero-padded; task IDs hold no zero
+// bytes): most comparisons end there, without reading the name from
+// memory, which is most of an insert's cost in a large queue.
+type nameKey struct {
+	head uint64
+	name string
+}
+
+func nameKeyLess(a, b nameKey) bool {
+	if a.head != b.head {
+		return a.head < b.head
+	}
+	return a.name < b.name
+}
+
+// key returns the index key of a name in q (one with q's task prefix).
+func (q *queue) key(name string) nameKey {
+	var b [8]byte
+	copy(b[:], name[len(q.taskPrefix):])
+	return nameKey{head: binary.BigEndian.Uint64(b[:]), name: name}
+}
+
+// add stores t under its name.
+func (q *queue) add(t *task) {
+	q.tasks[t.pb.Name] = t
+	q.byName.ReplaceOrInsert(q.key(t.pb.Name))
+}
+
+// remove forgets t's name.
+func (q *queue) remove(t *task) {
+	delete(q.tasks, t.pb.Name)
+	q.byName.Delete(q.key(t.pb.Name))
+}
+
+// ascendAfter calls fn on the queue's tasks in name order, starting with
+// the first name after after, until fn returns false. The name after need
+// not exist any more: a page token stays valid when its task is deleted.
+func (q *queue) ascendAfter(after string, fn func(*task) bool) {
+	if !strings.HasPrefix(after, q.taskPrefix) {
+		if after > q.taskPrefix {
+			return // after every name of q
+		}
+		after = q.taskPrefix
+	}
+	q.byName.AscendGreaterOrEqual(q.key(after), func(k nameKey) bool {
+		return k.name == after || fn(q.tasks[k.name])
+	})
 }
 
 // intern keeps one copy of each target URL per queue: most tasks of a
@@ -262,7 +323,7 @@ type task struct {
 	created  int64 // create_time
 	seq      uint64
 	index    int32 // position in q.pending, -1 when not there
-	running  bool
+	running  int32 // attempts in flight; RunTask may start one beside another
 	removed  bool
 	headers  []string // the task's HTTP headers as key, value pairs
 	// Attempt history that the worker sees in headers.

@@ -211,10 +211,10 @@ func (s *Server) Tasks(queue string) []*cloudtaskspb.Task {
 		return nil
 	}
 	out := make([]*cloudtaskspb.Task, 0, len(q.tasks))
-	for _, t := range q.tasks {
+	q.ascendAfter("", func(t *task) bool {
 		out = append(out, t.snapshot(cloudtaskspb.Task_FULL))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+		return true
+	})
 	return out
 }
 

@@ -253,15 +253,14 @@ func (v *service) ListTasks(_ context.Context, req *cloudtaskspb.ListTasksReques
 		return nil, err
 	}
 	return withQueue(v.s, req.GetParent(), func(q *queue) (*cloudtaskspb.ListTasksResponse, error) {
-		names := make([]string, 0, len(q.tasks))
-		for n := range q.tasks {
-			if n > after {
-				names = append(names, n)
-			}
-		}
 		resp := &cloudtaskspb.ListTasksResponse{}
-		resp.Tasks, resp.NextPageToken = page(names, size, func(n string) *cloudtaskspb.Task {
-			return q.tasks[n].snapshot(req.ResponseView)
+		q.ascendAfter(after, func(t *task) bool {
+			if len(resp.Tasks) == size {
+				resp.NextPageToken = pageToken(resp.Tasks[size-1].Name)
+				return false
+			}
+			resp.Tasks = append(resp.Tasks, t.snapshot(req.ResponseView))
+			return true
 		})
 		return resp, nil
 	})
@@ -288,11 +287,10 @@ func (v *service) RunTask(_ context.Context, req *cloudtaskspb.RunTaskRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if !t.running {
-		// RunTask ignores the queue's state and rate limits.
-		t.q.unschedule(t)
-		s.startAttemptLocked(t, s.clock.Now())
-	}
+	// RunTask ignores the queue's state and rate limits, and dispatches a
+	// task that is already running once more, as the service does.
+	t.q.unschedule(t)
+	s.startAttemptLocked(t, s.clock.Now())
 	return t.snapshot(req.ResponseView), nil
 }
 

@@ -107,7 +107,7 @@ func (s *Server) removeTaskLocked(t *task, now time.Time) {
 	}
 	t.removed = true
 	t.q.unschedule(t)
-	delete(t.q.tasks, t.pb.Name)
+	t.q.remove(t)
 	s.rememberLocked(t.pb.Name, now)
 }
 
@@ -150,7 +150,7 @@ func (s *Server) createTaskLocked(req *cloudtaskspb.CreateTaskRequest, validated
 	pb.ScheduleTime, pb.CreateTime, pb.View = nil, nil, cloudtaskspb.Task_VIEW_UNSPECIFIED
 	s.seq++
 	t := &task{pb: pb, q: q, schedule: sched.UnixNano(), created: now.Truncate(time.Second).UnixNano(), seq: s.seq, index: -1, headers: headers}
-	q.tasks[pb.Name] = t
+	q.add(t)
 	q.push(t)
 	if q.pending[0] == t {
 		s.poke()
@@ -178,7 +178,7 @@ func (s *Server) taskLocked(name string) (*task, error) {
 // queue, say) and reports whether it did. Attempts check the retention
 // when they finish.
 func (s *Server) expiredLocked(t *task, now time.Time) bool {
-	if t.running || now.Sub(time.Unix(0, t.created)) < maxTaskRetention {
+	if t.running > 0 || now.Sub(time.Unix(0, t.created)) < maxTaskRetention {
 		return false
 	}
 	s.removeTaskLocked(t, now)
