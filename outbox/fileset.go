@@ -114,16 +114,8 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 }
 
 // openListedLocked opens every listed file that is not open, unless it is
-// known bad in the same version. The files are opened concurrently (a
-// one-shot lookup in a partitioned table opens a footer per partition, and
-// on a bucket each is a round trip), then recorded in listing order.
+// known bad in the same version.
 func (fs *fileSet) openListedLocked(ctx context.Context) {
-	type opened struct {
-		e   storeEntry
-		p   *pqFile
-		err error
-	}
-	var todo []*opened
 	for _, e := range fs.listed {
 		name := e.name
 		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
@@ -134,40 +126,23 @@ func (fs *fileSet) openListedLocked(ctx context.Context) {
 		if b, ok := fs.bad[name]; ok && b.size == e.size && b.modTime.Equal(e.modTime) {
 			continue
 		}
-		todo = append(todo, &opened{e: e})
-	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, openConcurrency)
-	for _, o := range todo {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			o.p, o.err = fs.open(ctx, o.e.name)
-		}()
-	}
-	wg.Wait()
-	for _, o := range todo {
-		name := o.e.name
-		if o.err != nil {
+		p, err := fs.open(ctx, name)
+		if err != nil {
 			var fe *FileError
-			if !errors.As(o.err, &fe) {
-				fe = &FileError{Path: fs.store.where(fs.table, name), Reason: "cannot open", Err: o.err}
+			if !errors.As(err, &fe) {
+				fe = &FileError{Path: fs.store.where(fs.table, name), Reason: "cannot open", Err: err}
 			}
 			if errors.Is(fe.Err, os.ErrNotExist) {
 				continue
 			}
-			fs.bad[name] = badFile{size: o.e.size, modTime: o.e.modTime, err: fe}
+			fs.bad[name] = badFile{size: e.size, modTime: e.modTime, err: fe}
 			fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
 			continue
 		}
 		delete(fs.bad, name)
-		fs.files[name] = &openFile{pqFile: o.p, modTime: o.e.modTime}
+		fs.files[name] = &openFile{pqFile: p, modTime: e.modTime}
 	}
 }
-
-// openConcurrency bounds the files a set opens at once.
-const openConcurrency = 8
 
 // holdLocked returns the current files, each held until release.
 func (fs *fileSet) holdLocked() []*openFile {
