@@ -40,7 +40,7 @@
 // # Reading
 //
 // Memory does not grow with the outbox: this process's own IDs are
-// indexed within Options.IndexBytes (64 MiB) and IndexLimit, older IDs
+// indexed within Options.IndexBytes (32 MiB) and IndexLimit, older IDs
 // being answered from the files; between reads a table keeps at most
 // MaxOpenFiles (256) files open and their footers and bloom filters within
 // FileCacheBytes (64 MiB), least recently used closed first; listings are

@@ -87,7 +87,7 @@ type Options struct {
 	// (records and map entries), so a dispatcher's memory does not grow
 	// with the outbox: past it, IDs already in Parquet files are forgotten
 	// and answered from the files (bloom filters keep that cheap).
-	// Defaults to 64 MiB.
+	// Defaults to 32 MiB (see BENCHMARKS.md for a dispatcher's memory).
 	IndexBytes int64
 	// MaxOpenFiles bounds the Parquet files of a table kept open between
 	// reads; FileCacheBytes bounds their footers and bloom filters kept in
@@ -138,7 +138,7 @@ func (o Options) WithDefaults() Options {
 		o.IndexLimit = 1_000_000
 	}
 	if o.IndexBytes == 0 {
-		o.IndexBytes = 64 << 20
+		o.IndexBytes = 32 << 20
 	}
 	if o.MaxOpenFiles == 0 {
 		o.MaxOpenFiles = 256

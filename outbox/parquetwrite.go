@@ -7,64 +7,14 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/parquet-go/parquet-go"
-
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
-// dispatchRow is the Parquet layout of the dispatch_outbox table. Strings
-// stay plain strings (never the uuid tag, which parquet-go mis-encodes for
-// string fields); columns with few distinct values are dictionary-encoded;
-// the sorted ID column uses DELTA_BYTE_ARRAY, which stores only what differs
-// from the previous ID; times are microsecond TIMESTAMPs adjusted to UTC.
-type dispatchRow struct {
-	DispatchID    string `parquet:"dispatch_id,delta"`
-	CloudTaskID   string `parquet:"cloud_task_id"`
-	Queue         string `parquet:"queue,dict"`
-	RunID         string `parquet:"run_id,dict"`
-	TaskKey       string `parquet:"task_key,dict"`
-	Attempt       string `parquet:"attempt,dict"`
-	Status        string `parquet:"status,dict"`
-	ErrorCode     string `parquet:"error_code,dict"`
-	CreateCalls   int32  `parquet:"create_calls,dict"`
-	PayloadSHA256 string `parquet:"payload_sha256"`
-	ProcessorUUID string `parquet:"processor_uuid,dict"`
-	CreatedAt     int64  `parquet:"created_at,timestamp(microsecond:utc)"`
-	UpdatedAt     int64  `parquet:"updated_at,timestamp(microsecond:utc)"`
-}
-
-// timerRow is the Parquet layout of the timers table: the dispatch columns
-// plus kind and due_at.
-type timerRow struct {
-	TimerID       string `parquet:"timer_id,delta"`
-	CloudTaskID   string `parquet:"cloud_task_id"`
-	Queue         string `parquet:"queue,dict"`
-	RunID         string `parquet:"run_id,dict"`
-	TaskKey       string `parquet:"task_key,dict"`
-	Attempt       string `parquet:"attempt,dict"`
-	Kind          string `parquet:"kind,dict"`
-	Status        string `parquet:"status,dict"`
-	ErrorCode     string `parquet:"error_code,dict"`
-	CreateCalls   int32  `parquet:"create_calls,dict"`
-	PayloadSHA256 string `parquet:"payload_sha256"`
-	ProcessorUUID string `parquet:"processor_uuid,dict"`
-	CreatedAt     int64  `parquet:"created_at,timestamp(microsecond:utc)"`
-	UpdatedAt     int64  `parquet:"updated_at,timestamp(microsecond:utc)"`
-	DueAt         int64  `parquet:"due_at,timestamp(microsecond:utc)"`
-}
-
-func toDispatchRow(r *Record) dispatchRow {
-	return dispatchRow{
-		DispatchID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
-		Attempt: r.Attempt, Status: string(r.Status), ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls,
-		PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
-		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt),
-	}
-}
-
-func toTimerRow(r *Record) timerRow {
-	return timerRow{
-		TimerID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
+// toRow converts r to the columns a table file stores.
+func toRow(r *Record) pqtable.Row {
+	return pqtable.Row{
+		ID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
 		Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status), ErrorCode: r.ErrorCode,
 		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
 		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt), DueAt: micros(r.DueAt),
@@ -94,62 +44,19 @@ func sortRecordPtrs(recs []*Record) {
 // rowWriter streams sorted records of one table into a Parquet writer.
 type rowWriter struct {
 	table Table
-	dw    *parquet.GenericWriter[dispatchRow]
-	tw    *parquet.GenericWriter[timerRow]
-	dbuf  []dispatchRow
-	tbuf  []timerRow
-	rows  int64
+	w     *pqtable.Writer
 }
 
 func newRowWriter(w io.Writer, t Table, l pqfile.Layout) *rowWriter {
-	rw := &rowWriter{table: t}
-	if t == TableTimers {
-		rw.tw = parquet.NewGenericWriter[timerRow](w, pqfile.WriterOptions(t.idColumn(), l)...)
-	} else {
-		rw.dw = parquet.NewGenericWriter[dispatchRow](w, pqfile.WriterOptions(t.idColumn(), l)...)
-	}
-	return rw
+	return &rowWriter{table: t, w: pqtable.NewWriter(w, t == TableTimers, t.idColumn(), l)}
 }
-
-const writeBatch = 1024
 
 func (rw *rowWriter) write(r *Record) error {
-	rw.rows++
-	if rw.tw != nil {
-		rw.tbuf = append(rw.tbuf, toTimerRow(r))
-		if len(rw.tbuf) >= writeBatch {
-			return rw.flushBuf()
-		}
-		return nil
-	}
-	rw.dbuf = append(rw.dbuf, toDispatchRow(r))
-	if len(rw.dbuf) >= writeBatch {
-		return rw.flushBuf()
-	}
-	return nil
+	row := toRow(r)
+	return rw.w.Write(&row)
 }
 
-func (rw *rowWriter) flushBuf() error {
-	var err error
-	if rw.tw != nil {
-		_, err = rw.tw.Write(rw.tbuf)
-		rw.tbuf = rw.tbuf[:0]
-	} else {
-		_, err = rw.dw.Write(rw.dbuf)
-		rw.dbuf = rw.dbuf[:0]
-	}
-	return err
-}
-
-func (rw *rowWriter) close() error {
-	if err := rw.flushBuf(); err != nil {
-		return err
-	}
-	if rw.tw != nil {
-		return rw.tw.Close()
-	}
-	return rw.dw.Close()
-}
+func (rw *rowWriter) close() error { return rw.w.Close() }
 
 // atomicFile writes a file so that it appears complete or not at all: data
 // goes to a hidden temporary file in the same directory, which is synced,

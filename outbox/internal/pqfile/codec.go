@@ -21,6 +21,10 @@ type ZstdCodec struct {
 
 var _ compress.Codec = (*ZstdCodec)(nil)
 
+// encoderWindowBytes bounds an encoder's history: 16 times a page, so
+// every page is one frame encoded exactly as with the default window.
+const encoderWindowBytes = 1 << 20
+
 // NewZstdCodec returns a codec compressing at level.
 func NewZstdCodec(level zstd.EncoderLevel) *ZstdCodec {
 	return &ZstdCodec{level: level, free: make(chan *zstd.Encoder, 4)}
@@ -44,6 +48,12 @@ func (c *ZstdCodec) Encode(dst, src []byte) ([]byte, error) {
 			zstd.WithEncoderConcurrency(1),
 			zstd.WithZeroFrames(true),
 			zstd.WithEncoderCRC(false),
+			// Pages are compressed one at a time and hold PageBufferBytes
+			// (dictionary pages a little more): a window past a page
+			// finds no more matches, yet every encoder allocates its
+			// window's history (8 MiB by default at the faster levels),
+			// which a dispatcher converting its log holds for its life.
+			zstd.WithWindowSize(encoderWindowBytes),
 		)
 		if err != nil {
 			return nil, err

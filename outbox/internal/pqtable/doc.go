@@ -1,0 +1,23 @@
+// Package pqtable is the Parquet schema of the outbox's two tables and the
+// writer that streams sorted rows into a file of either.
+//
+// # Rows
+//
+// Row is one state of a dispatch or a timer in the columns' own terms:
+// strings and microsecond timestamps. Package outbox converts its records
+// to rows at this boundary; Kind and DueAt are written for timers only.
+//
+// # Schema
+//
+// DispatchRow and TimerRow give the column names, types and encodings of
+// the dispatch_outbox and timers tables: plain strings (never the uuid tag,
+// which parquet-go mis-encodes for string fields), dictionaries for columns
+// with few distinct values, DELTA_BYTE_ARRAY for the sorted ID column, and
+// TIMESTAMP(isAdjustedToUTC=true, MICROS) times.
+//
+// # Writing
+//
+// Writer batches rows and hands them to parquet-go with the writer options
+// of a pqfile.Layout; the caller writes rows already sorted by ID, then
+// oldest state first.
+package pqtable
