@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // opKind is the operation a flight performs for an ID.
@@ -65,6 +66,42 @@ type flights struct {
 	running int
 	closing bool
 	idle    []chan struct{} // closed when running next reaches 0
+	workers workers
+}
+
+// workers runs flights on goroutines that ran an earlier flight. A new
+// goroutine's stack starts small and is grown by copying on the way down
+// a gRPC call, every call: in a profile of Dispatch without an outbox that
+// copying took about 7% of the CPU. A worker idle for workerIdle exits.
+type workers struct {
+	once sync.Once
+	jobs chan func()
+}
+
+const workerIdle = 5 * time.Second
+
+// start runs fn on an idle worker, or on a new one when none is idle.
+func (w *workers) start(fn func()) {
+	w.once.Do(func() { w.jobs = make(chan func()) })
+	select {
+	case w.jobs <- fn:
+	default:
+		go w.loop(fn)
+	}
+}
+
+func (w *workers) loop(fn func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(workerIdle)
+		select {
+		case fn = <-w.jobs:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // joined says how a caller met the flight whose answer it got.
@@ -98,7 +135,7 @@ func (t *flights) do(ctx context.Context, key string, op opKind, work func(*flig
 			t.m[key] = f
 			t.running++
 			t.mu.Unlock()
-			go t.run(key, f, work)
+			t.workers.start(func() { t.run(key, f, work) })
 			return f, ledFlight, wait(ctx, f.ready)
 		}
 		t.mu.Unlock()
