@@ -79,13 +79,16 @@
 // Recover asks Cloud Tasks (GetTask) whether the named task exists:
 //
 //	Recover saw   status written  what the caller should do
-//	OK            created         nothing; a repeat is answered from the outbox
+//	OK            already_existed nothing; a repeat is answered from the outbox
 //	NOT_FOUND     not_found       dispatch again if the work is needed: the task was
 //	                              never created, or it ran and is gone; a repeat within
 //	                              the name-reuse window is answered already_existed
 //	other codes   (pending)       nothing; the next pass tries again
 //
-// not_found is not a failure: the service cannot tell "never created" from
+// Recover writes already_existed, never created, for a task it finds: the
+// task may have been created by a caller in another process that recorded
+// created itself, and an ID has at most one created record. not_found is
+// not a failure: the service cannot tell "never created" from
 // "ran and deleted". Only ALREADY_EXISTS to a create call says the name
 // existed recently, and a repeated Dispatch records that as already_existed. Any instance may recover any
 // processor's records unless Config.EnforceOwnership is set; the processor

@@ -22,7 +22,6 @@ type verdict string
 // attribute.
 const (
 	verdictMoved    verdict = "moved" // finished or re-driven meanwhile
-	verdictCreated  verdict = "created"
 	verdictExisted  verdict = "already_existed"
 	verdictNotFound verdict = "not_found"
 )

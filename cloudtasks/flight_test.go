@@ -151,7 +151,7 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 		t.Fatal("Recover did not return")
 	}
 	require.Equal(t, 1, emu.TaskCount())
-	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusCreated}, statuses(history(t, box, got.res.ID)))
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(history(t, box, got.res.ID)))
 }
 
 // A caller that joins another caller's call waits on its own context: it

@@ -179,7 +179,7 @@ func TestRecoverAfterKill(t *testing.T) {
 	require.Equal(t, RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
 
 	recs := history(t, box, id)
-	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(recs))
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(recs))
 	require.Equal(t, []string{dead, d.ProcessorUUID()}, []string{recs[0].ProcessorUUID, recs[1].ProcessorUUID})
 	require.NotEqual(t, dead, d.ProcessorUUID())
 	require.Equal(t, int64(1), counter(t, reader, MetricHandovers))

@@ -18,7 +18,7 @@ import (
 type RecoverStats struct {
 	// Stale is how many pending records were older than StaleAfter.
 	Stale int
-	// Found counts records whose task exists: recorded as created.
+	// Found counts records whose task exists: recorded as already_existed.
 	Found int
 	// NotFound counts records whose task does not exist now: recorded as
 	// not_found (never created, or ran and gone), so the ID may be
@@ -42,13 +42,19 @@ type RecoverStats struct {
 // the named task exists, and writes what that answer can tell:
 //
 //	GetTask answered     status written  what the caller should do
-//	OK                   created         nothing: a repeat is answered from the outbox
+//	OK                   already_existed nothing: a repeat is answered from the outbox
 //	NOT_FOUND            not_found       decide: the task was never created, or it ran
 //	                                     and is gone. A repeated Dispatch creates it
 //	                                     (created) or, if the name was used within the
 //	                                     service's reuse window (up to 24 h), gets
 //	                                     already_existed: it did exist
 //	another code         (stays pending) nothing: the next pass tries again
+//
+// Recover never writes created: it cannot tell whether the task it found
+// was made by the stopped call or by a concurrent caller in another
+// process, which may have recorded created itself, and an ID has at most
+// one created record. already_existed says what Recover knows: the task
+// exists.
 //
 // NOT_FOUND cannot tell "never created" from "ran and was deleted", so it is
 // not recorded as a failure. Only the service's ALREADY_EXISTS to a create
@@ -117,7 +123,7 @@ func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *Reco
 	case verdictMoved:
 		st.Stale--
 		return nil
-	case verdictCreated:
+	case verdictExisted:
 		st.Found++
 	case verdictNotFound:
 		st.NotFound++
@@ -158,7 +164,7 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 	next.ErrorCode = ""
 	switch code := codeOf(err); {
 	case err == nil:
-		next.Status, f.verdict = outbox.StatusCreated, verdictCreated
+		next.Status, f.verdict = outbox.StatusAlreadyExisted, verdictExisted
 	case code == codes.NotFound:
 		next.Status, next.ErrorCode, f.verdict = outbox.StatusNotFound, code.String(), verdictNotFound
 	default:

@@ -42,8 +42,8 @@ func TestRecoverVerdicts(t *testing.T) {
 		},
 		{
 			name: "exists", committed: true, wantStats: RecoverStats{Stale: 1, Found: 1},
-			wantStatus: outbox.StatusCreated, wantRepeat: OutcomeAlreadyExisted, wantTasks: 1,
-			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusCreated},
+			wantStatus: outbox.StatusAlreadyExisted, wantRepeat: OutcomeAlreadyExisted, wantTasks: 1,
+			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusAlreadyExisted},
 		},
 		{
 			name: "ran and was deleted, repeat within the reuse window", committed: true, ran: true,

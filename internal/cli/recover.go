@@ -32,7 +32,7 @@ Task names are read from the records, so --project, --location and --queue
 are not needed. --stale-after 0 re-drives every pending record, however
 recent (only when no dispatcher is running on the outbox).
 
-Output: one line, "N stale pending: N found (created), N not found
+Output: one line, "N stale pending: N found (already_existed), N not found
 (not_found), N taken over from other processors, N left to their owners, N
 errors", or with --json one object {"processor_uuid","stale","found",
 "not_found","handed_over","skipped_not_owned","errors"}. The exit status is
@@ -94,7 +94,7 @@ pending, and a later run tries them again.`,
 					return err
 				}
 			} else {
-				fmt.Fprintf(out, "%d stale pending: %d found (created), %d not found (not_found), %d taken over from other processors, %d left to their owners, %d errors\n",
+				fmt.Fprintf(out, "%d stale pending: %d found (already_existed), %d not found (not_found), %d taken over from other processors, %d left to their owners, %d errors\n",
 					st.Stale, st.Found, st.NotFound, st.HandedOver, st.SkippedNotOwned, st.Errors)
 			}
 			if st.Errors > 0 {

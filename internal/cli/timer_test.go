@@ -94,13 +94,13 @@ func TestRecoverCommand(t *testing.T) {
 	code, stdout, _ = runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:r:a:1", "--history", "--format", "csv")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, ",pending,")
-	require.Contains(t, stdout, ",created,")
+	require.Contains(t, stdout, ",already_existed,")
 	require.Contains(t, stdout, dead.String())
 	require.Contains(t, stdout, me)
 
 	code, stdout, _ = runWithEnv(t, emu.Addr(), "", "recover", "--outbox", dir)
 	require.Equal(t, 0, code)
-	require.Equal(t, "0 stale pending: 0 found (created), 0 not found (not_found), 0 taken over from other processors, 0 left to their owners, 0 errors\n", stdout)
+	require.Equal(t, "0 stale pending: 0 found (already_existed), 0 not found (not_found), 0 taken over from other processors, 0 left to their owners, 0 errors\n", stdout)
 
 	code, _, stderr = runCLI(t, "recover")
 	require.Equal(t, 2, code)

@@ -290,13 +290,13 @@ func TestRecoverActionFinishesStaleRecordsAsAHandOver(t *testing.T) {
 	b := setup(t, Config{AllowActions: true, StaleAfter: time.Minute})
 	resp := b.post(t, "/actions/recover", url.Values{"csrf": {b.srv.csrf}, "back": {"/outbox"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "/outbox?note="+url.QueryEscape("recover: 1 stale, 1 found (created), 0 not found (failed), 1 taken over, 0 errors"), resp.Header.Get("Location"))
+	require.Equal(t, "/outbox?note="+url.QueryEscape("recover: 1 stale, 1 found (already_existed), 0 not found (not_found), 1 taken over, 0 errors"), resp.Header.Get("Location"))
 	_, page := b.get(t, "/audit?q="+url.QueryEscape(b.ids["load"].String()))
 	doc := find(mustParse(t, page), func(n *htmlNode) bool { return n.Data == "table" && attr(n, "class") == "states" })
 	got := tableRows(doc)
 	require.Len(t, got, 2)
 	require.Equal(t, []string{"pending", procA.String()}, []string{got[0][1], got[0][2]})
-	require.Equal(t, "created", got[1][1])
+	require.Equal(t, "already_existed", got[1][1])
 	require.True(t, strings.HasSuffix(got[1][2], " hand-over"), got[1][2])
 }
 

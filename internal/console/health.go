@@ -216,6 +216,6 @@ func (s *Server) recoverStale(ctx context.Context) (string, error) {
 }
 
 func formatRecover(st ctd.RecoverStats) string {
-	return fmt.Sprintf("recover: %d stale, %d found (created), %d not found (failed), %d taken over, %d errors",
+	return fmt.Sprintf("recover: %d stale, %d found (already_existed), %d not found (not_found), %d taken over, %d errors",
 		st.Stale, st.Found, st.NotFound, st.HandedOver, st.Errors)
 }
