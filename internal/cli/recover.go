@@ -23,8 +23,9 @@ func newRecoverCmd(env *Env) *cobra.Command {
 A record still pending after --stale-after is the trace of a dispatcher that
 stopped between recording "pending" and recording the outcome. For each,
 Cloud Tasks is asked whether the named task exists: if it does, the record
-becomes created; if not, not_found (never created, or it ran and is gone;
-not a failure), and the caller may dispatch it again. Records of any processor are taken over unless
+becomes already_existed; if not, not_found (never created, or it ran and is
+gone; not a failure), and the caller may dispatch it again. Records of any
+processor are taken over unless
 --enforce-ownership is given; the new records carry this process's
 processor UUID, so the history shows the hand-over.
 
