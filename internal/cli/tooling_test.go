@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,14 +49,24 @@ func TestReadmeScript(t *testing.T) {
 	require.Contains(t, out, "readme-test: block 3, ")
 	require.NotContains(t, out, "readme-test: block 2, ", "the marked block is skipped")
 
-	code, out = runTool(t, nil, "scripts/readme-test", abs("fail.md"))
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	code, out = runTool(t, []string{"READMETEST_PID_FILE=" + pidFile}, "scripts/readme-test", abs("fail.md"))
 	require.Equal(t, 127, code, out)
 	require.Contains(t, out, "no-such-command-anywhere: command not found")
 	require.Contains(t, out, "readme-test: a block of "+abs("fail.md")+" failed (exit 127)")
-	// The background sleep of the failed run is gone.
-	ps, err := exec.Command("ps", "-eo", "args").Output()
+	// The background sleep of the failed run was stopped: it is gone, or
+	// a zombie waiting for its new parent to reap it.
+	b, err := os.ReadFile(pidFile)
 	require.NoError(t, err)
-	require.NotContains(t, string(ps), "sleep 300\n")
+	pid := strings.TrimSpace(string(b))
+	require.Eventually(t, func() bool {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return true
+		}
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "Z")
+	}, 10*time.Second, 10*time.Millisecond, "the background sleep (pid %s) still runs", pid)
 }
 
 // Without a C compiler make test still runs the tests, without -race, and
