@@ -129,13 +129,7 @@ func TestDemoKeepServesTheConsole(t *testing.T) {
 // nothing listens, it serves, shows both, and exits 0 on Ctrl-C.
 func TestConsoleBinaryServesUntilSIGINT(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	binary := filepath.Join(t.TempDir(), "ctdispatch")
-	build := exec.Command("go", "build", "-o", binary, "github.com/ctdispatch/ctdispatch/cmd/ctdispatch")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	binary := ctdispatchBinary(t)
 
 	dir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "dispatch_outbox"), 0o700))

@@ -3,14 +3,11 @@ package cli
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
@@ -19,35 +16,6 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
-
-var (
-	emulatorBinOnce sync.Once
-	emulatorBinPath string
-	emulatorBinErr  error
-)
-
-// emulatorBinary builds cmd/ctdispatch once per test process, so the
-// emulator command is tested as a user runs it.
-func emulatorBinary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary; skipped with -short")
-	}
-	emulatorBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ctdispatch-emulator-bin-")
-		if err != nil {
-			emulatorBinErr = err
-			return
-		}
-		emulatorBinPath = filepath.Join(dir, "ctdispatch")
-		out, err := exec.Command("go", "build", "-o", emulatorBinPath, "github.com/ctdispatch/ctdispatch/cmd/ctdispatch").CombinedOutput()
-		if err != nil {
-			emulatorBinErr = errors.New(string(out))
-		}
-	})
-	require.NoError(t, emulatorBinErr)
-	return emulatorBinPath
-}
 
 // emulatorProcess is `ctdispatch emulator` running as a child process.
 type emulatorProcess struct {
@@ -59,7 +27,7 @@ type emulatorProcess struct {
 // and an empty CLOUD_TASKS_EMULATOR_HOST; the test's cleanup kills it.
 func startEmulatorBinary(t *testing.T, args ...string) *emulatorProcess {
 	t.Helper()
-	cmd := exec.Command(emulatorBinary(t), append([]string{"emulator"}, args...)...)
+	cmd := exec.Command(ctdispatchBinary(t), append([]string{"emulator"}, args...)...)
 	cmd.Env = append(os.Environ(), emulatorHostEnv+"=")
 	p := &emulatorProcess{cmd: cmd}
 	var err error
