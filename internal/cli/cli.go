@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -27,11 +28,17 @@ type Env struct {
 	Logger *slog.Logger
 	// Getenv reads an environment variable. Defaults to os.Getenv.
 	Getenv func(string) string
+	// SetMemoryLimit sets the process's soft memory limit, as
+	// runtime/debug.SetMemoryLimit does. A command that runs a dispatcher
+	// over a file outbox calls it when GOMEMLIMIT is not set (see
+	// dispatcherMemoryLimit). Nil, the default outside DefaultEnv, leaves
+	// the limit alone, so in-process callers keep their own.
+	SetMemoryLimit func(int64) int64
 }
 
 // DefaultEnv returns the environment of a real process.
 func DefaultEnv() Env {
-	return Env{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}
+	return Env{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv, SetMemoryLimit: debug.SetMemoryLimit}
 }
 
 // Exit codes of Run, documented in the root help.

@@ -23,4 +23,12 @@
 // --outbox takes a directory or a bucket URL: gs:// always (through
 // internal/gcsjson, which keeps start-up fast), s3:// when built with
 // -tags s3, mem:// for tests. Commands that write need --log-dir.
+//
+// # Memory
+//
+// A dispatcher writing to an outbox runs under a soft memory limit of 160
+// MiB (runtime/debug.SetMemoryLimit) unless $GOMEMLIMIT is set, so the
+// collector keeps a long run within the outbox's memory budgets instead of
+// letting the heap double. Env.SetMemoryLimit is the seam; in-process
+// callers that leave it nil keep their own limit.
 package cli
