@@ -202,7 +202,7 @@ func (fs *fileSet) release(files []*openFile) {
 func (fs *fileSet) evictLocked() {
 	var total int64
 	for _, f := range fs.files {
-		total += f.cachedBytes()
+		total += f.CachedBytes()
 	}
 	if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
 		return
@@ -218,7 +218,7 @@ func (fs *fileSet) evictLocked() {
 		if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
 			return
 		}
-		total -= f.cachedBytes()
+		total -= f.CachedBytes()
 		fs.dropLocked(f.name, f)
 	}
 }

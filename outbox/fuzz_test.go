@@ -39,8 +39,8 @@ func readEverything(t *testing.T, data []byte) {
 		_, _ = p.find(fieldCloudTaskID, "d_aaaaaaaaaaaaaaaaaaaaaaaaaa", false)
 		_, _ = p.find(fieldRunID, "fuzz", false)
 		_ = p.scanProjected(context.Background(), decidingFields, func(int, int64, *Record) {})
-		for _, rg := range p.pf.RowGroups() {
-			if n := rg.NumRows(); n > 0 && n < 1<<20 {
+		for rg, n := range p.RowGroupRows() {
+			if n > 0 && n < 1<<20 {
 				_, _ = p.readRows(rg, []int64{0, n - 1})
 			}
 		}
