@@ -162,6 +162,9 @@ type TableCompaction struct {
 	// Partitions reports each partition, in order ("" first: the flat
 	// layout moved into partitions).
 	Partitions []PartitionCompaction
+	// Manifest reports the table's manifest, refreshed after the
+	// partitions (also when every partition was untouched).
+	Manifest ManifestReport
 }
 
 // PartitionAction says what compaction did with a partition.
@@ -275,6 +278,7 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 			return st, err
 		}
 	}
+	st.Manifest = c.refreshManifest(ctx)
 	st.Skipped = o.files[t].damaged()
 	return st, nil
 }

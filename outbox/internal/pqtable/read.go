@@ -230,6 +230,9 @@ func (p *File) Ours() bool { return p.ours }
 // NumRows is the number of rows the footer states.
 func (p *File) NumRows() int64 { return p.pf.NumRows() }
 
+// NumRowGroups is the number of row groups.
+func (p *File) NumRowGroups() int { return len(p.pf.RowGroups()) }
+
 // RowGroupRows returns the number of rows of each row group.
 func (p *File) RowGroupRows() []int64 {
 	groups := p.pf.RowGroups()
