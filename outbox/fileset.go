@@ -45,7 +45,7 @@ type fileSet struct {
 	// usable); badManifest is the last error reading it, logged once.
 	manifest    manifestView
 	badManifest string
-	uses     uint64 // counts acquisitions, for least-recently-used order
+	uses        uint64 // counts acquisitions, for least-recently-used order
 }
 
 type openFile struct {

@@ -257,19 +257,63 @@ type ManifestReport struct {
 // refreshManifest writes the table's manifest from its files as listed
 // now, unless the one in place already lists exactly them. Entries of
 // files unchanged since the last manifest are taken over without reading
-// the files again.
+// the files again. Another compaction may replace files while this one
+// builds its manifest, so the files are listed again after the write, and
+// the manifest rebuilt (a few times at most) if they changed meanwhile; a
+// manifest left behind by a race is merely stale, since readers check
+// every entry against their own listing.
 func (c *compaction) refreshManifest(ctx context.Context) ManifestReport {
-	rep := ManifestReport{Path: manifestWhere(c.o.store, c.t)}
-	fail := func(err error) ManifestReport {
-		rep.Action, rep.Err = ManifestFailed, err
-		c.o.log.Warn("outbox: manifest not written", "path", rep.Path, "err", err)
-		return rep
+	var rep ManifestReport
+	for range 3 {
+		before, err := c.o.store.list(ctx, c.t)
+		if err != nil {
+			return c.manifestFailed(err)
+		}
+		rep = c.buildManifest(ctx)
+		if rep.Action != ManifestWritten {
+			return rep
+		}
+		after, err := c.o.store.list(ctx, c.t)
+		if err != nil || sameListing(before, after) {
+			return rep
+		}
 	}
+	return rep
+}
+
+func (c *compaction) manifestFailed(err error) ManifestReport {
+	rep := ManifestReport{Action: ManifestFailed, Path: manifestWhere(c.o.store, c.t), Err: err}
+	c.o.log.Warn("outbox: manifest not written", "path", rep.Path, "err", err)
+	return rep
+}
+
+// sameListing reports whether two listings name the same versions of the
+// same files.
+func sameListing(a, b []storeEntry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := make(map[string]storeEntry, len(a))
+	for _, e := range a {
+		seen[e.name] = e
+	}
+	for _, e := range b {
+		if o, ok := seen[e.name]; !ok || o.size != e.size || !o.modTime.Equal(e.modTime) {
+			return false
+		}
+	}
+	return true
+}
+
+// buildManifest writes the manifest of the files open now, or reports it
+// current.
+func (c *compaction) buildManifest(ctx context.Context) ManifestReport {
+	rep := ManifestReport{Path: manifestWhere(c.o.store, c.t)}
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	files, err := fs.acquire(ctx)
 	if err != nil {
-		return fail(err)
+		return c.manifestFailed(err)
 	}
 	defer fs.release(files)
 	old, err := readManifest(ctx, c.o.store, c.t)
@@ -301,7 +345,7 @@ func (c *compaction) refreshManifest(ctx context.Context) ManifestReport {
 		return rep
 	}
 	if err := writeManifest(ctx, c.o.store, c.t, m); err != nil {
-		return fail(err)
+		return c.manifestFailed(err)
 	}
 	rep.Action = ManifestWritten
 	return rep

@@ -63,7 +63,27 @@ func printTableTotals(w io.Writer, stats outbox.CompactStats) {
 		}
 		fmt.Fprintf(w, "%s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention\n",
 			s.Table, s.FilesIn, s.RowsIn, s.BytesIn, s.FilesOut, s.RowsOut, s.BytesOut, s.Dropped)
+		if line := manifestLine(s.Table, s.Manifest); line != "" {
+			fmt.Fprintln(w, line)
+		}
 	}
+}
+
+// manifestLine says what compaction did with a table's manifest ("" when
+// the table has nothing for one to list).
+func manifestLine(t outbox.Table, m outbox.ManifestReport) string {
+	switch m.Action {
+	case outbox.ManifestWritten:
+		return fmt.Sprintf("%s: manifest written: %d files, %d row groups (%s)", t, m.Files, m.RowGroups, m.Path)
+	case outbox.ManifestCurrent:
+		if m.Files == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s: manifest up to date: %d files, %d row groups", t, m.Files, m.RowGroups)
+	case outbox.ManifestFailed:
+		return fmt.Sprintf("%s: manifest not written (lookups open every file instead): %v", t, m.Err)
+	}
+	return ""
 }
 
 // partitionLine says what compaction did with one partition.
