@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // countingFile counts the bytes read through it.
@@ -62,7 +63,7 @@ func TestLookupReadsASmallFractionOfTheFile(t *testing.T) {
 		cf := &countingFile{File: f}
 		p, err := openParquet(path, TableDispatch, cf, st.Size())
 		require.NoError(t, err)
-		got, err := p.find(tc.fld, tc.value, false)
+		got, err := p.find(tc.fld, tc.value, pqtable.FindOptions{})
 		require.NoError(t, err)
 		require.Len(t, got, tc.hits, tc.name)
 		frac := float64(cf.n.Load()) / float64(st.Size())
@@ -135,7 +136,7 @@ func lookupBytes(t *testing.T, path string, fld field, value string) (recs []Rec
 	p, err := openParquet(path, TableDispatch, cf, st.Size())
 	require.NoError(t, err)
 	defer p.close()
-	recs, err = p.find(fld, value, false)
+	recs, err = p.find(fld, value, pqtable.FindOptions{})
 	require.NoError(t, err)
 	return recs, cf.n.Load(), st.Size()
 }

@@ -97,13 +97,8 @@ func (p *pqFile) scan(fn func(Record) error) error {
 
 // find returns every record whose column fld equals value (see
 // pqtable.File.Find).
-func (p *pqFile) find(fld field, value string, cacheBloom bool) ([]Record, error) {
-	return p.findIn(fld, value, cacheBloom, nil)
-}
-
-// findIn is find limited to the row groups admit accepts (all when nil).
-func (p *pqFile) findIn(fld field, value string, cacheBloom bool, admit func(rg int) bool) ([]Record, error) {
-	rows, err := p.FindIn(fld, value, cacheBloom, admit)
+func (p *pqFile) find(fld field, value string, o pqtable.FindOptions) ([]Record, error) {
+	rows, err := p.Find(fld, value, o)
 	if err != nil {
 		return nil, fileError(p.path, "reading rows", err)
 	}

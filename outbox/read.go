@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // Query selects records for Lookup. Exactly one of ID, CloudTaskID and
@@ -202,7 +204,13 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 		return files, nil, err
 	}
 	return o.eachFileOf(ctx, t, acquire, func(f *openFile, a *admission) error {
-		recs, err := f.findIn(fld, val, fs.cacheBloom, a.admit(f.NumRowGroups()))
+		recs, err := f.find(fld, val, pqtable.FindOptions{
+			CacheBloom: fs.cacheBloom,
+			Admit:      a.admit(f.NumRowGroups()),
+			// A compacted file holds one state per ID, and a cloud_task_id
+			// names one ID: the first match is the only one.
+			Unique: fld == fieldCloudTaskID && isCompacted(f),
+		})
 		recs = slices.DeleteFunc(recs, func(r Record) bool { return !r.trusted() })
 		if len(recs) > 0 {
 			fn(recs, true)

@@ -401,18 +401,25 @@ func fail(what string, err error) error {
 	return &Error{Reason: what, Err: err}
 }
 
+// FindOptions narrow a Find.
+type FindOptions struct {
+	// CacheBloom keeps the ID column's bloom filters in memory, for a
+	// process that asks about new IDs all the time.
+	CacheBloom bool
+	// Admit, when set, limits the search to the row groups it accepts.
+	Admit func(rg int) bool
+	// Unique says the file holds at most one row per value (a compacted
+	// file holds one state per ID, and an ID has one cloud_task_id), so
+	// the search ends at the first match instead of reading the rest of
+	// the column chunk.
+	Unique bool
+}
+
 // Find returns every row whose column fld equals value. It skips row
 // groups by their statistics and bloom filters, and pages by the page
 // index, so a hit reads a few pages and a miss usually reads nothing
-// beyond the footer. The ID column's filters are kept in memory when
-// cacheBloom is set, for a process that asks about new IDs all the time.
-func (p *File) Find(fld Field, value string, cacheBloom bool) ([]Row, error) {
-	return p.FindIn(fld, value, cacheBloom, nil)
-}
-
-// FindIn is Find limited to the row groups for which admit returns true
-// (every row group when admit is nil).
-func (p *File) FindIn(fld Field, value string, cacheBloom bool, admit func(rg int) bool) (_ []Row, err error) {
+// beyond the footer.
+func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error) {
 	defer recoverRead(&err)
 	ci, ok := p.byFld[fld]
 	if !ok {
@@ -421,7 +428,7 @@ func (p *File) FindIn(fld Field, value string, cacheBloom bool, admit func(rg in
 	want := []byte(value)
 	var out []Row
 	for gi, rg := range p.pf.RowGroups() {
-		if admit != nil && !admit(gi) {
+		if o.Admit != nil && !o.Admit(gi) {
 			continue
 		}
 		cc, ok := rg.ColumnChunks()[ci].(*parquet.FileColumnChunk)
@@ -431,14 +438,14 @@ func (p *File) FindIn(fld Field, value string, cacheBloom bool, admit func(rg in
 		if min, max, ok := cc.Bounds(); ok && (bytes.Compare(want, min.ByteArray()) < 0 || bytes.Compare(want, max.ByteArray()) > 0) {
 			continue
 		}
-		maybe, err := p.bloomCheck(gi, cc, fld, want, cacheBloom)
+		maybe, err := p.bloomCheck(gi, cc, fld, want, o.CacheBloom)
 		if err != nil {
 			return nil, err
 		}
 		if !maybe {
 			continue
 		}
-		rowsIdx, err := p.matchRows(cc, rg.NumRows(), want)
+		rowsIdx, err := p.matchRows(cc, rg.NumRows(), want, o.Unique)
 		if err != nil {
 			return nil, err
 		}
@@ -448,6 +455,9 @@ func (p *File) FindIn(fld Field, value string, cacheBloom bool, admit func(rg in
 		rows, err := p.readRows(rg, rowsIdx)
 		if err != nil {
 			return nil, err
+		}
+		if o.Unique {
+			return rows, nil
 		}
 		if out == nil {
 			out = rows // usually the only row group that matches
@@ -500,8 +510,8 @@ func (p *File) bloomCheck(gi int, cc *parquet.FileColumnChunk, fld Field, want [
 
 // matchRows returns the indexes (within the row group) of the rows whose
 // value in the chunk equals want, reading only pages whose page-index
-// bounds admit it.
-func (p *File) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []byte) ([]int64, error) {
+// bounds admit it; with unique, it stops at the first.
+func (p *File) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []byte, unique bool) ([]int64, error) {
 	type span struct{ from, to int64 }
 	spans := []span{{0, numRows}}
 	if ci, err := cc.ColumnIndex(); err == nil {
@@ -542,10 +552,11 @@ func (p *File) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []byte
 				}
 				if !v.IsNull() && bytes.Equal(v.ByteArray(), want) {
 					hits = append(hits, r)
+					return !unique
 				}
 				return true
 			})
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || (unique && len(hits) > 0) {
 				break
 			}
 			if err != nil {
