@@ -227,3 +227,26 @@ func TestManifestOnABucket(t *testing.T) {
 	lookupBoth(t, o, added)
 	require.Contains(t, b.logs.String(), "ignored manifest")
 }
+
+// TestManifestOfLargeOutbox writes only the manifest of an outbox made by
+// gendata, without compacting it, so lookups on it can be measured with
+// and without one:
+//
+//	CTDISPATCH_MANIFEST_ROOT=/tmp/ob3m go test -run ManifestOfLargeOutbox -v ./outbox/
+func TestManifestOfLargeOutbox(t *testing.T) {
+	root := os.Getenv("CTDISPATCH_MANIFEST_ROOT")
+	if root == "" {
+		t.Skip("set CTDISPATCH_MANIFEST_ROOT to an outbox directory")
+	}
+	ctx := context.Background()
+	o, err := Open(ctx, Options{Root: root, ReadOnly: true})
+	require.NoError(t, err)
+	defer o.Close()
+	c := &compaction{o: o, t: TableDispatch}
+	rep := c.refreshManifest(ctx)
+	require.NoError(t, rep.Err)
+	listed, err := o.store.list(ctx, TableDispatch)
+	require.NoError(t, err)
+	require.Len(t, listed, rep.Files)
+	t.Logf("manifest %s: %s, %d files, %d row groups", rep.Path, rep.Action, rep.Files, rep.RowGroups)
+}
