@@ -202,8 +202,8 @@ func (fs *fileSet) probeFile(ctx context.Context, e storeEntry, mf *pqtable.Mani
 	var admitted []int
 	for gi := range mf.Groups {
 		g := &mf.Groups[gi]
-		if fld == fieldID && g.HasBounds && (value < g.MinID || value > g.MaxID) {
-			continue
+		if g.OutOfBounds(fld, value) {
+			continue // decided without opening the file
 		}
 		if ra == nil {
 			var err error

@@ -274,15 +274,21 @@ func (p *File) bitset(cc *parquet.FileColumnChunk) (Bitset, error) {
 // Hash is the bloom filter hash of a value, as Parquet writers compute it.
 func Hash(value string) uint64 { return bloom.XXH64{}.Sum64([]byte(value)) }
 
+// OutOfBounds reports whether the row group's ID bounds exclude value
+// (for a lookup by ID; other columns have no bounds in a manifest).
+func (g *ManifestGroup) OutOfBounds(fld Field, value string) bool {
+	return fld == FieldID && g.HasBounds && (value < g.MinID || value > g.MaxID)
+}
+
 // MayHold reports whether the row group may hold a row whose column fld
 // (FieldID or FieldCloudTaskID) is value, whose Hash is h. It reads at
 // most one 32-byte block of a bitset through ra, the data file.
 func (g *ManifestGroup) MayHold(fld Field, value string, h uint64, ra io.ReaderAt) (bool, error) {
+	if g.OutOfBounds(fld, value) {
+		return false, nil
+	}
 	bs := g.CloudBloom
 	if fld == FieldID {
-		if g.HasBounds && (value < g.MinID || value > g.MaxID) {
-			return false, nil
-		}
 		bs = g.IDBloom
 	}
 	if bs.Length == 0 {
