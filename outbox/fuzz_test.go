@@ -47,6 +47,11 @@ func readEverything(t *testing.T, data []byte) {
 			}
 		}
 		_ = p.scan(func(Record) error { return nil })
+		if groups, err := p.ManifestGroups(); err == nil {
+			for i := range groups {
+				_, _ = groups[i].MayHold(fieldCloudTaskID, "d_aaaaaaaaaaaaaaaaaaaaaaaaaa", pqtable.Hash("d_aaaaaaaaaaaaaaaaaaaaaaaaaa"), bytes.NewReader(data))
+			}
+		}
 		s := newFileStream(p, nil)
 		for range 1 << 16 {
 			if _, err := s.next(); err != nil {

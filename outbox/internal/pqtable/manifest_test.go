@@ -108,3 +108,24 @@ func TestManifestRoundTripAndDamage(t *testing.T) {
 		require.Contains(t, err.Error(), "bitset of")
 	}
 }
+
+// FuzzUnmarshalManifest feeds mutated manifests to the decoder: whatever
+// the bytes, it returns a manifest or an error matching ErrManifest, and
+// never panics.
+func FuzzUnmarshalManifest(f *testing.F) {
+	f.Add(MarshalManifest(&Manifest{Table: "dispatch_outbox", Files: []ManifestFile{{Name: "a.parquet", Size: 4096, ModTime: 1,
+		Groups: []ManifestGroup{{Rows: 10, HasBounds: true, MinID: "a", MaxID: "b", IDBloom: Bitset{Offset: 64, Length: 256}}}}}}))
+	f.Add([]byte("CTDMANI1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := UnmarshalManifest(data, "dispatch_outbox")
+		if err != nil {
+			if !errors.Is(err, ErrManifest) {
+				t.Fatalf("%v does not match ErrManifest", err)
+			}
+			return
+		}
+		if !bytes.Equal(MarshalManifest(m), data) {
+			t.Fatalf("a manifest that decodes must encode to the same bytes")
+		}
+	})
+}
