@@ -162,9 +162,16 @@ machines, or a cron overlapping a slow run) never write a row twice: a
 partition the other one holds is reported busy and skipped; run again
 later to finish it. A crashed compaction's lease expires after 10 minutes.
 
+Last, each table's manifest (_manifests/<table> in the outbox) is
+written or found up to date: it lists every file with its row groups' ID
+bounds and where their bloom filters lie, so that query --dispatch-id and
+--cloud-task-id open only the files that may hold the ID. Files written
+after it are read as usual; it is never trusted over the files.
+
 One line per partition says what was done (compacted, untouched, dropped,
 moved, busy), then files skipped as damaged or foreign, files kept because
-they hold foreign rows, and a total per table.
+they hold foreign rows, a total per table, and what became of its
+manifest.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of
