@@ -452,9 +452,14 @@ func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error)
 		if len(rowsIdx) == 0 {
 			continue
 		}
-		rows, err := p.readRows(rg, rowsIdx)
+		// The searched column's value is known: its page need not be
+		// read and decoded a second time.
+		rows, err := p.readRows(rg, rowsIdx, ci)
 		if err != nil {
 			return nil, err
+		}
+		for i := range rows {
+			*rows[i].str(fld) = value
 		}
 		if o.Unique {
 			return rows, nil
@@ -578,20 +583,20 @@ func (p *File) ReadRows(rg int, idx []int64) (_ []Row, err error) {
 	if rg < 0 || rg >= len(groups) {
 		return nil, &Error{Reason: "reading rows", Err: fmt.Errorf("%w: no row group %d of %d", ErrDamaged, rg, len(groups))}
 	}
-	return p.readRows(groups[rg], idx)
+	return p.readRows(groups[rg], idx, -1)
 }
 
 // readRows reads whole rows at the given (ascending) indexes of a row
-// group. It reads one column at a time, seeking through the offset index
+// group, except leaf column skip (-1: none). It reads one column at a time, seeking through the offset index
 // and closing each column's page reader before the next, so only a page or
 // two is ever decoded in memory: reading all columns at once would hold a
 // page of every column, and in a short-lived process (the CLI) touching
 // that much fresh memory costs more than the reads.
-func (p *File) readRows(rg parquet.RowGroup, idx []int64) ([]Row, error) {
+func (p *File) readRows(rg parquet.RowGroup, idx []int64, skip int) ([]Row, error) {
 	rows := make([]Row, len(idx))
 	vals := make([]parquet.Value, 256)
 	for ci, chunk := range rg.ColumnChunks() {
-		if ci >= len(p.cols) || p.cols[ci].field == FieldNone {
+		if ci >= len(p.cols) || p.cols[ci].field == FieldNone || ci == skip {
 			continue
 		}
 		cc, ok := chunk.(*parquet.FileColumnChunk)
