@@ -89,6 +89,18 @@ func TestManifestLetsALookupOpenOnlyTheFileThatHoldsTheID(t *testing.T) {
 	}
 	require.NotContains(t, b.logs.String(), "manifest")
 
+	// A dispatcher's Latest (bloom filters kept in memory) goes the same
+	// way: it opens the one file, and a new ID opens none.
+	d := b.open(t, procB)
+	got, ok, err := d.Latest(ctx, TableDispatch, "dispatch:r0:t11:1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, StatusCreated, got.Status)
+	_, ok, err = d.Latest(ctx, TableDispatch, "dispatch:r9:new:1")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, 1, d.files[TableDispatch].openFiles())
+
 	// The files live in hive partitions only: the manifest is outside the
 	// table's directory, where no engine reading the table looks.
 	entries, err := os.ReadDir(filepath.Join(b.root, string(TableDispatch)))
