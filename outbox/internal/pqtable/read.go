@@ -406,7 +406,9 @@ type FindOptions struct {
 	// CacheBloom keeps the ID column's bloom filters in memory, for a
 	// process that asks about new IDs all the time.
 	CacheBloom bool
-	// Admit, when set, limits the search to the row groups it accepts.
+	// Admit, when set, limits the search to the row groups it accepts,
+	// which a manifest found to pass their bloom filters already: these
+	// are not checked again.
 	Admit func(rg int) bool
 	// Unique says the file holds at most one row per value (a compacted
 	// file holds one state per ID, and an ID has one cloud_task_id), so
@@ -438,12 +440,14 @@ func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error)
 		if min, max, ok := cc.Bounds(); ok && (bytes.Compare(want, min.ByteArray()) < 0 || bytes.Compare(want, max.ByteArray()) > 0) {
 			continue
 		}
-		maybe, err := p.bloomCheck(gi, cc, fld, want, o.CacheBloom)
-		if err != nil {
-			return nil, err
-		}
-		if !maybe {
-			continue
+		if o.Admit == nil {
+			maybe, err := p.bloomCheck(gi, cc, fld, want, o.CacheBloom)
+			if err != nil {
+				return nil, err
+			}
+			if !maybe {
+				continue
+			}
 		}
 		rowsIdx, err := p.matchRows(cc, rg.NumRows(), want, o.Unique)
 		if err != nil {
