@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
+	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -106,11 +108,19 @@ func readBlobManifest(ctx context.Context, b *blob.Bucket, key string) ([]byte, 
 
 // writeManifest replaces table t's manifest atomically: a temporary file
 // renamed into place locally, a single object write on a bucket. A reader
-// sees the old manifest or the new one, never a mix.
-func writeManifest(ctx context.Context, s tableStore, t Table, m *pqtable.Manifest) error {
+// sees the old manifest or the new one, never a mix. Temporaries a crashed
+// writer left over an hour ago are removed first.
+func writeManifest(ctx context.Context, s tableStore, t Table, m *pqtable.Manifest, now time.Time) error {
 	data := pqtable.MarshalManifest(m)
 	switch s := s.(type) {
 	case localStore:
+		dir := s.leasePath(manifestDir)
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil && isTemp(e.Name()) && info.ModTime().Before(now.Add(-time.Hour)) {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
 		return s.put(ctx, manifestKey(t), data)
 	case *blobStore:
 		return s.bucket.WriteAll(ctx, manifestKey(t), data, &blob.WriterOptions{ContentType: "application/octet-stream"})
@@ -344,7 +354,7 @@ func (c *compaction) buildManifest(ctx context.Context) ManifestReport {
 		rep.Action = ManifestCurrent // nothing changed, or nothing to list
 		return rep
 	}
-	if err := writeManifest(ctx, c.o.store, c.t, m); err != nil {
+	if err := writeManifest(ctx, c.o.store, c.t, m, c.now); err != nil {
 		return c.manifestFailed(err)
 	}
 	rep.Action = ManifestWritten

@@ -156,9 +156,17 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ManifestCurrent, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.Remove(path))
+	// A crashed writer's temporary goes once it is an hour old.
+	old, fresh := filepath.Join(filepath.Dir(path), ".dispatch_outbox.tmp-1"), filepath.Join(filepath.Dir(path), ".dispatch_outbox.tmp-2")
+	for f, age := range map[string]time.Duration{old: 2 * time.Hour, fresh: time.Minute} {
+		require.NoError(t, os.WriteFile(f, []byte("CTDMANI1"), 0o600))
+		require.NoError(t, os.Chtimes(f, b.clock.Now().Add(-age), b.clock.Now().Add(-age)))
+	}
 	st, err = w.Compact(ctx, CompactOptions{Tables: []Table{TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "a missing manifest is written again")
+	require.NoFileExists(t, old)
+	require.FileExists(t, fresh)
 }
 
 func TestUnusableManifestIsIgnoredWithOneLogLine(t *testing.T) {
