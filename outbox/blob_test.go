@@ -88,10 +88,13 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, int64(4), st.Tables[0].RowsOut, "four pending kept, one created dropped")
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
 			keys = listKeys(t, bkt)
-			require.Len(t, keys, 3, "%v", keys)
+			require.Len(t, keys, 4, "%v", keys)
 			require.Equal(t, "_leases/dispatch_outbox/created_date=2026-03-01.000000000000", keys[0])
 			require.Equal(t, "_leases/timers/created_date=2026-03-01.000000000000", keys[1])
-			require.True(t, strings.HasPrefix(keys[2], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[2])
+			require.Equal(t, "_manifests/dispatch_outbox", keys[2], "the timers table has no file to list")
+			require.True(t, strings.HasPrefix(keys[3], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[3])
+			require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
+			require.Equal(t, 1, st.Tables[0].Manifest.Files)
 			// o's cached listing still names the files ro compacted away:
 			// reading one fails as not found, o lists again and finds the
 			// compacted file; nothing is reported damaged.

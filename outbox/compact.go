@@ -162,6 +162,9 @@ type TableCompaction struct {
 	// Partitions reports each partition, in order ("" first: the flat
 	// layout moved into partitions).
 	Partitions []PartitionCompaction
+	// Manifest reports the table's manifest, refreshed after the
+	// partitions (also when every partition was untouched).
+	Manifest ManifestReport
 }
 
 // PartitionAction says what compaction did with a partition.
@@ -275,6 +278,7 @@ func (o *Outbox) compactTable(ctx context.Context, t Table, opts CompactOptions)
 			return st, err
 		}
 	}
+	st.Manifest = c.refreshManifest(ctx)
 	st.Skipped = o.files[t].damaged()
 	return st, nil
 }
@@ -435,8 +439,8 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 	for _, f := range files {
 		pc.FilesIn++
 		pc.BytesIn += f.size
-		pc.RowsIn += f.pf.NumRows()
-		pc.Dropped += f.pf.NumRows()
+		pc.RowsIn += f.NumRows()
+		pc.Dropped += f.NumRows()
 	}
 	return c.removeInputs(ctx, l, files, nil, pc)
 }
@@ -446,7 +450,7 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, out *partWriters, route func(*Record) string) error {
 	var total, done int64
 	for _, f := range files {
-		total += f.pf.NumRows()
+		total += f.NumRows()
 		pc.BytesIn += f.size
 	}
 	pc.FilesIn = len(files)
@@ -463,7 +467,7 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	var unsorted []Record
 	keep := map[*openFile]bool{}
 	for _, f := range files {
-		if f.ours {
+		if f.Ours() {
 			fst := newFileStream(f.pqFile, count)
 			defer fst.close()
 			streams = append(streams, trustedStream{fst, func(*Record) { pc.ForeignRows++; keep[f] = true }})
@@ -482,7 +486,7 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 		if err != nil {
 			return err
 		}
-		count(int(f.pf.NumRows()))
+		count(int(f.NumRows()))
 	}
 	if len(unsorted) > 0 {
 		streams = append(streams, newSliceStream(unsorted))
@@ -551,7 +555,7 @@ func (c *compaction) removeInputs(ctx context.Context, l *lease, files []*openFi
 
 // isCompacted reports whether a file is already the output of a compaction.
 func isCompacted(f *openFile) bool {
-	return f.ours && strings.HasPrefix(path.Base(f.name), "compacted-")
+	return f.Ours() && strings.HasPrefix(path.Base(f.name), "compacted-")
 }
 
 // partWriters writes a compaction's output: per partition, sorted files

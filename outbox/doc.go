@@ -10,6 +10,7 @@
 //	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
 //	<root>/wal/<processor>.lock                                held while the process lives
 //	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
+//	<root>/_manifests/<table>                                  what Compact saw of each table file, for lookups
 //
 // Tables are partitioned the Hive way by the UTC day an ID was first
 // recorded (its created_at, which Append keeps for every later state of
@@ -53,6 +54,33 @@
 // a small fraction of a large file. Files are sorted by ID. A damaged or
 // foreign file is logged with its path and the reason, listed by Damaged,
 // and skipped; it never hides the other files.
+//
+// # Manifests
+//
+// An ID does not name its day, so a lookup by ID or cloud_task_id would
+// have to open the footer of every file of every partition. Compact
+// therefore writes, per table, a manifest (<root>/_manifests/<table>,
+// outside the table's directory, where DuckDB, BigQuery and Spark never
+// look): every file it saw, with its size and modification time, and for
+// each row group its row count, ID bounds and where the bitsets of the
+// bloom filters of the ID and of cloud_task_id lie. A lookup reads the
+// manifest, computes the one 32-byte block of a bitset the value hashes
+// to, reads just that block of each row group the bounds admit, and opens
+// only the files (and reads only the row groups) a filter admits. In a
+// compacted file, which holds one state per ID, a lookup by cloud_task_id
+// stops at its first match.
+//
+// A manifest can never make an answer wrong: an entry is used only for a
+// listed file of the same name, size and modification time; files it does
+// not know (converted log segments written since, outputs of a later
+// compaction) are opened as without one; entries of files no longer
+// listed are ignored; a damaged, truncated, foreign or non-regular
+// manifest is ignored with one log line. It is written atomically (a
+// temporary file renamed into place, a single object write on a bucket),
+// and Compact refreshes it every run, also when every partition was
+// untouched, reporting what it did in TableCompaction.Manifest. Files
+// already open (a long-running dispatcher) are read the usual way, with
+// their bloom filters in memory.
 //
 // # Trust
 //
@@ -126,7 +154,8 @@
 // a crashed holder, so two compactions of one root at once never write a
 // row twice; a partition held by another is reported busy and skipped.
 // Outputs are written before inputs are removed, so appends continue
-// meanwhile and an interrupted compaction loses nothing.
+// meanwhile and an interrupted compaction loses nothing. Last, the table's
+// manifest is refreshed (see Manifests).
 //
 // # Other stores
 //

@@ -58,8 +58,9 @@ func TestDuckDBReadsPartitionedTables(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(24 * time.Hour)
 	}
-	_, err := o.Compact(ctx, CompactOptions{Tables: []Table{TableDispatch}})
+	st, err := o.Compact(ctx, CompactOptions{Tables: []Table{TableDispatch}})
 	require.NoError(t, err)
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
 	require.NoError(t, o.Append(ctx, dispatchRec("duck", "c2", "1", StatusPending))) // day 4, not compacted
 	require.NoError(t, o.Flush(ctx))
 

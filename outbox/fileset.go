@@ -41,7 +41,11 @@ type fileSet struct {
 	bad      map[string]badFile
 	listedAt time.Time
 	stale    bool
-	uses     uint64 // counts acquisitions, for least-recently-used order
+	// manifest is the table's manifest as of the last listing (nil: none
+	// usable); badManifest is the last error reading it, logged once.
+	manifest    manifestView
+	badManifest string
+	uses        uint64 // counts acquisitions, for least-recently-used order
 }
 
 type openFile struct {
@@ -80,21 +84,62 @@ func isDataFile(name string) bool {
 // acquire refreshes the set and returns the current files, each held until
 // release is called.
 func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
+	if err := fs.relist(ctx); err != nil {
+		return nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.openListedLocked(ctx, nil)
+	return fs.holdLocked(nil), nil
+}
+
+// acquireFor is acquire for a lookup of value in column fld (the ID or
+// cloud_task_id): files the table's manifest rules out are neither opened
+// nor returned, and the admission of each file returned says which of its
+// row groups may hold value (nil: all).
+func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*openFile, map[string]*admission, error) {
+	if err := fs.relist(ctx); err != nil {
+		return nil, nil, err
+	}
+	fs.mu.Lock()
+	listed, m := fs.listed, fs.manifest
+	if m == nil {
+		defer fs.mu.Unlock()
+		fs.openListedLocked(ctx, nil)
+		return fs.holdLocked(nil), nil, nil
+	}
+	open := make(map[string]bool, len(fs.files))
+	for _, e := range listed {
+		if f, ok := fs.files[e.name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
+			open[e.name] = true
+		}
+	}
+	fs.mu.Unlock()
+	want := fs.probeManifest(ctx, listed, m, open, fld, value)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.openListedLocked(ctx, want)
+	return fs.holdLocked(want), want, nil
+}
+
+// relist lists the files again unless the last listing is recent enough,
+// forgets files no longer listed, and reloads the table's manifest.
+func (fs *fileSet) relist(ctx context.Context) error {
 	fs.mu.Lock()
 	if !fs.stale && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
-		defer fs.mu.Unlock()
-		fs.openListedLocked(ctx) // reopens what the cache closed
-		return fs.holdLocked(), nil
+		fs.mu.Unlock()
+		return nil
 	}
 	fs.mu.Unlock()
 	listedAt := fs.clock.Now()
 	entries, err := fs.store.list(ctx, fs.table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
+		return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
 	}
+	m := fs.loadManifest(ctx)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.listedAt, fs.stale, fs.listed = listedAt, false, entries
+	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m
 	seen := map[string]bool{}
 	for _, e := range entries {
 		seen[e.name] = true
@@ -109,15 +154,36 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 			delete(fs.bad, name)
 		}
 	}
-	fs.openListedLocked(ctx)
-	return fs.holdLocked(), nil
+	return nil
 }
 
-// openListedLocked opens every listed file that is not open, unless it is
-// known bad in the same version.
-func (fs *fileSet) openListedLocked(ctx context.Context) {
+// loadManifest reads the table's manifest. One that cannot be used is
+// logged (once for as long as it stays the same) and ignored: lookups then
+// open every file, as without a manifest.
+func (fs *fileSet) loadManifest(ctx context.Context) manifestView {
+	m, err := readManifest(ctx, fs.store, fs.table)
+	if err == nil {
+		return m
+	}
+	msg := err.Error()
+	fs.mu.Lock()
+	repeat := fs.badManifest == msg
+	fs.badManifest = msg
+	fs.mu.Unlock()
+	if !repeat {
+		fs.log.Warn("outbox: ignored manifest", "path", manifestWhere(fs.store, fs.table), "err", err)
+	}
+	return nil
+}
+
+// openListedLocked opens every listed file that is not open (only those
+// in want, unless want is nil), unless it is known bad in the same version.
+func (fs *fileSet) openListedLocked(ctx context.Context, want map[string]*admission) {
 	for _, e := range fs.listed {
 		name := e.name
+		if _, ok := want[name]; want != nil && !ok {
+			continue
+		}
 		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
 			continue
 		} else if ok {
@@ -144,11 +210,15 @@ func (fs *fileSet) openListedLocked(ctx context.Context) {
 	}
 }
 
-// holdLocked returns the current files, each held until release.
-func (fs *fileSet) holdLocked() []*openFile {
+// holdLocked returns the current files (only those in want, unless want
+// is nil), each held until release.
+func (fs *fileSet) holdLocked(want map[string]*admission) []*openFile {
 	out := make([]*openFile, 0, len(fs.files))
 	fs.uses++
-	for _, f := range fs.files {
+	for name, f := range fs.files {
+		if _, ok := want[name]; want != nil && !ok {
+			continue
+		}
 		f.refs++
 		f.used = fs.uses
 		out = append(out, f)
@@ -202,7 +272,7 @@ func (fs *fileSet) release(files []*openFile) {
 func (fs *fileSet) evictLocked() {
 	var total int64
 	for _, f := range fs.files {
-		total += f.cachedBytes()
+		total += f.CachedBytes()
 	}
 	if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
 		return
@@ -218,7 +288,7 @@ func (fs *fileSet) evictLocked() {
 		if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
 			return
 		}
-		total -= f.cachedBytes()
+		total -= f.CachedBytes()
 		fs.dropLocked(f.name, f)
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // nopCloser reads a file held in memory.
@@ -34,17 +36,22 @@ func readEverything(t *testing.T, data []byte) {
 			}
 			continue
 		}
-		_, _ = p.find(fieldID, "dispatch:fuzz:t:1", true)
-		_, _ = p.find(fieldID, "timer:retry:fuzz:t:1:1772323200", false)
-		_, _ = p.find(fieldCloudTaskID, "d_aaaaaaaaaaaaaaaaaaaaaaaaaa", false)
-		_, _ = p.find(fieldRunID, "fuzz", false)
+		_, _ = p.find(fieldID, "dispatch:fuzz:t:1", pqtable.FindOptions{CacheBloom: true})
+		_, _ = p.find(fieldID, "timer:retry:fuzz:t:1:1772323200", pqtable.FindOptions{})
+		_, _ = p.find(fieldCloudTaskID, "d_aaaaaaaaaaaaaaaaaaaaaaaaaa", pqtable.FindOptions{Unique: true})
+		_, _ = p.find(fieldRunID, "fuzz", pqtable.FindOptions{Admit: func(rg int) bool { return rg == 0 }})
 		_ = p.scanProjected(context.Background(), decidingFields, func(int, int64, *Record) {})
-		for _, rg := range p.pf.RowGroups() {
-			if n := rg.NumRows(); n > 0 && n < 1<<20 {
+		for rg, n := range p.RowGroupRows() {
+			if n > 0 && n < 1<<20 {
 				_, _ = p.readRows(rg, []int64{0, n - 1})
 			}
 		}
 		_ = p.scan(func(Record) error { return nil })
+		if groups, err := p.ManifestGroups(); err == nil {
+			for i := range groups {
+				_, _ = groups[i].MayHold(fieldCloudTaskID, "d_aaaaaaaaaaaaaaaaaaaaaaaaaa", pqtable.Hash("d_aaaaaaaaaaaaaaaaaaaaaaaaaa"), bytes.NewReader(data))
+			}
+		}
 		s := newFileStream(p, nil)
 		for range 1 << 16 {
 			if _, err := s.next(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // countingFile counts the bytes read through it.
@@ -62,7 +63,7 @@ func TestLookupReadsASmallFractionOfTheFile(t *testing.T) {
 		cf := &countingFile{File: f}
 		p, err := openParquet(path, TableDispatch, cf, st.Size())
 		require.NoError(t, err)
-		got, err := p.find(tc.fld, tc.value, false)
+		got, err := p.find(tc.fld, tc.value, pqtable.FindOptions{})
 		require.NoError(t, err)
 		require.Len(t, got, tc.hits, tc.name)
 		frac := float64(cf.n.Load()) / float64(st.Size())
@@ -96,7 +97,7 @@ func TestLookupLargeFile(t *testing.T) {
 		{"cloud_task_id hit", fieldCloudTaskID, mustCloudTaskID(t, "dispatch:run2500:task250:1"), 1},
 		{"run_id hit", fieldRunID, "run2500", 1000},
 	} {
-		got, read, size := lookupBytes(t, path, tc.fld, tc.value)
+		got, read, size := lookupBytes(t, path, tc.fld, tc.value, pqtable.FindOptions{})
 		require.Len(t, got, tc.rows, tc.name)
 		t.Logf("%-18s %5d rows: read %8d of %d bytes (%.3f%%)", tc.name, len(got), read, size, 100*float64(read)/float64(size))
 	}
@@ -106,7 +107,7 @@ func TestLookupLargeFile(t *testing.T) {
 	fracs := make([]float64, 0, sample)
 	for k := range sample {
 		id := fmt.Sprintf("dispatch:run%d:task%d:1", k*7919%5000, k*104729%500)
-		got, read, size := lookupBytes(t, path, fieldCloudTaskID, mustCloudTaskID(t, id))
+		got, read, size := lookupBytes(t, path, fieldCloudTaskID, mustCloudTaskID(t, id), pqtable.FindOptions{})
 		require.Len(t, got, 1, id)
 		require.Equal(t, id, got[0].ID)
 		fracs = append(fracs, 100*float64(read)/float64(size))
@@ -125,7 +126,7 @@ func TestLookupLargeFile(t *testing.T) {
 
 // lookupBytes finds value in column fld of the file at path and returns
 // the records and how many of the file's bytes that read.
-func lookupBytes(t *testing.T, path string, fld field, value string) (recs []Record, read, size int64) {
+func lookupBytes(t *testing.T, path string, fld field, value string, o pqtable.FindOptions) (recs []Record, read, size int64) {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
@@ -135,9 +136,39 @@ func lookupBytes(t *testing.T, path string, fld field, value string) (recs []Rec
 	p, err := openParquet(path, TableDispatch, cf, st.Size())
 	require.NoError(t, err)
 	defer p.close()
-	recs, err = p.find(fld, value, false)
+	recs, err = p.find(fld, value, o)
 	require.NoError(t, err)
 	return recs, cf.n.Load(), st.Size()
+}
+
+// In a file with one row per cloud_task_id (a compaction's output), a
+// lookup by cloud_task_id ends at the match instead of reading the rest
+// of the column chunk.
+func TestUniqueLookupStopsAtTheMatch(t *testing.T) {
+	t.Parallel()
+	recs := make([]Record, 0, 60_000)
+	for i := range cap(recs) {
+		r := dispatchRec(fmt.Sprintf("run%d", i/1000), fmt.Sprintf("task%d", i%1000), "1", StatusCreated)
+		r.CreatedAt, r.UpdatedAt = t0, t0
+		recs = append(recs, r)
+	}
+	sortRecords(recs)
+	path := filepath.Join(t.TempDir(), "compacted.parquet")
+	require.NoError(t, writeParquet(path, TableDispatch, recs))
+
+	first := recs[0]
+	all, readAll, size := lookupBytes(t, path, fieldCloudTaskID, first.CloudTaskID, pqtable.FindOptions{})
+	one, readOne, _ := lookupBytes(t, path, fieldCloudTaskID, first.CloudTaskID, pqtable.FindOptions{Unique: true})
+	require.Len(t, all, 1)
+	require.Equal(t, all, one)
+	require.Equal(t, first.ID, one[0].ID)
+	t.Logf("first row: %d bytes read instead of %d, of %d", readOne, readAll, size)
+	require.Less(t, readOne*4, readAll, "the first of the chunk's pages, not all of them")
+
+	last := recs[len(recs)-1]
+	one, _, _ = lookupBytes(t, path, fieldCloudTaskID, last.CloudTaskID, pqtable.FindOptions{Unique: true})
+	require.Len(t, one, 1)
+	require.Equal(t, last.ID, one[0].ID)
 }
 
 func mustCloudTaskID(t *testing.T, id string) string {

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/parquet-go/parquet-go"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // recordStream yields records in (ID, oldest state first) order.
@@ -37,52 +37,26 @@ func (s *sliceStream) next() (Record, error) {
 
 // fileStream reads a sorted Parquet file row group by row group.
 type fileStream struct {
-	f     *pqFile
-	rg    int
-	rows  parquet.Rows
-	buf   []parquet.Row
-	n, i  int
-	count func(int)
+	f  *pqFile
+	rr *pqtable.RowReader
 }
 
 func newFileStream(f *pqFile, count func(int)) *fileStream {
-	return &fileStream{f: f, buf: make([]parquet.Row, 512), count: count}
+	return &fileStream{f: f, rr: f.NewRowReader(count)}
 }
 
-func (s *fileStream) next() (_ Record, err error) {
-	defer recoverRead(s.f.path, &err)
-	for s.i >= s.n {
-		if s.rows == nil {
-			groups := s.f.pf.RowGroups()
-			if s.rg >= len(groups) {
-				return Record{}, io.EOF
-			}
-			s.rows = groups[s.rg].Rows()
-			s.rg++
-		}
-		n, err := s.rows.ReadRows(s.buf)
-		s.n, s.i = n, 0
-		if s.count != nil && n > 0 {
-			s.count(n)
-		}
+func (s *fileStream) next() (Record, error) {
+	r, err := s.rr.Next()
+	if err != nil {
 		if errors.Is(err, io.EOF) {
-			s.rows.Close()
-			s.rows = nil
-		} else if err != nil {
-			s.rows.Close()
-			s.rows = nil
-			return Record{}, s.f.fail("reading rows", err)
+			return Record{}, err
 		}
+		return Record{}, fileError(s.f.path, "reading rows", err)
 	}
-	s.i++
-	return s.f.decode(s.buf[s.i-1]), nil
+	return s.f.decode(&r), nil
 }
 
-func (s *fileStream) close() {
-	if s.rows != nil {
-		s.rows.Close()
-	}
-}
+func (s *fileStream) close() { s.rr.Close() }
 
 // mergeHeap merges streams by ID, then by state age.
 type mergeHeap []*mergeItem

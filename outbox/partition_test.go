@@ -351,6 +351,17 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 		}
 	}
 	t.Logf("partitions found busy by the other compaction: %d", busy)
+	// The manifest left by the two names only files that exist, as they
+	// are.
+	store := &blobStore{bucket: bkt}
+	m, err := readManifest(ctx, store, TableDispatch)
+	require.NoError(t, err)
+	listed, err := store.list(ctx, TableDispatch)
+	require.NoError(t, err)
+	require.Len(t, m, len(listed))
+	for _, e := range listed {
+		require.NotNil(t, m.entry(e), e.name)
+	}
 }
 
 // The index of this process's own IDs stays within its byte budget: IDs

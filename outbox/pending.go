@@ -3,14 +3,9 @@ package outbox
 import (
 	"context"
 	"errors"
-	"io"
 	"slices"
 	"sort"
 	"time"
-
-	"github.com/parquet-go/parquet-go"
-
-	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 // Pending returns the records of table t whose latest state is pending and
@@ -148,7 +143,7 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 		for i, c := range cs {
 			idx[i] = c.ref.row
 		}
-		recs, err := k.f.readRows(k.f.pf.RowGroups()[k.rg], idx)
+		recs, err := k.f.readRows(k.rg, idx)
 		if err != nil {
 			if fs.markBad(k.f, err) {
 				return nil, true, nil
@@ -159,65 +154,4 @@ func (o *Outbox) pending(ctx context.Context, t Table, cutoff time.Time) (_ []Re
 	}
 	sortPending(out)
 	return out, false, nil
-}
-
-// scanProjected calls fn for every row of the file with only the given
-// fields filled (and Table), reading nothing but those columns. Strings of
-// low-cardinality columns are interned, so a scan allocates little beyond
-// the IDs.
-func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *Record)) (err error) {
-	defer recoverRead(p.path, &err)
-	intern := map[string]string{}
-	vals := make([]parquet.Value, 512)
-	for gi, rg := range p.pf.RowGroups() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n := rg.NumRows()
-		recs := make([]Record, n)
-		for _, fld := range fields {
-			ci, ok := p.byFld[fld]
-			if !ok {
-				continue
-			}
-			pages := rg.ColumnChunks()[ci].Pages()
-			for row := int64(0); row < n; {
-				end, err := pqfile.ReadPage(pages, row, vals, func(r int64, v parquet.Value) bool {
-					if r >= n {
-						return false
-					}
-					if (fld == fieldStatus || fld == fieldProcessor) && !v.IsNull() {
-						b := v.ByteArray()
-						s, ok := intern[string(b)]
-						if !ok {
-							s = string(b)
-							intern[s] = s
-						}
-						if fld == fieldStatus {
-							recs[r].Status = Status(s)
-						} else {
-							recs[r].ProcessorUUID = s
-						}
-						return true
-					}
-					p.set(&recs[r], ci, v)
-					return true
-				})
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					pages.Close()
-					return p.fail("reading a page", err)
-				}
-				row = end
-			}
-			pages.Close()
-		}
-		for i := range recs {
-			recs[i].Table = p.table
-			fn(gi, int64(i), &recs[i])
-		}
-	}
-	return nil
 }

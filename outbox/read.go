@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // Query selects records for Lookup. Exactly one of ID, CloudTaskID and
@@ -193,8 +195,22 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 		}
 	}
 	fld, val := q.field()
-	return o.eachFile(ctx, t, func(f *openFile) error {
-		recs, err := f.find(fld, val, o.files[t].cacheBloom)
+	fs := o.files[t]
+	acquire := func(ctx context.Context) ([]*openFile, map[string]*admission, error) {
+		if fld == fieldID || fld == fieldCloudTaskID {
+			return fs.acquireFor(ctx, fld, val)
+		}
+		files, err := fs.acquire(ctx)
+		return files, nil, err
+	}
+	return o.eachFileOf(ctx, t, acquire, func(f *openFile, a *admission) error {
+		recs, err := f.find(fld, val, pqtable.FindOptions{
+			CacheBloom: fs.cacheBloom,
+			Admit:      a.admit(f.NumRowGroups()),
+			// A compacted file holds one state per ID, and a cloud_task_id
+			// names one ID: the first match is the only one.
+			Unique: fld == fieldCloudTaskID && isCompacted(f),
+		})
 		recs = slices.DeleteFunc(recs, func(r Record) bool { return !r.trusted() })
 		if len(recs) > 0 {
 			fn(recs, true)
@@ -209,9 +225,19 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 // more, so its data is found in the file that replaced it. Records read
 // twice are harmless to every caller (they fold or deduplicate).
 func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) error) error {
+	acquire := func(ctx context.Context) ([]*openFile, map[string]*admission, error) {
+		files, err := o.files[t].acquire(ctx)
+		return files, nil, err
+	}
+	return o.eachFileOf(ctx, t, acquire, func(f *openFile, _ *admission) error { return read(f) })
+}
+
+// eachFileOf is eachFile over the files acquire returns.
+// Each file comes with its admission (the row groups to read; nil: all).
+func (o *Outbox) eachFileOf(ctx context.Context, t Table, acquire func(context.Context) ([]*openFile, map[string]*admission, error), read func(*openFile, *admission) error) error {
 	fs := o.files[t]
 	for attempt := 0; ; attempt++ {
-		files, err := fs.acquire(ctx)
+		files, admits, err := acquire(ctx)
 		if err != nil {
 			return err
 		}
@@ -221,7 +247,7 @@ func (o *Outbox) eachFile(ctx context.Context, t Table, read func(*openFile) err
 				fs.release(files)
 				return err
 			}
-			if err := read(f); err != nil && fs.markBad(f, err) {
+			if err := read(f, admits[f.name]); err != nil && fs.markBad(f, err) {
 				vanished = true
 			}
 		}

@@ -77,8 +77,8 @@ func (o *Outbox) tableStats(ctx context.Context, t Table) (TableStats, error) {
 	for _, f := range files {
 		st.Files++
 		st.Bytes += f.size
-		st.Rows += f.pf.NumRows()
-		if f.ours {
+		st.Rows += f.NumRows()
+		if f.Ours() {
 			fst := newFileStream(f.pqFile, nil)
 			defer fst.close()
 			streams = append(streams, trustedStream{fst, foreign})

@@ -31,6 +31,9 @@ type tableStore interface {
 	list(ctx context.Context, t Table) ([]storeEntry, error)
 	// open opens a file for random access.
 	open(ctx context.Context, t Table, name string) (readerAtCloser, int64, error)
+	// openListed opens a file as listed, failing if its size differs,
+	// without asking a bucket for its attributes again.
+	openListed(ctx context.Context, t Table, e storeEntry) (readerAtCloser, error)
 	// create starts a file that appears under name only on commit.
 	create(ctx context.Context, t Table, name string) (storeWriter, error)
 	// remove deletes a file; a missing one is not an error.
@@ -102,6 +105,15 @@ func (s localStore) open(_ context.Context, t Table, name string) (readerAtClose
 		return nil, 0, err
 	}
 	return f, st.Size(), nil
+}
+
+func (s localStore) openListed(ctx context.Context, t Table, e storeEntry) (readerAtCloser, error) {
+	f, size, err := s.open(ctx, t, e.name)
+	if err == nil && size != e.size {
+		f.Close()
+		return nil, fmt.Errorf("%s: %d bytes, listed with %d", s.where(t, e.name), size, e.size)
+	}
+	return f, err
 }
 
 // openRegular opens a regular file for reading, and refuses anything else
@@ -253,6 +265,10 @@ func (s *blobStore) open(ctx context.Context, t Table, name string) (readerAtClo
 		return nil, 0, err
 	}
 	return &blobReaderAt{ctx: context.WithoutCancel(ctx), bucket: s.bucket, key: key, size: attrs.Size}, attrs.Size, nil
+}
+
+func (s *blobStore) openListed(ctx context.Context, t Table, e storeEntry) (readerAtCloser, error) {
+	return &blobReaderAt{ctx: context.WithoutCancel(ctx), bucket: s.bucket, key: s.key(t, e.name), size: e.size}, nil
 }
 
 func (s *blobStore) create(ctx context.Context, t Table, name string) (storeWriter, error) {

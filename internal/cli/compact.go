@@ -63,7 +63,27 @@ func printTableTotals(w io.Writer, stats outbox.CompactStats) {
 		}
 		fmt.Fprintf(w, "%s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention\n",
 			s.Table, s.FilesIn, s.RowsIn, s.BytesIn, s.FilesOut, s.RowsOut, s.BytesOut, s.Dropped)
+		if line := manifestLine(s.Table, s.Manifest); line != "" {
+			fmt.Fprintln(w, line)
+		}
 	}
+}
+
+// manifestLine says what compaction did with a table's manifest ("" when
+// the table has nothing for one to list).
+func manifestLine(t outbox.Table, m outbox.ManifestReport) string {
+	switch m.Action {
+	case outbox.ManifestWritten:
+		return fmt.Sprintf("%s: manifest written: %d files, %d row groups (%s)", t, m.Files, m.RowGroups, m.Path)
+	case outbox.ManifestCurrent:
+		if m.Files == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s: manifest up to date: %d files, %d row groups", t, m.Files, m.RowGroups)
+	case outbox.ManifestFailed:
+		return fmt.Sprintf("%s: manifest not written (lookups open every file instead): %v", t, m.Err)
+	}
+	return ""
 }
 
 // partitionLine says what compaction did with one partition.
@@ -142,9 +162,16 @@ machines, or a cron overlapping a slow run) never write a row twice: a
 partition the other one holds is reported busy and skipped; run again
 later to finish it. A crashed compaction's lease expires after 10 minutes.
 
+Last, each table's manifest (_manifests/<table> in the outbox) is
+written or found up to date: it lists every file with its row groups' ID
+bounds and where their bloom filters lie, so that query --dispatch-id and
+--cloud-task-id open only the files that may hold the ID. Files written
+after it are read as usual; it is never trusted over the files.
+
 One line per partition says what was done (compacted, untouched, dropped,
 moved, busy), then files skipped as damaged or foreign, files kept because
-they hold foreign rows, and a total per table.
+they hold foreign rows, a total per table, and what became of its
+manifest.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of

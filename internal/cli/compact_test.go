@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,10 @@ func TestCompactCommand(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Regexp(t, `^dispatch_outbox/created_date=2026-03-01: compacted: 1 files, 3 rows, \d+ bytes -> 1 files, 2 rows, \d+ bytes; 0 dropped by retention\n`+
 		`dispatch_outbox: 1 files, 3 rows, \d+ bytes -> 1 files, 2 rows, \d+ bytes; 0 dropped by retention\n`+
+		`dispatch_outbox: manifest written: 1 files, 1 row groups \(`+regexp.QuoteMeta(filepath.Join(dir, "_manifests", "dispatch_outbox"))+`\)\n`+
 		`timers/created_date=2026-03-01: compacted: 1 files, 1 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention\n`+
-		`timers: 1 files, 1 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention\n$`, stdout)
+		`timers: 1 files, 1 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention\n`+
+		`timers: manifest written: 1 files, 1 row groups \(`+regexp.QuoteMeta(filepath.Join(dir, "_manifests", "timers"))+`\)\n$`, stdout)
 
 	// Nothing written since: every partition untouched. A partition held
 	// by another compaction is skipped, and a foreign file is named.
@@ -42,8 +45,10 @@ func TestCompactCommand(t *testing.T) {
 	require.Equal(t, "dispatch_outbox/created_date=2026-03-01: untouched: compacted and not written since\n"+
 		"dispatch_outbox: skipped "+garbage+": not a readable Parquet file\n"+
 		"dispatch_outbox: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n"+
+		"dispatch_outbox: manifest up to date: 1 files, 1 row groups\n"+
 		"timers/created_date=2026-03-01: busy, skipped: held by compaction nightly on host2 until 2999-01-01T00:00:00Z\n"+
-		"timers: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n", stdout)
+		"timers: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n"+
+		"timers: manifest up to date: 1 files, 1 row groups\n", stdout)
 	require.NoError(t, os.Remove(garbage))
 	require.NoError(t, os.Remove(lease))
 

@@ -1,5 +1,6 @@
-// Package pqtable is the Parquet schema of the outbox's two tables and the
-// writer that streams sorted rows into a file of either.
+// Package pqtable is the Parquet schema of the outbox's two tables, the
+// writer that streams sorted rows into a file of either, and the reader
+// that finds, scans and decodes rows of such files.
 //
 // # Rows
 //
@@ -20,4 +21,15 @@
 // Writer batches rows and hands them to parquet-go with the writer options
 // of a pqfile.Layout; the caller writes rows already sorted by ID, then
 // oldest state first.
+//
+// # Reading
+//
+// Open checks a file's footer (pqfile's bounds) and that every column the
+// outbox reads has the table's types; a file that differs is refused with
+// an *Error matching ErrForeign, a damaged one with ErrDamaged. A File
+// finds rows by a column's value (row-group statistics, bloom filters and
+// the page index keep a lookup to a few pages), scans every row, streams
+// them (RowReader, for merges), reads a projection of columns, and reads
+// whole rows at known positions. Panics of the Parquet library on damaged
+// input are turned into errors.
 package pqtable
