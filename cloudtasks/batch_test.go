@@ -28,7 +28,7 @@ func queued(t *testing.T, d *Dispatcher, n int) {
 		q := d.batches.queues[testQueue]
 		got := 0
 		if q != nil {
-			got = len(q.next)
+			got = len(q.waiting)
 		}
 		d.batches.mu.Unlock()
 		if got == n {

@@ -138,7 +138,7 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 	}
 	d.processor = d.box.ProcessorUUID()
 	if c.Batch {
-		d.batches = newBatcher(d)
+		d.batches = newBatcher(d, c.BatchInFlight)
 	}
 	return d, nil
 }
