@@ -309,6 +309,11 @@ type Outbox interface {
 	Append(ctx context.Context, r outbox.Record) error
 	// AppendAsync records r without waiting for it to be durable.
 	AppendAsync(ctx context.Context, r outbox.Record) error
+	// StartAppend queues r and returns at once; the Commit's Wait returns
+	// once r is durable, or the error that kept it from stable storage.
+	// An outbox that records synchronously returns a done Commit (the
+	// zero Commit, or outbox.DoneCommit with the error).
+	StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error)
 	// Latest returns the current state of an ID across all processors.
 	Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error)
 	// Pending returns the records whose latest state is pending and older

@@ -461,10 +461,14 @@ func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, cal
 		calls, err = call(ctx)
 		return calls, err, nil
 	}
-	appended := make(chan error, 1)
-	go func() { appended <- d.box.Append(ctx, rec) }()
+	// The pending record's group commit runs while the call does; this
+	// goroutine waits for it afterwards, usually finding it done.
+	commit, aerr := d.box.StartAppend(ctx, rec)
+	if aerr != nil {
+		return 0, nil, d.outboxFailed(rec.ID, true, aerr)
+	}
 	calls, err = call(ctx)
-	if aerr := <-appended; aerr != nil {
+	if aerr := commit.Wait(ctx); aerr != nil {
 		return calls, err, d.outboxFailed(rec.ID, false, aerr)
 	}
 	return calls, err, nil

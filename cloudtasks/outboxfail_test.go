@@ -21,20 +21,35 @@ var errDiskFull = errors.New("write wal: no space left on device")
 type brokenOutbox struct {
 	*outbox.Memory
 	broken atomic.Bool
+	// refusing makes every append fail at once, the way an outbox that
+	// already knows its log is unwritable refuses records.
+	refusing atomic.Bool
 }
 
 func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record) error {
-	if b.broken.Load() {
+	if b.broken.Load() || b.refusing.Load() {
 		return errDiskFull
 	}
 	return b.Memory.Append(ctx, r)
 }
 
 func (b *brokenOutbox) AppendAsync(ctx context.Context, r outbox.Record) error {
-	if b.broken.Load() {
+	if b.broken.Load() || b.refusing.Load() {
 		return errDiskFull
 	}
 	return b.Memory.AppendAsync(ctx, r)
+}
+
+// StartAppend fails the way a group commit does: the record is taken, and
+// its commit fails.
+func (b *brokenOutbox) StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error) {
+	if b.refusing.Load() {
+		return outbox.Commit{}, errDiskFull
+	}
+	if b.broken.Load() {
+		return outbox.DoneCommit(errDiskFull), nil
+	}
+	return b.Memory.StartAppend(ctx, r)
 }
 
 // outboxModes are the modes that record in an outbox.
@@ -120,6 +135,31 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, OutcomeCreated, res.Outcome)
 			require.Equal(t, 3, emu.TaskCount())
+		})
+	}
+}
+
+// An outbox that refuses the pending record at once stops the call before
+// Cloud Tasks is asked in every mode, even once it had recorded: no task
+// is created that the outbox was known unable to record.
+func TestOutboxRefusingStopsTheCall(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu, _ := newBrokenSetup(t, mode)
+			ctx := context.Background()
+			_, err := d.Dispatch(ctx, request("run1", "t", 0, "x"))
+			require.NoError(t, err)
+			settle(d)
+			box.refusing.Store(true)
+
+			_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			require.ErrorIs(t, err, errDiskFull)
+			var oe *OutboxError
+			require.ErrorAs(t, err, &oe)
+			require.True(t, oe.BeforeCall)
+			require.Equal(t, 1, emu.TaskCount())
 		})
 	}
 }

@@ -58,6 +58,12 @@ func (m *Memory) Append(ctx context.Context, r Record) error {
 // AppendAsync is Append: memory has nothing to wait for.
 func (m *Memory) AppendAsync(ctx context.Context, r Record) error { return m.Append(ctx, r) }
 
+// StartAppend is Append, answered by a Commit already done: memory has
+// nothing to wait for.
+func (m *Memory) StartAppend(ctx context.Context, r Record) (Commit, error) {
+	return Commit{}, m.Append(ctx, r)
+}
+
 // Latest returns the current state of an ID; ok is false when it was never
 // recorded.
 func (m *Memory) Latest(ctx context.Context, t Table, id string) (Record, bool, error) {

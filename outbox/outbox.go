@@ -522,24 +522,67 @@ func (o *Outbox) AppendAsync(ctx context.Context, r Record) error {
 	return o.append(ctx, r, false)
 }
 
-func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
-	if o.opts.ReadOnly {
-		return ErrReadOnly
+// StartAppend queues r like Append and returns without waiting: the
+// record's group commit runs while the caller does other work, and
+// Commit.Wait then returns what Append would have. A dispatcher starts
+// the pending record this way, makes its create call, and waits for both
+// without a goroutine of its own. The error is immediate: the outbox is
+// closed, read-only or unavailable, r is invalid, or ctx ended before r
+// was queued (then r is never written).
+func (o *Outbox) StartAppend(ctx context.Context, r Record) (Commit, error) {
+	req, err := o.enqueue(ctx, r)
+	if err != nil {
+		return Commit{}, err
 	}
-	if err := r.prepare(o.processor, o.clock); err != nil {
+	return Commit{o: o, req: req}, nil
+}
+
+// Commit is a record queued by StartAppend on its way to stable storage.
+// The zero Commit is one already done without error.
+type Commit struct {
+	o   *Outbox
+	req *request
+	err error
+}
+
+// DoneCommit returns a Commit already done with err, for outboxes that
+// record synchronously.
+func DoneCommit(err error) Commit { return Commit{err: err} }
+
+// Wait returns once the record is durable per Options.Durability, with
+// the error that kept it from the log, or ctx's error if ctx ends first
+// (the record may still be written). Call it at most once.
+func (c Commit) Wait(ctx context.Context) error {
+	if c.req == nil {
+		return c.err
+	}
+	return c.o.wait(ctx, c.req)
+}
+
+func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
+	req, err := o.enqueue(ctx, r)
+	if err != nil || !wait {
 		return err
 	}
+	return o.wait(ctx, req)
+}
+
+// enqueue checks r and hands it to the writer.
+func (o *Outbox) enqueue(ctx context.Context, r Record) (*request, error) {
+	if o.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	if err := r.prepare(o.processor, o.clock); err != nil {
+		return nil, err
+	}
 	if ue := o.unavail.Load(); ue != nil {
-		return ue
+		return nil, ue
 	}
 	req := &request{rec: r, done: make(chan error, 1)}
 	if err := o.send(ctx, req); err != nil {
-		return err
+		return nil, err
 	}
-	if !wait {
-		return nil
-	}
-	return o.wait(ctx, req)
+	return req, nil
 }
 
 // wait returns the answer to req, or ErrClosed if the writer stopped

@@ -504,3 +504,41 @@ func TestOtherProcessesAreSeenWithinRefreshInterval(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, procA, got.ProcessorUUID)
 }
+
+// StartAppend queues a record without waiting; its Commit returns what
+// Append would have, and the record is in the log (so it survives the
+// process) once Wait returned.
+func TestStartAppendCommitWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	rec := dispatchRec("r", "t", "1", StatusPending)
+	c, err := o.StartAppend(ctx, rec)
+	require.NoError(t, err)
+	require.NoError(t, c.Wait(ctx))
+	frames, _, err := readFrames(o.cur.path, 0)
+	require.NoError(t, err)
+	require.Len(t, frames, 1)
+	require.Equal(t, rec.ID, frames[0].ID)
+	require.Equal(t, StatusPending, frames[0].Status)
+
+	bad := rec
+	bad.ID = ""
+	_, err = o.StartAppend(ctx, bad)
+	require.Error(t, err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = o.StartAppend(cancelled, dispatchRec("r", "t", "2", StatusPending))
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, o.Close())
+	_, err = o.StartAppend(ctx, rec)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// A done Commit answers its error at once.
+func TestDoneCommit(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Commit{}.Wait(context.Background()))
+	require.ErrorIs(t, DoneCommit(ErrClosed).Wait(context.Background()), ErrClosed)
+}
