@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -63,7 +64,7 @@ type queueBatch struct {
 	until    time.Time
 	answered time.Time
 	window   time.Duration
-	timer    *time.Timer // flushes the gathered calls at until
+	timer    clockwork.Timer // flushes the gathered calls at until
 }
 
 // batchItem is one call in a batch; err is its own answer.
@@ -81,15 +82,11 @@ func newBatcher(d *Dispatcher, limit int) *batcher {
 
 // create makes req's create call, alone or in a shared request, and
 // returns this call's own answer: nil, or a status error of its index.
-//
-// The pacing runs on the real monotonic clock, not the dispatcher's: it
-// only decides how calls share requests, and a fake clock that never
-// moves would hold gathered calls for ever.
 func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.CreateTaskRequest) error {
 	if b.off.Load() {
 		return b.d.createOne(ctx, key, req)
 	}
-	now := time.Now()
+	now := b.d.clock.Now()
 	b.mu.Lock()
 	q := b.queues[req.Parent]
 	if q == nil {
@@ -116,7 +113,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 		q.sending++
 		b.mu.Unlock()
 		if len(items) == 1 {
-			start := time.Now()
+			start := b.d.clock.Now()
 			err := b.d.createOne(ctx, key, req)
 			b.finish(q, items, start)
 			return err
@@ -133,7 +130,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 	case len(q.waiting) >= MaxBatch && q.sending < b.limit:
 		b.startLocked(q)
 	case q.expect > 0 && q.timer == nil:
-		q.timer = time.AfterFunc(q.until.Sub(now), func() { b.expire(q) })
+		q.timer = b.d.clock.AfterFunc(q.until.Sub(now), func() { b.expire(q) })
 	}
 	b.mu.Unlock()
 	// A call that stops waiting may still be sent: the task name makes
@@ -184,7 +181,7 @@ func (b *batcher) expire(q *queueBatch) {
 // run sends items in one request, answers every waiting item, and
 // settles the queue.
 func (b *batcher) run(q *queueBatch, items []*batchItem) {
-	start := time.Now()
+	start := b.d.clock.Now()
 	b.send(q.parent, items)
 	for _, it := range items {
 		if it.done != nil {
@@ -198,18 +195,18 @@ func (b *batcher) run(q *queueBatch, items []*batchItem) {
 // answered: a shared request's callers are expected back, and waiting
 // calls that expect nobody go.
 func (b *batcher) finish(q *queueBatch, items []*batchItem, start time.Time) {
-	now := time.Now()
+	now := b.d.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q.sending--
-	if len(items) > 1 {
-		// Wait for the callers no longer than they took the last time,
-		// twice over, and never longer than a round trip: past that, going
-		// alone is cheaper.
-		win := now.Sub(start)
-		if q.window > 0 {
-			win = min(win, 2*q.window)
-		}
+	// Wait for the callers no longer than they took the last time, twice
+	// over, and never longer than a round trip: past that, going alone is
+	// cheaper.
+	win := now.Sub(start)
+	if q.window > 0 {
+		win = min(win, 2*q.window)
+	}
+	if len(items) > 1 && win > 0 {
 		q.expect += len(items)
 		q.answered, q.until = now, now.Add(win)
 		if q.timer != nil {
@@ -217,7 +214,7 @@ func (b *batcher) finish(q *queueBatch, items []*batchItem, start time.Time) {
 			q.timer = nil
 		}
 		if len(q.waiting) > 0 {
-			q.timer = time.AfterFunc(win, func() { b.expire(q) })
+			q.timer = b.d.clock.AfterFunc(win, func() { b.expire(q) })
 		}
 		return
 	}

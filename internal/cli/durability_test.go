@@ -57,7 +57,7 @@ func TestDispatchBatchFlag(t *testing.T) {
 	}
 	from := filepath.Join(dir, "requests.jsonl")
 	require.NoError(t, os.WriteFile(from, []byte(lines.String()), 0o600))
-	args := append(append([]string(nil), dispatchArgs...), "--outbox", filepath.Join(dir, "outbox"), "--batch",
+	args := append(append([]string(nil), dispatchArgs...), "--outbox", filepath.Join(dir, "outbox"), "--batch", "--batch-in-flight", "2",
 		"--concurrency", "32", "--url", "https://worker.example/x", "--from", from)
 	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
 	require.Equal(t, 0, code, stderr)
@@ -71,4 +71,13 @@ func TestDispatchBatchFlag(t *testing.T) {
 		require.True(t, strings.HasPrefix(line, fmt.Sprintf("%s dispatch:batch:t:%d ", want, i%150)), line)
 	}
 	require.Equal(t, 150, emu.TaskCount())
+}
+
+// --batch-in-flight below 1 is a usage error that names the flag.
+func TestDispatchBatchInFlightMustBePositive(t *testing.T) {
+	t.Parallel()
+	args := append(append([]string(nil), dispatchArgs...), "--batch", "--batch-in-flight", "0", "--run", "r", "--task", "t", "--attempt", "1", "--url", "https://worker.example/x")
+	code, _, stderr := runWithEnv(t, "127.0.0.1:1", "", args...)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "--batch-in-flight 0 must be at least 1")
 }
