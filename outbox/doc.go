@@ -32,6 +32,11 @@
 // after the write and the log is synced every FlushInterval, so a machine
 // crash may lose the last interval.
 //
+// StartAppend queues the record and returns a Commit at once; its Wait
+// returns what Append would have. A caller overlaps the group commit with
+// its own work (the dispatcher's create call) without a goroutine of its
+// own, and usually finds the commit done when it waits.
+//
 // A crash at any instant loses no acknowledged record: on Open, the log of
 // this processor and of every dead processor (one whose lock is free) is
 // converted to Parquet; a torn last frame fails its length or checksum and
@@ -82,7 +87,7 @@
 //
 // When the log cannot be written (a full disk, a permission taken away),
 // the outbox fails closed: the append that met the error and every later
-// Append and AppendAsync return at once an *UnavailableError matching
+// Append, AppendAsync and StartAppend return at once an *UnavailableError matching
 // ErrUnavailable, naming the cause and the path; nothing is accepted that
 // could not be made durable. The writer retries a fresh segment with
 // backoff (100ms doubling to 10s, on Options.Clock) and takes appends again
