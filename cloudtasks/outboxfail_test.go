@@ -94,6 +94,17 @@ func TestOutboxUnavailableFailsClosed(t *testing.T) {
 	}
 }
 
+// setupRecorded is newBrokenSetup after one call whose records the outbox
+// made durable, so the dispatcher trusts the outbox.
+func setupRecorded(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend) {
+	t.Helper()
+	d, box, emu, _ := newBrokenSetup(t, mode)
+	_, err := d.Dispatch(context.Background(), request("run1", "t", 0, "x"))
+	require.NoError(t, err)
+	settle(d)
+	return d, box, emu
+}
+
 // An outbox that breaks while calls run: after the first failure is seen,
 // no call reaches Cloud Tasks until the outbox records again. In the
 // overlapped modes the call whose pending record failed beside the create
@@ -104,14 +115,11 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 	for _, mode := range outboxModes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			d, box, emu, _ := newBrokenSetup(t, mode)
+			d, box, emu := setupRecorded(t, mode)
 			ctx := context.Background()
-			_, err := d.Dispatch(ctx, request("run1", "t", 0, "x"))
-			require.NoError(t, err)
-			settle(d)
 			box.broken.Store(true)
 
-			_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			_, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
 			var oe *OutboxError
 			require.ErrorAs(t, err, &oe)
 			wantTasks := 1
@@ -147,14 +155,10 @@ func TestOutboxRefusingStopsTheCall(t *testing.T) {
 	for _, mode := range outboxModes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			d, box, emu, _ := newBrokenSetup(t, mode)
-			ctx := context.Background()
-			_, err := d.Dispatch(ctx, request("run1", "t", 0, "x"))
-			require.NoError(t, err)
-			settle(d)
+			d, box, emu := setupRecorded(t, mode)
 			box.refusing.Store(true)
 
-			_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			_, err := d.Dispatch(context.Background(), request("run1", "t", 1, "x"))
 			require.ErrorIs(t, err, errDiskFull)
 			var oe *OutboxError
 			require.ErrorAs(t, err, &oe)
