@@ -33,9 +33,10 @@ var errUnbatched = errors.New("batch unavailable")
 //     request, up to MaxBatch, which starts when a request answers.
 //   - The callers a shared request answered come back together, one after
 //     another, with their next calls. The queue expects them: until all of
-//     them are back, or for at most the window they took last time (never
-//     longer than the request's round trip), arrivals gather instead of the
-//     first going alone and the rest waiting a round trip behind it. The
+//     them are back, but no longer than the shorter of the request's round
+//     trip and twice the time the previous group took to come back,
+//     arrivals gather instead of the first going alone and the rest
+//     waiting a round trip behind it. The
 //     gathered request goes even while others are in flight, up to
 //     Config.BatchInFlight requests per queue.
 //

@@ -52,7 +52,7 @@
 // requests the way appends share a group commit: a call to an idle queue
 // goes at once (as CreateTask), calls that arrive meanwhile form the next
 // request, up to 100. The callers a shared request answered are expected
-// back: until all of them are, or at most for that request's round trip,
+// back: until all of them are (at most for that request's round trip),
 // their next calls gather into one request instead of the first going
 // alone and the rest waiting a round trip behind it. A queue has at most
 // Config.BatchInFlight requests (default 4) in flight. A lone caller pays
