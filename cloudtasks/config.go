@@ -314,6 +314,10 @@ type Outbox interface {
 	// An outbox that records synchronously returns a done Commit (the
 	// zero Commit, or outbox.DoneCommit with the error).
 	StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error)
+	// AppendThen queues r and calls then with the result once r is
+	// durable or failed, without the caller waiting; an immediate error is
+	// returned instead. then must return quickly.
+	AppendThen(ctx context.Context, r outbox.Record, then func(error)) error
 	// Latest returns the current state of an ID across all processors.
 	Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error)
 	// Pending returns the records whose latest state is pending and older

@@ -52,6 +52,17 @@ func (b *brokenOutbox) StartAppend(ctx context.Context, r outbox.Record) (outbox
 	return b.Memory.StartAppend(ctx, r)
 }
 
+func (b *brokenOutbox) AppendThen(ctx context.Context, r outbox.Record, then func(error)) error {
+	if b.refusing.Load() {
+		return errDiskFull
+	}
+	if b.broken.Load() {
+		then(errDiskFull)
+		return nil
+	}
+	return b.Memory.AppendThen(ctx, r, then)
+}
+
 // outboxModes are the modes that record in an outbox.
 var outboxModes = []Durability{DurabilityOverlapped, DurabilityStrict, DurabilityInterval}
 

@@ -542,3 +542,37 @@ func TestDoneCommit(t *testing.T) {
 	require.NoError(t, Commit{}.Wait(context.Background()))
 	require.ErrorIs(t, DoneCommit(ErrClosed).Wait(context.Background()), ErrClosed)
 }
+
+// AppendThen calls back once the record is in the log, on the writer, and
+// not at all when the record is refused at once.
+func TestAppendThenCallsBackOnceDurable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	rec := dispatchRec("r", "t", "1", StatusCreated)
+	got := make(chan error, 2)
+	require.NoError(t, o.AppendThen(ctx, rec, func(err error) { got <- err }))
+	require.NoError(t, <-got)
+	frames, _, err := readFrames(o.cur.path, 0)
+	require.NoError(t, err)
+	require.Len(t, frames, 1)
+	require.Equal(t, rec.ID, frames[0].ID)
+
+	require.NoError(t, o.Close())
+	require.ErrorIs(t, o.AppendThen(ctx, rec, func(err error) { got <- err }), ErrClosed)
+	require.Empty(t, got)
+}
+
+// Memory's AppendThen calls back at once.
+func TestMemoryAppendThen(t *testing.T) {
+	t.Parallel()
+	m := NewMemory(procA, clockwork.NewFakeClock())
+	var got []error
+	require.NoError(t, m.AppendThen(context.Background(), dispatchRec("r", "t", "1", StatusCreated), func(err error) { got = append(got, err) }))
+	require.Equal(t, []error{nil}, got)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, m.AppendThen(cancelled, dispatchRec("r", "t", "2", StatusCreated), func(err error) { got = append(got, err) }), context.Canceled)
+	require.Len(t, got, 1)
+}
