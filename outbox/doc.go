@@ -35,7 +35,9 @@
 // StartAppend queues the record and returns a Commit at once; its Wait
 // returns what Append would have. A caller overlaps the group commit with
 // its own work (the dispatcher's create call) without a goroutine of its
-// own, and usually finds the commit done when it waits.
+// own, and usually finds the commit done when it waits. AppendThen runs a
+// short function on the writer once the record is written, for a caller
+// that has nothing to wait for but something to release.
 //
 // A crash at any instant loses no acknowledged record: on Open, the log of
 // this processor and of every dead processor (one whose lock is free) is
