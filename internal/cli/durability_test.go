@@ -81,3 +81,31 @@ func TestDispatchBatchInFlightMustBePositive(t *testing.T) {
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, stderr, "--batch-in-flight 0 must be at least 1")
 }
+
+// The built binary with --batch and one request in flight per queue,
+// reading a pipe: every line gets its own answer in input order, repeats
+// are already_existed, a malformed line fails alone with its number.
+func TestBatchedDispatchThroughBinary(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	var lines strings.Builder
+	for i := range 120 {
+		fmt.Fprintf(&lines, `{"run":"bin","task":"t","attempt":%d}`+"\n", i%100)
+	}
+	lines.WriteString("{not json\n")
+	args := append(append([]string(nil), dispatchArgs...), "--outbox", filepath.Join(t.TempDir(), "outbox"),
+		"--batch", "--batch-in-flight", "1", "--concurrency", "16", "--url", "https://worker.example/x", "--from", "-")
+	res := runBinary(t, []string{emulatorEnv + "=" + emu.Addr()}, lines.String(), args...)
+	require.Equal(t, 1, res.code, res.stderr)
+	out := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+	require.Len(t, out, 120)
+	for i, line := range out {
+		want := "created"
+		if i >= 100 {
+			want = "already_existed"
+		}
+		require.True(t, strings.HasPrefix(line, fmt.Sprintf("%s dispatch:bin:t:%d ", want, i%100)), line)
+	}
+	require.Contains(t, res.stderr, "ctdispatch: line 121: not a request")
+	require.Equal(t, 100, emu.TaskCount())
+}
