@@ -505,6 +505,16 @@ func TestOtherProcessesAreSeenWithinRefreshInterval(t *testing.T) {
 	require.Equal(t, procA, got.ProcessorUUID)
 }
 
+// requireOnlyInLog asserts that o's current log segment holds rec alone.
+func requireOnlyInLog(t *testing.T, o *Outbox, rec Record) {
+	t.Helper()
+	frames, _, err := readFrames(o.cur.path, 0)
+	require.NoError(t, err)
+	require.Len(t, frames, 1)
+	require.Equal(t, rec.ID, frames[0].ID)
+	require.Equal(t, rec.Status, frames[0].Status)
+}
+
 // StartAppend queues a record without waiting; its Commit returns what
 // Append would have, and the record is in the log (so it survives the
 // process) once Wait returned.
@@ -517,11 +527,7 @@ func TestStartAppendCommitWait(t *testing.T) {
 	c, err := o.StartAppend(ctx, rec)
 	require.NoError(t, err)
 	require.NoError(t, c.Wait(ctx))
-	frames, _, err := readFrames(o.cur.path, 0)
-	require.NoError(t, err)
-	require.Len(t, frames, 1)
-	require.Equal(t, rec.ID, frames[0].ID)
-	require.Equal(t, StatusPending, frames[0].Status)
+	requireOnlyInLog(t, o, rec)
 
 	bad := rec
 	bad.ID = ""
@@ -554,10 +560,7 @@ func TestAppendThenCallsBackOnceDurable(t *testing.T) {
 	got := make(chan error, 2)
 	require.NoError(t, o.AppendThen(ctx, rec, func(err error) { got <- err }))
 	require.NoError(t, <-got)
-	frames, _, err := readFrames(o.cur.path, 0)
-	require.NoError(t, err)
-	require.Len(t, frames, 1)
-	require.Equal(t, rec.ID, frames[0].ID)
+	requireOnlyInLog(t, o, rec)
 
 	require.NoError(t, o.Close())
 	require.ErrorIs(t, o.AppendThen(ctx, rec, func(err error) { got <- err }), ErrClosed)

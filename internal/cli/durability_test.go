@@ -61,15 +61,7 @@ func TestDispatchBatchFlag(t *testing.T) {
 		"--concurrency", "32", "--url", "https://worker.example/x", "--from", from)
 	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
 	require.Equal(t, 0, code, stderr)
-	out := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	require.Len(t, out, 200)
-	for i, line := range out {
-		want := "created"
-		if i >= 150 {
-			want = "already_existed"
-		}
-		require.True(t, strings.HasPrefix(line, fmt.Sprintf("%s dispatch:batch:t:%d ", want, i%150)), line)
-	}
+	requireBatchAnswers(t, stdout, "batch", 200, 150)
 	require.Equal(t, 150, emu.TaskCount())
 }
 
@@ -97,15 +89,22 @@ func TestBatchedDispatchThroughBinary(t *testing.T) {
 		"--batch", "--batch-in-flight", "1", "--concurrency", "16", "--url", "https://worker.example/x", "--from", "-")
 	res := runBinary(t, []string{emulatorEnv + "=" + emu.Addr()}, lines.String(), args...)
 	require.Equal(t, 1, res.code, res.stderr)
-	out := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
-	require.Len(t, out, 120)
-	for i, line := range out {
-		want := "created"
-		if i >= 100 {
-			want = "already_existed"
-		}
-		require.True(t, strings.HasPrefix(line, fmt.Sprintf("%s dispatch:bin:t:%d ", want, i%100)), line)
-	}
+	requireBatchAnswers(t, res.stdout, "bin", 120, 100)
 	require.Contains(t, res.stderr, "ctdispatch: line 121: not a request")
 	require.Equal(t, 100, emu.TaskCount())
+}
+
+// requireBatchAnswers asserts stdout answers n lines of run, attempt i%distinct
+// on line i, in order: created the first time, already_existed after.
+func requireBatchAnswers(t *testing.T, stdout, run string, n, distinct int) {
+	t.Helper()
+	out := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	require.Len(t, out, n)
+	for i, line := range out {
+		want := "created"
+		if i >= distinct {
+			want = "already_existed"
+		}
+		require.True(t, strings.HasPrefix(line, fmt.Sprintf("%s dispatch:%s:t:%d ", want, run, i%distinct)), line)
+	}
 }
