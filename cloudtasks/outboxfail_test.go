@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -177,4 +178,69 @@ func TestOutboxRefusingStopsTheCall(t *testing.T) {
 			require.Equal(t, 1, emu.TaskCount())
 		})
 	}
+}
+
+// slowCommitOutbox is an in-memory outbox whose AppendThen records at once
+// but reports the record written only when the test says so, like a
+// group commit still syncing.
+type slowCommitOutbox struct {
+	*outbox.Memory
+	mu   sync.Mutex
+	held []func(error)
+}
+
+func (s *slowCommitOutbox) AppendThen(ctx context.Context, r outbox.Record, then func(error)) error {
+	if err := s.Memory.Append(ctx, r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.held = append(s.held, then)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *slowCommitOutbox) release() {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, then := range held {
+		then(nil)
+	}
+}
+
+// An overlapped call is answered before its outcome record is written,
+// and its flight stays until the record is: a repeat meanwhile shares the
+// answer without a Cloud Tasks call, and Close waits for the record.
+func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	box := &slowCommitOutbox{Memory: outbox.NewMemory("p1", clockwork.NewRealClock())}
+	reader := sdkmetric.NewManualReader()
+	cfg := testConfig()
+	cfg.Client, cfg.Outbox = emu.client(t), box
+	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	d, err := NewDispatcher(context.Background(), &cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	req := request("run1", "t", 1, "x")
+	first, err := d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, first.Outcome)
+	require.Equal(t, 1, d.flights.inFlight())
+
+	again, err := d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeAlreadyExisted, again.Outcome)
+	require.True(t, again.Skipped)
+	require.Equal(t, 0, again.Calls)
+	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+
+	closing, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorContains(t, d.Close(closing), "1 calls still in flight")
+	box.release()
+	settle(d)
+	require.Equal(t, 0, d.flights.inFlight())
 }
