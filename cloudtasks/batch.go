@@ -5,8 +5,10 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -15,31 +17,58 @@ import (
 // service's limit.
 const MaxBatch = 100
 
+// DefaultBatchInFlight is the default of Config.BatchInFlight.
+const DefaultBatchInFlight = 4
+
 // errUnbatched tells a waiting call to make its own CreateTask call: the
 // batch it was in could not say what happened to it.
 var errUnbatched = errors.New("batch unavailable")
 
 // batcher coalesces create calls into BatchCreateTasks requests per queue,
-// the way a group commit coalesces appends: a call to an idle queue goes
-// at once, alone (as a plain CreateTask, so a lone caller pays nothing);
-// calls that arrive while a request is in flight wait and form the next
-// request, up to MaxBatch. There is no linger.
+// the way a group commit coalesces appends.
+//
+//   - A call to an idle queue goes at once, alone, as a plain CreateTask:
+//     a lone caller pays nothing.
+//   - Calls that arrive while a request is in flight wait and form the next
+//     request, up to MaxBatch, which starts when a request answers.
+//   - The callers a shared request answered come back together, one after
+//     another, with their next calls. The queue expects them: until all of
+//     them are back, but no longer than the shorter of the request's round
+//     trip and twice the time the previous group took to come back,
+//     arrivals gather instead of the first going alone and the rest
+//     waiting a round trip behind it. The
+//     gathered request goes even while others are in flight, up to
+//     Config.BatchInFlight requests per queue.
+//
+// There is no fixed linger: every wait is bounded by what the queue
+// observed, a request's round trip or its callers' return.
 type batcher struct {
 	d      *Dispatcher
+	limit  int // requests in flight per queue
 	mu     sync.Mutex
 	queues map[string]*queueBatch
 	off    atomic.Bool // set once the service showed it cannot batch
 	once   sync.Once
 }
 
-// queueBatch is one queue's state: whether a request is in flight, and
-// the calls waiting for the next one.
+// queueBatch is one queue's state, guarded by batcher.mu.
 type queueBatch struct {
-	busy bool
-	next []*batchItem
+	parent  string
+	sending int          // requests in flight
+	waiting []*batchItem // calls for the next request
+
+	// expect counts the callers of answered shared requests not yet back;
+	// it is forgotten at until. answered is when the last one answered and
+	// window how long its callers took to come back the last time all of
+	// them did (0 until then).
+	expect   int
+	until    time.Time
+	answered time.Time
+	window   time.Duration
+	timer    clockwork.Timer // flushes the gathered calls at until
 }
 
-// batchItem is one call waiting in a batch; err is its own answer.
+// batchItem is one call in a batch; err is its own answer.
 type batchItem struct {
 	ctx  context.Context
 	key  string
@@ -48,8 +77,8 @@ type batchItem struct {
 	done chan struct{}
 }
 
-func newBatcher(d *Dispatcher) *batcher {
-	return &batcher{d: d, queues: map[string]*queueBatch{}}
+func newBatcher(d *Dispatcher, limit int) *batcher {
+	return &batcher{d: d, limit: limit, queues: map[string]*queueBatch{}}
 }
 
 // create makes req's create call, alone or in a shared request, and
@@ -58,21 +87,52 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 	if b.off.Load() {
 		return b.d.createOne(ctx, key, req)
 	}
+	now := b.d.clock.Now()
 	b.mu.Lock()
 	q := b.queues[req.Parent]
 	if q == nil {
-		q = &queueBatch{}
+		q = &queueBatch{parent: req.Parent}
 		b.queues[req.Parent] = q
 	}
-	if !q.busy {
-		q.busy = true
+	gathered := false // this call is the last of the callers expected
+	if q.expect > 0 {
+		if now.Before(q.until) {
+			q.expect--
+			if q.expect == 0 {
+				gathered = true
+				q.window = now.Sub(q.answered)
+			}
+		} else {
+			q.expect = 0
+		}
+	}
+	if q.expect == 0 && q.sending == 0 || gathered && q.sending < b.limit {
+		// Lead a request: alone at an idle queue, or with the calls that
+		// gathered for it.
+		it := &batchItem{ctx: ctx, key: key, req: req}
+		items := append(q.take(MaxBatch-1), it)
+		q.sending++
 		b.mu.Unlock()
-		err := b.d.createOne(ctx, key, req)
-		b.next(req.Parent)
-		return err
+		if len(items) == 1 {
+			start := b.d.clock.Now()
+			err := b.d.createOne(ctx, key, req)
+			b.finish(q, items, start)
+			return err
+		}
+		b.run(q, items)
+		if errors.Is(it.err, errUnbatched) {
+			return b.d.createOne(ctx, key, req)
+		}
+		return it.err
 	}
 	it := &batchItem{ctx: ctx, key: key, req: req, done: make(chan struct{})}
-	q.next = append(q.next, it)
+	q.waiting = append(q.waiting, it)
+	switch {
+	case len(q.waiting) >= MaxBatch && q.sending < b.limit:
+		b.startLocked(q)
+	case q.expect > 0 && q.timer == nil:
+		q.timer = b.d.clock.AfterFunc(q.until.Sub(now), func() { b.expire(q) })
+	}
 	b.mu.Unlock()
 	// A call that stops waiting may still be sent: the task name makes
 	// that harmless.
@@ -85,34 +145,91 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 	return it.err
 }
 
-// next starts the queue's next request with the calls waiting, or marks
-// the queue idle.
-func (b *batcher) next(parent string) {
-	b.mu.Lock()
-	q := b.queues[parent]
-	if len(q.next) == 0 {
-		q.busy = false
-		b.mu.Unlock()
-		return
+// take removes and returns up to n waiting calls, and stops the gathering
+// timer when none is left.
+func (q *queueBatch) take(n int) []*batchItem {
+	n = min(n, len(q.waiting))
+	items := make([]*batchItem, n, n+1)
+	copy(items, q.waiting)
+	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
+	if len(q.waiting) == 0 && q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
 	}
-	n := min(len(q.next), MaxBatch)
-	items := q.next[:n:n]
-	q.next = q.next[n:]
-	b.mu.Unlock()
-	go func() {
-		b.send(parent, items)
-		for _, it := range items {
-			close(it.done)
-		}
-		b.next(parent)
-	}()
+	return items
 }
 
-// send makes one BatchCreateTasks request for items and sets each item's
-// answer.
+// startLocked sends the waiting calls (up to MaxBatch) in a request of
+// their own. b.mu is held.
+func (b *batcher) startLocked(q *queueBatch) {
+	items := q.take(MaxBatch)
+	q.sending++
+	go b.run(q, items)
+}
+
+// expire ends the wait for callers that did not come back in time and
+// sends what gathered.
+func (b *batcher) expire(q *queueBatch) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.timer = nil
+	q.expect = 0
+	if len(q.waiting) > 0 && q.sending < b.limit {
+		b.startLocked(q)
+	}
+}
+
+// run sends items in one request, answers every waiting item, and
+// settles the queue.
+func (b *batcher) run(q *queueBatch, items []*batchItem) {
+	start := b.d.clock.Now()
+	b.send(q.parent, items)
+	for _, it := range items {
+		if it.done != nil {
+			close(it.done)
+		}
+	}
+	b.finish(q, items, start)
+}
+
+// finish settles the queue after a request of items, started at start,
+// answered: a shared request's callers are expected back, and waiting
+// calls that expect nobody go.
+func (b *batcher) finish(q *queueBatch, items []*batchItem, start time.Time) {
+	now := b.d.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.sending--
+	// Wait for the callers no longer than they took the last time, twice
+	// over, and never longer than a round trip: past that, going alone is
+	// cheaper.
+	win := now.Sub(start)
+	if q.window > 0 {
+		win = min(win, 2*q.window)
+	}
+	if len(items) > 1 && win > 0 {
+		q.expect += len(items)
+		q.answered, q.until = now, now.Add(win)
+		if q.timer != nil {
+			q.timer.Stop()
+			q.timer = nil
+		}
+		if len(q.waiting) > 0 {
+			q.timer = b.d.clock.AfterFunc(win, func() { b.expire(q) })
+		}
+		return
+	}
+	if q.expect == 0 && len(q.waiting) > 0 && q.sending < b.limit {
+		b.startLocked(q)
+	}
+}
+
+// send makes one request for items and sets each item's answer: a plain
+// CreateTask for a single item, else one BatchCreateTasks.
 func (b *batcher) send(parent string, items []*batchItem) {
 	if len(items) == 1 {
-		items[0].err = errUnbatched
+		it := items[0]
+		it.err = b.d.createOne(it.ctx, it.key, it.req)
 		return
 	}
 	reqs := make([]*cloudtaskspb.CreateTaskRequest, len(items))

@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/googleapis/gax-go/v2"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
@@ -28,7 +29,7 @@ func queued(t *testing.T, d *Dispatcher, n int) {
 		q := d.batches.queues[testQueue]
 		got := 0
 		if q != nil {
-			got = len(q.next)
+			got = len(q.waiting)
 		}
 		d.batches.mu.Unlock()
 		if got == n {
@@ -152,4 +153,56 @@ func TestBatchFallsBackWhenUnimplemented(t *testing.T) {
 	require.Equal(t, map[Outcome]int{OutcomeCreated: n}, outcomes)
 	require.Equal(t, n, b.emu.TaskCount())
 	require.Equal(t, 1, strings.Count(logs.b.String(), "batching off"))
+}
+
+// slowBatch makes every BatchCreateTasks request take an hour on a fake
+// clock, so the window a shared request's callers get to come back is an
+// hour whatever the machine's speed.
+type slowBatch struct {
+	Client
+	clock *clockwork.FakeClock
+}
+
+func (c slowBatch) BatchCreateTasks(ctx context.Context, req *cloudtaskspb.BatchCreateTasksRequest, opts ...gax.CallOption) (*ctapi.BatchCreateTasksOperation, error) {
+	c.clock.Advance(time.Hour)
+	return c.Client.BatchCreateTasks(ctx, req, opts...)
+}
+
+// The callers a shared request answered come back one by one with their
+// next calls: they gather into one request again, instead of the first
+// going alone as CreateTask and the rest waiting a round trip behind it.
+func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	clock := clockwork.NewFakeClock()
+	gate := newGate(slowBatch{Client: emu.client(t), clock: clock}, "CreateTask")
+	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch, c.Clock = gate, true, clock })
+	ctx := context.Background()
+
+	first := dispatchAsync(ctx, d, request("run1", "t", 0, "x"))
+	gate.reached(t)
+	const n = 10
+	var herd []<-chan answer
+	for i := 1; i <= n; i++ {
+		herd = append(herd, dispatchAsync(ctx, d, request("run1", "t", uint64(i), "x")))
+	}
+	queued(t, d, n)
+	close(gate.open)
+	require.NoError(t, receive(t, first, "the first call").err)
+	var next []<-chan answer
+	for i, ch := range herd {
+		a := receive(t, ch, "a call of the first batch")
+		require.NoError(t, a.err)
+		require.Equal(t, OutcomeCreated, a.res.Outcome)
+		next = append(next, dispatchAsync(ctx, d, request("run1", "t", uint64(n+1+i), "x")))
+	}
+	for _, ch := range next {
+		a := receive(t, ch, "a call of the second batch")
+		require.NoError(t, a.err)
+		require.Equal(t, OutcomeCreated, a.res.Outcome)
+	}
+	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+	require.Equal(t, int64(2), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
+	require.Equal(t, 2*n+1, emu.TaskCount())
 }

@@ -60,10 +60,15 @@ type Config struct {
 	// Batch lets concurrent Dispatch and ScheduleTimer calls to one queue
 	// share one BatchCreateTasks request (at most 100 tasks): the first
 	// call goes alone at once, the calls that arrive while a request is in
-	// flight form the next one. Each call still gets its own outcome. If
-	// the service refuses the method, calls fall back to CreateTask.
-	// Defaults to off.
+	// flight form the next one, and the callers a shared request answered
+	// gather again for their next calls (see the package doc's Batching).
+	// Each call still gets its own outcome. If the service refuses the
+	// method, calls fall back to CreateTask. Defaults to off.
 	Batch bool
+	// BatchInFlight bounds the requests one queue has in flight under
+	// Batch: a gathered batch goes while others are still answering, up to
+	// this many. Defaults to DefaultBatchInFlight (4).
+	BatchInFlight int
 
 	// ProcessorUUID names this process in the records it writes (audit
 	// only). Defaults to a new UUIDv7; replaced by the Outbox's own UUID when
@@ -193,6 +198,9 @@ func (c Config) WithDefaults() Config {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
+	if c.BatchInFlight == 0 {
+		c.BatchInFlight = DefaultBatchInFlight
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -261,6 +269,8 @@ func (c Config) validate() error {
 		return bad("Queue", c.Queue, "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]")
 	case c.StaleAfter < 0:
 		return bad("StaleAfter", c.StaleAfter.String(), "is negative")
+	case c.BatchInFlight < 0:
+		return bad("BatchInFlight", fmt.Sprint(c.BatchInFlight), "is negative; allowed: 1 or more, 0 for the default")
 	case c.Retry.Initial < 0:
 		return bad("Retry.Initial", c.Retry.Initial.String(), "is negative")
 	case c.Retry.Max < c.Retry.Initial:
@@ -299,6 +309,15 @@ type Outbox interface {
 	Append(ctx context.Context, r outbox.Record) error
 	// AppendAsync records r without waiting for it to be durable.
 	AppendAsync(ctx context.Context, r outbox.Record) error
+	// StartAppend queues r and returns at once; the Commit's Wait returns
+	// once r is durable, or the error that kept it from stable storage.
+	// An outbox that records synchronously returns a done Commit (the
+	// zero Commit, or outbox.DoneCommit with the error).
+	StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error)
+	// AppendThen queues r and calls then with the result once r is
+	// durable or failed, without the caller waiting; an immediate error is
+	// returned instead. then must return quickly.
+	AppendThen(ctx context.Context, r outbox.Record, then func(error)) error
 	// Latest returns the current state of an ID across all processors.
 	Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error)
 	// Pending returns the records whose latest state is pending and older

@@ -138,7 +138,7 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 	}
 	d.processor = d.box.ProcessorUUID()
 	if c.Batch {
-		d.batches = newBatcher(d)
+		d.batches = newBatcher(d, c.BatchInFlight)
 	}
 	return d, nil
 }
@@ -461,10 +461,14 @@ func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, cal
 		calls, err = call(ctx)
 		return calls, err, nil
 	}
-	appended := make(chan error, 1)
-	go func() { appended <- d.box.Append(ctx, rec) }()
+	// The pending record's group commit runs while the call does; this
+	// goroutine waits for it afterwards, usually finding it done.
+	commit, aerr := d.box.StartAppend(ctx, rec)
+	if aerr != nil {
+		return 0, nil, d.outboxFailed(rec.ID, true, aerr)
+	}
 	calls, err = call(ctx)
-	if aerr := <-appended; aerr != nil {
+	if aerr := commit.Wait(ctx); aerr != nil {
 		return calls, err, d.outboxFailed(rec.ID, false, aerr)
 	}
 	return calls, err, nil
@@ -480,26 +484,52 @@ func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
 }
 
 // recordOutcome appends rec, f's outcome. In strict mode the callers wait
-// until it is durable, and a failure is their error; in the other modes
+// until it is durable, and a failure is their error. In the other modes
 // they are answered first and the flight stays in the table until the
 // record is written, so a repeat meanwhile shares this answer instead of
-// reading a stale record.
+// reading a stale record; the outbox's group commit takes it out of the
+// table (AppendThen), so no goroutine waits for the record.
 func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Record) {
-	if d.cfg.Durability != DurabilityStrict {
-		f.answer()
+	if d.cfg.Durability == DurabilityStrict {
+		if err := d.box.Append(ctx, rec); err != nil {
+			d.outboxFailed(rec.ID, false, err)
+			f.err = errors.Join(f.err, fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", rec.ID, rec.Status, err))
+			return
+		}
+		d.outboxOK.Store(true)
+		return
 	}
-	err := d.box.Append(ctx, rec)
+	f.answer()
+	if d.cfg.Durability == DurabilityMemory {
+		// Written at once: nothing to hand over to a group commit.
+		d.outcomeRecorded(rec, d.box.Append(ctx, rec))
+		return
+	}
+	d.recordLater(ctx, f, rec)
+}
+
+// recordLater appends rec, the outcome of the answered flight f, and
+// finishes f once it is written. (A function of its own, so that strict
+// mode's rec does not move to the heap for the closure.)
+func (d *Dispatcher) recordLater(ctx context.Context, f *flight, rec outbox.Record) {
+	f.later = true
+	recorded := func(err error) {
+		d.outcomeRecorded(rec, err)
+		d.flights.finish(rec.ID, f)
+	}
+	if err := d.box.AppendThen(ctx, rec, recorded); err != nil {
+		recorded(err)
+	}
+}
+
+// outcomeRecorded notes how the outcome record of an answered call ended.
+func (d *Dispatcher) outcomeRecorded(rec outbox.Record, err error) {
 	if err == nil {
 		d.outboxOK.Store(true)
 		return
 	}
 	d.outboxFailed(rec.ID, false, err)
-	werr := fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", rec.ID, rec.Status, err)
-	if f.answered {
-		d.log.Error("outcome not recorded; the record stays pending for Recover", "id", rec.ID, "status", rec.Status, "err", err)
-		return
-	}
-	f.err = errors.Join(f.err, werr)
+	d.log.Error("outcome not recorded; the record stays pending for Recover", "id", rec.ID, "status", rec.Status, "err", err)
 }
 
 // noteHandover logs and counts a record finished by a processor other than

@@ -51,9 +51,14 @@
 // With Config.Batch, concurrent calls to one queue share BatchCreateTasks
 // requests the way appends share a group commit: a call to an idle queue
 // goes at once (as CreateTask), calls that arrive meanwhile form the next
-// request, up to 100. Each call gets its own outcome from its index. If the
-// service answers UNIMPLEMENTED or the operation is not done at once,
-// calls fall back to CreateTask, and the log says so once.
+// request, up to 100. The callers a shared request answered are expected
+// back: until all of them are (at most for that request's round trip),
+// their next calls gather into one request instead of the first going
+// alone and the rest waiting a round trip behind it. A queue has at most
+// Config.BatchInFlight requests (default 4) in flight. A lone caller pays
+// nothing: no one waits for it. Each call gets its own outcome from its
+// index. If the service answers UNIMPLEMENTED or the operation is not
+// done at once, calls fall back to CreateTask, and the log says so once.
 //
 // # Lifecycle
 //

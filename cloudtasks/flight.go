@@ -45,6 +45,9 @@ type flight struct {
 
 	err      error
 	answered bool // touched by the work goroutine only
+	// later is set by work that finishes the flight itself, once its
+	// last record is written (see Dispatcher.recordOutcome).
+	later bool
 }
 
 // answer publishes the flight's answer to its callers; the work may go on
@@ -155,6 +158,13 @@ func (t *flights) do(ctx context.Context, key string, op opKind, work func(*flig
 func (t *flights) run(key string, f *flight, work func(*flight)) {
 	work(f)
 	f.answer()
+	if !f.later {
+		t.finish(key, f)
+	}
+}
+
+// finish removes f, answered, from the table once its work is over.
+func (t *flights) finish(key string, f *flight) {
 	t.mu.Lock()
 	delete(t.m, key)
 	t.running--

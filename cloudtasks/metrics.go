@@ -26,8 +26,10 @@ const (
 
 type metrics struct {
 	// attrs caches the attribute options per label pair, so a dispatch does
-	// not build them again.
-	attrs sync.Map // string → metric.MeasurementOption
+	// not build them again. Its key is a struct of the four strings, which
+	// a lookup builds without allocating.
+	attrsMu sync.RWMutex
+	attrs   map[labelKey]metric.MeasurementOption
 
 	outcomes  metric.Int64Counter
 	skips     metric.Int64Counter
@@ -74,13 +76,24 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 }
 
 // labels returns the cached attribute option {k1=v1, k2=v2}.
+// labelKey names a pair of labels.
+type labelKey struct{ k1, v1, k2, v2 string }
+
 func (m *metrics) labels(k1, v1, k2, v2 string) metric.MeasurementOption {
-	key := k1 + "=" + v1 + "," + k2 + "=" + v2
-	if o, ok := m.attrs.Load(key); ok {
-		return o.(metric.MeasurementOption)
+	key := labelKey{k1, v1, k2, v2}
+	m.attrsMu.RLock()
+	o, ok := m.attrs[key]
+	m.attrsMu.RUnlock()
+	if ok {
+		return o
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String(k1, v1), attribute.String(k2, v2)))
-	m.attrs.Store(key, o)
+	o = metric.WithAttributeSet(attribute.NewSet(attribute.String(k1, v1), attribute.String(k2, v2)))
+	m.attrsMu.Lock()
+	if m.attrs == nil {
+		m.attrs = map[labelKey]metric.MeasurementOption{}
+	}
+	m.attrs[key] = o
+	m.attrsMu.Unlock()
 	return o
 }
 

@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -21,20 +22,46 @@ var errDiskFull = errors.New("write wal: no space left on device")
 type brokenOutbox struct {
 	*outbox.Memory
 	broken atomic.Bool
+	// refusing makes every append fail at once, the way an outbox that
+	// already knows its log is unwritable refuses records.
+	refusing atomic.Bool
 }
 
 func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record) error {
-	if b.broken.Load() {
+	if b.broken.Load() || b.refusing.Load() {
 		return errDiskFull
 	}
 	return b.Memory.Append(ctx, r)
 }
 
 func (b *brokenOutbox) AppendAsync(ctx context.Context, r outbox.Record) error {
-	if b.broken.Load() {
+	if b.broken.Load() || b.refusing.Load() {
 		return errDiskFull
 	}
 	return b.Memory.AppendAsync(ctx, r)
+}
+
+// StartAppend fails the way a group commit does: the record is taken, and
+// its commit fails.
+func (b *brokenOutbox) StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error) {
+	if b.refusing.Load() {
+		return outbox.Commit{}, errDiskFull
+	}
+	if b.broken.Load() {
+		return outbox.DoneCommit(errDiskFull), nil
+	}
+	return b.Memory.StartAppend(ctx, r)
+}
+
+func (b *brokenOutbox) AppendThen(ctx context.Context, r outbox.Record, then func(error)) error {
+	if b.refusing.Load() {
+		return errDiskFull
+	}
+	if b.broken.Load() {
+		then(errDiskFull)
+		return nil
+	}
+	return b.Memory.AppendThen(ctx, r, then)
 }
 
 // outboxModes are the modes that record in an outbox.
@@ -79,6 +106,17 @@ func TestOutboxUnavailableFailsClosed(t *testing.T) {
 	}
 }
 
+// setupRecorded is newBrokenSetup after one call whose records the outbox
+// made durable, so the dispatcher trusts the outbox.
+func setupRecorded(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend) {
+	t.Helper()
+	d, box, emu, _ := newBrokenSetup(t, mode)
+	_, err := d.Dispatch(context.Background(), request("run1", "t", 0, "x"))
+	require.NoError(t, err)
+	settle(d)
+	return d, box, emu
+}
+
 // An outbox that breaks while calls run: after the first failure is seen,
 // no call reaches Cloud Tasks until the outbox records again. In the
 // overlapped modes the call whose pending record failed beside the create
@@ -89,14 +127,11 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 	for _, mode := range outboxModes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			d, box, emu, _ := newBrokenSetup(t, mode)
+			d, box, emu := setupRecorded(t, mode)
 			ctx := context.Background()
-			_, err := d.Dispatch(ctx, request("run1", "t", 0, "x"))
-			require.NoError(t, err)
-			settle(d)
 			box.broken.Store(true)
 
-			_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			_, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
 			var oe *OutboxError
 			require.ErrorAs(t, err, &oe)
 			wantTasks := 1
@@ -122,4 +157,90 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 			require.Equal(t, 3, emu.TaskCount())
 		})
 	}
+}
+
+// An outbox that refuses the pending record at once stops the call before
+// Cloud Tasks is asked in every mode, even once it had recorded: no task
+// is created that the outbox was known unable to record.
+func TestOutboxRefusingStopsTheCall(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu := setupRecorded(t, mode)
+			box.refusing.Store(true)
+
+			_, err := d.Dispatch(context.Background(), request("run1", "t", 1, "x"))
+			require.ErrorIs(t, err, errDiskFull)
+			var oe *OutboxError
+			require.ErrorAs(t, err, &oe)
+			require.True(t, oe.BeforeCall)
+			require.Equal(t, 1, emu.TaskCount())
+		})
+	}
+}
+
+// slowCommitOutbox is an in-memory outbox whose AppendThen records at once
+// but reports the record written only when the test says so, like a
+// group commit still syncing.
+type slowCommitOutbox struct {
+	*outbox.Memory
+	mu   sync.Mutex
+	held []func(error)
+}
+
+func (s *slowCommitOutbox) AppendThen(ctx context.Context, r outbox.Record, then func(error)) error {
+	if err := s.Memory.Append(ctx, r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.held = append(s.held, then)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *slowCommitOutbox) release() {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, then := range held {
+		then(nil)
+	}
+}
+
+// An overlapped call is answered before its outcome record is written,
+// and its flight stays until the record is: a repeat meanwhile shares the
+// answer without a Cloud Tasks call, and Close waits for the record.
+func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
+	t.Parallel()
+	emu := startEmulator(t)
+	box := &slowCommitOutbox{Memory: outbox.NewMemory("p1", clockwork.NewRealClock())}
+	reader := sdkmetric.NewManualReader()
+	cfg := testConfig()
+	cfg.Client, cfg.Outbox = emu.client(t), box
+	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	d, err := NewDispatcher(context.Background(), &cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	req := request("run1", "t", 1, "x")
+	first, err := d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, first.Outcome)
+	require.Equal(t, 1, d.flights.inFlight())
+
+	again, err := d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeAlreadyExisted, again.Outcome)
+	require.True(t, again.Skipped)
+	require.Equal(t, 0, again.Calls)
+	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+
+	closing, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorContains(t, d.Close(closing), "1 calls still in flight")
+	box.release()
+	settle(d)
+	require.Equal(t, 0, d.flights.inFlight())
 }

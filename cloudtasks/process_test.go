@@ -31,6 +31,7 @@ const (
 	envRoot   = "CTDISPATCH_TEST_ROOT"
 	envCount  = "CTDISPATCH_TEST_COUNT"
 	envMode   = "CTDISPATCH_TEST_DURABILITY"
+	envBatch  = "CTDISPATCH_TEST_BATCH"
 )
 
 // TestHelperProcess is not a test: it is the body of a child process.
@@ -62,6 +63,7 @@ func TestHelperProcess(t *testing.T) {
 		// Dispatch distinct IDs from 16 callers and print each answered ID
 		// at once, until the parent kills the process.
 		cfg.Outbox, cfg.Client, cfg.Durability = box, fake.client(t), Durability(os.Getenv(envMode))
+		cfg.Batch = os.Getenv(envBatch) != ""
 		d, err := NewDispatcher(ctx, &cfg)
 		require.NoError(t, err)
 		n, _ := strconv.Atoi(os.Getenv(envCount))
@@ -199,59 +201,73 @@ func TestRecoverAfterKill(t *testing.T) {
 }
 
 // A process SIGKILLed while it answers calls, in every mode that records in
-// an outbox: every call it answered has a record that survived (pending at
-// least; in strict mode the outcome), and Recover turns the pending ones
-// into created.
+// an outbox, alone and with batching: every call it answered has a record
+// that survived (pending at least; in strict mode the outcome), and
+// Recover turns the pending ones into created.
 func TestAnsweredCallsSurviveKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
 	t.Parallel()
-	for _, mode := range outboxModes {
-		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
-			emu := startEmulator(t)
-			root := t.TempDir()
-			cmd := child(t, "answers", emu.Addr(), root, envCount+"=100000", envMode+"="+string(mode))
-			stdout, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			sc := bufio.NewScanner(stdout)
-			var answered []string
-			for sc.Scan() {
-				answered = append(answered, sc.Text())
-				if len(answered) == 300 {
-					require.NoError(t, cmd.Process.Kill())
-				}
+	for _, batch := range []bool{false, true} {
+		for _, mode := range outboxModes {
+			name := string(mode)
+			if batch {
+				name += "-batched"
 			}
-			err = cmd.Wait()
-			var exit *exec.ExitError
-			require.ErrorAs(t, err, &exit)
-			require.Equal(t, "signal: killed", exit.Error())
-			require.GreaterOrEqual(t, len(answered), 300)
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				answeredCallsSurviveKill(t, mode, batch)
+			})
+		}
+	}
+}
 
-			clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
-			b := &testBundle{be: emu, emu: emu.Server, root: root}
-			d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
-			allowed := map[outbox.Status]bool{outbox.StatusCreated: true, outbox.StatusAlreadyExisted: true}
-			if mode != DurabilityStrict {
-				allowed[outbox.StatusPending] = true
-			}
-			ctx := context.Background()
-			for _, id := range answered {
-				rec, found, err := box.Latest(ctx, outbox.TableDispatch, id)
-				require.NoError(t, err)
-				require.True(t, found, "answered %s has no record", id)
-				require.True(t, allowed[rec.Status], "answered %s is %s", id, rec.Status)
-			}
-			_, err = d.Recover(ctx)
-			require.NoError(t, err)
-			for _, id := range answered {
-				rec, _, err := box.Latest(ctx, outbox.TableDispatch, id)
-				require.NoError(t, err)
-				require.Contains(t, []outbox.Status{outbox.StatusCreated, outbox.StatusAlreadyExisted}, rec.Status, id)
-			}
-		})
+func answeredCallsSurviveKill(t *testing.T, mode Durability, batch bool) {
+	emu := startEmulator(t)
+	root := t.TempDir()
+	env := []string{envCount + "=100000", envMode + "=" + string(mode)}
+	if batch {
+		env = append(env, envBatch+"=1")
+	}
+	cmd := child(t, "answers", emu.Addr(), root, env...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stdout)
+	var answered []string
+	for sc.Scan() {
+		answered = append(answered, sc.Text())
+		if len(answered) == 300 {
+			require.NoError(t, cmd.Process.Kill())
+		}
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, "signal: killed", exit.Error())
+	require.GreaterOrEqual(t, len(answered), 300)
+
+	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
+	b := &testBundle{be: emu, emu: emu.Server, root: root}
+	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
+	allowed := map[outbox.Status]bool{outbox.StatusCreated: true, outbox.StatusAlreadyExisted: true}
+	if mode != DurabilityStrict {
+		allowed[outbox.StatusPending] = true
+	}
+	ctx := context.Background()
+	for _, id := range answered {
+		rec, found, err := box.Latest(ctx, outbox.TableDispatch, id)
+		require.NoError(t, err)
+		require.True(t, found, "answered %s has no record", id)
+		require.True(t, allowed[rec.Status], "answered %s is %s", id, rec.Status)
+	}
+	_, err = d.Recover(ctx)
+	require.NoError(t, err)
+	for _, id := range answered {
+		rec, _, err := box.Latest(ctx, outbox.TableDispatch, id)
+		require.NoError(t, err)
+		require.Contains(t, []outbox.Status{outbox.StatusCreated, outbox.StatusAlreadyExisted}, rec.Status, id)
 	}
 }
 

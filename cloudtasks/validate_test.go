@@ -27,6 +27,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad location", func(c *Config) { c.Location = "Europe West" }, "Location"},
 		{"bad queue", func(c *Config) { c.Queue = "a_b" }, "Queue"},
 		{"negative stale", func(c *Config) { c.StaleAfter = -time.Second }, "StaleAfter"},
+		{"negative batch in flight", func(c *Config) { c.BatchInFlight = -1 }, "BatchInFlight"},
 		{"max below initial", func(c *Config) { c.Retry = RetryPolicy{Initial: time.Second, Max: time.Millisecond} }, "Retry.Max"},
 		{"multiplier", func(c *Config) { c.Retry.Multiplier = 0.5 }, "Retry.Multiplier"},
 		{"jitter", func(c *Config) { c.Retry.Jitter = 2 }, "Retry.Jitter"},
@@ -50,6 +51,7 @@ func TestConfigValidate(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := testConfig().WithDefaults()
+	require.Equal(t, DefaultBatchInFlight, c.BatchInFlight)
 	require.Equal(t, DefaultStaleAfter, c.StaleAfter)
 	require.Equal(t, RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10, MaxElapsed: time.Minute}, c.Retry)
 	require.Equal(t, uuid.Version(7), c.ProcessorUUID.Version())

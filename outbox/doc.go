@@ -33,6 +33,13 @@
 // after the write and the log is synced every FlushInterval, so a machine
 // crash may lose the last interval.
 //
+// StartAppend queues the record and returns a Commit at once; its Wait
+// returns what Append would have. A caller overlaps the group commit with
+// its own work (the dispatcher's create call) without a goroutine of its
+// own, and usually finds the commit done when it waits. AppendThen runs a
+// short function on the writer once the record is written, for a caller
+// that has nothing to wait for but something to release.
+//
 // A crash at any instant loses no acknowledged record: on Open, the log of
 // this processor and of every dead processor (one whose lock is free) is
 // converted to Parquet; a torn last frame fails its length or checksum and
@@ -110,7 +117,7 @@
 //
 // When the log cannot be written (a full disk, a permission taken away),
 // the outbox fails closed: the append that met the error and every later
-// Append and AppendAsync return at once an *UnavailableError matching
+// Append, AppendAsync and StartAppend return at once an *UnavailableError matching
 // ErrUnavailable, naming the cause and the path; nothing is accepted that
 // could not be made durable. The writer retries a fresh segment with
 // backoff (100ms doubling to 10s, on Options.Clock) and takes appends again

@@ -97,3 +97,38 @@ func ExampleNewMemory() {
 	// true
 	// dispatch:run1:extract:1 d_cxtoltqhbncw6nevn7hy53kqn6 2026-03-01 12:00:00 +0000 UTC
 }
+
+// StartAppend lets the group commit of a record run while the caller does
+// its own work (here, what would be the create call), then waits for it.
+func ExampleOutbox_StartAppend() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "outbox-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	ob, err := outbox.Open(ctx, outbox.Options{Root: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer ob.Close()
+
+	id, _ := naming.NewDispatch("run1", "extract", naming.AttemptNumber(1))
+	commit, err := ob.StartAppend(ctx, outbox.Record{
+		Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
+		Queue: "projects/acme/locations/us-central1/queues/extract", RunID: id.RunID(),
+		TaskKey: id.TaskKey(), Attempt: id.Attempt(), Status: outbox.StatusPending,
+	})
+	if err != nil { // refused at once: closed, unavailable, invalid record
+		panic(err)
+	}
+	fmt.Println("creating the task while the record is committed")
+	if err := commit.Wait(ctx); err != nil {
+		panic(err)
+	}
+	latest, _, _ := ob.Latest(ctx, outbox.TableDispatch, id.String())
+	fmt.Println(latest.Status)
+	// Output:
+	// creating the task while the record is committed
+	// pending
+}

@@ -58,6 +58,22 @@ func (m *Memory) Append(ctx context.Context, r Record) error {
 // AppendAsync is Append: memory has nothing to wait for.
 func (m *Memory) AppendAsync(ctx context.Context, r Record) error { return m.Append(ctx, r) }
 
+// AppendThen is Append followed by then(nil): memory has nothing to wait
+// for. An error is returned instead, and then is not called.
+func (m *Memory) AppendThen(ctx context.Context, r Record, then func(error)) error {
+	if err := m.Append(ctx, r); err != nil {
+		return err
+	}
+	then(nil)
+	return nil
+}
+
+// StartAppend is Append, answered by a Commit already done: memory has
+// nothing to wait for.
+func (m *Memory) StartAppend(ctx context.Context, r Record) (Commit, error) {
+	return Commit{}, m.Append(ctx, r)
+}
+
 // Latest returns the current state of an ID; ok is false when it was never
 // recorded.
 func (m *Memory) Latest(ctx context.Context, t Table, id string) (Record, bool, error) {

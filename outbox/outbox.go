@@ -214,6 +214,16 @@ type request struct {
 	rec   Record
 	flush bool
 	done  chan error
+	then  func(error) // instead of done, for AppendThen
+}
+
+// answer gives req its result.
+func (req *request) answer(err error) {
+	if req.then != nil {
+		req.then(err)
+		return
+	}
+	req.done <- err
 }
 
 type convJob struct {
@@ -522,24 +532,83 @@ func (o *Outbox) AppendAsync(ctx context.Context, r Record) error {
 	return o.append(ctx, r, false)
 }
 
+// StartAppend queues r like Append and returns without waiting: the
+// record's group commit runs while the caller does other work, and
+// Commit.Wait then returns what Append would have. A dispatcher starts
+// the pending record this way, makes its create call, and waits for both
+// without a goroutine of its own. The error is immediate: the outbox is
+// closed, read-only or unavailable, r is invalid, or ctx ended before r
+// was queued (then r is never written).
+func (o *Outbox) StartAppend(ctx context.Context, r Record) (Commit, error) {
+	req, err := o.enqueue(ctx, r, nil)
+	if err != nil {
+		return Commit{}, err
+	}
+	return Commit{o: o, req: req}, nil
+}
+
+// AppendThen queues r like StartAppend and calls then with what Append
+// would have returned, once r is durable or failed; the error returned
+// instead is immediate, as StartAppend's, and then is not called. then
+// runs on the outbox's writer goroutine, after the group commit: it must
+// return quickly and must not call the outbox. A caller that only needs
+// to act once its record is durable (release what waits on it) does so
+// without a goroutine waiting.
+func (o *Outbox) AppendThen(ctx context.Context, r Record, then func(error)) error {
+	_, err := o.enqueue(ctx, r, then)
+	return err
+}
+
+// Commit is a record queued by StartAppend on its way to stable storage.
+// The zero Commit is one already done without error.
+type Commit struct {
+	o   *Outbox
+	req *request
+	err error
+}
+
+// DoneCommit returns a Commit already done with err, for outboxes that
+// record synchronously.
+func DoneCommit(err error) Commit { return Commit{err: err} }
+
+// Wait returns once the record is durable per Options.Durability, with
+// the error that kept it from the log, or ctx's error if ctx ends first
+// (the record may still be written). Call it at most once.
+func (c Commit) Wait(ctx context.Context) error {
+	if c.req == nil {
+		return c.err
+	}
+	return c.o.wait(ctx, c.req)
+}
+
 func (o *Outbox) append(ctx context.Context, r Record, wait bool) error {
-	if o.opts.ReadOnly {
-		return ErrReadOnly
-	}
-	if err := r.prepare(o.processor, o.clock); err != nil {
+	req, err := o.enqueue(ctx, r, nil)
+	if err != nil || !wait {
 		return err
-	}
-	if ue := o.unavail.Load(); ue != nil {
-		return ue
-	}
-	req := &request{rec: r, done: make(chan error, 1)}
-	if err := o.send(ctx, req); err != nil {
-		return err
-	}
-	if !wait {
-		return nil
 	}
 	return o.wait(ctx, req)
+}
+
+// enqueue checks r and hands it to the writer, which answers through then
+// when it is set.
+func (o *Outbox) enqueue(ctx context.Context, r Record, then func(error)) (*request, error) {
+	if o.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	if err := r.prepare(o.processor, o.clock); err != nil {
+		return nil, err
+	}
+	if ue := o.unavail.Load(); ue != nil {
+		return nil, ue
+	}
+	req := &request{rec: r, then: then}
+	if then == nil {
+		req.done = make(chan error, 1)
+	}
+	if err := o.send(ctx, req); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 // wait returns the answer to req, or ErrClosed if the writer stopped
@@ -702,7 +771,7 @@ func (o *Outbox) commit(batch []*request) {
 		o.writeAppends(batch[start:i])
 		start = i + 1
 		if err := o.seal(req.done); err != nil {
-			req.done <- err
+			req.answer(err)
 		}
 	}
 	o.writeAppends(batch[start:])
@@ -714,14 +783,14 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	}
 	if ue := o.unavail.Load(); ue != nil {
 		for _, r := range reqs { // queued before the log failed
-			r.done <- ue
+			r.answer(ue)
 		}
 		return
 	}
 	if err := o.ensureSegment(); err != nil {
 		ue := o.markUnavailable(o.walDir, err)
 		for _, r := range reqs {
-			r.done <- ue
+			r.answer(ue)
 		}
 		return
 	}
@@ -776,7 +845,7 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		o.mu.Unlock()
 	}
 	for _, req := range reqs {
-		req.done <- err
+		req.answer(err)
 	}
 	if err == nil && seg.size >= o.opts.SegmentMaxBytes {
 		o.seal(nil)

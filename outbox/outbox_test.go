@@ -504,3 +504,78 @@ func TestOtherProcessesAreSeenWithinRefreshInterval(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, procA, got.ProcessorUUID)
 }
+
+// requireOnlyInLog asserts that o's current log segment holds rec alone.
+func requireOnlyInLog(t *testing.T, o *Outbox, rec Record) {
+	t.Helper()
+	frames, _, err := readFrames(o.cur.path, 0)
+	require.NoError(t, err)
+	require.Len(t, frames, 1)
+	require.Equal(t, rec.ID, frames[0].ID)
+	require.Equal(t, rec.Status, frames[0].Status)
+}
+
+// StartAppend queues a record without waiting; its Commit returns what
+// Append would have, and the record is in the log (so it survives the
+// process) once Wait returned.
+func TestStartAppendCommitWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	rec := dispatchRec("r", "t", "1", StatusPending)
+	c, err := o.StartAppend(ctx, rec)
+	require.NoError(t, err)
+	require.NoError(t, c.Wait(ctx))
+	requireOnlyInLog(t, o, rec)
+
+	bad := rec
+	bad.ID = ""
+	_, err = o.StartAppend(ctx, bad)
+	require.Error(t, err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = o.StartAppend(cancelled, dispatchRec("r", "t", "2", StatusPending))
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, o.Close())
+	_, err = o.StartAppend(ctx, rec)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// A done Commit answers its error at once.
+func TestDoneCommit(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Commit{}.Wait(context.Background()))
+	require.ErrorIs(t, DoneCommit(ErrClosed).Wait(context.Background()), ErrClosed)
+}
+
+// AppendThen calls back once the record is in the log, on the writer, and
+// not at all when the record is refused at once.
+func TestAppendThenCallsBackOnceDurable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	rec := dispatchRec("r", "t", "1", StatusCreated)
+	got := make(chan error, 2)
+	require.NoError(t, o.AppendThen(ctx, rec, func(err error) { got <- err }))
+	require.NoError(t, <-got)
+	requireOnlyInLog(t, o, rec)
+
+	require.NoError(t, o.Close())
+	require.ErrorIs(t, o.AppendThen(ctx, rec, func(err error) { got <- err }), ErrClosed)
+	require.Empty(t, got)
+}
+
+// Memory's AppendThen calls back at once.
+func TestMemoryAppendThen(t *testing.T) {
+	t.Parallel()
+	m := NewMemory(procA, clockwork.NewFakeClock())
+	var got []error
+	require.NoError(t, m.AppendThen(context.Background(), dispatchRec("r", "t", "1", StatusCreated), func(err error) { got = append(got, err) }))
+	require.Equal(t, []error{nil}, got)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, m.AppendThen(cancelled, dispatchRec("r", "t", "2", StatusCreated), func(err error) { got = append(got, err) }), context.Canceled)
+	require.Len(t, got, 1)
+}

@@ -147,7 +147,7 @@ func TestWriteJSON(t *testing.T) {
 	require.Equal(t, map[string]any{
 		"modes": []any{"create-bare", "naming"}, "concurrency": 2.0, "count": 8.0, "duration_seconds": 0.0, "rounds": 2.0,
 		"payload_size": 256.0, "duplicate_ratio": 0.0, "fault_rate": 0.0, "commit_then_fail_rate": 0.0, "seed": 1.0,
-		"latency_us": 0.0, "batch_size": 2.0,
+		"latency_us": 0.0, "batch_size": 2.0, "batch_in_flight": 4.0,
 	}, got["config"])
 	results := got["results"].([]any)
 	require.Len(t, results, 2)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
 )
 
 // Mode is one kind of call the load generator measures.
@@ -139,6 +141,10 @@ type Config struct {
 	// Defaults to Concurrency, at most 100 (the service's limit): the size
 	// the dispatcher's batches reach when every caller waits.
 	BatchSize int
+	// BatchInFlight is dispatch-batched's cloudtasks.Config.BatchInFlight:
+	// the most requests one queue has in flight. Defaults to
+	// cloudtasks.DefaultBatchInFlight.
+	BatchInFlight int
 	// EmulatorAddr is the host:port of a running emulator (for example
 	// `ctdispatch emulator --no-delivery`). Defaults to an in-process
 	// emulator with delivery disabled.
@@ -175,6 +181,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Seed == 0 {
 		c.Seed = DefaultSeed
+	}
+	if c.BatchInFlight == 0 {
+		c.BatchInFlight = cloudtasks.DefaultBatchInFlight
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = min(c.Concurrency, 100)
@@ -235,6 +244,8 @@ func (c Config) validate() error {
 		return bad("CommitThenFailRate", c.CommitThenFailRate, "must be in [0, 1]")
 	case c.Latency < 0:
 		return bad("Latency", c.Latency, "must not be negative")
+	case c.BatchInFlight < 1:
+		return bad("BatchInFlight", c.BatchInFlight, "must be at least 1")
 	case c.BatchSize < 1 || c.BatchSize > 100:
 		return bad("BatchSize", c.BatchSize, "must be in [1, 100] (BatchCreateTasks takes at most 100 tasks)")
 	case c.EmulatorAddr != "" && c.Latency > 0:

@@ -26,7 +26,7 @@ func ExampleReport_WriteTable() {
 	bench.SetRatios(rep.Results)
 	_ = rep.WriteTable(os.Stdout)
 	// Output:
-	// 20000 calls per mode in 4 rounds, 64 concurrent callers, payload 256 B, duplicate ratio 0, fault rate 0, commit-then-fail rate 0, emulator latency 0s, batch-bare size 64, emulator in-process, GOMAXPROCS 2
+	// 20000 calls per mode in 4 rounds, 64 concurrent callers, payload 256 B, duplicate ratio 0, fault rate 0, commit-then-fail rate 0, emulator latency 0s, batch-bare size 64, batch in flight 4, emulator in-process, GOMAXPROCS 2
 	// mode                ops  errors    ops/s     p50      p99  allocs/op  cpu s/1k  vs create-bare  vs batch-bare
 	// create-bare       20000       0    12000  4.20ms  21.00ms      297.5     0.160           1.00x              -
 	// batch-bare        20000       0    60000  9.00ms  14.00ms      120.0     0.030           5.00x              -

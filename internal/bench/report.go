@@ -20,8 +20,8 @@ func (r *Report) Summary() string {
 	if c.Duration > 0 {
 		amount = fmt.Sprintf("%s per mode", c.Duration)
 	}
-	return fmt.Sprintf("%s in %d rounds, %d concurrent callers, payload %d B, duplicate ratio %g, fault rate %g, commit-then-fail rate %g, emulator latency %s, batch-bare size %d, emulator %s, GOMAXPROCS %d",
-		amount, c.Rounds, c.Concurrency, c.PayloadSize, c.DuplicateRatio, c.FaultRate, c.CommitThenFailRate, c.Latency, c.BatchSize, r.Emulator, r.GOMAXPROCS)
+	return fmt.Sprintf("%s in %d rounds, %d concurrent callers, payload %d B, duplicate ratio %g, fault rate %g, commit-then-fail rate %g, emulator latency %s, batch-bare size %d, batch in flight %d, emulator %s, GOMAXPROCS %d",
+		amount, c.Rounds, c.Concurrency, c.PayloadSize, c.DuplicateRatio, c.FaultRate, c.CommitThenFailRate, c.Latency, c.BatchSize, c.BatchInFlight, r.Emulator, r.GOMAXPROCS)
 }
 
 // WriteTable writes the summary line, then one aligned row per mode under
@@ -97,6 +97,7 @@ type jsonConfig struct {
 	Seed               uint64  `json:"seed"`
 	LatencyMicros      float64 `json:"latency_us"`
 	BatchSize          int     `json:"batch_size"`
+	BatchInFlight      int     `json:"batch_in_flight"`
 }
 
 type jsonResult struct {
@@ -128,7 +129,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 			Modes: c.Modes, Concurrency: c.Concurrency, Count: c.Count, DurationSeconds: c.Duration.Seconds(),
 			Rounds: c.Rounds, PayloadSize: c.PayloadSize, DuplicateRatio: c.DuplicateRatio,
 			FaultRate: c.FaultRate, CommitThenFailRate: c.CommitThenFailRate, Seed: c.Seed,
-			LatencyMicros: micros(c.Latency), BatchSize: c.BatchSize,
+			LatencyMicros: micros(c.Latency), BatchSize: c.BatchSize, BatchInFlight: c.BatchInFlight,
 		},
 		Results: make([]jsonResult, 0, len(r.Results)),
 	}

@@ -126,7 +126,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 			continue
 		}
 		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client,
-			Logger: logger, Durability: dm.durability, Batch: dm.batch}
+			Logger: logger, Durability: dm.durability, Batch: dm.batch, BatchInFlight: c.BatchInFlight}
 		if dm.durability != cloudtasks.DurabilityMemory {
 			if root == "" {
 				dir, err := os.MkdirTemp("", "ctdispatch-bench-*")

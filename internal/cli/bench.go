@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/internal/bench"
 )
 
@@ -19,7 +20,7 @@ var benchFlags = map[string]string{
 	"Modes": "--mode", "Concurrency": "--concurrency", "Count": "--count", "Duration": "--duration",
 	"Rounds": "--rounds", "PayloadSize": "--payload-size", "DuplicateRatio": "--duplicate-ratio",
 	"FaultRate": "--fault-rate", "CommitThenFailRate": "--commit-then-fail-rate", "EmulatorAddr": "--emulator",
-	"Latency": "--latency", "BatchSize": "--batch-size",
+	"Latency": "--latency", "BatchSize": "--batch-size", "BatchInFlight": "--batch-in-flight",
 }
 
 // benchRuleWords rewrites the field names a rule mentions as flags.
@@ -49,7 +50,8 @@ load on the machine hits every mode alike:
                      record's fsync runs beside CreateTask
   dispatch-strict    Dispatch whose outcome is fsynced before it returns
   dispatch-batched   dispatch with --batch: concurrent calls share
-                     BatchCreateTasks requests
+                     BatchCreateTasks requests, up to --batch-in-flight
+                     per queue at once
   interval           Dispatch, outbox synced every 100ms
   memory             Dispatch without an outbox directory
   timer              ScheduleTimer in the default mode
@@ -93,6 +95,8 @@ rates need the in-process emulator.`,
 				return usagef("--concurrency 0 must be at least 1")
 			case cfg.Rounds == 0:
 				return usagef("--rounds 0 must be at least 1")
+			case cfg.BatchInFlight == 0:
+				return usagef("--batch-in-flight 0 must be at least 1")
 			case cmd.Flags().Changed("count") && cfg.Count == 0:
 				return usagef("--count 0 must be at least 1")
 			}
@@ -135,6 +139,7 @@ rates need the in-process emulator.`,
 	f.StringVar(&cfg.EmulatorAddr, "emulator", "", "host:port of a running emulator (default: one in-process, delivery disabled)")
 	f.StringVar(&cfg.OutboxDir, "outbox", "", "directory for the dispatch modes' outboxes, kept afterwards (default: a temporary directory, removed)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "delay the in-process emulator adds to every call, e.g. 10ms")
+	f.IntVar(&cfg.BatchInFlight, "batch-in-flight", cloudtasks.DefaultBatchInFlight, "dispatch-batched: most requests in flight per queue")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "tasks per batch-bare request, 1 to 100 (default: --concurrency, at most 100)")
 	f.BoolVar(&jsonOut, "json", false, "print the results as JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (read it with go tool pprof)")

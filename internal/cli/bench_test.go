@@ -30,7 +30,7 @@ func TestBenchTable(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
 	require.Len(t, lines, 2+9)
-	require.Equal(t, fmt.Sprintf("8 calls per mode in 2 rounds, 2 concurrent callers, payload 0 B, duplicate ratio 0.25, fault rate 0, commit-then-fail rate 0, emulator latency 0s, batch-bare size 2, emulator in-process, GOMAXPROCS %d",
+	require.Equal(t, fmt.Sprintf("8 calls per mode in 2 rounds, 2 concurrent callers, payload 0 B, duplicate ratio 0.25, fault rate 0, commit-then-fail rate 0, emulator latency 0s, batch-bare size 2, batch in flight 4, emulator in-process, GOMAXPROCS %d",
 		runtime.GOMAXPROCS(0)), lines[0])
 	require.Equal(t, []string{"mode", "ops", "errors", "ops/s", "p50", "p99", "allocs/op", "cpu", "s/1k", "vs", "create-bare", "vs", "batch-bare"}, strings.Fields(lines[1]))
 	var modes []string
@@ -156,6 +156,8 @@ func TestBenchInvalidFlags(t *testing.T) {
 		{"count and duration", []string{"bench", "--count", "100", "--duration", "1s"}, "--count 100 and --duration exclude each other; give one"},
 		{"fewer calls than rounds", []string{"bench", "--count", "3", "--rounds", "4"}, "--count 3 is below --rounds (4); every round needs a call"},
 		{"zero rounds", []string{"bench", "--rounds", "0"}, "--rounds 0 must be at least 1"},
+		{"zero batch in flight", []string{"bench", "--batch-in-flight", "0"}, "--batch-in-flight 0 must be at least 1"},
+		{"negative batch in flight", []string{"bench", "--batch-in-flight", "-2"}, "--batch-in-flight -2 must be at least 1"},
 		{"unknown mode", []string{"bench", "--mode", "create-bare,fast"}, "--mode fast is not a mode; allowed: all, create-bare, batch-bare, dispatch, dispatch-strict, dispatch-batched, interval, memory, timer, naming"},
 		{"negative payload", []string{"bench", "--payload-size", "-1"}, "--payload-size -1 must not be negative"},
 		{"payload too large", []string{"bench", "--payload-size", "2000000"}, "--payload-size 2000000 exceeds 1000000 bytes (Cloud Tasks allows 1 MiB per task)"},

@@ -34,6 +34,7 @@ type connFlags struct {
 	emulatorFromEnv string
 	durability      string
 	batch           bool
+	batchInFlight   int
 }
 
 // registerModes adds the flags that choose how calls are recorded and
@@ -43,6 +44,7 @@ func (c *connFlags) registerModes(cmd *cobra.Command, batch bool) {
 	f.StringVar(&c.durability, "durability", "", "with --outbox: overlapped (default: the pending record's fsync runs beside the Cloud Tasks call), strict (the outcome is fsynced before the answer) or interval (synced every 100ms; survives a process crash, not a machine crash)")
 	if batch {
 		f.BoolVar(&c.batch, "batch", false, "let concurrent requests to one queue share BatchCreateTasks calls (up to 100 tasks each; with --from and --concurrency)")
+		f.IntVar(&c.batchInFlight, "batch-in-flight", cloudtasks.DefaultBatchInFlight, "with --batch: most requests in flight per queue")
 	}
 }
 
@@ -79,6 +81,9 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) 
 			return nil, usagef("%s is required", req.name)
 		}
 	}
+	if c.batch && c.batchInFlight < 1 {
+		return nil, usagef("--batch-in-flight %d must be at least 1", c.batchInFlight)
+	}
 	var durability cloudtasks.Durability
 	if c.durability != "" {
 		d, err := cloudtasks.ParseDurability(c.durability)
@@ -92,7 +97,7 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) 
 	}
 	return c.connect(ctx, env, cloudtasks.Config{
 		Project: c.project, Location: c.location, Queue: c.queue,
-		Durability: durability, Batch: c.batch,
+		Durability: durability, Batch: c.batch, BatchInFlight: c.batchInFlight,
 	})
 }
 
@@ -352,7 +357,8 @@ least as pending (recover finishes it); strict also makes the outcome
 durable before answering; interval syncs every 100ms and survives a
 process crash only. --batch lets concurrent requests (--from with
 --concurrency) share BatchCreateTasks calls; each request still gets its
-own outcome.
+own outcome. --batch-in-flight N bounds the requests one queue has in
+flight meanwhile (default 4).
 
 --from FILE reads one JSON object per line with the fields run, task,
 attempt (a number or a string of digits), key, unique, queue, url, method,
