@@ -270,3 +270,32 @@ func TestManifestOfLargeOutbox(t *testing.T) {
 	require.Len(t, listed, rep.Files)
 	t.Logf("manifest %s: %s, %d files, %d row groups", rep.Path, rep.Action, rep.Files, rep.RowGroups)
 }
+
+// IDs longer than the page index's bounds (and sharing a long prefix) are
+// still found through the manifest: the row-group bounds it keeps must be
+// the IDs themselves, never truncated ones that would rule out the largest.
+func TestManifestBoundsOfLongIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	opts := b.options(procA)
+	o, err := Open(ctx, opts)
+	require.NoError(t, err)
+	run := strings.Repeat("r", 100)
+	var recs []Record
+	for i := range 50 {
+		rec := dispatchRec(run, fmt.Sprintf("t%s%03d", strings.Repeat("k", 90), i), "1", StatusCreated)
+		recs = append(recs, rec)
+		require.NoError(t, o.Append(ctx, rec))
+	}
+	require.NoError(t, o.Flush(ctx))
+	st, err := o.Compact(ctx, CompactOptions{Tables: []Table{TableDispatch}})
+	require.NoError(t, err)
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
+	require.NoError(t, o.Close())
+
+	r := readOnly(t, b, opts)
+	for _, rec := range recs {
+		lookupBoth(t, r, rec)
+	}
+}
