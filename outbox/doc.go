@@ -51,7 +51,9 @@
 // their view of other processes is at most Options.RefreshInterval old, and
 // Latest answers an ID this process wrote from memory alone. A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
-// a small fraction of a large file. Files are sorted by ID. A damaged or
+// a small fraction of a large file; a Query with Summary set reads only the
+// columns of a status view (ID, cloud_task_id, status, error code, calls,
+// times, processor), sparing a page of each other column. Files are sorted by ID. A damaged or
 // foreign file is logged with its path and the reason, listed by Damaged,
 // and skipped; it never hides the other files.
 //

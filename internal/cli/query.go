@@ -186,6 +186,7 @@ exit status is 3.`,
 				return usagef("--format %q unknown; allowed: table, json, csv", format)
 			}
 			q.History = history
+			q.Summary = format == "table" // the table shows no more than a summary
 			ctx := cmd.Context()
 			o, err := openOutbox(ctx, env, dir, true)
 			if err != nil {
