@@ -132,11 +132,20 @@ func (fs *fileSet) relist(ctx context.Context) error {
 	}
 	fs.mu.Unlock()
 	listedAt := fs.clock.Now()
+	// The manifest is read while the files are listed: each of its
+	// entries is checked against the listing, so which is read first does
+	// not matter.
+	var m manifestView
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		m = fs.loadManifest(ctx)
+	}()
 	entries, err := fs.store.list(ctx, fs.table)
+	<-loaded
 	if err != nil {
 		return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
 	}
-	m := fs.loadManifest(ctx)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m
