@@ -82,7 +82,10 @@
 // and Compact refreshes it every run, also when every partition was
 // untouched, reporting what it did in TableCompaction.Manifest. Files
 // already open (a long-running dispatcher) are read the usual way, with
-// their bloom filters in memory.
+// their bloom filters in memory. To save time, a lookup reads the manifest,
+// probes and opens its candidates while the files are being listed; what
+// it decided about a file is kept only if the listing then shows the
+// version the manifest describes.
 //
 // # Trust
 //
