@@ -251,18 +251,9 @@ func TestFindFieldsReadsOnlyTheirColumns(t *testing.T) {
 	require.NoError(t, writeParquet(path, TableDispatch, recs))
 	id := "dispatch:run123:task45:1"
 	find := func(fields []field) (Record, int64) {
-		f, err := os.Open(path)
-		require.NoError(t, err)
-		st, err := f.Stat()
-		require.NoError(t, err)
-		cf := &countingFile{File: f}
-		p, err := openParquet(path, TableDispatch, cf, st.Size())
-		require.NoError(t, err)
-		defer p.close()
-		got, err := p.find(fieldID, id, pqtable.FindOptions{Fields: fields})
-		require.NoError(t, err)
+		got, read, _ := lookupBytes(t, path, fieldID, id, pqtable.FindOptions{Fields: fields})
 		require.Len(t, got, 1)
-		return got[0], cf.n.Load()
+		return got[0], read
 	}
 	whole, wholeBytes := find(nil)
 	require.Equal(t, "run123", whole.RunID)
