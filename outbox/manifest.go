@@ -219,11 +219,16 @@ type prefetched map[string]*probe
 // fld, taking each at the size and modification time the manifest states,
 // and opens those to be read: the work a lookup does after listing,
 // done while the files are listed. Files open already, or known bad, are
-// left to the usual way.
+// left to the usual way; so are names a listing never gives (outside the
+// table's directory or its partitions, hidden), which a foreign manifest
+// might hold.
 func (fs *fileSet) prefetch(ctx context.Context, m manifestView, fld field, value string) prefetched {
 	var probes []*probe
 	fs.mu.Lock()
 	for name, mf := range m {
+		if _, _, ok := splitName(name); !ok {
+			continue // not a name a listing gives: never opened on the manifest's word
+		}
 		e := storeEntry{name: name, size: mf.Size, modTime: time.Unix(0, mf.ModTime)}
 		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
 			continue

@@ -202,6 +202,38 @@ func TestFileRewrittenInPlaceIsReadWhole(t *testing.T) {
 	require.Empty(t, got)
 }
 
+// TestPrefetchTakesOnlyTableFileNames checks that the files a lookup
+// opens before the listing is in are named as a listing names them: a
+// manifest naming a file elsewhere gets nothing opened.
+func TestPrefetchTakesOnlyTableFileNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	manifestDays(t, b, b.options(procA))
+	o := readOnly(t, b, b.options(""))
+	m, err := readManifest(ctx, o.store, TableDispatch)
+	require.NoError(t, err)
+	var want []string
+	for name := range m {
+		want = append(want, name)
+	}
+	for _, name := range want {
+		mf := m[name]
+		for _, bad := range []string{"../" + name, "other/" + name, "created_date=2026-01-01/../../x.parquet", "created_date=2026-01-01/.x.parquet"} {
+			cp := *mf
+			cp.Name = bad
+			m[bad] = &cp
+		}
+	}
+	pre := o.files[TableDispatch].prefetch(ctx, m, fieldID, "dispatch:r1:t07:1")
+	defer pre.close()
+	var got []string
+	for name := range pre {
+		got = append(got, name)
+	}
+	require.ElementsMatch(t, want, got)
+}
+
 func TestUnusableManifestIsIgnoredWithOneLogLine(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
