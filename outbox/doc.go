@@ -58,7 +58,9 @@
 // their view of other processes is at most Options.RefreshInterval old, and
 // Latest answers an ID this process wrote from memory alone. A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
-// a small fraction of a large file. Files are sorted by ID. A damaged or
+// a small fraction of a large file; a Query with Summary set reads only the
+// columns of a status view (ID, cloud_task_id, status, error code, calls,
+// times, processor), sparing a page of each other column. Files are sorted by ID. A damaged or
 // foreign file is logged with its path and the reason, listed by Damaged,
 // and skipped; it never hides the other files.
 //
@@ -87,7 +89,10 @@
 // and Compact refreshes it every run, also when every partition was
 // untouched, reporting what it did in TableCompaction.Manifest. Files
 // already open (a long-running dispatcher) are read the usual way, with
-// their bloom filters in memory.
+// their bloom filters in memory. To save time, a lookup reads the manifest,
+// probes and opens its candidates while the files are being listed; what
+// it decided about a file is kept only if the listing then shows the
+// version the manifest describes.
 //
 // # Trust
 //

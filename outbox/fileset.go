@@ -84,7 +84,7 @@ func isDataFile(name string) bool {
 // acquire refreshes the set and returns the current files, each held until
 // release is called.
 func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
-	if err := fs.relist(ctx); err != nil {
+	if err := fs.relist(ctx, nil); err != nil {
 		return nil, err
 	}
 	fs.mu.Lock()
@@ -96,15 +96,22 @@ func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
 // acquireFor is acquire for a lookup of value in column fld (the ID or
 // cloud_task_id): files the table's manifest rules out are neither opened
 // nor returned, and the admission of each file returned says which of its
-// row groups may hold value (nil: all).
+// row groups may hold value (nil: all). When the files are listed anew,
+// the manifest's candidates are probed and opened while the listing is
+// under way (see prefetch), and kept only where the listing shows the
+// version the manifest describes.
 func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*openFile, map[string]*admission, error) {
-	if err := fs.relist(ctx); err != nil {
+	var pre prefetched
+	err := fs.relist(ctx, func(m manifestView) { pre = fs.prefetch(ctx, m, fld, value) })
+	if err != nil {
+		pre.close()
 		return nil, nil, err
 	}
 	fs.mu.Lock()
 	listed, m := fs.listed, fs.manifest
 	if m == nil {
 		defer fs.mu.Unlock()
+		pre.close()
 		fs.openListedLocked(ctx, nil)
 		return fs.holdLocked(nil), nil, nil
 	}
@@ -115,16 +122,19 @@ func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*
 		}
 	}
 	fs.mu.Unlock()
-	want := fs.probeManifest(ctx, listed, m, open, fld, value)
+	want := fs.probeManifest(ctx, listed, m, open, fld, value, pre)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.adoptLocked(pre, want)
 	fs.openListedLocked(ctx, want)
 	return fs.holdLocked(want), want, nil
 }
 
 // relist lists the files again unless the last listing is recent enough,
-// forgets files no longer listed, and reloads the table's manifest.
-func (fs *fileSet) relist(ctx context.Context) error {
+// forgets files no longer listed, and reloads the table's manifest. When
+// it lists and a manifest is there, early (unless nil) is called with it
+// while the listing is still under way.
+func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
 	fs.mu.Lock()
 	if !fs.stale && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
 		fs.mu.Unlock()
@@ -132,11 +142,24 @@ func (fs *fileSet) relist(ctx context.Context) error {
 	}
 	fs.mu.Unlock()
 	listedAt := fs.clock.Now()
-	entries, err := fs.store.list(ctx, fs.table)
+	// The files are listed while the manifest is read (and used): each
+	// of its entries is checked against the listing afterwards, so which
+	// comes first does not matter.
+	var entries []storeEntry
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		entries, err = fs.store.list(ctx, fs.table)
+	}()
+	m := fs.loadManifest(ctx)
+	if m != nil && early != nil {
+		early(m)
+	}
+	<-done
 	if err != nil {
 		return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
 	}
-	m := fs.loadManifest(ctx)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m

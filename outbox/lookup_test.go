@@ -195,3 +195,69 @@ func TestPendingLargeOutbox(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("Pending: %d records in %v", len(got), time.Since(start))
 }
+
+// TestLookupSummary checks that a Summary lookup returns exactly the
+// summary fields of what a full lookup returns, by ID, by cloud_task_id
+// and by run, with history and without, from Parquet files and from a
+// log, in both tables.
+func TestLookupSummary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	pending := dispatchRec("run1", "extract", "1", StatusPending)
+	pending.CreatedAt = t0
+	failed := pending
+	failed.Status, failed.ErrorCode, failed.CreateCalls = StatusFailed, "PERMISSION_DENIED", 3
+	timer := timerRec("run1", "extract", t0.Add(time.Hour), StatusCreated)
+	o, _ := b.openWith(t, pending, failed, timer)
+	unflushed := dispatchRec("run1", "load", "1", StatusCreated) // stays in the log
+	require.NoError(t, o.Append(ctx, unflushed))
+	for _, q := range []Query{
+		{ID: failed.ID}, {ID: failed.ID, History: true}, {CloudTaskID: failed.CloudTaskID},
+		{ID: timer.ID, Table: TableTimers}, {RunID: "run1"}, {RunID: "run1", History: true},
+		{ID: unflushed.ID},
+	} {
+		full, err := o.Lookup(ctx, q)
+		require.NoError(t, err)
+		require.NotEmpty(t, full, "%+v", q)
+		q.Summary = true
+		got, err := o.Lookup(ctx, q)
+		require.NoError(t, err)
+		want := make([]Record, len(full))
+		for i := range full {
+			require.NotEmpty(t, full[i].Queue)
+			want[i] = Record{Table: full[i].Table, ID: full[i].ID, CloudTaskID: full[i].CloudTaskID, Status: full[i].Status,
+				ErrorCode: full[i].ErrorCode, CreateCalls: full[i].CreateCalls, UpdatedAt: full[i].UpdatedAt,
+				DueAt: full[i].DueAt, ProcessorUUID: full[i].ProcessorUUID}
+		}
+		require.Equal(t, want, got, "%+v", q)
+	}
+}
+
+// TestFindFieldsReadsOnlyTheirColumns checks that a find limited to some
+// fields fills only those (and the searched one) and reads less of the
+// file than a find of whole rows.
+func TestFindFieldsReadsOnlyTheirColumns(t *testing.T) {
+	t.Parallel()
+	recs := make([]Record, 0, 20_000)
+	for i := range cap(recs) {
+		r := dispatchRec(fmt.Sprintf("run%d", i/100), fmt.Sprintf("task%d", i%100), "1", StatusCreated)
+		r.PayloadSHA256 = fmt.Sprintf("%064x", uint64(i)*0x9E3779B97F4A7C15)
+		r.CreatedAt, r.UpdatedAt = t0.Add(time.Duration(i)*time.Second), t0.Add(time.Duration(i)*time.Second)
+		recs = append(recs, r)
+	}
+	sortRecords(recs)
+	path := filepath.Join(t.TempDir(), "t.parquet")
+	require.NoError(t, writeParquet(path, TableDispatch, recs))
+	id := "dispatch:run123:task45:1"
+	find := func(fields []field) (Record, int64) {
+		got, read, _ := lookupBytes(t, path, fieldID, id, pqtable.FindOptions{Fields: fields})
+		require.Len(t, got, 1)
+		return got[0], read
+	}
+	whole, wholeBytes := find(nil)
+	require.Equal(t, "run123", whole.RunID)
+	part, partBytes := find([]field{fieldStatus, fieldUpdatedAt})
+	require.Equal(t, Record{Table: TableDispatch, ID: id, Status: StatusCreated, Kind: "dispatch", UpdatedAt: whole.UpdatedAt}, part)
+	require.Less(t, partBytes, wholeBytes)
+}

@@ -146,16 +146,11 @@ func manifestWhere(s tableStore, t Table) string {
 // 32-byte block of a bloom filter bitset; a file it does not know, or that
 // cannot be probed, is read whole (nil admit) as without a manifest.
 // Files in open are already open, with their filters possibly in memory:
-// they are read the usual way. On a bucket, where each block is a round
-// trip, files are probed concurrently.
-func (fs *fileSet) probeManifest(ctx context.Context, listed []storeEntry, m manifestView, open map[string]bool, fld field, value string) map[string]*admission {
+// they are read the usual way. A file pre probed already, as the manifest
+// describes it, is not probed again. On a bucket, where each block is a
+// round trip, files are probed concurrently.
+func (fs *fileSet) probeManifest(ctx context.Context, listed []storeEntry, m manifestView, open map[string]bool, fld field, value string, pre prefetched) map[string]*admission {
 	want := make(map[string]*admission, len(listed))
-	type probe struct {
-		e     storeEntry
-		mf    *pqtable.ManifestFile
-		admit *admission
-		read  bool
-	}
 	var probes []*probe
 	for _, e := range listed {
 		mf := m.entry(e)
@@ -163,24 +158,118 @@ func (fs *fileSet) probeManifest(ctx context.Context, listed []storeEntry, m man
 			want[e.name] = nil
 			continue
 		}
+		if p := pre[e.name]; p != nil && p.mf == mf {
+			p.listed = true
+			if p.read {
+				want[e.name] = p.admit
+			}
+			continue
+		}
 		probes = append(probes, &probe{e: e, mf: mf})
 	}
-	h := pqtable.Hash(value)
-	var g errgroup.Group
-	g.SetLimit(fs.probeConcurrency())
-	for _, p := range probes {
-		g.Go(func() error {
-			p.read, p.admit = fs.probeFile(ctx, p.e, p.mf, fld, value, h)
-			return nil
-		})
-	}
-	_ = g.Wait()
+	fs.runProbes(ctx, probes, fld, value, false)
 	for _, p := range probes {
 		if p.read {
 			want[p.e.name] = p.admit
 		}
 	}
 	return want
+}
+
+// probe is the decision about one file the manifest describes.
+type probe struct {
+	e     storeEntry
+	mf    *pqtable.ManifestFile
+	admit *admission
+	read  bool
+	// Set by prefetch: the file opened, and whether the listing then
+	// showed the version the manifest describes.
+	p      *pqFile
+	listed bool
+}
+
+// runProbes probes the files, concurrently on a bucket; with open, it also
+// opens each file to be read (a failure to is left to the usual open, which
+// reports it).
+func (fs *fileSet) runProbes(ctx context.Context, probes []*probe, fld field, value string, open bool) {
+	h := pqtable.Hash(value)
+	var g errgroup.Group
+	g.SetLimit(fs.probeConcurrency())
+	for _, p := range probes {
+		g.Go(func() error {
+			p.read, p.admit = fs.probeFile(ctx, p.e, p.mf, fld, value, h)
+			if open && p.read {
+				if f, err := fs.open(ctx, p.e.name); err == nil && f.size != p.e.size {
+					f.close()
+				} else if err == nil {
+					p.p = f
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// prefetched holds, by file name, what a lookup decided and opened from
+// the manifest alone while the files were being listed.
+type prefetched map[string]*probe
+
+// prefetch probes the files of manifest m for a lookup of value in column
+// fld, taking each at the size and modification time the manifest states,
+// and opens those to be read: the work a lookup does after listing,
+// done while the files are listed. Files open already, or known bad, are
+// left to the usual way; so are names a listing never gives (outside the
+// table's directory or its partitions, hidden), which a foreign manifest
+// might hold.
+func (fs *fileSet) prefetch(ctx context.Context, m manifestView, fld field, value string) prefetched {
+	var probes []*probe
+	fs.mu.Lock()
+	for name, mf := range m {
+		if _, _, ok := splitName(name); !ok {
+			continue // not a name a listing gives: never opened on the manifest's word
+		}
+		e := storeEntry{name: name, size: mf.Size, modTime: time.Unix(0, mf.ModTime)}
+		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
+			continue
+		}
+		if b, ok := fs.bad[name]; ok && b.size == e.size && b.modTime.Equal(e.modTime) {
+			continue
+		}
+		probes = append(probes, &probe{e: e, mf: mf})
+	}
+	fs.mu.Unlock()
+	fs.runProbes(ctx, probes, fld, value, true)
+	pre := make(prefetched, len(probes))
+	for _, p := range probes {
+		pre[p.e.name] = p
+	}
+	return pre
+}
+
+// close closes the files opened and not adopted.
+func (pre prefetched) close() {
+	for _, p := range pre {
+		if p.p != nil {
+			p.p.close()
+			p.p = nil
+		}
+	}
+}
+
+// adoptLocked keeps the files prefetch opened that the lookup reads and
+// the listing showed as the manifest describes them, and closes the rest.
+func (fs *fileSet) adoptLocked(pre prefetched, want map[string]*admission) {
+	for name, p := range pre {
+		if p.p == nil {
+			continue
+		}
+		if _, wanted := want[name]; wanted && p.listed && fs.files[name] == nil {
+			fs.files[name] = &openFile{pqFile: p.p, modTime: p.e.modTime}
+			p.p = nil
+		}
+	}
+	pre.close()
 }
 
 // admission is the row groups of a file a lookup reads; nil means all.

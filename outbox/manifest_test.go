@@ -169,6 +169,71 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	require.FileExists(t, fresh)
 }
 
+// TestFileRewrittenInPlaceIsReadWhole rewrites a file the manifest lists
+// under the same name, with IDs the manifest rules out for it: a lookup
+// decides from the manifest while the files are listed, and must take the
+// listing's word that this is another version of the file.
+func TestFileRewrittenInPlaceIsReadWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	manifestDays(t, b, b.options(procA))
+	files, err := filepath.Glob(filepath.Join(b.root, string(TableDispatch), "created_date=*", "*.parquet"))
+	require.NoError(t, err)
+	require.Len(t, files, 3)
+	moved := dispatchRec("r9", "moved", "1", StatusCreated)
+	moved.CreatedAt, moved.UpdatedAt = t0, t0
+	require.NoError(t, writeParquet(files[1], TableDispatch, []Record{moved}))
+	later := b.clock.Now().Add(time.Hour)
+	require.NoError(t, os.Chtimes(files[1], later, later))
+
+	for _, q := range []Query{{ID: moved.ID}, {CloudTaskID: moved.CloudTaskID}, {ID: moved.ID, Summary: true}} {
+		o := readOnly(t, b, b.options(""))
+		got, err := o.Lookup(ctx, q)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "%+v", q)
+		require.Equal(t, moved.ID, got[0].ID)
+		require.Equal(t, 1, o.files[TableDispatch].openFiles(), "%+v", q)
+	}
+	// An ID of the file as the manifest knew it is gone with that version.
+	o := readOnly(t, b, b.options(""))
+	got, err := o.Lookup(ctx, Query{ID: "dispatch:r1:t07:1"})
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+// TestPrefetchTakesOnlyTableFileNames checks that the files a lookup
+// opens before the listing is in are named as a listing names them: a
+// manifest naming a file elsewhere gets nothing opened.
+func TestPrefetchTakesOnlyTableFileNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	manifestDays(t, b, b.options(procA))
+	o := readOnly(t, b, b.options(""))
+	m, err := readManifest(ctx, o.store, TableDispatch)
+	require.NoError(t, err)
+	var want []string
+	for name := range m {
+		want = append(want, name)
+	}
+	for _, name := range want {
+		mf := m[name]
+		for _, bad := range []string{"../" + name, "other/" + name, "created_date=2026-01-01/../../x.parquet", "created_date=2026-01-01/.x.parquet"} {
+			cp := *mf
+			cp.Name = bad
+			m[bad] = &cp
+		}
+	}
+	pre := o.files[TableDispatch].prefetch(ctx, m, fieldID, "dispatch:r1:t07:1")
+	defer pre.close()
+	var got []string
+	for name := range pre {
+		got = append(got, name)
+	}
+	require.ElementsMatch(t, want, got)
+}
+
 func TestUnusableManifestIsIgnoredWithOneLogLine(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

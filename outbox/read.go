@@ -24,6 +24,23 @@ type Query struct {
 	// History returns every recorded state instead of only the latest per
 	// ID. History is kept until compaction folds it.
 	History bool
+	// Summary returns records with only the fields a status view shows:
+	// Table, ID, CloudTaskID, Status, ErrorCode, CreateCalls, UpdatedAt,
+	// DueAt and ProcessorUUID; the others are empty. The Parquet columns
+	// of the others are not read, which makes a lookup cheaper.
+	Summary bool
+}
+
+// summaryFields are the columns a Summary lookup reads: those its records
+// keep, and those deciding whether a row is trusted and which state is
+// the latest.
+var summaryFields = []field{fieldID, fieldCloudTaskID, fieldStatus, pqtable.FieldErrorCode,
+	pqtable.FieldCreateCalls, fieldUpdatedAt, pqtable.FieldDueAt, fieldProcessor}
+
+// summary returns the fields of r a Summary lookup keeps.
+func (r *Record) summary() Record {
+	return Record{Table: r.Table, ID: r.ID, CloudTaskID: r.CloudTaskID, Status: r.Status, ErrorCode: r.ErrorCode,
+		CreateCalls: r.CreateCalls, UpdatedAt: r.UpdatedAt, DueAt: r.DueAt, ProcessorUUID: r.ProcessorUUID}
 }
 
 func (q Query) validate() error {
@@ -129,7 +146,13 @@ func (o *Outbox) Lookup(ctx context.Context, q Query) ([]Record, error) {
 			return nil, err
 		}
 	}
-	return arrange(all, q.History), nil
+	all = arrange(all, q.History)
+	if q.Summary {
+		for i := range all {
+			all[i] = all[i].summary()
+		}
+	}
+	return all, nil
 }
 
 // arrange sorts records, drops exact duplicates (a record may be seen in a
@@ -196,6 +219,10 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 	}
 	fld, val := q.field()
 	fs := o.files[t]
+	var fields []field
+	if q.Summary {
+		fields = summaryFields
+	}
 	acquire := func(ctx context.Context) ([]*openFile, map[string]*admission, error) {
 		if fld == fieldID || fld == fieldCloudTaskID {
 			return fs.acquireFor(ctx, fld, val)
@@ -210,6 +237,7 @@ func (o *Outbox) search(ctx context.Context, t Table, q Query, own bool, fn func
 			// A compacted file holds one state per ID, and a cloud_task_id
 			// names one ID: the first match is the only one.
 			Unique: fld == fieldCloudTaskID && isCompacted(f),
+			Fields: fields,
 		})
 		recs = slices.DeleteFunc(recs, func(r Record) bool { return !r.trusted() })
 		if len(recs) > 0 {

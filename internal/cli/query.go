@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -91,7 +92,17 @@ func (j recordJSON) csvRow() []string {
 		j.CreatedAt, j.UpdatedAt, j.DueAt}
 }
 
+// writeRecords prints recs in format. The output is buffered and written
+// at once: the table writer alone would make a write call per cell.
 func writeRecords(w io.Writer, format string, recs []outbox.Record) error {
+	bw := bufio.NewWriter(w)
+	if err := formatRecords(bw, format, recs); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func formatRecords(w io.Writer, format string, recs []outbox.Record) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
@@ -186,6 +197,7 @@ exit status is 3.`,
 				return usagef("--format %q unknown; allowed: table, json, csv", format)
 			}
 			q.History = history
+			q.Summary = format == "table" // the table shows no more than a summary
 			ctx := cmd.Context()
 			o, err := openOutbox(ctx, env, dir, true)
 			if err != nil {

@@ -171,3 +171,31 @@ func TestQueryBucketURL(t *testing.T) {
 	require.Equal(t, "", stdout)
 	require.Equal(t, "ctdispatch: no record with run_id \"run1\" in mem://\n", stderr)
 }
+
+// countingWriter counts the write calls made to it.
+type countingWriter struct {
+	bytes.Buffer
+	calls int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.calls++
+	return w.Buffer.Write(p)
+}
+
+// TestQueryOutputIsOneWrite checks that records are printed in one write
+// call in every format: a query's output goes straight to a terminal or a
+// pipe, where each call is a system call.
+func TestQueryOutputIsOneWrite(t *testing.T) {
+	t.Parallel()
+	recs := []outbox.Record{
+		{Table: outbox.TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_x", Status: outbox.StatusCreated, CreateCalls: 1, UpdatedAt: cliT0, ProcessorUUID: cliProc},
+		{Table: outbox.TableDispatch, ID: "dispatch:run1:load:1", CloudTaskID: "d_y", Status: outbox.StatusFailed, ErrorCode: "PERMISSION_DENIED", UpdatedAt: cliT0, ProcessorUUID: cliProc},
+	}
+	for _, format := range []string{"table", "json", "csv"} {
+		var w countingWriter
+		require.NoError(t, writeRecords(&w, format, recs))
+		require.Equal(t, 1, w.calls, format)
+		require.Contains(t, w.String(), "dispatch:run1:load:1", format)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -415,6 +416,10 @@ type FindOptions struct {
 	// the search ends at the first match instead of reading the rest of
 	// the column chunk.
 	Unique bool
+	// Fields, when not nil, are the only fields of the rows returned
+	// that are filled (besides the searched one): the other columns are
+	// not read, which spares decoding a page of each.
+	Fields []Field
 }
 
 // Find returns every row whose column fld equals value. It skips row
@@ -458,7 +463,9 @@ func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error)
 		}
 		// The searched column's value is known: its page need not be
 		// read and decoded a second time.
-		rows, err := p.readRows(rg, rowsIdx, ci)
+		rows, err := p.readRows(rg, rowsIdx, func(c int) bool {
+			return c != ci && (o.Fields == nil || slices.Contains(o.Fields, p.cols[c].field))
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -587,20 +594,20 @@ func (p *File) ReadRows(rg int, idx []int64) (_ []Row, err error) {
 	if rg < 0 || rg >= len(groups) {
 		return nil, &Error{Reason: "reading rows", Err: fmt.Errorf("%w: no row group %d of %d", ErrDamaged, rg, len(groups))}
 	}
-	return p.readRows(groups[rg], idx, -1)
+	return p.readRows(groups[rg], idx, func(int) bool { return true })
 }
 
 // readRows reads whole rows at the given (ascending) indexes of a row
-// group, except leaf column skip (-1: none). It reads one column at a time, seeking through the offset index
+// group, from the leaf columns read accepts. It reads one column at a time, seeking through the offset index
 // and closing each column's page reader before the next, so only a page or
 // two is ever decoded in memory: reading all columns at once would hold a
 // page of every column, and in a short-lived process (the CLI) touching
 // that much fresh memory costs more than the reads.
-func (p *File) readRows(rg parquet.RowGroup, idx []int64, skip int) ([]Row, error) {
+func (p *File) readRows(rg parquet.RowGroup, idx []int64, read func(leaf int) bool) ([]Row, error) {
 	rows := make([]Row, len(idx))
 	vals := make([]parquet.Value, 256)
 	for ci, chunk := range rg.ColumnChunks() {
-		if ci >= len(p.cols) || p.cols[ci].field == FieldNone || ci == skip {
+		if ci >= len(p.cols) || p.cols[ci].field == FieldNone || !read(ci) {
 			continue
 		}
 		cc, ok := chunk.(*parquet.FileColumnChunk)
