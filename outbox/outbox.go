@@ -241,7 +241,11 @@ type Outbox struct {
 	clock     clockwork.Clock
 	lock      *os.File
 
-	reqs       chan *request
+	reqs chan *request
+	// sending is held shared by every send into reqs and taken by Close
+	// once quit is closed, so that after it no request can enter reqs
+	// unseen: whatever the writer left there is then answered ErrClosed.
+	sending    sync.RWMutex
 	quit       chan struct{}
 	writerDone chan struct{}
 	conv       chan convJob
@@ -631,6 +635,8 @@ func (o *Outbox) wait(ctx context.Context, req *request) error {
 }
 
 func (o *Outbox) send(ctx context.Context, req *request) error {
+	o.sending.RLock()
+	defer o.sending.RUnlock()
 	if o.closed.Load() {
 		return ErrClosed
 	}
@@ -670,7 +676,16 @@ func (o *Outbox) Close() error {
 		o.closed.Store(true)
 		if !o.opts.ReadOnly {
 			close(o.quit)
+			// Sends under way end now (quit is closed) and later ones see
+			// closed, so what is left in reqs after the writer is all there
+			// will be: a request queued while the writer was finishing is
+			// answered, never dropped (an AppendThen's callback always runs).
+			o.sending.Lock()
 			<-o.writerDone
+			for len(o.reqs) > 0 {
+				(<-o.reqs).answer(ErrClosed)
+			}
+			o.sending.Unlock()
 			close(o.conv)
 			<-o.convDone
 			if o.cur != nil {

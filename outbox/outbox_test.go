@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -578,4 +580,39 @@ func TestMemoryAppendThen(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, m.AppendThen(cancelled, dispatchRec("r", "t", "2", StatusCreated), func(err error) { got = append(got, err) }), context.Canceled)
 	require.Len(t, got, 1)
+}
+
+// Every AppendThen that Close races with is answered: accepted ones get
+// their callback (written, or ErrClosed), refused ones return an error and
+// never call back. A callback left uncalled would leave a dispatcher's
+// flight in its table for good.
+func TestAppendThenRacingCloseAlwaysCallsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for round := range 40 {
+		b := setup(t)
+		o := b.open(t, procA)
+		var accepted, called atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					rec := dispatchRec(fmt.Sprintf("r%d", round), fmt.Sprintf("g%d-%d", g, i), "1", StatusCreated)
+					if err := o.AppendThen(ctx, rec, func(error) { called.Add(1) }); err != nil {
+						require.ErrorIs(t, err, ErrClosed)
+						return
+					}
+					accepted.Add(1)
+				}
+			}()
+		}
+		for accepted.Load() < int64(round*25) {
+			runtime.Gosched() // close at a different point of the stream each round
+		}
+		require.NoError(t, o.Close())
+		wg.Wait()
+		require.Equal(t, accepted.Load(), called.Load(), "round %d: accepted appends whose callback never ran", round)
+	}
 }
