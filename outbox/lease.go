@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -31,16 +32,21 @@ import (
 // tables, where no engine reading the tables sees them.
 const leaseDir = "_leases"
 
-// leaseStore keeps the small objects leases are made of. Keys are
-// relative to the root and use "/".
+// maxLeaseBytes bounds what is read as a lease: a few hundred bytes of
+// JSON in practice.
+const maxLeaseBytes = 64 << 10
+
+// leaseStore keeps small objects beside the tables: leases and manifests.
+// Keys are relative to the root and use "/".
 type leaseStore interface {
 	// putNew writes data under key only if nothing is there; created is
 	// false if something was.
 	putNew(ctx context.Context, key string, data []byte) (created bool, err error)
 	// put writes data under key, replacing what was there.
 	put(ctx context.Context, key string, data []byte) error
-	// get reads key.
-	get(ctx context.Context, key string) ([]byte, error)
+	// get reads key, which must be a regular file (never a pipe or a
+	// device) of at most max bytes; a larger one is errObjectTooLarge.
+	get(ctx context.Context, key string, max int64) ([]byte, error)
 	// keys lists the keys that start with prefix.
 	keys(ctx context.Context, prefix string) ([]string, error)
 	// del removes key; a missing key is not an error.
@@ -88,8 +94,27 @@ func (s localStore) put(_ context.Context, key string, data []byte) error {
 	return w.commit()
 }
 
-func (s localStore) get(_ context.Context, key string) ([]byte, error) {
-	return os.ReadFile(s.leasePath(key))
+// errObjectTooLarge is get's answer for an object over its bound.
+var errObjectTooLarge = errors.New("object too large")
+
+func tooLarge(size, max int64) error {
+	return fmt.Errorf("%w: %d bytes (at most %d)", errObjectTooLarge, size, max)
+}
+
+func (s localStore) get(_ context.Context, key string, max int64) ([]byte, error) {
+	f, st, err := openRegular(s.leasePath(key))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size() > max {
+		return nil, tooLarge(st.Size(), max)
+	}
+	data := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 func (s localStore) keys(_ context.Context, prefix string) ([]string, error) {
@@ -133,12 +158,19 @@ func (s *blobStore) put(ctx context.Context, key string, data []byte) error {
 	return s.bucket.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "application/json"})
 }
 
-func (s *blobStore) get(ctx context.Context, key string) ([]byte, error) {
-	data, err := s.bucket.ReadAll(ctx, key)
+func (s *blobStore) get(ctx context.Context, key string, max int64) ([]byte, error) {
+	r, err := s.bucket.NewReader(ctx, key, nil)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		return nil, fmt.Errorf("%w: %v", os.ErrNotExist, err)
 	}
-	return data, err
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if r.Size() > max {
+		return nil, tooLarge(r.Size(), max)
+	}
+	return io.ReadAll(io.LimitReader(r, max))
 }
 
 func (s *blobStore) keys(ctx context.Context, prefix string) ([]string, error) {
@@ -210,7 +242,7 @@ func newestLease(ctx context.Context, s leaseStore, prefix string) (seq uint64, 
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] > seqs[j] })
 	seq = seqs[0]
-	data, err := s.get(ctx, leaseKey(prefix, seq))
+	data, err := s.get(ctx, leaseKey(prefix, seq), maxLeaseBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return seq, leaseBody{Released: true}, true, nil
 	}

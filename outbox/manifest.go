@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
@@ -48,20 +46,13 @@ func (m manifestView) entry(e storeEntry) *pqtable.ManifestFile {
 // is not one this package wrote for t. Only a regular file is read, and
 // never more than maxManifestBytes.
 func readManifest(ctx context.Context, s tableStore, t Table) (manifestView, error) {
-	var data []byte
-	var err error
-	switch s := s.(type) {
-	case localStore:
-		data, err = readLocalManifest(s.leasePath(manifestKey(t)))
-	case *blobStore:
-		data, err = readBlobManifest(ctx, s.bucket, manifestKey(t))
-	default:
+	data, err := s.get(ctx, manifestKey(t), maxManifestBytes)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	case errors.Is(err, errObjectTooLarge):
+		return nil, fmt.Errorf("%w: %v", pqtable.ErrManifest, err)
+	case err != nil:
 		return nil, err
 	}
 	m, err := pqtable.UnmarshalManifest(data, string(t))
@@ -73,37 +64,6 @@ func readManifest(ctx context.Context, s tableStore, t Table) (manifestView, err
 		v[m.Files[i].Name] = &m.Files[i]
 	}
 	return v, nil
-}
-
-func readLocalManifest(p string) ([]byte, error) {
-	f, st, err := openRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st.Size() > maxManifestBytes {
-		return nil, fmt.Errorf("%w: %d bytes (at most %d)", pqtable.ErrManifest, st.Size(), maxManifestBytes)
-	}
-	data := make([]byte, st.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, err
-	}
-	return data, nil
-}
-
-func readBlobManifest(ctx context.Context, b *blob.Bucket, key string) ([]byte, error) {
-	r, err := b.NewReader(ctx, key, nil)
-	if err != nil {
-		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, fmt.Errorf("%w: %v", os.ErrNotExist, err)
-		}
-		return nil, err
-	}
-	defer r.Close()
-	if r.Size() > maxManifestBytes {
-		return nil, fmt.Errorf("%w: %d bytes (at most %d)", pqtable.ErrManifest, r.Size(), maxManifestBytes)
-	}
-	return io.ReadAll(io.LimitReader(r, maxManifestBytes))
 }
 
 // writeManifest replaces table t's manifest atomically: a temporary file
