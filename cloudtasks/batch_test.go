@@ -70,7 +70,7 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	taken := request("run1", "t", 3, "x")
 	id, err := taken.ID()
 	require.NoError(t, err)
-	_, err = client.CreateTask(ctx, taken.Task.createRequest(testQueue, id.String(), id.CloudTaskID(), time.Now()))
+	_, err = client.CreateTask(ctx, taken.Task.createRequest(id, testQueue, time.Now()))
 	require.NoError(t, err)
 
 	first := dispatchAsync(ctx, d, request("run1", "t", 0, "x"))

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // benchConcurrency is the number of concurrent callers in the benchmarks.
@@ -51,30 +53,32 @@ func BenchmarkDispatch(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			_, err = client.CreateTask(context.Background(), task.createRequest(testQueue, id.String(), id.CloudTaskID(), time.Now()))
+			_, err = client.CreateTask(context.Background(), task.createRequest(id, testQueue, time.Now()))
 			return err
 		})
 	})
 	for _, mode := range []struct {
 		name       string
 		durability Durability
-	}{{"dispatch-overlapped", DurabilityOverlapped}, {"dispatch-strict", DurabilityStrict}, {"dispatch-memory-outbox", DurabilityMemory}} {
+		memory     bool
+	}{{"dispatch-overlapped", DurabilityOverlapped, false}, {"dispatch-strict", DurabilityStrict, false}, {"dispatch-memory-outbox", DurabilityOverlapped, true}} {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx := context.Background()
 			cfg := testConfig()
-			if mode.durability != DurabilityMemory {
-				box, err := outbox.Open(ctx, outbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+			var box outbox.Outbox = outbox.NewMemory(nil)
+			if !mode.memory {
+				pb, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 				require.NoError(b, err)
-				defer box.Close()
-				cfg.Outbox = box
+				defer pb.Close()
+				box = pb
 			}
 			cfg.Client, cfg.Durability = client, mode.durability
-			d, err := NewDispatcher(ctx, &cfg)
+			d, err := NewDispatcher(ctx, box, &cfg)
 			require.NoError(b, err)
 			defer d.Close(context.Background())
 			run := uuid.NewString()
 			runConcurrent(b, func(i int64) error {
-				_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: uint64(i)}, Task: task})
+				_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Attempt(uint64(i)), Task: task})
 				return err
 			})
 		})
@@ -89,12 +93,12 @@ func BenchmarkDispatchRatio(b *testing.B) {
 	emu := startEmulator(b)
 	client := emu.client(b)
 	ctx := context.Background()
-	box, err := outbox.Open(ctx, outbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(b, err)
 	defer box.Close()
 	cfg := testConfig()
-	cfg.Client, cfg.Outbox = client, box
-	d, err := NewDispatcher(ctx, &cfg)
+	cfg.Client = client
+	d, err := NewDispatcher(ctx, box, &cfg)
 	require.NoError(b, err)
 	defer d.Close(context.Background())
 	task := Task{URL: "https://worker.example/run", Body: []byte(`{"table":"orders","day":"2026-01-01"}`)}
@@ -133,12 +137,12 @@ func BenchmarkDispatchRatio(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			_, err = client.CreateTask(ctx, task.createRequest(testQueue, id.String(), id.CloudTaskID(), time.Now()))
+			_, err = client.CreateTask(ctx, task.createRequest(id, testQueue, time.Now()))
 			return err
 		})
 		run = uuid.NewString()
 		disp += round(per, func(i int) error {
-			_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: uint64(i)}, Task: task})
+			_, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Attempt(uint64(i)), Task: task})
 			return err
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/grpc/codes"
@@ -13,29 +14,77 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-// CancelResult is the answer to Cancel.
+// CancelOutcome says what a Cancel found.
+type CancelOutcome string
+
+// The outcomes of Cancel.
+const (
+	// CancelDeleted means this call deleted the task. Cloud Tasks then
+	// holds its name for a while (Config.NameHold): the same ID dispatched
+	// again meanwhile gets ErrNameHeld.
+	CancelDeleted CancelOutcome = "deleted"
+	// CancelAlreadyGone means the outbox knows the ID but its task no
+	// longer exists: it fired, was deleted before, or was never created.
+	CancelAlreadyGone CancelOutcome = "already_gone"
+	// CancelUnknown means neither the outbox nor Cloud Tasks knows the ID
+	// (a mistyped ID, say): nothing was deleted or recorded.
+	CancelUnknown CancelOutcome = "unknown"
+)
+
+// CancelResult is the answer to Cancel and CancelTimer.
 type CancelResult struct {
 	// ID is the internal ID.
 	ID string
 	// CloudTaskID is the Cloud Tasks task ID.
 	CloudTaskID string
-	// TaskName is the full task resource name.
+	// TaskName is the full task resource name the delete went to.
 	TaskName string
-	// Deleted is true when this call deleted the task, false when it was
-	// already gone (fired, deleted before, or never created).
-	Deleted bool
-	// NotFound is true when neither Cloud Tasks nor the outbox knows the ID
-	// (a mistyped ID, say): nothing was recorded.
-	NotFound bool
+	// Outcome says what happened.
+	Outcome CancelOutcome
 }
 
-// Cancel deletes the task named by id from queue (empty: the default queue)
-// and records it as cancelled. A task that is already gone is a success.
-// Transient errors are retried like CreateTask's.
-func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (CancelResult, error) {
-	if id.IsZero() {
-		return CancelResult{}, &RequestError{Field: "ID", Rule: "is the zero ID"}
+// CancelTimer cancels a timer: Cancel for a timer ID
+// (timer:retry:… or timer:heartbeat:…).
+func (d *Dispatcher) CancelTimer(ctx context.Context, timerID, queue string) (CancelResult, error) {
+	id, err := parseID("TimerID", timerID)
+	if err != nil {
+		return CancelResult{}, err
 	}
+	if !id.IsTimer() {
+		return CancelResult{}, &RequestError{Field: "TimerID", Value: shorten(timerID),
+			Rule: `is not a timer ID; allowed: "timer:retry:…" or "timer:heartbeat:…" (Cancel takes any ID)`}
+	}
+	return d.cancelID(ctx, id, queue)
+}
+
+// Cancel deletes the task of an internal ID (a dispatch or a timer) and
+// records the ID as cancelled. The task is deleted from the queue the
+// outbox recorded for the ID; queue may be empty, and when given must name
+// that queue. An ID the outbox does not know needs queue: the outbox
+// cannot say where its task is. A task that is already gone is a success
+// (CancelAlreadyGone). Transient errors are retried like CreateTask's.
+//
+// Errors: *RequestError before any call (a malformed ID, a queue that
+// differs from the record or is missing); *CallError (ErrCancelFailed)
+// when DeleteTask failed; *WaitError when ctx ended first.
+func (d *Dispatcher) Cancel(ctx context.Context, id, queue string) (CancelResult, error) {
+	nid, err := parseID("ID", id)
+	if err != nil {
+		return CancelResult{}, err
+	}
+	return d.cancelID(ctx, nid, queue)
+}
+
+// parseID reads an internal ID given in the request field field.
+func parseID(field, s string) (naming.ID, error) {
+	id, err := naming.Parse(s)
+	if err != nil {
+		return naming.ID{}, &RequestError{Field: field, Value: shorten(s), Rule: err.Error(), Err: err}
+	}
+	return id, nil
+}
+
+func (d *Dispatcher) cancelID(ctx context.Context, id naming.ID, queue string) (CancelResult, error) {
 	if queue != "" && !queuePattern.MatchString(queue) {
 		return CancelResult{}, &RequestError{Field: "Queue", Value: shorten(queue), Rule: "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]"}
 	}
@@ -48,7 +97,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, id naming.ID, queue string) (Ca
 	case errors.Is(err, ErrClosed):
 		return CancelResult{}, err
 	case err != nil:
-		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Err: err}
+		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Started: f != nil, Err: err}
 	}
 	return f.cancelled, f.err
 }
@@ -58,8 +107,27 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	ctx := workContext(leader)
 	start := d.clock.Now()
 	key := id.String()
-	queuePath := d.queueOf(queue)
-	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: queuePath + "/tasks/" + id.CloudTaskID()}
+	prev, known, err := d.box.Latest(ctx, outbox.TableOf(id), key)
+	if err != nil {
+		f.err = fmt.Errorf("cloudtasks: %s: read outbox: %w", key, err)
+		return
+	}
+	var queuePath string
+	switch {
+	case known && queue != "" && d.queueOf(queue) != prev.Queue:
+		f.err = &RequestError{Field: "Queue", Value: queue,
+			Rule: fmt.Sprintf("differs from the queue the outbox recorded for %s (%s); leave it empty or name that queue", key, prev.Queue)}
+		return
+	case known:
+		queuePath = prev.Queue
+	case queue == "":
+		f.err = &RequestError{Field: "Queue",
+			Rule: fmt.Sprintf("is required: the outbox has no record of %s, so it cannot tell which queue holds the task", key)}
+		return
+	default:
+		queuePath = d.queueOf(queue)
+	}
+	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: id.TaskName(queuePath)}
 	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context) error {
 		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
 		d.m.call(ctx, "DeleteTask", codeOf(err))
@@ -68,31 +136,85 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	code := codeOf(err)
 	switch {
 	case err == nil:
-		res.Deleted = true
+		res.Outcome = CancelDeleted
+	case code == codes.NotFound && !known:
+		res.Outcome = CancelUnknown
+		f.cancelled = res
+		return
 	case code == codes.NotFound:
+		res.Outcome = CancelAlreadyGone
+		if prev.Status == outbox.StatusCancelled {
+			// Nothing changed: the record of the earlier cancel, which may
+			// say that it deleted the task, stays the latest.
+			f.cancelled = res
+			return
+		}
 	default:
 		d.m.outcome(ctx, id.Kind().String(), "cancel_failed", d.clock.Since(start))
 		d.log.Warn("DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
 		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: Transient(code), Err: err}
 		return
 	}
-	prev, known, err := d.box.Latest(ctx, tableOf(id), key)
-	if err == nil && !known && !res.Deleted {
-		res.NotFound = true
-		f.cancelled = res
-		return
-	}
-	rec := baseRecord(id, queuePath)
+	rec := recordOf(id, queuePath)
 	rec.Status = outbox.StatusCancelled
+	if res.Outcome == CancelAlreadyGone {
+		rec.ErrorCode = codes.NotFound.String()
+	}
 	if known {
 		rec.CreatedAt, rec.CreateCalls, rec.PayloadSHA256 = prev.CreatedAt, prev.CreateCalls, prev.PayloadSHA256
 	}
-	if err := d.box.Append(ctx, rec); err != nil {
+	if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
 		d.outboxFailed(key, false, err)
-		f.cancelled, f.err = res, fmt.Errorf("cloudtasks: %s: deleted but recording it failed: %w", key, err)
+		f.cancelled, f.err = res, fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", key, res.Outcome, err)
 		return
 	}
 	d.m.outcome(ctx, id.Kind().String(), "cancelled", d.clock.Since(start))
-	d.log.Debug("cancelled", "id", key, "deleted", res.Deleted)
+	d.log.Debug("cancelled", "id", key, "outcome", res.Outcome)
 	f.cancelled = res
+}
+
+// deletedByCancel reports whether r is the record of a Cancel that deleted
+// the task (ErrorCode empty), or of a later call that met the name the
+// delete left held (ErrorCode ALREADY_EXISTS).
+func deletedByCancel(r *outbox.Record) bool {
+	return r.Status == outbox.StatusCancelled && (r.ErrorCode == "" || r.ErrorCode == codes.AlreadyExists.String())
+}
+
+// nameHeld decides whether an ALREADY_EXISTS answered to the create call
+// of an ID whose latest record before the call was prev means that the
+// name is held after a Cancel deleted its task, and if so sets f's error.
+// The cancel's time is that of the newest record of a delete in the ID's
+// history (the first after any pending record or held-name record; when
+// compaction has folded the history, prev's own time, which is later, so
+// the estimate errs long).
+func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Record, now time.Time) bool {
+	if prev.Status != outbox.StatusPending && !deletedByCancel(prev) {
+		return false
+	}
+	cancelled, ok := time.Time{}, false
+	if prev.Status == outbox.StatusCancelled && prev.ErrorCode == "" {
+		cancelled, ok = prev.UpdatedAt, true
+	} else {
+		hist, err := d.box.Lookup(ctx, outbox.Query{Table: prev.Table, ID: prev.ID, History: true})
+		if err == nil {
+			for i := len(hist) - 1; i >= 0; i-- {
+				r := &hist[i]
+				if r.Status == outbox.StatusPending || (r.Status == outbox.StatusCancelled && r.ErrorCode == codes.AlreadyExists.String()) {
+					continue
+				}
+				cancelled, ok = r.UpdatedAt, deletedByCancel(r)
+				break
+			}
+		}
+		if !ok && deletedByCancel(prev) {
+			cancelled, ok = prev.UpdatedAt, true
+		}
+	}
+	until := cancelled.Add(d.cfg.NameHold)
+	if !ok || !now.Before(until) {
+		return false
+	}
+	f.err = &NameHeldError{ID: prev.ID, CancelledAt: cancelled, HeldUntil: until}
+	d.log.Info("name held after a cancel", "id", prev.ID, "held_until", until)
+	return true
 }

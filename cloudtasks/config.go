@@ -1,19 +1,15 @@
 package cloudtasks
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/api/option"
-
-	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // Config configures a Dispatcher. Zero fields take the defaults documented
@@ -28,34 +24,22 @@ type Config struct {
 	Queue string
 
 	// Client is a ready Cloud Tasks client: the official *ctapi.Client, or
-	// anything else that satisfies Client (a wrapper that observes calls,
-	// a test double). When set, EmulatorAddr and ClientOptions are ignored
-	// and Close leaves the client open.
+	// anything else that satisfies Client (a wrapper that observes calls).
+	// Close leaves it open. At most one of Client, EmulatorAddr and
+	// ClientOptions may be set; with none, the dispatcher opens the
+	// official client with application default credentials.
 	Client Client
 	// EmulatorAddr points the dispatcher at a Cloud Tasks emulator
-	// (host:port) over plain gRPC without authentication.
+	// (host:port) over plain gRPC without authentication, for example the
+	// in-repo emulator's Server.Addr().
 	EmulatorAddr string
-	// ClientOptions are passed to the official client when neither Client
-	// nor EmulatorAddr is set. Defaults to none: application default
-	// credentials against the real service.
+	// ClientOptions open the official client against the real service
+	// with these options (credentials, endpoint).
 	ClientOptions []option.ClientOption
-
-	// Outbox records every dispatch. When nil, the dispatcher opens one at
-	// OutboxDir; when both are empty it keeps records in memory only (the
-	// process forgets them on exit; Cloud Tasks still deduplicates by name).
-	Outbox Outbox
-	// OutboxDir is the root of an outbox the dispatcher opens (and closes)
-	// itself, with ProcessorUUID and durable appends. Ignored when Outbox is
-	// set.
-	OutboxDir string
-	// OutboxLogDir is the local directory of that outbox's write-ahead
-	// log; required when OutboxDir is a bucket URL (gs://, s3://).
-	OutboxLogDir string
 
 	// Durability says what a returned answer promises about its record
 	// and what it costs; see Durability and ADR 0006. Defaults to
-	// DurabilityOverlapped when an outbox is configured, and to
-	// DurabilityMemory when none is.
+	// DurabilityOverlapped.
 	Durability Durability
 	// Batch lets concurrent Dispatch and ScheduleTimer calls to one queue
 	// share one BatchCreateTasks request (at most 100 tasks): the first
@@ -70,10 +54,6 @@ type Config struct {
 	// this many. Defaults to DefaultBatchInFlight (4).
 	BatchInFlight int
 
-	// ProcessorUUID names this process in the records it writes (audit
-	// only). Defaults to a new UUIDv7; replaced by the Outbox's own UUID when
-	// an Outbox is given.
-	ProcessorUUID uuid.UUID
 	// Retry is the policy for transient errors. Zero fields take the
 	// defaults documented on RetryPolicy.
 	Retry RetryPolicy
@@ -85,6 +65,12 @@ type Config struct {
 	// another processor (in Dispatch and Recover). Defaults to off, so any
 	// instance finishes a crashed instance's work.
 	EnforceOwnership bool
+	// NameHold is how long Cloud Tasks keeps a deleted task's name from
+	// being used again: an ID cancelled by a delete and dispatched again
+	// within it gets ErrNameHeld. Defaults to 24h, the longest the service
+	// documents for queues it manages; set 216h (9 days) for queues
+	// created by queue.yaml.
+	NameHold time.Duration
 
 	// OnRetry, if set, is called before each retry of a transient failure
 	// (CreateTask, GetTask, DeleteTask), for example to tell a waiting user
@@ -97,8 +83,13 @@ type Config struct {
 	// MeterProvider receives the dispatcher's metrics. Defaults to a no-op
 	// provider.
 	MeterProvider metric.MeterProvider
-	// Clock drives timestamps, schedule-time checks and backoff sleeps.
-	// Defaults to the real clock; tests pass a fake one.
+	// Clock drives timestamps, schedule-time checks and backoff waits.
+	// Defaults to the real clock. Tests pass a fake one (the emulator's,
+	// so both see one time): a clock with an Advance method, such as
+	// *clockwork.FakeClock, is advanced by the dispatcher's own backoff
+	// waits instead of being waited on, so a retry happens at once and the
+	// clock shows the time it would have taken. Give the outbox the same
+	// clock.
 	Clock clockwork.Clock
 }
 
@@ -129,51 +120,39 @@ type RetryPolicy struct {
 }
 
 // Durability says when an answered call's record is durable, and so what a
-// crash can lose.
+// crash can lose. How durable a record is at all is the outbox's business:
+// parquetbox syncs its log on every group commit (or every interval, with
+// its Interval option), Memory keeps nothing past the process.
 type Durability string
 
-// The durability modes. Each promises that a call that returned an answer
-// (an outcome or a permanent failure) left a record that survives what the
-// mode names; see ADR 0006.
+// The durability modes. Each says which record of a call that returned an
+// answer (an outcome or a permanent failure) is as durable as the outbox
+// makes records; see ADR 0006.
 const (
-	// DurabilityOverlapped appends the pending record and waits for its
-	// group commit while the create call runs; the call returns when both
-	// are done. The outcome is appended without waiting and made durable
-	// by the next group commit. After a machine crash an answered call's
-	// record may say pending; Recover resolves it.
+	// DurabilityOverlapped appends the pending record and waits for it to
+	// be kept while the create call runs; the call returns when both are
+	// done. The outcome is appended without waiting. After a machine crash
+	// an answered call's record may say pending; Recover resolves it.
 	DurabilityOverlapped Durability = "overlapped"
 	// DurabilityStrict appends the pending record without waiting, then
-	// returns only once the outcome is on stable storage: after a crash
-	// the record of every answered call says what the call answered.
+	// returns only once the outcome is kept: after a crash the record of
+	// every answered call says what the call answered.
 	DurabilityStrict Durability = "strict"
-	// DurabilityInterval works like DurabilityOverlapped over an outbox
-	// that syncs its log every outbox.Options.FlushInterval (100ms) instead
-	// of on each commit: an answer survives a process crash; a machine
-	// crash may lose the records of the last interval. It applies to the
-	// outbox opened from OutboxDir; a given Outbox keeps its own setting.
-	DurabilityInterval Durability = "interval"
-	// DurabilityMemory keeps records in this process's memory only:
-	// duplicates within the process are answered locally, Cloud Tasks'
-	// task names cover the rest. Nothing survives the process.
-	DurabilityMemory Durability = "memory"
 )
-
-// Durabilities lists the modes, in the order the docs present them.
-var Durabilities = []Durability{DurabilityOverlapped, DurabilityStrict, DurabilityInterval, DurabilityMemory}
 
 // ParseDurability reads a mode name as the CLI takes it.
 func ParseDurability(s string) (Durability, error) {
-	for _, d := range Durabilities {
-		if s == string(d) {
-			return d, nil
-		}
+	switch d := Durability(s); d {
+	case DurabilityOverlapped, DurabilityStrict:
+		return d, nil
 	}
-	return "", &ConfigError{Field: "Durability", Value: s, Rule: "is not a durability mode; allowed: overlapped, strict, interval, memory"}
+	return "", &ConfigError{Field: "Durability", Value: s, Rule: "is not a durability mode; allowed: overlapped, strict"}
 }
 
 // Defaults for Config and RetryPolicy.
 const (
 	DefaultStaleAfter      = time.Minute
+	DefaultNameHold        = 24 * time.Hour
 	DefaultRetryInitial    = 50 * time.Millisecond
 	DefaultRetryMax        = 5 * time.Second
 	DefaultRetryMultiplier = 2.0
@@ -185,15 +164,12 @@ const (
 // WithDefaults returns a copy of c with every unset field at its default.
 // It does not open anything.
 func (c Config) WithDefaults() Config {
-	if c.ProcessorUUID == uuid.Nil {
-		c.ProcessorUUID = uuid.Must(uuid.NewV7())
-	}
 	c.Retry = c.Retry.WithDefaults()
 	if c.Durability == "" {
-		c.Durability = DurabilityMemory
-		if c.Outbox != nil || c.OutboxDir != "" {
-			c.Durability = DurabilityOverlapped
-		}
+		c.Durability = DurabilityOverlapped
+	}
+	if c.NameHold == 0 {
+		c.NameHold = DefaultNameHold
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
@@ -269,6 +245,8 @@ func (c Config) validate() error {
 		return bad("Queue", c.Queue, "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]")
 	case c.StaleAfter < 0:
 		return bad("StaleAfter", c.StaleAfter.String(), "is negative")
+	case c.NameHold < 0:
+		return bad("NameHold", c.NameHold.String(), "is negative")
 	case c.BatchInFlight < 0:
 		return bad("BatchInFlight", fmt.Sprint(c.BatchInFlight), "is negative; allowed: 1 or more, 0 for the default")
 	case c.Retry.Initial < 0:
@@ -287,12 +265,15 @@ func (c Config) validate() error {
 	if _, err := ParseDurability(string(c.Durability)); err != nil {
 		return err
 	}
-	hasOutbox := c.Outbox != nil || c.OutboxDir != ""
-	switch {
-	case c.Durability == DurabilityMemory && hasOutbox:
-		return bad("Durability", string(c.Durability), "keeps records in memory only; leave Outbox and OutboxDir empty, or choose overlapped, strict or interval")
-	case c.Durability != DurabilityMemory && !hasOutbox:
-		return bad("Durability", string(c.Durability), "needs an outbox; set Outbox or OutboxDir, or choose memory")
+	clients := 0
+	for _, set := range []bool{c.Client != nil, c.EmulatorAddr != "", len(c.ClientOptions) > 0} {
+		if set {
+			clients++
+		}
+	}
+	if clients > 1 {
+		return bad("Client", fmt.Sprintf("Client set: %t, EmulatorAddr %q, %d ClientOptions", c.Client != nil, c.EmulatorAddr, len(c.ClientOptions)),
+			"names the client more than one way; set at most one of Client, EmulatorAddr and ClientOptions")
 	}
 	return nil
 }
@@ -301,30 +282,3 @@ func (c Config) validate() error {
 func (c *Config) queuePath(queue string) string {
 	return "projects/" + c.Project + "/locations/" + c.Location + "/queues/" + queue
 }
-
-// Outbox is what the dispatcher needs from the outbox; *outbox.Outbox
-// satisfies it. Tests may pass a fake to inject failures.
-type Outbox interface {
-	// Append records r and returns once it is durable.
-	Append(ctx context.Context, r outbox.Record) error
-	// AppendAsync records r without waiting for it to be durable.
-	AppendAsync(ctx context.Context, r outbox.Record) error
-	// StartAppend queues r and returns at once; the Commit's Wait returns
-	// once r is durable, or the error that kept it from stable storage.
-	// An outbox that records synchronously returns a done Commit (the
-	// zero Commit, or outbox.DoneCommit with the error).
-	StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error)
-	// AppendThen queues r and calls then with the result once r is
-	// durable or failed, without the caller waiting; an immediate error is
-	// returned instead. then must return quickly.
-	AppendThen(ctx context.Context, r outbox.Record, then func(error)) error
-	// Latest returns the current state of an ID across all processors.
-	Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error)
-	// Pending returns the records whose latest state is pending and older
-	// than olderThan, from any processor.
-	Pending(ctx context.Context, t outbox.Table, olderThan time.Duration) ([]outbox.Record, error)
-	// ProcessorUUID names the process in the records it writes.
-	ProcessorUUID() string
-}
-
-var _ Outbox = (*outbox.Outbox)(nil)

@@ -62,28 +62,35 @@ type DispatchResult struct {
 }
 
 // Dispatcher hands tasks to Cloud Tasks exactly once per internal ID and
-// records each in the outbox. Its methods are safe for concurrent use.
+// records each in its outbox. Its methods are safe for concurrent use.
 type Dispatcher struct {
 	cfg       Config
 	client    Client
 	closeFns  []func() error
-	box       Outbox
+	box       outbox.Outbox
 	processor string
 	log       *slog.Logger
 	clock     clockwork.Clock
 	m         *metrics
 	flights   flights
 	batches   *batcher // nil unless Config.Batch
-	// outboxOK is true once the outbox made a record durable, and false
-	// again after any append failed: while it is false the pending record
-	// is made durable before the create call, so a failing outbox stops
-	// calls instead of letting tasks be created that it cannot record.
+	// outboxOK is true once the outbox kept a record, and false again
+	// after any append failed: while it is false the pending record is
+	// kept before the create call, so a failing outbox stops calls
+	// instead of letting tasks be created that it cannot record.
 	outboxOK atomic.Bool
 }
 
-// NewDispatcher checks cfg, opens the client and the outbox it names, and
-// returns a ready Dispatcher. Errors about cfg match ErrInvalidConfig.
-func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
+// NewDispatcher checks cfg, opens the client it names, and returns a ready
+// Dispatcher that records into box: an *outbox.Memory, a
+// *parquetbox.Outbox, or any other outbox.Outbox. box is the caller's: Close
+// flushes it but does not close it. Errors about cfg or box match
+// ErrInvalidConfig and name the field.
+func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispatcher, error) {
+	if box == nil {
+		return nil, &ConfigError{Field: "outbox", Value: "nil",
+			Rule: "is required: pass outbox.NewMemory(clock) to keep records in this process, or a *parquetbox.Outbox to keep them in Parquet files"}
+	}
 	if cfg == nil {
 		cfg = &Config{}
 	}
@@ -91,16 +98,15 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{cfg: c, log: c.Logger, clock: c.Clock}
+	d := &Dispatcher{cfg: c, box: box, processor: box.ProcessorUUID(), log: c.Logger, clock: c.Clock}
 	m, err := newMetrics(c.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("cloudtasks: metrics: %w", err)
 	}
 	d.m = m
-	switch {
-	case c.Client != nil:
+	if c.Client != nil {
 		d.client = c.Client
-	default:
+	} else {
 		opts := c.ClientOptions
 		if c.EmulatorAddr != "" {
 			opts = []option.ClientOption{
@@ -116,47 +122,23 @@ func NewDispatcher(ctx context.Context, cfg *Config) (*Dispatcher, error) {
 		d.client = cl
 		d.closeFns = append(d.closeFns, cl.Close)
 	}
-	switch {
-	case c.Outbox != nil:
-		d.box = c.Outbox
-	case c.OutboxDir != "":
-		durability := outbox.Durable
-		if c.Durability == DurabilityInterval {
-			durability = outbox.Interval
-		}
-		ob, err := outbox.Open(ctx, outbox.Options{Root: c.OutboxDir, LogDir: c.OutboxLogDir, ProcessorUUID: c.ProcessorUUID, Durability: durability, Logger: c.Logger, Clock: c.Clock})
-		if err != nil {
-			d.closeOwned()
-			return nil, fmt.Errorf("cloudtasks: open outbox: %w", err)
-		}
-		d.box = ob
-		// The outbox closes first, so its last records reach Parquet before
-		// anything else is torn down.
-		d.closeFns = append([]func() error{ob.Close}, d.closeFns...)
-	default:
-		d.box = outbox.NewMemory(c.ProcessorUUID.String(), c.Clock)
-	}
-	d.processor = d.box.ProcessorUUID()
 	if c.Batch {
 		d.batches = newBatcher(d, c.BatchInFlight)
 	}
 	return d, nil
 }
 
-// Now returns the current time on the dispatcher's clock, against which
-// schedule times are checked.
-func (d *Dispatcher) Now() time.Time { return d.clock.Now() }
-
-// ProcessorUUID returns the UUID this dispatcher writes into its records.
+// ProcessorUUID returns the UUID this dispatcher writes into its records:
+// its outbox's.
 func (d *Dispatcher) ProcessorUUID() string { return d.processor }
 
 // Close stops new calls (they fail with ErrClosed), waits within ctx for
 // the calls in flight to finish and record their outcomes, flushes the
-// outbox (a given one that has a Flush method, such as *outbox.Outbox,
-// rolls its log into Parquet) and closes the outbox and the client if the
-// dispatcher opened them. The error says what could not be finished, for
-// example how many calls were still in flight when ctx ended; their
-// records stay pending for Recover. A second Close returns nil.
+// outbox (parquetbox rolls its log into Parquet) and closes the client if
+// the dispatcher opened it. The outbox stays open: it is the caller's. The
+// error says what could not be finished, for example how many calls were
+// still in flight when ctx ended; their records stay pending for Recover.
+// A second Close returns nil.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	if d.flights.isClosed() {
 		return nil
@@ -165,16 +147,14 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	if err := wait(ctx, d.flights.close()); err != nil {
 		errs = append(errs, fmt.Errorf("cloudtasks: close: %d calls still in flight (their records stay pending for Recover): %w", d.flights.inFlight(), err))
 	}
-	if f, ok := d.cfg.Outbox.(interface{ Flush(context.Context) error }); ok {
-		if err := f.Flush(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("cloudtasks: close: flush the outbox: %w", err))
-		}
+	if err := d.box.Flush(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("cloudtasks: close: flush the outbox: %w", err))
 	}
 	errs = append(errs, d.closeOwned())
 	return errors.Join(errs...)
 }
 
-// closeOwned closes what NewDispatcher opened, outbox first.
+// closeOwned closes what NewDispatcher opened.
 func (d *Dispatcher) closeOwned() error {
 	var errs []error
 	for _, fn := range d.closeFns {
@@ -202,46 +182,44 @@ func (d *Dispatcher) queueOf(queue string) string {
 //
 // Errors: *RequestError (ErrInvalidRequest) before any I/O; *ConflictError
 // (ErrPayloadConflict) for an ID recorded with another body;
-// *OwnershipError (ErrNotOwner); *CallError matching ErrCreateFailed for a
-// permanent gRPC code (recorded as failed; the ID may be dispatched again)
-// or ErrGaveUp when transient errors outlasted the policy or ctx (the
-// record stays pending; call again or let Recover finish it).
+// *OwnershipError (ErrNotOwner); *NameHeldError (ErrNameHeld) for an ID
+// whose task a Cancel deleted, while the service still holds its name;
+// *CallError matching ErrCreateFailed for a permanent gRPC code (recorded
+// as failed; the ID may be dispatched again) or ErrGaveUp when transient
+// errors outlasted the retry policy (the record stays pending; call again
+// or let Recover finish it); *WaitError when ctx ended first (ErrNotStarted
+// if nothing was started, ErrStoppedWaiting if the work goes on).
 func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
 	id, err := req.ID()
 	if err != nil {
 		return DispatchResult{}, err
 	}
-	return d.Submit(ctx, id, req.Task)
+	return d.submit(ctx, id, &req.Task)
 }
 
-// Submit creates the task named by id (a dispatch or timer ID) with the
-// semantics of Dispatch. A timer's record goes to the timers table. It is
-// the common core of Dispatch and the timers package.
-func (d *Dispatcher) Submit(ctx context.Context, id naming.ID, t Task) (DispatchResult, error) {
+// submit creates the task named by id (a dispatch or timer ID) with the
+// semantics of Dispatch. A timer's record goes to the timers table.
+func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (DispatchResult, error) {
 	start := d.clock.Now()
-	if id.IsZero() {
-		return DispatchResult{}, &RequestError{Field: "ID", Rule: "is the zero ID"}
-	}
 	if err := t.validate(start); err != nil {
 		return DispatchResult{}, err
 	}
 	key, kind := id.String(), id.Kind().String()
 	if err := ctx.Err(); err != nil {
-		// Nothing was started: an ended context makes no call.
 		return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
 	}
 	fp := naming.PayloadFingerprint(t.Body)
 	for {
 		f, how, err := d.flights.do(ctx, key, opCreate, func(f *flight) {
 			f.fp = fp
-			d.create(ctx, f, id, &t, start)
+			d.create(ctx, f, id, t, start)
 		})
 		switch {
 		case errors.Is(err, ErrClosed):
 			return DispatchResult{}, err
 		case err != nil:
 			d.m.outcome(ctx, kind, "gave_up", d.clock.Since(start))
-			return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
+			return DispatchResult{}, &WaitError{ID: key, Op: "create", Started: f != nil, Err: err}
 		}
 		res := f.res
 		if how != ledFlight {
@@ -252,7 +230,7 @@ func (d *Dispatcher) Submit(ctx context.Context, id naming.ID, t Task) (Dispatch
 				// call's matches it: it is not a conflict, so ask again once
 				// that flight is over.
 				if err := wait(ctx, f.done); err != nil {
-					return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
+					return DispatchResult{}, &WaitError{ID: key, Op: "create", Started: true, Err: err}
 				}
 				continue
 			}
@@ -289,17 +267,12 @@ func failureOutcome(err error) string {
 		return "gave_up"
 	case errors.Is(err, ErrPayloadConflict):
 		return "conflict"
+	case errors.Is(err, ErrNameHeld):
+		return "name_held"
 	case errors.Is(err, ErrOutboxUnavailable):
 		return "outbox_unavailable"
 	}
 	return "error"
-}
-
-func tableOf(id naming.ID) outbox.Table {
-	if id.IsTimer() {
-		return outbox.TableTimers
-	}
-	return outbox.TableDispatch
 }
 
 // workContext is the context of a flight's work: the leader's values
@@ -312,15 +285,11 @@ func workContext(leader context.Context) context.Context {
 	return context.WithoutCancel(leader)
 }
 
-// baseRecord is the record of id with the fields every status shares.
-func baseRecord(id naming.ID, queuePath string) outbox.Record {
-	rec := outbox.Record{
-		Table: tableOf(id), ID: id.String(), CloudTaskID: id.CloudTaskID(), Queue: queuePath,
-		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(),
-	}
-	if id.IsTimer() {
-		rec.DueAt = id.Time()
-	}
+// recordOf is the record of id in the queue at queuePath, with the fields
+// every status shares.
+func recordOf(id naming.ID, queuePath string) outbox.Record {
+	rec := outbox.RecordOf(id)
+	rec.Queue = queuePath
 	return rec
 }
 
@@ -331,8 +300,8 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 	ctx := workContext(leader)
 	key, cloudID := id.String(), id.CloudTaskID()
 	queuePath := d.queueOf(t.Queue)
-	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: queuePath + "/tasks/" + cloudID}
-	rec := baseRecord(id, queuePath)
+	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: id.TaskName(queuePath)}
+	rec := recordOf(id, queuePath)
 
 	prev, found, err := d.box.Latest(ctx, rec.Table, key)
 	if err != nil {
@@ -373,7 +342,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 		rec.CreatedAt = prev.CreatedAt
 		rec.CreateCalls = prev.CreateCalls
 	}
-	req := t.createRequest(queuePath, key, cloudID, now)
+	req := t.createRequest(id, queuePath, now)
 	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
 		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
 			return d.createTask(ctx, key, req)
@@ -389,6 +358,13 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 	switch {
 	case err == nil:
 		rec.Status, f.res.Outcome = outbox.StatusCreated, OutcomeCreated
+	case code == codes.AlreadyExists && found && d.nameHeld(ctx, f, &prev, now):
+		// The name is held since a Cancel deleted the task: no task exists,
+		// and none will until the hold ends. The record says cancelled
+		// again, marked so that the next call knows why.
+		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
+		d.recordOutcome(ctx, f, rec)
+		return
 	case code == codes.AlreadyExists:
 		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
 	case Transient(code) || ctx.Err() != nil:
@@ -441,36 +417,47 @@ func (d *Dispatcher) createOne(ctx context.Context, key string, req *cloudtasksp
 // pending record could not be written; then either call did not run, or
 // (overlapped) its answer must not be given.
 func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, call func(context.Context) (int, error)) (calls int, err, perr error) {
-	// The in-memory record cannot fail or be slow: nothing to overlap.
-	overlap := d.cfg.Durability != DurabilityStrict && d.cfg.Durability != DurabilityMemory && d.outboxOK.Load()
-	if !overlap {
-		// Strict mode needs only the pending record to be queued before the
-		// call: the durable outcome comes after it in the log. Until the
-		// outbox has shown it can make a record durable, the pending record
-		// is waited for, so a broken outbox stops the call.
-		appendPending := d.box.Append
-		if d.cfg.Durability == DurabilityStrict && d.outboxOK.Load() {
-			appendPending = d.box.AppendAsync
-		}
-		if err := appendPending(ctx, rec); err != nil {
+	ok := d.outboxOK.Load()
+	switch {
+	case !ok:
+		// Until the outbox has shown it can keep a record, the pending
+		// record is waited for, so a broken outbox stops the call.
+		if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
 			return 0, nil, d.outboxFailed(rec.ID, true, err)
 		}
 		if d.cfg.Durability != DurabilityStrict {
 			d.outboxOK.Store(true)
 		}
+	case d.cfg.Durability == DurabilityStrict:
+		// Strict mode needs only the pending record to be queued before
+		// the call: the durable outcome comes after it in the log.
+		if err := d.box.Append(ctx, rec, nil); err != nil {
+			return 0, nil, d.outboxFailed(rec.ID, true, err)
+		}
+	default:
+		// The pending record is kept while the call runs; this goroutine
+		// waits for it afterwards, usually finding it done.
+		kept := make(chan error, 1)
+		if err := d.box.Append(ctx, rec, func(err error) { kept <- err }); err != nil {
+			return 0, nil, d.outboxFailed(rec.ID, true, err)
+		}
 		calls, err = call(ctx)
+		var aerr error
+		select {
+		case aerr = <-kept:
+		default:
+			select {
+			case aerr = <-kept:
+			case <-ctx.Done():
+				aerr = ctx.Err()
+			}
+		}
+		if aerr != nil {
+			return calls, err, d.outboxFailed(rec.ID, false, aerr)
+		}
 		return calls, err, nil
 	}
-	// The pending record's group commit runs while the call does; this
-	// goroutine waits for it afterwards, usually finding it done.
-	commit, aerr := d.box.StartAppend(ctx, rec)
-	if aerr != nil {
-		return 0, nil, d.outboxFailed(rec.ID, true, aerr)
-	}
 	calls, err = call(ctx)
-	if aerr := commit.Wait(ctx); aerr != nil {
-		return calls, err, d.outboxFailed(rec.ID, false, aerr)
-	}
 	return calls, err, nil
 }
 
@@ -484,14 +471,14 @@ func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
 }
 
 // recordOutcome appends rec, f's outcome. In strict mode the callers wait
-// until it is durable, and a failure is their error. In the other modes
-// they are answered first and the flight stays in the table until the
-// record is written, so a repeat meanwhile shares this answer instead of
-// reading a stale record; the outbox's group commit takes it out of the
-// table (AppendThen), so no goroutine waits for the record.
+// until it is kept, and a failure is their error. In overlapped mode they
+// are answered first and the flight stays in the table until the record
+// is kept, so a repeat meanwhile shares this answer instead of reading a
+// stale record; the outbox's done callback takes it out of the table, so
+// no goroutine waits for the record.
 func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Record) {
 	if d.cfg.Durability == DurabilityStrict {
-		if err := d.box.Append(ctx, rec); err != nil {
+		if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
 			d.outboxFailed(rec.ID, false, err)
 			f.err = errors.Join(f.err, fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", rec.ID, rec.Status, err))
 			return
@@ -500,16 +487,11 @@ func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Re
 		return
 	}
 	f.answer()
-	if d.cfg.Durability == DurabilityMemory {
-		// Written at once: nothing to hand over to a group commit.
-		d.outcomeRecorded(rec, d.box.Append(ctx, rec))
-		return
-	}
 	d.recordLater(ctx, f, rec)
 }
 
 // recordLater appends rec, the outcome of the answered flight f, and
-// finishes f once it is written. (A function of its own, so that strict
+// finishes f once it is kept. (A function of its own, so that strict
 // mode's rec does not move to the heap for the closure.)
 func (d *Dispatcher) recordLater(ctx context.Context, f *flight, rec outbox.Record) {
 	f.later = true
@@ -517,7 +499,7 @@ func (d *Dispatcher) recordLater(ctx context.Context, f *flight, rec outbox.Reco
 		d.outcomeRecorded(rec, err)
 		d.flights.finish(rec.ID, f)
 	}
-	if err := d.box.AppendThen(ctx, rec, recorded); err != nil {
+	if err := d.box.Append(ctx, rec, recorded); err != nil {
 		recorded(err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 func request(run, task string, attempt uint64, body string) DispatchRequest {
 	return DispatchRequest{
-		RunID: run, TaskKey: task, Identity: naming.Identity{Number: attempt},
+		RunID: run, TaskKey: task, Identity: naming.Attempt(attempt),
 		Task: Task{URL: "https://worker.example/run", Body: []byte(body)},
 	}
 }

@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,13 +23,26 @@ var (
 	// ErrNotOwner is returned when EnforceOwnership is on and the ID's
 	// pending record belongs to another processor.
 	ErrNotOwner = errors.New("dispatch owned by another processor")
-	// ErrCreateFailed matches a *CallError from a permanent (non-retryable)
-	// error code: the outbox records the attempt as failed.
+	// ErrCreateFailed matches a *CallError of CreateTask with a permanent
+	// (non-retryable) code: the outbox records the attempt as failed.
 	ErrCreateFailed = errors.New("create task failed")
-	// ErrGaveUp matches a *CallError returned after transient errors when
-	// the retry policy or the caller's context ran out; the outcome is
-	// unknown and the record stays pending for Recover.
+	// ErrCancelFailed matches a *CallError of DeleteTask with a code other
+	// than NOT_FOUND, after transient ones were retried: the task may
+	// still exist and nothing was recorded.
+	ErrCancelFailed = errors.New("delete task failed")
+	// ErrGaveUp matches a *CallError of CreateTask returned after transient
+	// errors outlasted the retry policy: the outcome is unknown and the
+	// record stays pending for Recover or a repeated call.
 	ErrGaveUp = errors.New("gave up retrying")
+	// ErrNameHeld matches a *NameHeldError: the ID's task was deleted by a
+	// Cancel, and Cloud Tasks refuses its name until the hold ends.
+	ErrNameHeld = errors.New("task name held after a cancel")
+	// ErrNotStarted matches a *WaitError for a context that had ended
+	// before anything was started: no call was made, nothing recorded.
+	ErrNotStarted = errors.New("context ended before the work started")
+	// ErrStoppedWaiting matches a *WaitError for a context that ended while
+	// the work went on: it goes on and records its outcome.
+	ErrStoppedWaiting = errors.New("stopped waiting; the work goes on")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("dispatcher closed")
 	// ErrOutboxUnavailable matches an *OutboxError: the outbox could not
@@ -117,9 +131,10 @@ func (e *OwnershipError) Error() string {
 func (e *OwnershipError) Is(target error) bool { return target == ErrNotOwner }
 
 // CallError is a failed Cloud Tasks call for one ID. It unwraps to the gRPC
-// status error, so status.FromError, status.Code and errors.As work on it,
-// and it matches ErrCreateFailed (permanent code) or ErrGaveUp (transient
-// codes until the policy or context ran out).
+// status error, so status.FromError, status.Code and errors.As work on it.
+// A CreateTask error matches ErrCreateFailed (permanent code) or ErrGaveUp
+// (transient codes until the policy ran out); a DeleteTask error matches
+// ErrCancelFailed.
 type CallError struct {
 	// ID is the internal ID.
 	ID string
@@ -156,13 +171,40 @@ func (e *CallError) GRPCStatus() *status.Status {
 	return status.New(e.Code, e.Err.Error())
 }
 
-// Is makes a CallError match ErrGaveUp or ErrCreateFailed.
+// Is makes a CallError match ErrCancelFailed, ErrGaveUp or
+// ErrCreateFailed.
 func (e *CallError) Is(target error) bool {
-	if e.Transient {
+	switch {
+	case e.Method == "DeleteTask":
+		return target == ErrCancelFailed
+	case e.Transient:
 		return target == ErrGaveUp
 	}
 	return target == ErrCreateFailed
 }
+
+// NameHeldError reports an ID whose task a Cancel deleted and that was
+// dispatched or scheduled again while Cloud Tasks still holds the deleted
+// task's name: no task exists and none can be created under that name
+// before about HeldUntil. Dispatch it under a new attempt instead, or
+// again after HeldUntil. It matches ErrNameHeld.
+type NameHeldError struct {
+	// ID is the internal ID.
+	ID string
+	// CancelledAt is when the outbox recorded the delete.
+	CancelledAt time.Time
+	// HeldUntil is CancelledAt plus Config.NameHold: about when the name
+	// is free again.
+	HeldUntil time.Time
+}
+
+func (e *NameHeldError) Error() string {
+	return fmt.Sprintf("cloudtasks: %s: its task was deleted by a cancel at %s and Cloud Tasks holds the name until about %s; no task exists: use a new attempt, or try again after then",
+		e.ID, e.CancelledAt.UTC().Format(time.RFC3339), e.HeldUntil.UTC().Format(time.RFC3339))
+}
+
+// Is makes a NameHeldError match ErrNameHeld.
+func (e *NameHeldError) Is(target error) bool { return target == ErrNameHeld }
 
 // OutboxError reports a call that got no answer because the outbox could
 // not record it. It matches ErrOutboxUnavailable and unwraps to the
@@ -196,27 +238,39 @@ func (e *OutboxError) Is(target error) bool { return target == ErrOutboxUnavaila
 // Unwrap returns the outbox's error.
 func (e *OutboxError) Unwrap() error { return e.Err }
 
-// WaitError is returned to a caller whose context ended while the work for
-// its ID (its own or that of a concurrent identical call) was still
-// running. The work goes on, bounded by RetryPolicy.MaxElapsed, and records
-// its outcome; repeat the call to learn it. It matches ErrGaveUp and
-// unwraps to the context's error, so errors.Is(err,
-// context.DeadlineExceeded) works too.
+// WaitError is returned to a caller whose context ended before it had an
+// answer. When Started is false nothing was started for the call (its
+// context had ended already, or ended while another operation on the same
+// ID ran): it matches ErrNotStarted. When Started is true the work for its
+// ID (its own or that of a concurrent identical call) goes on, bounded by
+// RetryPolicy.MaxElapsed, and records its outcome; repeat the call to
+// learn it: it matches ErrStoppedWaiting. Either way it unwraps to the
+// context's error, so errors.Is(err, context.DeadlineExceeded) works too.
 type WaitError struct {
 	// ID is the internal ID.
 	ID string
 	// Op is what was waited for: "create", "cancel" or "recover".
 	Op string
+	// Started is true when the work had started and goes on.
+	Started bool
 	// Err is the caller's context error.
 	Err error
 }
 
 func (e *WaitError) Error() string {
+	if !e.Started {
+		return fmt.Sprintf("cloudtasks: %s: %s not started: the context ended first (%v); no call was made", e.ID, e.Op, e.Err)
+	}
 	return fmt.Sprintf("cloudtasks: %s: stopped waiting for %s (%v); the work goes on and records its outcome", e.ID, e.Op, e.Err)
 }
 
-// Is makes a WaitError match ErrGaveUp.
-func (e *WaitError) Is(target error) bool { return target == ErrGaveUp }
+// Is makes a WaitError match ErrNotStarted or ErrStoppedWaiting.
+func (e *WaitError) Is(target error) bool {
+	if e.Started {
+		return target == ErrStoppedWaiting
+	}
+	return target == ErrNotStarted
+}
 
 // Unwrap returns the context's error.
 func (e *WaitError) Unwrap() error { return e.Err }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
@@ -68,7 +70,7 @@ func (g *gateClient) reached(t *testing.T) {
 
 // gatedCreate starts the emulator and a dispatcher whose CreateTask calls
 // wait at a gate.
-func gatedCreate(t *testing.T) (emuBackend, *gateClient, *Dispatcher, *outbox.Outbox) {
+func gatedCreate(t *testing.T) (emuBackend, *gateClient, *Dispatcher, *parquetbox.Outbox) {
 	t.Helper()
 	emu := startEmulator(t)
 	gate := newGate(emu.client(t), "CreateTask")

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 
 	"github.com/google/uuid"
@@ -22,7 +24,7 @@ type testBundle struct {
 	fake   *fakeServer      // set by setupFake
 	emu    *emulator.Server // set by setup
 	root   string
-	box    *outbox.Outbox
+	box    *parquetbox.Outbox
 	d      *Dispatcher
 	reader *sdkmetric.ManualReader
 }
@@ -88,22 +90,20 @@ func setupFake(t testing.TB, edit func(*Config)) *testBundle {
 
 // newDispatcher opens another dispatcher (its own processor UUID and outbox
 // handle) on the bundle's server and outbox root.
-func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatcher, *outbox.Outbox, *sdkmetric.ManualReader) {
+func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatcher, *parquetbox.Outbox, *sdkmetric.ManualReader) {
 	t.Helper()
 	ctx := context.Background()
 	cfg := testConfig()
-	cfg.ProcessorUUID = uuid.Must(uuid.NewV7())
 	reader := sdkmetric.NewManualReader()
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	cfg.Client = b.be.client(t)
 	if edit != nil {
 		edit(&cfg)
 	}
-	box, err := outbox.Open(ctx, outbox.Options{Root: b.root, ProcessorUUID: cfg.ProcessorUUID, Clock: cfg.Clock})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock})
 	require.NoError(t, err)
 	t.Cleanup(func() { box.Close() })
-	cfg.Outbox = box
-	d, err := NewDispatcher(ctx, &cfg)
+	d, err := NewDispatcher(ctx, box, &cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(context.Background()) })
 	writers.Store(box, d)
@@ -147,7 +147,7 @@ func counter(t testing.TB, r *sdkmetric.ManualReader, name string, want ...attri
 }
 
 // history returns every record of an ID, oldest first.
-func history(t testing.TB, box *outbox.Outbox, id string) []outbox.Record {
+func history(t testing.TB, box *parquetbox.Outbox, id string) []outbox.Record {
 	t.Helper()
 	if d, ok := writers.Load(box); ok {
 		settle(d.(*Dispatcher))

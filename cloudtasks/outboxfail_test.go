@@ -27,55 +27,35 @@ type brokenOutbox struct {
 	refusing atomic.Bool
 }
 
-func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record) error {
-	if b.broken.Load() || b.refusing.Load() {
+// Append fails the way a group commit does while broken: the record is
+// taken and its commit fails (done hears it; without done, the error is
+// returned at once, as nobody would hear it otherwise). While refusing, it
+// fails at once.
+func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	switch {
+	case b.refusing.Load():
 		return errDiskFull
-	}
-	return b.Memory.Append(ctx, r)
-}
-
-func (b *brokenOutbox) AppendAsync(ctx context.Context, r outbox.Record) error {
-	if b.broken.Load() || b.refusing.Load() {
+	case b.broken.Load() && done == nil:
 		return errDiskFull
-	}
-	return b.Memory.AppendAsync(ctx, r)
-}
-
-// StartAppend fails the way a group commit does: the record is taken, and
-// its commit fails.
-func (b *brokenOutbox) StartAppend(ctx context.Context, r outbox.Record) (outbox.Commit, error) {
-	if b.refusing.Load() {
-		return outbox.Commit{}, errDiskFull
-	}
-	if b.broken.Load() {
-		return outbox.DoneCommit(errDiskFull), nil
-	}
-	return b.Memory.StartAppend(ctx, r)
-}
-
-func (b *brokenOutbox) AppendThen(ctx context.Context, r outbox.Record, then func(error)) error {
-	if b.refusing.Load() {
-		return errDiskFull
-	}
-	if b.broken.Load() {
-		then(errDiskFull)
+	case b.broken.Load():
+		done(errDiskFull)
 		return nil
 	}
-	return b.Memory.AppendThen(ctx, r, then)
+	return b.Memory.Append(ctx, r, done)
 }
 
 // outboxModes are the modes that record in an outbox.
-var outboxModes = []Durability{DurabilityOverlapped, DurabilityStrict, DurabilityInterval}
+var outboxModes = []Durability{DurabilityOverlapped, DurabilityStrict}
 
 func newBrokenSetup(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend, *sdkmetric.ManualReader) {
 	t.Helper()
 	emu := startEmulator(t)
-	box := &brokenOutbox{Memory: outbox.NewMemory("p1", clockwork.NewRealClock())}
+	box := &brokenOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock())}
 	reader := sdkmetric.NewManualReader()
 	cfg := testConfig()
-	cfg.Client, cfg.Outbox, cfg.Durability = emu.client(t), box, mode
+	cfg.Client, cfg.Durability = emu.client(t), mode
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	d, err := NewDispatcher(context.Background(), &cfg)
+	d, err := NewDispatcher(context.Background(), box, &cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(context.Background()) })
 	return d, box, emu, reader
@@ -149,7 +129,7 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 			box.broken.Store(false)
 			res, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
 			require.NoError(t, err)
-			want := map[Durability]Outcome{DurabilityStrict: OutcomeCreated, DurabilityOverlapped: OutcomeAlreadyExisted, DurabilityInterval: OutcomeAlreadyExisted}
+			want := map[Durability]Outcome{DurabilityStrict: OutcomeCreated, DurabilityOverlapped: OutcomeAlreadyExisted}
 			require.Equal(t, want[mode], res.Outcome)
 			res, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
 			require.NoError(t, err)
@@ -180,21 +160,24 @@ func TestOutboxRefusingStopsTheCall(t *testing.T) {
 	}
 }
 
-// slowCommitOutbox is an in-memory outbox whose AppendThen records at once
-// but reports the record written only when the test says so, like a
-// group commit still syncing.
+// slowCommitOutbox is an in-memory outbox that records at once but
+// reports an outcome record (not a pending one) kept only when the test
+// says so, like a group commit still syncing.
 type slowCommitOutbox struct {
 	*outbox.Memory
 	mu   sync.Mutex
 	held []func(error)
 }
 
-func (s *slowCommitOutbox) AppendThen(ctx context.Context, r outbox.Record, then func(error)) error {
-	if err := s.Memory.Append(ctx, r); err != nil {
+func (s *slowCommitOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	if r.Status == outbox.StatusPending || done == nil {
+		return s.Memory.Append(ctx, r, done)
+	}
+	if err := s.Memory.Append(ctx, r, nil); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.held = append(s.held, then)
+	s.held = append(s.held, done)
 	s.mu.Unlock()
 	return nil
 }
@@ -215,12 +198,12 @@ func (s *slowCommitOutbox) release() {
 func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
-	box := &slowCommitOutbox{Memory: outbox.NewMemory("p1", clockwork.NewRealClock())}
+	box := &slowCommitOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock())}
 	reader := sdkmetric.NewManualReader()
 	cfg := testConfig()
-	cfg.Client, cfg.Outbox = emu.client(t), box
+	cfg.Client = emu.client(t)
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	d, err := NewDispatcher(context.Background(), &cfg)
+	d, err := NewDispatcher(context.Background(), box, &cfg)
 	require.NoError(t, err)
 	ctx := context.Background()
 

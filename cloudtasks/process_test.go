@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/google/uuid"
 	"github.com/googleapis/gax-go/v2"
@@ -43,14 +45,12 @@ func TestHelperProcess(t *testing.T) {
 	ctx := context.Background()
 	fake := &fakeServer{addr: os.Getenv(envAddr)}
 	cfg := testConfig()
-	cfg.ProcessorUUID = uuid.Must(uuid.NewV7())
-	box, err := outbox.Open(ctx, outbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: cfg.ProcessorUUID})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	switch mode {
 	case "herd":
-		cfg.Outbox = box
 		cfg.Client = fake.client(t)
-		d, err := NewDispatcher(ctx, &cfg)
+		d, err := NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		n, _ := strconv.Atoi(os.Getenv(envCount))
 		outcomes := herd(t, n, func(int) (DispatchResult, error) {
@@ -62,9 +62,9 @@ func TestHelperProcess(t *testing.T) {
 	case "answers":
 		// Dispatch distinct IDs from 16 callers and print each answered ID
 		// at once, until the parent kills the process.
-		cfg.Outbox, cfg.Client, cfg.Durability = box, fake.client(t), Durability(os.Getenv(envMode))
+		cfg.Client, cfg.Durability = fake.client(t), Durability(os.Getenv(envMode))
 		cfg.Batch = os.Getenv(envBatch) != ""
-		d, err := NewDispatcher(ctx, &cfg)
+		d, err := NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		n, _ := strconv.Atoi(os.Getenv(envCount))
 		var next atomic.Int64
@@ -86,8 +86,8 @@ func TestHelperProcess(t *testing.T) {
 		wg.Wait()
 		t.Fatal("the process should have been killed before it answered every call")
 	case "kill":
-		cfg.Outbox, cfg.Client = box, exitAfterCreate{fake.client(t)}
-		d, err := NewDispatcher(ctx, &cfg)
+		cfg.Client = exitAfterCreate{fake.client(t)}
+		d, err := NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		_, err = d.Dispatch(ctx, request("run1", "killed", 1, "x"))
 		t.Fatalf("the process should have died; Dispatch returned %v", err)

@@ -75,7 +75,7 @@ func (d *Dispatcher) Recover(ctx context.Context) (RecoverStats, error) {
 	if d.flights.isClosed() {
 		return st, ErrClosed
 	}
-	for _, table := range outbox.Tables {
+	for _, table := range outbox.Tables() {
 		recs, err := d.box.Pending(ctx, table, d.cfg.StaleAfter)
 		if err != nil {
 			return st, fmt.Errorf("cloudtasks: recover: list pending %s: %w", table, err)
@@ -152,7 +152,7 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 	}
 	name := rec.TaskName
 	if name == "" {
-		name = rec.Queue + "/tasks/" + rec.CloudTaskID
+		name = naming.TaskName(rec.Queue, rec.CloudTaskID)
 	}
 	_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
 		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
@@ -171,7 +171,7 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 		f.err = err
 		return
 	}
-	if err := d.box.Append(ctx, next); err != nil {
+	if err := outbox.AppendAndWait(ctx, d.box, next); err != nil {
 		d.outboxFailed(rec.ID, false, err)
 		f.err = err
 	}

@@ -166,7 +166,7 @@ func TestDispatchConcurrentDifferentPayload(t *testing.T) {
 	bc := blockingClient{Client: emu.client(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	cfg := testConfig()
 	cfg.Client = bc
-	d, err := NewDispatcher(context.Background(), &cfg)
+	d, err := NewDispatcher(context.Background(), outbox.NewMemory(nil), &cfg)
 	require.NoError(t, err)
 	ctx := context.Background()
 	first := make(chan error, 1)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 // Service limits checked before any I/O (see the Cloud Tasks quotas and the
@@ -25,7 +26,7 @@ const (
 	// MaxURLLength bounds the target URL.
 	MaxURLLength = 2083
 	// MaxScheduleAhead is how far in the future a task may be scheduled.
-	MaxScheduleAhead = 30 * 24 * time.Hour
+	MaxScheduleAhead = timers.MaxAhead
 	// MinDispatchDeadline and MaxDispatchDeadline bound an HTTP task's
 	// dispatch deadline.
 	MinDispatchDeadline = 15 * time.Second
@@ -186,16 +187,16 @@ func (t *Task) method() string {
 	return strings.ToUpper(t.Method)
 }
 
-// createRequest builds the CreateTask request for the task named by id in
-// the queue at queuePath. A past schedule time is left out, so the task
+// createRequest builds the CreateTask request for the task of id in the
+// queue at queuePath. A past schedule time is left out, so the task
 // fires at once.
-func (t *Task) createRequest(queuePath, id, cloudID string, now time.Time) *cloudtaskspb.CreateTaskRequest {
+func (t *Task) createRequest(id naming.ID, queuePath string, now time.Time) *cloudtaskspb.CreateTaskRequest {
 	headers := make(map[string]string, len(t.Headers)+2)
 	for k, v := range t.Headers {
 		headers[k] = v
 	}
-	headers[HeaderIdempotencyKey] = id
-	headers[HeaderTaskID] = cloudID
+	headers[HeaderIdempotencyKey] = id.String()
+	headers[HeaderTaskID] = id.CloudTaskID()
 	hr := &cloudtaskspb.HttpRequest{
 		Url:        t.URL,
 		HttpMethod: methods[t.method()],
@@ -209,7 +210,7 @@ func (t *Task) createRequest(queuePath, id, cloudID string, now time.Time) *clou
 		}}
 	}
 	task := &cloudtaskspb.Task{
-		Name:        queuePath + "/tasks/" + cloudID,
+		Name:        id.TaskName(queuePath),
 		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: hr},
 	}
 	if !t.ScheduleTime.IsZero() && t.ScheduleTime.After(now) {
@@ -238,7 +239,7 @@ func (r *DispatchRequest) ID() (naming.ID, error) {
 var requestFields = map[string]string{
 	"run_id": "RunID", "task_key": "TaskKey", "attempt": "Identity",
 	"idempotency key": "Identity.Key", "strategy": "Identity.Strategy",
-	"due_epoch": "Due", "check_epoch": "Check",
+	"due_epoch": "At", "check_epoch": "At",
 }
 
 // namingError turns an error from naming into a *RequestError that names

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -32,13 +33,18 @@ func TestConfigValidate(t *testing.T) {
 		{"multiplier", func(c *Config) { c.Retry.Multiplier = 0.5 }, "Retry.Multiplier"},
 		{"jitter", func(c *Config) { c.Retry.Jitter = 2 }, "Retry.Jitter"},
 		{"max calls", func(c *Config) { c.Retry.MaxCalls = -1 }, "Retry.MaxCalls"},
+		{"negative name hold", func(c *Config) { c.NameHold = -time.Hour }, "NameHold"},
+		{"unknown durability", func(c *Config) { c.Durability = "memory" }, "Durability"},
+		{"two clients", func(c *Config) {
+			c.EmulatorAddr, c.ClientOptions = "127.0.0.1:1", []option.ClientOption{option.WithoutAuthentication()}
+		}, "Client"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig()
 			tt.edit(&cfg)
-			_, err := NewDispatcher(context.Background(), &cfg)
+			_, err := NewDispatcher(context.Background(), outbox.NewMemory(nil), &cfg)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 			var ce *ConfigError
 			require.ErrorAs(t, err, &ce)
@@ -54,7 +60,8 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, DefaultBatchInFlight, c.BatchInFlight)
 	require.Equal(t, DefaultStaleAfter, c.StaleAfter)
 	require.Equal(t, RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10, MaxElapsed: time.Minute}, c.Retry)
-	require.Equal(t, uuid.Version(7), c.ProcessorUUID.Version())
+	require.Equal(t, DefaultNameHold, c.NameHold)
+	require.Equal(t, DurabilityOverlapped, c.Durability)
 	require.False(t, c.EnforceOwnership)
 	require.NoError(t, c.validate())
 }
@@ -143,7 +150,7 @@ func TestCreateRequest(t *testing.T) {
 		ScheduleTime: now.Add(time.Hour), DispatchDeadline: time.Minute,
 	}
 	queue := "projects/p/locations/l/queues/q"
-	req := task.createRequest(queue, id.String(), id.CloudTaskID(), now)
+	req := task.createRequest(id, queue, now)
 	require.Equal(t, queue, req.GetParent())
 	require.Equal(t, queue+"/tasks/"+id.CloudTaskID(), req.GetTask().GetName())
 	hr := req.GetTask().GetHttpRequest()
@@ -159,7 +166,7 @@ func TestCreateRequest(t *testing.T) {
 
 	// A past schedule time fires at once: no schedule_time is sent.
 	task.ScheduleTime = now.Add(-time.Hour)
-	require.Nil(t, task.createRequest(queue, id.String(), id.CloudTaskID(), now).GetTask().GetScheduleTime())
+	require.Nil(t, task.createRequest(id, queue, now).GetTask().GetScheduleTime())
 }
 
 func TestTransient(t *testing.T) {

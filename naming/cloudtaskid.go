@@ -21,12 +21,21 @@ var cloudTaskIDPattern = regexp.MustCompile(`^[dt]_[a-z2-7]{26}$`)
 // encoding of SHA-256 of the internal ID's text. The same ID always gives the
 // same task ID, which is what makes creating the task idempotent.
 // The zero ID has no task ID: it returns "".
-func (id ID) CloudTaskID() string {
-	if id.IsZero() {
+func (id ID) CloudTaskID() string { return id.cloudID }
+
+// TaskName returns the full resource name of the task whose ID is
+// cloudTaskID in the queue whose full name is queuePath
+// (projects/P/locations/L/queues/Q), or "" when either is empty.
+func TaskName(queuePath, cloudTaskID string) string {
+	if queuePath == "" || cloudTaskID == "" {
 		return ""
 	}
-	return hashText(id.kind.prefix(), id.text)
+	return queuePath + "/tasks/" + cloudTaskID
 }
+
+// TaskName returns the full resource name of the ID's task in the queue
+// whose full name is queuePath.
+func (id ID) TaskName(queuePath string) string { return TaskName(queuePath, id.cloudID) }
 
 // CloudTaskID parses internalID and returns its Cloud Tasks task ID. The
 // error is that of Parse.

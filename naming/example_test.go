@@ -59,7 +59,7 @@ func ExampleParse_invalid() {
 }
 
 func ExampleIdentity() {
-	byKey := naming.Identity{Strategy: naming.StrategyCallerKey, Key: "evt-42"}
+	byKey := naming.CallerKey("evt-42")
 	attempt, err := byKey.Attempt("extract")
 	if err != nil {
 		panic(err)

@@ -66,8 +66,8 @@ func (k Kind) prefix() string {
 
 // ID is a validated internal ID. It is an immutable value: build one with
 // NewDispatch, NewRetryTimer, NewHeartbeat or Parse, read it with its
-// accessors. It keeps its text form, so String and CloudTaskID do not rebuild
-// it. The zero ID is not valid; IsZero reports it.
+// accessors. It keeps its text form and its Cloud Tasks ID, both computed
+// once when it is made, so String and CloudTaskID cost nothing. The zero ID is not valid; IsZero reports it.
 type ID struct {
 	kind    Kind
 	runID   string
@@ -75,6 +75,7 @@ type ID struct {
 	attempt string
 	epoch   int64
 	text    string
+	cloudID string // the Cloud Tasks ID, hashed once when the ID is made
 }
 
 // Prefixes of the three ID forms, separators included.
@@ -110,6 +111,7 @@ func build(id ID) (ID, error) {
 	}
 	var buf [MaxIDLength]byte
 	id.text = string(id.appendText(buf[:0]))
+	id.cloudID = hashText(id.kind.prefix(), id.text)
 	return id, nil
 }
 
@@ -226,6 +228,7 @@ func Parse(s string) (ID, error) {
 	// The canonical-form rules make s the one text of these parts, so it is
 	// kept as it is.
 	id.text = s
+	id.cloudID = hashText(id.kind.prefix(), id.text)
 	return id, nil
 }
 

@@ -42,9 +42,13 @@ func (s Strategy) String() string {
 	}
 }
 
-// Identity says how to fill the attempt slot of one request.
+// Identity says how to fill the attempt slot of one request. Build one with
+// Attempt, CallerKey or Unique. The zero Identity is refused: a request
+// must say which attempt it is, so a forgotten attempt never becomes
+// attempt 0. A field of another strategy set beside Strategy is refused
+// too, so a key is never silently ignored.
 type Identity struct {
-	// Strategy picks the rule. The zero value means StrategyStrict.
+	// Strategy picks the rule. Required.
 	Strategy Strategy
 	// Number is the attempt number for StrategyStrict.
 	Number uint64
@@ -52,17 +56,55 @@ type Identity struct {
 	Key string
 }
 
-// Attempt returns the attempt slot for a request on taskKey.
+// Attempt returns the identity of attempt number n (StrategyStrict): the
+// same run, task and number always name the same task. Numbering is the
+// caller's; 0 is a number like any other.
+func Attempt(n uint64) Identity { return Identity{Strategy: StrategyStrict, Number: n} }
+
+// CallerKey returns the identity of the attempt named by the caller's
+// idempotency key (StrategyCallerKey), for example an upstream event ID.
+func CallerKey(key string) Identity { return Identity{Strategy: StrategyCallerKey, Key: key} }
+
+// Unique returns an identity that makes every request a new attempt
+// (StrategyUnique).
+func Unique() Identity { return Identity{Strategy: StrategyUnique} }
+
+// identityHint says how to write each identity, for error messages.
+const identityHint = "; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()"
+
+// Attempt returns the attempt slot for a request on taskKey. Errors match
+// ErrInvalidID and name the field: a zero Strategy, a field that the
+// strategy does not use, a missing key (ErrMissingKey).
 func (i Identity) Attempt(taskKey string) (string, error) {
+	bad := func(component, value, rule string) (string, error) {
+		return "", &Error{Component: component, Value: value, Rule: rule}
+	}
 	switch i.Strategy {
-	case 0, StrategyStrict:
+	case 0:
+		switch {
+		case i.Key != "":
+			return bad("strategy", "", "is not set although Key is: set Strategy to StrategyCallerKey"+identityHint)
+		case i.Number != 0:
+			return bad("strategy", "", "is not set although Number is: set Strategy to StrategyStrict"+identityHint)
+		}
+		return bad("strategy", "", "is not set: the request must say which attempt it is"+identityHint)
+	case StrategyStrict:
+		if i.Key != "" {
+			return bad("idempotency key", i.Key, "is set with the strict strategy, which uses Number only"+identityHint)
+		}
 		return AttemptNumber(i.Number), nil
 	case StrategyCallerKey:
+		if i.Number != 0 {
+			return bad("attempt", AttemptNumber(i.Number), "is set with the caller-key strategy, which uses Key only"+identityHint)
+		}
 		return AttemptFromKey(taskKey, i.Key)
 	case StrategyUnique:
+		if i.Number != 0 || i.Key != "" {
+			return bad("strategy", i.Strategy.String(), "uses neither Number nor Key, and one is set"+identityHint)
+		}
 		return AttemptUnique(), nil
 	default:
-		return "", &Error{Component: "strategy", Value: i.Strategy.String(), Rule: "must be strict, caller-key or unique"}
+		return bad("strategy", i.Strategy.String(), "must be strict, caller-key or unique"+identityHint)
 	}
 }
 

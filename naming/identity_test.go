@@ -77,9 +77,11 @@ func TestIdentityAttempt(t *testing.T) {
 		in   naming.Identity
 		want string
 	}{
-		{"zero value is strict", naming.Identity{Number: 3}, "3"},
-		{"strict", naming.Identity{Strategy: naming.StrategyStrict, Number: 12}, "12"},
-		{"caller key", naming.Identity{Strategy: naming.StrategyCallerKey, Key: "evt-42"}, "k-kdfo6u43zxiplof3rajyylplvs"},
+		{"strict", naming.Attempt(12), "12"},
+		{"Attempt", naming.Attempt(12), "12"},
+		{"Attempt(0) is said, so it is attempt 0", naming.Attempt(0), "0"},
+		{"CallerKey", naming.CallerKey("evt-42"), "k-kdfo6u43zxiplof3rajyylplvs"},
+		{"caller key", naming.CallerKey("evt-42"), "k-kdfo6u43zxiplof3rajyylplvs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,7 +98,37 @@ func TestIdentityAttempt(t *testing.T) {
 	_, err = naming.Identity{Strategy: naming.StrategyCallerKey}.Attempt("extract")
 	require.ErrorIs(t, err, naming.ErrMissingKey)
 	_, err = naming.Identity{Strategy: 9}.Attempt("extract")
-	require.EqualError(t, err, `invalid internal ID: strategy "Strategy(9)" must be strict, caller-key or unique`)
+	require.EqualError(t, err, `invalid internal ID: strategy "Strategy(9)" must be strict, caller-key or unique`+hint)
+}
+
+const hint = "; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()"
+
+// Every identity a user can write that does not say one attempt plainly is
+// refused, naming what is wrong: a forgotten attempt is never attempt 0,
+// and a key is never ignored.
+func TestIdentityRefusesSilentAnswers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   naming.Identity
+		want string
+	}{
+		{"zero", naming.Identity{}, `strategy "" is not set: the request must say which attempt it is` + hint},
+		{"key without strategy", naming.Identity{Key: "evt-43"}, `strategy "" is not set although Key is: set Strategy to StrategyCallerKey` + hint},
+		{"number without strategy", naming.Attempt(3), `strategy "" is not set although Number is: set Strategy to StrategyStrict` + hint},
+		{"strict with a key", naming.Attempt(1, Key: "k"), `idempotency key "k" is set with the strict strategy, which uses Number only` + hint},
+		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 2, Key: "k"}, `attempt "2" is set with the caller-key strategy, which uses Key only` + hint},
+		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 2}, `strategy "unique" uses neither Number nor Key, and one is set` + hint},
+		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "k"}, `strategy "unique" uses neither Number nor Key, and one is set` + hint},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := tt.in.Attempt("extract")
+			require.ErrorIs(t, err, naming.ErrInvalidID)
+			require.EqualError(t, err, "invalid internal ID: "+tt.want)
+		})
+	}
 }
 
 func TestStrategyText(t *testing.T) {

@@ -1,177 +1,33 @@
-// Package outbox is the durable record of every dispatch and timer: an
-// append-only log per process that rolls into Parquet files analysts can
-// query with DuckDB or BigQuery, and that a restarted dispatcher reads to
-// learn what it already did. It knows nothing of Cloud Tasks.
+// Package outbox is the record of every dispatch and timer: the Outbox
+// interface a dispatcher writes through, the Record it writes, and Memory,
+// an implementation held in one process's memory. It does not depend on
+// Parquet: the file-backed implementation, whose tables DuckDB and
+// BigQuery read, is package outbox/parquetbox, and a program that does not
+// import it does not link it.
 //
-// # Layout
+// # Records
 //
-//	<root>/dispatch_outbox/created_date=YYYY-MM-DD/*.parquet   one row per state of a task attempt
-//	<root>/timers/created_date=YYYY-MM-DD/*.parquet            one row per state of a retry or heartbeat timer
-//	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
-//	<root>/wal/<processor>.lock                                held while the process lives
-//	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
-//	<root>/_manifests/<table>                                  what Compact saw of each table file, for lookups
+// A dispatch or timer has a history of records: pending before its create
+// call, then an outcome (created, already_existed, failed, not_found,
+// cancelled). Its current state is its newest record by UpdatedAt (Newer
+// breaks ties the same way everywhere). Records live in two tables,
+// dispatch_outbox and timers, chosen by the kind of the ID (TableOf).
 //
-// Tables are partitioned the Hive way by the UTC day an ID was first
-// recorded (its created_at, which Append keeps for every later state of
-// the ID), so all states of an ID share a partition and DuckDB, BigQuery,
-// Spark and Trino prune by date. Files directly under <table>/ (the flat
-// layout of earlier versions) are read like the others and moved into
-// partitions by the next Compact.
+// # The rules every implementation keeps
 //
-// Each process (named by its processor UUID) writes only files of its own,
-// so any number of processes share one root without coordinating. Parquet
-// files appear atomically (written under a hidden name, synced, renamed);
-// readers ignore hidden files.
+// Append fills a record in as Record.Prepare says (processor, times,
+// cloud_task_id) and refuses one that is invalid (*RecordError, naming the
+// field, the value and the rule: times must lie between MinTime and
+// MaxTime) or foreign (ErrForeignRecord: a cloud_task_id that is not the
+// hash of the ID). Times are kept at microsecond precision in UTC, and
+// UpdatedAt strictly increases per ID within a processor. Readers never
+// return a foreign record. Package outboxtest checks these rules against
+// any implementation.
 //
-// # Durability
+// # Writing your own
 //
-// Append encodes the record as a checksummed frame and hands it to a single
-// writer goroutine, which writes every waiting frame with one write and one
-// fsync (group commit) and then answers all their callers. In the default
-// Durable mode Append returns after that fsync; in Interval mode it returns
-// after the write and the log is synced every FlushInterval, so a machine
-// crash may lose the last interval.
-//
-// StartAppend queues the record and returns a Commit at once; its Wait
-// returns what Append would have. A caller overlaps the group commit with
-// its own work (the dispatcher's create call) without a goroutine of its
-// own, and usually finds the commit done when it waits. AppendThen runs a
-// short function on the writer once the record is written, for a caller
-// that has nothing to wait for but something to release.
-//
-// A crash at any instant loses no acknowledged record: on Open, the log of
-// this processor and of every dead processor (one whose lock is free) is
-// converted to Parquet; a torn last frame fails its length or checksum and
-// is dropped, and logged with path and offset.
-//
-// # Reading
-//
-// Memory does not grow with the outbox: this process's own IDs are
-// indexed within Options.IndexBytes (32 MiB) and IndexLimit, older IDs
-// being answered from the files; between reads a table keeps at most
-// MaxOpenFiles (256) files open and their footers and bloom filters within
-// FileCacheBytes (64 MiB), least recently used closed first; listings are
-// reused for RefreshInterval.
-// Latest, Lookup and Pending see this process's records in memory, the
-// live logs of other processes (read incrementally), and every Parquet file;
-// their view of other processes is at most Options.RefreshInterval old, and
-// Latest answers an ID this process wrote from memory alone. A lookup by ID skips row groups by min/max statistics and
-// bloom filters and reads only the pages the page index admits, so it reads
-// a small fraction of a large file; a Query with Summary set reads only the
-// columns of a status view (ID, cloud_task_id, status, error code, calls,
-// times, processor), sparing a page of each other column. Files are sorted by ID. A damaged or
-// foreign file is logged with its path and the reason, listed by Damaged,
-// and skipped; it never hides the other files.
-//
-// # Manifests
-//
-// An ID does not name its day, so a lookup by ID or cloud_task_id would
-// have to open the footer of every file of every partition. Compact
-// therefore writes, per table, a manifest (<root>/_manifests/<table>,
-// outside the table's directory, where DuckDB, BigQuery and Spark never
-// look): every file it saw, with its size and modification time, and for
-// each row group its row count, ID bounds and where the bitsets of the
-// bloom filters of the ID and of cloud_task_id lie. A lookup reads the
-// manifest, computes the one 32-byte block of a bitset the value hashes
-// to, reads just that block of each row group the bounds admit, and opens
-// only the files (and reads only the row groups) a filter admits. In a
-// compacted file, which holds one state per ID, a lookup by cloud_task_id
-// stops at its first match.
-//
-// A manifest can never make an answer wrong: an entry is used only for a
-// listed file of the same name, size and modification time; files it does
-// not know (converted log segments written since, outputs of a later
-// compaction) are opened as without one; entries of files no longer
-// listed are ignored; a damaged, truncated, foreign or non-regular
-// manifest is ignored with one log line. It is written atomically (a
-// temporary file renamed into place, a single object write on a bucket),
-// and Compact refreshes it every run, also when every partition was
-// untouched, reporting what it did in TableCompaction.Manifest. Files
-// already open (a long-running dispatcher) are read the usual way, with
-// their bloom filters in memory. To save time, a lookup reads the manifest,
-// probes and opens its candidates while the files are being listed; what
-// it decided about a file is kept only if the listing then shows the
-// version the manifest describes.
-//
-// # Trust
-//
-// The outbox believes nothing it did not check, because a Dispatch that
-// finds a record skips its CreateTask:
-//
-//   - On opening a file, every column it reads must have the table
-//     schema's physical and logical type (strings BYTE_ARRAY, times INT64
-//     TIMESTAMP, create_calls INT32 or INT64, none repeated). A file that
-//     differs (an INT32 status, say) is foreign: skipped, listed with the
-//     reason by Damaged and in Stats and Compact's Skipped, logged once,
-//     never a crash. A footer whose counts cannot be true of the file's
-//     size is damaged, as is a file the Parquet library panics on (the
-//     panic is recovered at the file boundary): the fuzz target
-//     FuzzReadParquet feeds mutated files to every read path.
-//   - A row whose cloud_task_id is not the hash of its ID (naming's
-//     CloudTaskID), whose ID is not an internal ID, or whose status is
-//     unknown is foreign (ErrForeignRecord): Latest, Lookup and Pending
-//     never return it, Stats counts it in ForeignRows, and Compact leaves
-//     it out of its output and its file in place (listed in Kept). Append
-//     refuses such a record, and fills in an empty CloudTaskID.
-//   - Only regular files are opened: a named pipe or device named
-//     x.parquet or x.wal is skipped and listed, never opened (opening a
-//     pipe would block forever).
-//
-// # Availability
-//
-// When the log cannot be written (a full disk, a permission taken away),
-// the outbox fails closed: the append that met the error and every later
-// Append, AppendAsync and StartAppend return at once an *UnavailableError matching
-// ErrUnavailable, naming the cause and the path; nothing is accepted that
-// could not be made durable. The writer retries a fresh segment with
-// backoff (100ms doubling to 10s, on Options.Clock) and takes appends again
-// as soon as one succeeds, without a restart; records accepted before stay
-// readable and reach Parquet (conversions retry too).
-//
-// # Errors
-//
-// Bad records and options are refused with errors that name the field, the
-// value and the rule. A file that cannot be read is a *FileError (path and
-// reason) matching ErrDamaged, or ErrForeignFile for valid Parquet that is
-// not an outbox table; it is skipped, never fatal. ErrUnavailable,
-// ErrForeignRecord, ErrClosed, ErrProcessorInUse and ErrReadOnly are the
-// other sentinels. A cancelled context is checked first: a call with one
-// never writes.
-//
-// # Observability
-//
-// The outbox logs through Options.Logger (log/slog) only what needs a
-// person: skipped files, dropped torn log tails, failed conversions, and
-// the replay of a stopped processor's log. Damaged lists the skipped files;
-// Stats counts records by status, queue, kind and processor.
-//
-// # Buckets
-//
-// The tables (not the log) can live in a bucket through gocloud.dev/blob:
-// Options.Root "mem://", or "gs://…" and "s3://…" once package
-// outbox/cloudblob is imported, or an opened bucket in Options.Bucket; the
-// log then goes to Options.LogDir.
-//
-// # Compaction and retention
-//
-// Compact works partition by partition, so its work follows new data, not
-// total data: a partition compacted and not written since is not read; the
-// others are merged into files sorted by ID holding only the latest state
-// of each ID, split at CompactOptions.TargetFileBytes. Terminal records
-// older than their queue's retention are dropped, and a partition whose
-// every row is past retention is removed whole, without a rewrite. Each
-// partition is compacted under a lease (an object created only if absent:
-// O_EXCL on a disk, WriterOptions.IfNotExist on a bucket), with expiry for
-// a crashed holder, so two compactions of one root at once never write a
-// row twice; a partition held by another is reported busy and skipped.
-// Outputs are written before inputs are removed, so appends continue
-// meanwhile and an interrupted compaction loses nothing. Last, the table's
-// manifest is refreshed (see Manifests).
-//
-// # Other stores
-//
-// Memory is an in-memory outbox with the same rules, for a dispatcher
-// without files and for tests; package outboxtest is the conformance
-// suite both pass, and any other implementation can run.
+// An implementation calls Record.Prepare in Append, Record.Trusted on
+// everything it reads, and Arrange and SortPending to order what Lookup
+// and Pending return; RecordOf builds a record from a naming.ID without
+// parsing it again.
 package outbox

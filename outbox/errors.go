@@ -5,61 +5,42 @@ import (
 	"fmt"
 )
 
-// Sentinel errors; match them with errors.Is.
+// Sentinel errors every implementation uses; match them with errors.Is.
 var (
-	// ErrClosed is returned by every method called after Close.
-	ErrClosed = errors.New("outbox: closed")
-	// ErrDamaged marks a file that cannot be read as what it claims to be
-	// (a truncated Parquet file, a WAL frame with a bad checksum).
-	ErrDamaged = errors.New("outbox: damaged file")
-	// ErrForeignFile marks a readable Parquet file that is not an outbox
-	// table (no ID column, or an ID column that is not a string).
-	ErrForeignFile = errors.New("outbox: foreign file")
+	// ErrInvalidRecord matches every *RecordError: a record with a field
+	// no implementation accepts.
+	ErrInvalidRecord = errors.New("outbox: invalid record")
 	// ErrForeignRecord marks a record this system cannot have written: its
-	// cloud_task_id is not the hash of its ID, its ID is not an internal ID,
-	// or its status is unknown. Append refuses one; reads leave one out
-	// (Latest, Lookup and Pending never return it) and Stats and Compact
-	// count it.
+	// cloud_task_id is not the hash of its ID, or its ID is not an internal
+	// ID of its table. Append refuses one; reads leave one out (Latest,
+	// Lookup and Pending never return it).
 	ErrForeignRecord = errors.New("outbox: foreign record")
-	// ErrUnavailable is returned at once by Append and AppendAsync while
-	// the log cannot be written (a full disk, a permission taken away): no
-	// record is accepted that cannot be made durable. The error is an
-	// *UnavailableError naming the cause and the path. The outbox retries
-	// by itself and takes appends again once a write succeeds; records
-	// accepted before stay safe.
-	ErrUnavailable = errors.New("outbox: unavailable")
-	// ErrProcessorInUse is returned by Open when another live process holds
-	// the same processor UUID.
-	ErrProcessorInUse = errors.New("outbox: processor UUID in use by another process")
-	// ErrReadOnly is returned by Append and Flush on an outbox opened with
-	// Options.ReadOnly.
-	ErrReadOnly = errors.New("outbox: opened read-only")
 )
 
-// FileError reports a file that was skipped: its path and why. It matches
-// ErrForeignFile when the file is valid Parquet but not an outbox table, and
-// ErrDamaged otherwise.
-type FileError struct {
-	// Path is the file's path.
-	Path string
-	// Reason says what is wrong, in words.
-	Reason string
-	// Err is the underlying cause, if any.
-	Err error
+// RecordError names the field of a record that is wrong, its value and
+// the rule. It matches ErrInvalidRecord.
+type RecordError struct {
+	// ID is the record's internal ID, when it has one.
+	ID string
+	// Field is the Record field, for example "CreatedAt".
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Rule says what is allowed.
+	Rule string
 }
 
-// Error says which file, what is wrong with it, and the cause.
-func (e *FileError) Error() string {
-	if e.Err != nil && !errors.Is(e.Err, ErrForeignFile) {
-		return fmt.Sprintf("outbox: %s: %s: %v", e.Path, e.Reason, e.Err)
+// Error names the record, the field, the value and the rule.
+func (e *RecordError) Error() string {
+	who := "record"
+	if e.ID != "" {
+		who = "record " + e.ID
 	}
-	return fmt.Sprintf("outbox: %s: %s", e.Path, e.Reason)
+	if e.Value == "" {
+		return fmt.Sprintf("outbox: %s: %s %s", who, e.Field, e.Rule)
+	}
+	return fmt.Sprintf("outbox: %s: %s %q %s", who, e.Field, e.Value, e.Rule)
 }
 
-// Unwrap returns the cause.
-func (e *FileError) Unwrap() error { return e.Err }
-
-// Is makes a FileError match ErrDamaged unless it is a foreign file.
-func (e *FileError) Is(target error) bool {
-	return target == ErrDamaged && !errors.Is(e.Err, ErrForeignFile)
-}
+// Is makes a RecordError match ErrInvalidRecord.
+func (e *RecordError) Is(target error) bool { return target == ErrInvalidRecord }

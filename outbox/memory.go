@@ -2,16 +2,17 @@ package outbox
 
 import (
 	"context"
-	"sort"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 )
 
-// Memory is an outbox held in memory, for a dispatcher configured without
-// files and for tests. It follows the same rules as Outbox (checked by the
-// conformance suite in package outboxtest): the same validation and
+// Memory is an Outbox held in one process's memory, for a dispatcher
+// that needs no record past its process and for tests. It follows the
+// same rules as every Outbox (checked by the conformance suite in package
+// outboxtest): the same validation and
 // refusal of foreign records, microsecond UTC times, UpdatedAt strictly
 // increasing per ID, Pending oldest first. It keeps every state of every
 // ID until it is dropped, and forgets everything when it is. Its methods
@@ -24,60 +25,57 @@ type Memory struct {
 	history map[recKey][]Record // oldest first
 }
 
-// NewMemory returns an empty in-memory outbox whose records name
-// processorUUID. A nil clock is the real clock.
-func NewMemory(processorUUID string, clock clockwork.Clock) *Memory {
+// NewMemory returns an empty in-memory outbox whose records name a new
+// UUIDv7 as their processor. clock gives the times of records appended
+// without one and Pending's "now"; nil means the real clock. Give it the
+// clock the dispatcher uses.
+func NewMemory(clock clockwork.Clock) *Memory {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Memory{processor: processorUUID, clock: clock, history: map[recKey][]Record{}}
+	return &Memory{processor: uuid.Must(uuid.NewV7()).String(), clock: clock, history: map[recKey][]Record{}}
+}
+
+// recKey identifies an ID within its table.
+type recKey struct {
+	table Table
+	id    string
 }
 
 // ProcessorUUID returns the UUID the records are written under.
 func (m *Memory) ProcessorUUID() string { return m.processor }
 
-// Append records r, with the defaults and checks of Outbox.Append.
-func (m *Memory) Append(ctx context.Context, r Record) error {
+// Append keeps r at once, with the checks and defaults of Record.Prepare,
+// and calls done (when not nil) before it returns.
+func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := r.prepare(m.processor, m.clock); err != nil {
+	if err := r.Prepare(m.processor, m.clock.Now()); err != nil {
 		return err
 	}
 	k := recKey{r.Table, r.ID}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	h := m.history[k]
 	if n := len(h); n > 0 && !r.UpdatedAt.After(h[n-1].UpdatedAt) {
 		r.UpdatedAt = h[n-1].UpdatedAt.Add(time.Microsecond)
 	}
 	m.history[k] = append(h, r)
-	return nil
-}
-
-// AppendAsync is Append: memory has nothing to wait for.
-func (m *Memory) AppendAsync(ctx context.Context, r Record) error { return m.Append(ctx, r) }
-
-// AppendThen is Append followed by then(nil): memory has nothing to wait
-// for. An error is returned instead, and then is not called.
-func (m *Memory) AppendThen(ctx context.Context, r Record, then func(error)) error {
-	if err := m.Append(ctx, r); err != nil {
-		return err
+	m.mu.Unlock()
+	if done != nil {
+		done(nil)
 	}
-	then(nil)
 	return nil
 }
 
-// StartAppend is Append, answered by a Commit already done: memory has
-// nothing to wait for.
-func (m *Memory) StartAppend(ctx context.Context, r Record) (Commit, error) {
-	return Commit{}, m.Append(ctx, r)
-}
+// Flush does nothing: memory keeps every record as soon as it is
+// appended.
+func (m *Memory) Flush(ctx context.Context) error { return ctx.Err() }
 
 // Latest returns the current state of an ID; ok is false when it was never
 // recorded.
 func (m *Memory) Latest(ctx context.Context, t Table, id string) (Record, bool, error) {
-	if err := t.validate(); err != nil {
+	if err := t.Validate(); err != nil {
 		return Record{}, false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -95,7 +93,7 @@ func (m *Memory) Latest(ctx context.Context, t Table, id string) (Record, bool, 
 // Lookup returns the records matching q, sorted by table, ID and time, as
 // Outbox.Lookup does.
 func (m *Memory) Lookup(ctx context.Context, q Query) ([]Record, error) {
-	if err := q.validate(); err != nil {
+	if err := q.Validate(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -108,20 +106,20 @@ func (m *Memory) Lookup(ctx context.Context, q Query) ([]Record, error) {
 			continue
 		}
 		for i := range h {
-			if q.match(&h[i]) {
+			if q.Match(&h[i]) {
 				out = append(out, h[i])
 			}
 		}
 	}
 	m.mu.Unlock()
-	return arrange(out, q.History), nil
+	return Arrange(out, q.History), nil
 }
 
 // Pending returns the records of table t whose latest state is pending and
 // was written more than olderThan ago, oldest first (then by ID), as
 // Outbox.Pending does.
 func (m *Memory) Pending(ctx context.Context, t Table, olderThan time.Duration) ([]Record, error) {
-	if err := t.validate(); err != nil {
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -136,17 +134,6 @@ func (m *Memory) Pending(ctx context.Context, t Table, olderThan time.Duration) 
 		}
 	}
 	m.mu.Unlock()
-	sortPending(out)
+	SortPending(out)
 	return out, nil
-}
-
-// sortPending puts records in the order Pending returns them: oldest
-// first, then by ID.
-func sortPending(recs []Record) {
-	sort.Slice(recs, func(i, j int) bool {
-		if !recs[i].UpdatedAt.Equal(recs[j].UpdatedAt) {
-			return recs[i].UpdatedAt.Before(recs[j].UpdatedAt)
-		}
-		return recs[i].ID < recs[j].ID
-	})
 }

@@ -2,7 +2,10 @@ package outbox
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Table names one of the two tables of the outbox. Each table is a directory
@@ -19,23 +22,25 @@ const (
 	TableTimers Table = "timers"
 )
 
-// Tables lists every table, in a stable order.
-var Tables = []Table{TableDispatch, TableTimers}
+// Tables returns every table, in a stable order.
+func Tables() [2]Table { return [2]Table{TableDispatch, TableTimers} }
 
-// idColumn is the name of the table's internal ID column.
-func (t Table) idColumn() string {
+// IDColumn is the name of the table's internal ID column: dispatch_id or
+// timer_id.
+func (t Table) IDColumn() string {
 	if t == TableTimers {
 		return "timer_id"
 	}
 	return "dispatch_id"
 }
 
-func (t Table) validate() error {
+// Validate returns an error unless t is one of the tables.
+func (t Table) Validate() error {
 	switch t {
 	case TableDispatch, TableTimers:
 		return nil
 	}
-	return fmt.Errorf("outbox: table %q unknown; allowed: %q, %q", string(t), TableDispatch, TableTimers)
+	return &RecordError{Field: "Table", Value: string(t), Rule: fmt.Sprintf("is unknown; allowed: %q, %q", TableDispatch, TableTimers)}
 }
 
 // Status is the state of a dispatch or timer as recorded in the outbox.
@@ -117,11 +122,50 @@ type Record struct {
 	UpdatedAt time.Time
 	// DueAt is when a timer fires; zero for dispatches.
 	DueAt time.Time
+
+	// id is the parsed ID of a record made by RecordOf, so that Prepare
+	// need not parse and hash again what naming just built. Prepare
+	// clears it: a stored or read record never carries it.
+	id naming.ID
 }
 
-// normalize fills derived fields and truncates times to the microsecond
-// precision that the files store, so a record reads back equal.
-func (r *Record) normalize() {
+// RecordOf returns the record of id in its table, with the fields the ID
+// determines (Table, ID, CloudTaskID, RunID, TaskKey, Attempt, Kind, DueAt)
+// filled in. A record made this way is not parsed again by Prepare.
+func RecordOf(id naming.ID) Record {
+	r := Record{
+		Table: TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
+		RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Kind: id.Kind().String(), id: id,
+	}
+	if id.IsTimer() {
+		r.Table, r.DueAt = TableTimers, id.Time()
+	}
+	return r
+}
+
+// TableOf returns the table that holds the records of id.
+func TableOf(id naming.ID) Table {
+	if id.IsTimer() {
+		return TableTimers
+	}
+	return TableDispatch
+}
+
+// The range of times a record may carry. Every reader of the files handles
+// it: a zero time is stored as "no time", so the Unix epoch itself cannot be
+// told from none, and partitions are named YYYY-MM-DD, so a year past 9999
+// would name a directory no listing recognises.
+var (
+	// MinTime is the earliest time a record may carry.
+	MinTime = time.Unix(0, 1000).UTC()
+	// MaxTime is the latest time a record may carry.
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// Normalize fills the derived fields and truncates times to the
+// microsecond precision the files store, so a record reads back equal.
+// Implementations call it on every record they return.
+func (r *Record) Normalize() {
 	r.CreatedAt = truncMicro(r.CreatedAt)
 	r.UpdatedAt = truncMicro(r.UpdatedAt)
 	r.DueAt = truncMicro(r.DueAt)
@@ -129,14 +173,7 @@ func (r *Record) normalize() {
 		r.Kind = "dispatch"
 		r.DueAt = time.Time{}
 	}
-	r.TaskName = taskName(r.Queue, r.CloudTaskID)
-}
-
-func taskName(queue, cloudTaskID string) string {
-	if queue == "" || cloudTaskID == "" {
-		return ""
-	}
-	return queue + "/tasks/" + cloudTaskID
+	r.TaskName = naming.TaskName(r.Queue, r.CloudTaskID)
 }
 
 func truncMicro(t time.Time) time.Time {
@@ -146,26 +183,115 @@ func truncMicro(t time.Time) time.Time {
 	return time.UnixMicro(t.UnixMicro()).UTC()
 }
 
-func (r *Record) validate() error {
-	if err := r.Table.validate(); err != nil {
+// Validate checks the fields every record needs: a known table and
+// status, an ID, and times within MinTime and MaxTime. Errors are
+// *RecordError values naming the field, the value and the rule.
+func (r *Record) Validate() error {
+	if err := r.Table.Validate(); err != nil {
 		return err
 	}
 	if r.ID == "" {
-		return fmt.Errorf("outbox: record ID is empty")
+		return &RecordError{Field: "ID", Rule: "is empty"}
 	}
 	switch r.Status {
 	case StatusPending, StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled, StatusNotFound:
 	default:
-		return fmt.Errorf("outbox: record %s: status %q unknown; allowed: pending, created, already_existed, failed, cancelled, not_found", r.ID, r.Status)
+		return &RecordError{ID: r.ID, Field: "Status", Value: string(r.Status),
+			Rule: "is unknown; allowed: pending, created, already_existed, failed, cancelled, not_found"}
+	}
+	for _, f := range [...]struct {
+		name string
+		t    time.Time
+	}{{"CreatedAt", r.CreatedAt}, {"UpdatedAt", r.UpdatedAt}, {"DueAt", r.DueAt}} {
+		if f.t.IsZero() {
+			continue
+		}
+		if t := truncMicro(f.t); t.Before(MinTime) || t.After(MaxTime) {
+			return &RecordError{ID: r.ID, Field: f.name, Value: f.t.UTC().Format(time.RFC3339Nano),
+				Rule: "is outside the range every reader handles: " + MinTime.Format(time.RFC3339Nano) + " to " + MaxTime.Format(time.RFC3339Nano)}
+		}
 	}
 	return nil
 }
 
-// newer reports whether a describes a later state than b of the same ID: a
-// later UpdatedAt wins; on a tie (possible only across processors) a
-// terminal status beats pending, then the larger processor UUID wins so the
-// choice is the same everywhere.
-func newer(a, b *Record) bool {
+// Distrust returns why a record cannot be taken as one this system
+// wrote, or "" when it can. A record is trusted only when it is valid, its
+// ID is an internal ID of its table's kind, it has an UpdatedAt, and its
+// cloud_task_id is that ID's hash. Anything else (a row typed in by hand,
+// one left by another program) would otherwise let a Dispatch believe a
+// task exists that was never created, so readers leave such rows out.
+func (r *Record) Distrust() string {
+	if err := r.Validate(); err != nil {
+		return strings.TrimPrefix(err.Error(), "outbox: ")
+	}
+	return r.distrustID()
+}
+
+// distrustID is Distrust for a record already validated.
+func (r *Record) distrustID() string {
+	id := r.id
+	if id.IsZero() || id.String() != r.ID {
+		var err error
+		if id, err = naming.Parse(r.ID); err != nil {
+			return fmt.Sprintf("ID %q is not an internal ID: %v", r.ID, err)
+		}
+	}
+	if TableOf(id) != r.Table {
+		return fmt.Sprintf("ID %q does not belong in table %s", r.ID, r.Table)
+	}
+	if want := id.CloudTaskID(); r.CloudTaskID != want {
+		return fmt.Sprintf("cloud_task_id %q of %s is not the Cloud Tasks ID of that ID (want %q)", r.CloudTaskID, r.ID, want)
+	}
+	if r.UpdatedAt.IsZero() {
+		return fmt.Sprintf("record %s has no updated_at", r.ID)
+	}
+	return ""
+}
+
+// Trusted reports whether Distrust finds nothing wrong.
+func (r *Record) Trusted() bool { return r.Distrust() == "" }
+
+// Prepare checks a record about to be appended and fills in what every
+// implementation's Append promises: ProcessorUUID becomes processor, a
+// zero UpdatedAt becomes now, a zero CreatedAt becomes UpdatedAt, an empty
+// CloudTaskID becomes the ID's, and times are microsecond UTC. A record
+// that would read back as foreign is refused with an error matching
+// ErrForeignRecord; one with a bad field with a *RecordError.
+func (r *Record) Prepare(processor string, now time.Time) error {
+	if err := r.Table.Validate(); err != nil {
+		return err
+	}
+	r.ProcessorUUID = processor
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = now
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = r.UpdatedAt
+	}
+	if r.CloudTaskID == "" {
+		if !r.id.IsZero() {
+			r.CloudTaskID = r.id.CloudTaskID()
+		} else {
+			r.CloudTaskID, _ = naming.CloudTaskID(r.ID) // Distrust names a bad ID
+		}
+	}
+	r.Normalize()
+	if err := r.Validate(); err != nil { // the defaults filled in are checked too
+		return err
+	}
+	reason := r.distrustID()
+	r.id = naming.ID{}
+	if reason != "" {
+		return fmt.Errorf("%w: %s", ErrForeignRecord, reason)
+	}
+	return nil
+}
+
+// Newer reports whether a describes a later state than b of the same ID:
+// a later UpdatedAt wins; on a tie (possible only across processors) a
+// terminal status beats pending, then the larger processor UUID wins, so
+// every reader makes the same choice.
+func Newer(a, b *Record) bool {
 	if !a.UpdatedAt.Equal(b.UpdatedAt) {
 		return a.UpdatedAt.After(b.UpdatedAt)
 	}

@@ -1,48 +1,26 @@
-// Package timers schedules retry timers and heartbeat checks as named Cloud
-// Tasks, on the core of a cloudtasks.Dispatcher.
+// Package timers is the timer policy of orchestration code: when the next
+// retry of a failed attempt is due, when to check a running task's
+// heartbeat, and how to reach a time further ahead than Cloud Tasks holds
+// a task. It makes no calls and keeps no state: the dispatcher
+// (cloudtasks.Dispatcher.ScheduleTimer) turns its answers into named
+// tasks.
 //
-// # Timers
+// # Retries
 //
-// A retry timer fires the retry of an attempt at its due time; its ID is
-// timer:retry:{run}:{task}:{attempt}:{due_epoch}. A heartbeat check fires at
-// a check time to see whether a running task is still alive; its ID is
-// timer:heartbeat:{run}:{task}:{check_epoch}. Both are named to the second,
-// and their Cloud Tasks IDs start with t_. The task's schedule_time is the
-// due or check time.
+// Backoff gives the due time of the retry of attempt n after a failure: a
+// delay that starts at Initial and is multiplied by Multiplier after each
+// attempt, capped at Max, with no jitter, so the same failure always names
+// the same timer (its ID carries the due time) and a repeated schedule
+// call is deduplicated.
 //
-// # Idempotency
+// # Heartbeats
 //
-// ScheduleTimer has the outcomes of Dispatch (created, already_existed,
-// recovered) and its guarantees: the same timer requested twice, from one
-// process or several, is one task; the same timer ID with another payload
-// is a conflict. Records go to the outbox's timers table with due_at.
+// Heartbeat gives the check times of a running task: every Every after it
+// started. The check time names the timer, so each check is one task.
 //
-// # Limits
+// # The 30-day horizon
 //
-// Cloud Tasks holds a task at most 30 days before it fires. A timer due
-// further ahead is refused with an error matching ErrTooFar; schedule a
-// nearer timer and re-arm it when it fires. A due time in the past fires at
-// once.
-//
-// # Errors
-//
-// Bad input (a zero time, a due time past the 30-day limit, an invalid
-// component) is refused before any call, with an error naming the value and
-// the rule; ErrTooFar matches the limit. Every other error is the
-// dispatcher's and matches the same sentinels (cloudtasks.ErrCreateFailed,
-// ErrGaveUp, ErrPayloadConflict, …) through errors.Is.
-//
-// # Observability
-//
-// Timers go through the dispatcher, so they share its slog logger and
-// OpenTelemetry meter: outcomes are counted with kind retry or heartbeat,
-// and every log line carries the timer ID.
-//
-// # Cancelling
-//
-// CancelTimer deletes the task and records the timer as cancelled. A task
-// already gone (fired, or cancelled before) is a success. Cloud Tasks keeps
-// a deleted name reserved for a while (up to about a day), so a cancelled
-// timer ID scheduled again soon may answer already_existed without a task;
-// use a new due time instead.
+// Cloud Tasks holds a task at most MaxAhead (30 days) before it fires.
+// Arm says what to schedule for a time further ahead: a timer at the
+// horizon that, when it fires, arms the next one, until the time is near.
 package timers

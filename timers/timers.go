@@ -1,162 +1,109 @@
 package timers
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"math"
 	"time"
-
-	"github.com/ctdispatch/ctdispatch/cloudtasks"
-	"github.com/ctdispatch/ctdispatch/naming"
 )
 
-// ErrTooFar matches a *cloudtasks.RequestError for a timer due more than
-// 30 days ahead, which Cloud Tasks cannot hold. Schedule a nearer timer and
-// re-arm it when it fires.
-var ErrTooFar = errors.New("timer due beyond the 30-day limit")
+// MaxAhead is how far ahead of now Cloud Tasks accepts a task's schedule
+// time.
+const MaxAhead = 30 * 24 * time.Hour
 
-// Scheduler schedules and cancels timers on a Dispatcher, so timers share
-// its client, outbox, retries and metrics.
-type Scheduler struct {
-	d *cloudtasks.Dispatcher
+// Backoff computes retry due times. Zero fields take the documented
+// defaults.
+type Backoff struct {
+	// Initial is the delay before the retry of attempt 1. Defaults to 10s.
+	Initial time.Duration
+	// Max caps every delay. Defaults to 1h.
+	Max time.Duration
+	// Multiplier grows the delay after each attempt. Defaults to 2; values
+	// below 1 are refused by Due.
+	Multiplier float64
 }
 
-// New returns a Scheduler over d. Closing d is the caller's business.
-func New(d *cloudtasks.Dispatcher) *Scheduler { return &Scheduler{d: d} }
+// Defaults of Backoff.
+const (
+	DefaultInitial    = 10 * time.Second
+	DefaultMax        = time.Hour
+	DefaultMultiplier = 2.0
+)
 
-// TimerRequest asks for a retry timer or a heartbeat check.
-type TimerRequest struct {
-	// Kind is naming.KindRetry (fire a retry of an attempt at At) or
-	// naming.KindHeartbeat (check a running task at At). Required.
-	Kind naming.Kind
-	// RunID is the orchestration run. Required.
-	RunID string
-	// TaskKey names the task within the run. Required.
-	TaskKey string
-	// Identity fills the attempt slot of a retry timer (the attempt to
-	// retry); ignored for heartbeats.
-	Identity naming.Identity
-	// At is when the timer fires: the due time of a retry, the check time
-	// of a heartbeat. It is named to the second; a time in the past fires at
-	// once; more than 30 days ahead is refused. Required.
-	At time.Time
-	// Task is the HTTP request the timer delivers. Its ScheduleTime must be
-	// zero: At sets it.
-	Task cloudtasks.Task
-}
-
-// TimerResult is the answer to ScheduleTimer.
-type TimerResult struct {
-	// TimerID is the internal ID, for example
-	// timer:retry:run1:extract:2:1767225600.
-	TimerID string
-	// CloudTaskID is the Cloud Tasks task ID (t_…).
-	CloudTaskID string
-	// TaskName is the full task resource name.
-	TaskName string
-	// Outcome says what happened: created, already_existed or recovered.
-	Outcome cloudtasks.Outcome
-	// FirstRecorded is when the timer was first recorded in the outbox.
-	FirstRecorded time.Time
-	// Due is when the timer fires (At, to the second).
-	Due time.Time
-	// Skipped is true when the outbox answered without a Cloud Tasks call.
-	Skipped bool
-}
-
-// ID returns the timer ID the request names, after checking its parts.
-func (r *TimerRequest) ID() (naming.ID, error) {
-	if r.At.IsZero() {
-		return naming.ID{}, &cloudtasks.RequestError{Field: "At", Rule: "is required: the due or check time"}
+// WithDefaults returns b with every zero field at its default.
+func (b Backoff) WithDefaults() Backoff {
+	if b.Initial == 0 {
+		b.Initial = DefaultInitial
 	}
-	var id naming.ID
-	var err error
-	switch r.Kind {
-	case naming.KindRetry:
-		var attempt string
-		if attempt, err = r.Identity.Attempt(r.TaskKey); err == nil {
-			id, err = naming.NewRetryTimer(r.RunID, r.TaskKey, attempt, r.At)
-		}
-	case naming.KindHeartbeat:
-		id, err = naming.NewHeartbeat(r.RunID, r.TaskKey, r.At)
-	default:
-		return naming.ID{}, &cloudtasks.RequestError{Field: "Kind", Value: r.Kind.String(), Rule: "must be retry or heartbeat"}
+	if b.Max == 0 {
+		b.Max = DefaultMax
 	}
+	if b.Multiplier == 0 {
+		b.Multiplier = DefaultMultiplier
+	}
+	return b
+}
+
+// Delay returns the wait before the retry of attempt n (1 for the first
+// attempt): Initial·Multiplier^(n-1), capped at Max. An error names the
+// field that is out of range.
+func (b Backoff) Delay(n uint64) (time.Duration, error) {
+	b = b.WithDefaults()
+	switch {
+	case n == 0:
+		return 0, fmt.Errorf("timers: attempt 0 has no retry delay; attempts are numbered from 1")
+	case b.Initial < 0:
+		return 0, fmt.Errorf("timers: Backoff.Initial %s is negative", b.Initial)
+	case b.Max < b.Initial:
+		return 0, fmt.Errorf("timers: Backoff.Max %s is below Backoff.Initial %s", b.Max, b.Initial)
+	case b.Multiplier < 1 || math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0):
+		return 0, fmt.Errorf("timers: Backoff.Multiplier %v is not a number of at least 1", b.Multiplier)
+	}
+	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(n-1))
+	if d >= float64(b.Max) {
+		return b.Max, nil
+	}
+	return time.Duration(d), nil
+}
+
+// Due returns when the retry of attempt n, which failed at failedAt, is
+// due, to the second (a timer is named to the second, so the same failure
+// always names the same timer).
+func (b Backoff) Due(failedAt time.Time, n uint64) (time.Time, error) {
+	d, err := b.Delay(n)
 	if err != nil {
-		var ne *naming.Error
-		if errors.As(err, &ne) {
-			return naming.ID{}, &cloudtasks.RequestError{Field: fieldOf(ne.Component), Value: ne.Value, Rule: ne.Rule, Err: err}
-		}
-		return naming.ID{}, &cloudtasks.RequestError{Field: "ID", Rule: err.Error(), Err: err}
+		return time.Time{}, err
 	}
-	return id, nil
+	return failedAt.Add(d).Truncate(time.Second).UTC(), nil
 }
 
-func fieldOf(component string) string {
-	switch component {
-	case "run_id":
-		return "RunID"
-	case "task_key":
-		return "TaskKey"
-	case "attempt", "strategy":
-		return "Identity"
-	case "idempotency key":
-		return "Identity.Key"
-	case "due_epoch", "check_epoch":
-		return "At"
-	}
-	return "ID"
+// Heartbeat computes the check times of a running task.
+type Heartbeat struct {
+	// Every is the time between checks. Required: at least a second, since
+	// checks are named to the second.
+	Every time.Duration
 }
 
-// tooFar is the error for a timer beyond the service's horizon; it matches
-// both ErrTooFar and cloudtasks.ErrInvalidRequest.
-type tooFar struct{ *cloudtasks.RequestError }
-
-func (e tooFar) Is(target error) bool { return target == ErrTooFar || e.RequestError.Is(target) }
-func (e tooFar) Unwrap() error        { return e.RequestError }
-
-// ScheduleTimer creates the timer's task, named t_… after its timer ID, to
-// fire at req.At, with the same outcomes and idempotency as Dispatch: the
-// same timer requested twice is one task. Its records go to the outbox's
-// timers table.
-func (s *Scheduler) ScheduleTimer(ctx context.Context, req TimerRequest) (TimerResult, error) {
-	id, err := req.ID()
-	if err != nil {
-		return TimerResult{}, err
+// Next returns the first check time strictly after after, counted in
+// whole Every steps from started. An error names a bad Every or a started
+// after after.
+func (h Heartbeat) Next(started, after time.Time) (time.Time, error) {
+	switch {
+	case h.Every < time.Second:
+		return time.Time{}, fmt.Errorf("timers: Heartbeat.Every %s is below 1s; checks are named to the second", h.Every)
+	case started.After(after):
+		return time.Time{}, fmt.Errorf("timers: started %s is after %s", started.UTC().Format(time.RFC3339), after.UTC().Format(time.RFC3339))
 	}
-	if !req.Task.ScheduleTime.IsZero() {
-		return TimerResult{}, &cloudtasks.RequestError{Field: "Task.ScheduleTime", Value: req.Task.ScheduleTime.UTC().Format(time.RFC3339),
-			Rule: "must be zero for a timer; At sets it"}
-	}
-	due := id.Time()
-	if ahead := due.Sub(s.d.Now()); ahead > cloudtasks.MaxScheduleAhead {
-		return TimerResult{}, tooFar{&cloudtasks.RequestError{Field: "At", Value: due.Format(time.RFC3339),
-			Rule: fmt.Sprintf("is %s ahead; Cloud Tasks schedules at most 30 days (720h) ahead: schedule a nearer timer and re-arm it when it fires",
-				ahead.Round(time.Second))}}
-	}
-	task := req.Task
-	task.ScheduleTime = due
-	res, err := s.d.Submit(ctx, id, task)
-	if err != nil {
-		return TimerResult{}, err
-	}
-	return TimerResult{
-		TimerID: res.ID, CloudTaskID: res.CloudTaskID, TaskName: res.TaskName, Outcome: res.Outcome,
-		FirstRecorded: res.FirstRecorded, Due: due, Skipped: res.Skipped,
-	}, nil
+	steps := after.Sub(started)/h.Every + 1
+	return started.Add(steps * h.Every).Truncate(time.Second).UTC(), nil
 }
 
-// CancelTimer deletes the timer's task from queue (empty: the dispatcher's
-// default queue) and records the timer as cancelled. A task already gone
-// (fired, or cancelled before) is a success with Deleted false.
-func (s *Scheduler) CancelTimer(ctx context.Context, timerID, queue string) (cloudtasks.CancelResult, error) {
-	id, err := naming.Parse(timerID)
-	if err != nil {
-		return cloudtasks.CancelResult{}, &cloudtasks.RequestError{Field: "TimerID", Value: timerID, Rule: err.Error(), Err: err}
+// Arm says what to schedule, at now, for a timer meant to fire at want:
+// want itself when it is within MaxAhead, or else a timer at the horizon
+// (now plus MaxAhead less a minute of margin, to the second) with rearm
+// true: when that one fires, call Arm again with the same want.
+func Arm(want, now time.Time) (at time.Time, rearm bool) {
+	if want.Sub(now) <= MaxAhead {
+		return want, false
 	}
-	if !id.IsTimer() {
-		return cloudtasks.CancelResult{}, &cloudtasks.RequestError{Field: "TimerID", Value: timerID,
-			Rule: `is not a timer ID; allowed: "timer:retry:…" or "timer:heartbeat:…"`}
-	}
-	return s.d.Cancel(ctx, id, queue)
+	return now.Add(MaxAhead - time.Minute).Truncate(time.Second).UTC(), true
 }

@@ -13,14 +13,14 @@ import (
 
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/timers"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // targetURL is where the tasks point. Deliveries are off in the in-process
@@ -33,7 +33,6 @@ type target struct {
 	srv      *emulator.Server // nil for an external emulator
 	client   *ctapi.Client
 	disp     map[Mode]*cloudtasks.Dispatcher
-	timers   *timers.Scheduler
 	tempDir  string
 	closeFns []func() error
 }
@@ -100,14 +99,14 @@ func (t *target) ensureQueue(ctx context.Context) error {
 // durability and batching it measures.
 var dispatchModes = []struct {
 	mode       Mode
-	durability cloudtasks.Durability
+	durability durability.Mode
 	batch      bool
 }{
-	{ModeDispatch, cloudtasks.DurabilityOverlapped, false},
-	{ModeDispatchStrict, cloudtasks.DurabilityStrict, false},
-	{ModeDispatchBatched, cloudtasks.DurabilityOverlapped, true},
-	{ModeInterval, cloudtasks.DurabilityInterval, false},
-	{ModeMemory, cloudtasks.DurabilityMemory, false},
+	{ModeDispatch, durability.Overlapped, false},
+	{ModeDispatchStrict, durability.Strict, false},
+	{ModeDispatchBatched, durability.Overlapped, true},
+	{ModeInterval, durability.Interval, false},
+	{ModeMemory, durability.Memory, false},
 }
 
 // openDispatchers opens the dispatchers (each with its own outbox) the
@@ -126,8 +125,9 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 			continue
 		}
 		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client,
-			Logger: logger, Durability: dm.durability, Batch: dm.batch, BatchInFlight: c.BatchInFlight}
-		if dm.durability != cloudtasks.DurabilityMemory {
+			Logger: logger, Durability: dm.durability.Dispatcher(), Batch: dm.batch, BatchInFlight: c.BatchInFlight}
+		var opts parquetbox.Options
+		if dm.durability != durability.Memory {
 			if root == "" {
 				dir, err := os.MkdirTemp("", "ctdispatch-bench-*")
 				if err != nil {
@@ -135,18 +135,21 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 				}
 				t.tempDir, root = dir, dir
 			}
-			cfg.OutboxDir = filepath.Join(root, string(dm.mode))
-			cfg.ProcessorUUID = uuid.Must(uuid.NewV7())
+			opts = parquetbox.Options{Root: filepath.Join(root, string(dm.mode)), Logger: logger}
 		}
-		d, err := cloudtasks.NewDispatcher(ctx, &cfg)
+		box, closeBox, err := durability.Open(ctx, dm.durability, opts)
 		if err != nil {
+			return fmt.Errorf("bench: %s outbox: %w", dm.mode, err)
+		}
+		d, err := cloudtasks.NewDispatcher(ctx, box, &cfg)
+		if err != nil {
+			closeBox()
 			return fmt.Errorf("bench: %s dispatcher: %w", dm.mode, err)
 		}
-		t.closeFns = append(t.closeFns, func() error { return d.Close(context.Background()) })
+		t.closeFns = append(t.closeFns, func() error {
+			return errors.Join(d.Close(context.Background()), closeBox())
+		})
 		t.disp[dm.mode] = d
-	}
-	if d := t.disp[ModeDispatch]; d != nil {
-		t.timers = timers.New(d)
 	}
 	return nil
 }
@@ -219,14 +222,14 @@ func (t *target) op(m Mode, run string, body []byte, batch int) (opFunc, error) 
 	case ModeDispatch, ModeDispatchStrict, ModeDispatchBatched, ModeInterval, ModeMemory:
 		d := t.disp[m]
 		return func(ctx context.Context, key uint64) (bool, error) {
-			res, err := d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Identity{Number: key}, Task: task})
+			res, err := d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Attempt(key), Task: task})
 			return res.Outcome == cloudtasks.OutcomeAlreadyExisted, err
 		}, nil
 	case ModeTimer:
 		due := time.Now().Add(time.Hour).Truncate(time.Second)
 		return func(ctx context.Context, key uint64) (bool, error) {
-			res, err := t.timers.ScheduleTimer(ctx, timers.TimerRequest{Kind: naming.KindRetry, RunID: run, TaskKey: "t",
-				Identity: naming.Identity{Number: key}, At: due, Task: task})
+			res, err := t.disp[ModeDispatch].ScheduleTimer(ctx, cloudtasks.TimerRequest{Kind: naming.KindRetry, RunID: run, TaskKey: "t",
+				Identity: naming.Attempt(key), At: due, Task: task})
 			return res.Outcome == cloudtasks.OutcomeAlreadyExisted, err
 		}, nil
 	case ModeNaming:

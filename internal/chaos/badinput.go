@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/durability"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
-	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 // badCase is one bad input given to the library: the error must match is
@@ -58,9 +60,9 @@ func (r *run) badInput(ctx context.Context) Result {
 	}
 	defer emu.Close()
 	root := filepath.Join(r.dir, "bad-input")
-	newDispatcher := func() (*cloudtasks.Dispatcher, error) {
-		return cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
-			Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(), OutboxDir: root, Logger: r.log,
+	newDispatcher := func() (*durability.Dispatcher, error) {
+		return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root, Logger: r.log}, cloudtasks.Config{
+			Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(), Logger: r.log,
 		})
 	}
 	d, err := newDispatcher()
@@ -70,7 +72,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	defer d.Close(context.Background())
 	request := func(b batch, i int) cloudtasks.DispatchRequest {
 		return cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(i),
-			Identity: naming.Identity{Strategy: naming.StrategyStrict, Number: 1},
+			Identity: naming.Attempt(1),
 			Task:     cloudtasks.Task{URL: targetURL, Body: []byte(b.body(i))}}
 	}
 	for i := range accepted.n {
@@ -89,8 +91,8 @@ func (r *run) badInput(ctx context.Context) Result {
 	dispatch := func(req cloudtasks.DispatchRequest) func(context.Context) error {
 		return func(ctx context.Context) error { _, err := d.Dispatch(ctx, req); return err }
 	}
-	far := d.Now().Add(31 * 24 * time.Hour).Truncate(time.Second)
-	sched := timers.New(d)
+	far := time.Now().Add(31 * 24 * time.Hour).Truncate(time.Second)
+	sched := d
 	libCases = []badCase{
 		{"run ID with a space", dispatch(cloudtasks.DispatchRequest{RunID: "run one", TaskKey: "t", Task: good}),
 			cloudtasks.ErrInvalidRequest, []string{"RunID", `"run one"`, "whitespace"}},
@@ -103,10 +105,10 @@ func (r *run) badInput(ctx context.Context) Result {
 		{"dispatch 31 days ahead", dispatch(withTask(func(t *cloudtasks.Task) { t.ScheduleTime = far })),
 			cloudtasks.ErrInvalidRequest, []string{"ScheduleTime", far.UTC().Format(time.RFC3339), "30 days"}},
 		{"timer 31 days ahead", func(ctx context.Context) error {
-			_, err := sched.ScheduleTimer(ctx, timers.TimerRequest{Kind: naming.KindRetry, RunID: "bad", TaskKey: "t",
-				Identity: naming.Identity{Number: 1}, At: far, Task: cloudtasks.Task{URL: targetURL}})
+			_, err := sched.ScheduleTimer(ctx, cloudtasks.TimerRequest{Kind: naming.KindRetry, RunID: "bad", TaskKey: "t",
+				Identity: naming.Attempt(1), At: far, Task: cloudtasks.Task{URL: targetURL}})
 			return err
-		}, timers.ErrTooFar, []string{"At", far.UTC().Format(time.RFC3339), "30 days"}},
+		}, cloudtasks.ErrTooFar, []string{"At", far.UTC().Format(time.RFC3339), "30 days"}},
 		{"ftp URL", dispatch(withTask(func(t *cloudtasks.Task) { t.URL = "ftp://files.example/x" })),
 			cloudtasks.ErrInvalidRequest, []string{"URL", `"ftp://files.example/x"`, "http or https"}},
 		{"relative URL", dispatch(withTask(func(t *cloudtasks.Task) { t.URL = "/work" })),
@@ -263,7 +265,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	// Only the two unknown-queue requests reached the service, and they
 	// are recorded failed; everything else was refused before any I/O.
 	reached := map[string]bool{"dispatch:bad:t00000:1": true, "dispatch:bad:q:1": true}
-	ob, err := outbox.Open(ctx, outbox.Options{Root: root, ReadOnly: true})
+	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
 	if err != nil {
 		problems = append(problems, "open outbox: "+err.Error())
 	} else {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // faultPlan is the emulator's fault plan for the faults scenario: transient
@@ -45,8 +47,8 @@ func (r *run) faults(ctx context.Context) Result {
 	}
 	defer emu.Close()
 	root := filepath.Join(r.dir, "faults")
-	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
-		Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(), OutboxDir: root,
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root, Logger: r.log}, cloudtasks.Config{
+		Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(),
 		Logger: r.log,
 		// Short delays keep the run quick; the calls bound stays at its
 		// default.
@@ -73,7 +75,7 @@ func (r *run) faults(ctx context.Context) Result {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			req := cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(k),
-				Identity: naming.Identity{Strategy: naming.StrategyStrict, Number: 1},
+				Identity: naming.Attempt(1),
 				Task:     cloudtasks.Task{URL: targetURL, Body: []byte(b.body(k))}}
 			// A caller repeats a request whose outcome is unknown: the
 			// retry policy ran out while the faults lasted.
@@ -156,13 +158,13 @@ type gaveUpStats struct{ gaveUp, found, notFound, passes int }
 // repeated, as a caller would after an error.
 func (r *run) gaveUpThenRecover(ctx context.Context, addr, root string, b batch) (gaveUpStats, []string) {
 	var st gaveUpStats
-	open := func(c cloudtasks.Config) (*cloudtasks.Dispatcher, error) {
-		c.Project, c.Location, c.Queue, c.EmulatorAddr, c.OutboxDir, c.Logger = project, location, queueID, addr, root, r.log
-		return cloudtasks.NewDispatcher(ctx, &c)
+	open := func(c cloudtasks.Config) (*durability.Dispatcher, error) {
+		c.Project, c.Location, c.Queue, c.EmulatorAddr, c.Logger = project, location, queueID, addr, r.log
+		return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root, Logger: r.log}, c)
 	}
 	request := func(i int) cloudtasks.DispatchRequest {
 		return cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(i),
-			Identity: naming.Identity{Strategy: naming.StrategyStrict, Number: 1},
+			Identity: naming.Attempt(1),
 			Task:     cloudtasks.Task{URL: targetURL, Body: []byte(b.body(i))}}
 	}
 	var problems []string

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/durability"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
@@ -137,7 +140,7 @@ func seedStale(ctx context.Context, emu *emulator.Server, root string, b batch) 
 	if err != nil {
 		return nil, err
 	}
-	ob, err := outbox.Open(ctx, outbox.Options{Root: root, ProcessorUUID: dead, Clock: past})
+	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ProcessorUUID: dead, Clock: past})
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +159,7 @@ func seedStale(ctx context.Context, emu *emulator.Server, root string, b batch) 
 			Status: outbox.StatusPending, PayloadSHA256: naming.PayloadFingerprint([]byte(b.body(i))),
 			CreatedAt: past.Now().UTC().Truncate(time.Microsecond),
 		}
-		if err := ob.AppendAsync(ctx, rec); err != nil {
+		if err := ob.Append(ctx, rec, nil); err != nil {
 			ob.Close()
 			return nil, err
 		}
@@ -193,8 +196,8 @@ type localHerd struct {
 // answered.
 func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch, order []int) localHerd {
 	out := localHerd{created: map[string]int{}}
-	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
-		Project: project, Location: location, Queue: queueID, EmulatorAddr: addr, OutboxDir: root,
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root}, cloudtasks.Config{
+		Project: project, Location: location, Queue: queueID, EmulatorAddr: addr,
 	})
 	if err != nil {
 		out.problems = append(out.problems, "open dispatcher: "+err.Error())
@@ -230,7 +233,7 @@ func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch, or
 				i := order[k]
 				callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 				res, err := d.Dispatch(callCtx, cloudtasks.DispatchRequest{
-					RunID: b.run, TaskKey: b.taskKey(i), Identity: naming.Identity{Number: 1},
+					RunID: b.run, TaskKey: b.taskKey(i), Identity: naming.Attempt(1),
 					Task: cloudtasks.Task{URL: targetURL, Body: []byte(b.body(i))},
 				})
 				cancel()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -68,11 +70,11 @@ func TestBinaryBucketOutbox(t *testing.T) {
 
 	// A dispatcher died after recording "pending" in the bucket.
 	ctx := context.Background()
-	box, err := outbox.Open(ctx, outbox.Options{Root: root, LogDir: t.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, LogDir: t.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	id, err := naming.NewDispatch("r", "lost", "1")
 	require.NoError(t, err)
-	require.NoError(t, box.Append(ctx, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
+	require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: dqQueue, RunID: "r", TaskKey: "lost", Attempt: "1", Status: outbox.StatusPending, UpdatedAt: time.Now().Add(-time.Hour)}))
 	require.NoError(t, box.Close())
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -53,7 +55,7 @@ func (p *progressBar) finish() {
 
 // printTableTotals writes what was skipped or kept in each table, and its
 // totals.
-func printTableTotals(w io.Writer, stats outbox.CompactStats) {
+func printTableTotals(w io.Writer, stats parquetbox.CompactStats) {
 	for _, s := range stats.Tables {
 		for _, fe := range s.Skipped {
 			fmt.Fprintf(w, "%s: skipped %s: %s\n", s.Table, fe.Path, fe.Reason)
@@ -71,35 +73,35 @@ func printTableTotals(w io.Writer, stats outbox.CompactStats) {
 
 // manifestLine says what compaction did with a table's manifest ("" when
 // the table has nothing for one to list).
-func manifestLine(t outbox.Table, m outbox.ManifestReport) string {
+func manifestLine(t outbox.Table, m parquetbox.ManifestReport) string {
 	switch m.Action {
-	case outbox.ManifestWritten:
+	case parquetbox.ManifestWritten:
 		return fmt.Sprintf("%s: manifest written: %d files, %d row groups (%s)", t, m.Files, m.RowGroups, m.Path)
-	case outbox.ManifestCurrent:
+	case parquetbox.ManifestCurrent:
 		if m.Files == 0 {
 			return ""
 		}
 		return fmt.Sprintf("%s: manifest up to date: %d files, %d row groups", t, m.Files, m.RowGroups)
-	case outbox.ManifestFailed:
+	case parquetbox.ManifestFailed:
 		return fmt.Sprintf("%s: manifest not written (lookups open every file instead): %v", t, m.Err)
 	}
 	return ""
 }
 
 // partitionLine says what compaction did with one partition.
-func partitionLine(t outbox.Table, p outbox.PartitionCompaction) string {
+func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 	where := string(t) + "/" + p.Partition
 	if p.Partition == "" {
 		where = string(t) + " (flat layout)"
 	}
 	switch p.Action {
-	case outbox.PartitionUntouched:
+	case parquetbox.PartitionUntouched:
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
-	case outbox.PartitionBusy:
+	case parquetbox.PartitionBusy:
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
-	case outbox.PartitionDropped:
+	case parquetbox.PartitionDropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
-	case outbox.PartitionMoved:
+	case parquetbox.PartitionMoved:
 		return fmt.Sprintf("%s: moved into partitions: %d files, %d rows -> %d files", where, p.FilesIn, p.RowsIn, p.FilesOut)
 	}
 	line := fmt.Sprintf("%s: %s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention",
@@ -183,7 +185,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
   ctdispatch compact --outbox ./outbox --retention orders=7d,audit=30d,*=90d`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ret, err := outbox.ParseRetention(retention)
+			ret, err := parquetbox.ParseRetention(retention)
 			if err != nil {
 				return usagef("--retention: %v", err)
 			}
@@ -198,13 +200,13 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return usagef("--target-size: %v", err)
 			}
 			w := cmd.OutOrStdout()
-			opts := outbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes}
+			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes}
 			var bar *progressBar
 			if isTerminal(env.Err) {
 				bar = &progressBar{w: env.Err, now: time.Now}
 				opts.Progress = bar.update
 			}
-			opts.OnPartition = func(t outbox.Table, p outbox.PartitionCompaction) {
+			opts.OnPartition = func(t outbox.Table, p parquetbox.PartitionCompaction) {
 				if bar != nil {
 					bar.finish()
 				}
@@ -212,9 +214,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			}
 			// A table at a time, so each table's total follows its
 			// partitions.
-			for _, t := range outbox.Tables {
+			for _, t := range outbox.Tables() {
 				opts.Tables = []outbox.Table{t}
-				var st outbox.CompactStats
+				var st parquetbox.CompactStats
 				st, err = o.Compact(ctx, opts)
 				if bar != nil {
 					bar.finish()

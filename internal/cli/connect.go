@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/internal/durability"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // reachTimeout bounds how long a command waits to reach Cloud Tasks (or
@@ -153,8 +155,13 @@ func (s *session) close() error {
 // --emulator or $CLOUD_TASKS_EMULATOR_HOST names one) or to Cloud Tasks,
 // after making sure the endpoint answers. On a terminal, retries of
 // transient failures are shown on stderr.
-func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config) (*session, error) {
-	if c.outbox != "" {
+func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config, mode durability.Mode) (*session, error) {
+	if mode == "" {
+		mode = durability.Overlapped
+	}
+	if c.outbox == "" {
+		mode = durability.Memory
+	} else {
 		if isBucketURL(c.outbox) {
 			if err := checkBucketURL(c.outbox); err != nil {
 				return nil, err
@@ -163,9 +170,9 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		if err := checkLogDir(c.outbox, c.logDir); err != nil {
 			return nil, err
 		}
-		cfg.OutboxDir, cfg.OutboxLogDir = c.outbox, c.logDir
 		limitDispatcherMemory(env)
 	}
+	cfg.Durability = mode.Dispatcher()
 	s := &session{ctx: ctx}
 	fail := func(err error) (*session, error) {
 		for _, c := range s.closers {
@@ -199,7 +206,13 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		cfg.OnRetry = retryPrinter(env.Err)
 	}
 	cfg.Logger = env.Logger
-	d, err := cloudtasks.NewDispatcher(ctx, &cfg)
+	box, closeBox, err := durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger})
+	if err != nil {
+		return fail(fmt.Errorf("open outbox: %w", err))
+	}
+	// The outbox closes after the dispatcher has flushed it.
+	s.closers = append([]func() error{closeBox}, s.closers...)
+	d, err := cloudtasks.NewDispatcher(ctx, box, &cfg)
 	if err != nil {
 		return fail(err)
 	}

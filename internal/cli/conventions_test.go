@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -115,11 +117,11 @@ func TestRecoverStaleAfterZeroAndErrors(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "outbox")
 	ctx := context.Background()
-	box, err := outbox.Open(ctx, outbox.Options{Root: dir, ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	id, err := naming.NewDispatch("r", "fresh", "1")
 	require.NoError(t, err)
-	require.NoError(t, box.Append(ctx, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
+	require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: dqQueue, RunID: "r", TaskKey: "fresh", Attempt: "1", Status: outbox.StatusPending}))
 	require.NoError(t, box.Close())
 

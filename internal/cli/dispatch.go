@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
 )
 
@@ -84,21 +85,21 @@ func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) 
 	if c.batch && c.batchInFlight < 1 {
 		return nil, usagef("--batch-in-flight %d must be at least 1", c.batchInFlight)
 	}
-	var durability cloudtasks.Durability
+	var mode durability.Mode
 	if c.durability != "" {
-		d, err := cloudtasks.ParseDurability(c.durability)
-		if err != nil || d == cloudtasks.DurabilityMemory {
+		m, err := durability.Parse(c.durability)
+		if err != nil || m == durability.Memory {
 			return nil, usagef("--durability %q: allowed: overlapped, strict, interval (without --outbox records stay in memory)", c.durability)
 		}
 		if c.outbox == "" {
 			return nil, usagef("--durability %s needs --outbox DIR", c.durability)
 		}
-		durability = d
+		mode = m
 	}
 	return c.connect(ctx, env, cloudtasks.Config{
 		Project: c.project, Location: c.location, Queue: c.queue,
-		Durability: durability, Batch: c.batch, BatchInFlight: c.batchInFlight,
-	})
+		Batch: c.batch, BatchInFlight: c.batchInFlight,
+	}, mode)
 }
 
 // requestFlags describe one request: identity, target and timing. A line
@@ -278,9 +279,9 @@ func (l *requestLine) identity() (naming.Identity, error) {
 		if *l.Key == "" {
 			return naming.Identity{}, usagef("the key is empty; a caller idempotency key needs at least one character")
 		}
-		return naming.Identity{Strategy: naming.StrategyCallerKey, Key: *l.Key}, nil
+		return naming.CallerKey(*l.Key), nil
 	}
-	return naming.Identity{Strategy: naming.StrategyStrict, Number: uint64(*l.Attempt)}, nil
+	return naming.Attempt(uint64(*l.Attempt)), nil
 }
 
 // noIdentity refuses an attempt slot where there is none (heartbeats).

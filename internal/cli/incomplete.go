@@ -7,13 +7,13 @@ import (
 	"io"
 	"strings"
 
-	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // incompleteError says an answer was printed but may miss records, because
 // files of the outbox were skipped (exit 3).
 type incompleteError struct {
-	skipped []*outbox.FileError
+	skipped []*parquetbox.FileError
 	// prefix is what else went wrong, if anything ("no record with …").
 	prefix string
 }
@@ -42,7 +42,7 @@ func plural(n int, one, many string) string {
 
 // skippedFiles lists the files the outbox skipped while answering: the one
 // place the query and stats commands learn about them.
-func skippedFiles(o *outbox.Outbox) []*outbox.FileError { return o.Damaged() }
+func skippedFiles(o *parquetbox.Outbox) []*parquetbox.FileError { return o.Damaged() }
 
 // skippedJSON is the --format json line that lists one skipped file, after
 // the answer's own lines.
@@ -54,7 +54,7 @@ type skippedJSON struct {
 
 // reportSkipped writes the skipped files as JSON lines when asJSON, and
 // returns the error that makes the command exit 3 (nil when none).
-func reportSkipped(w io.Writer, asJSON bool, skipped []*outbox.FileError, prefix string) error {
+func reportSkipped(w io.Writer, asJSON bool, skipped []*parquetbox.FileError, prefix string) error {
 	if len(skipped) == 0 {
 		if prefix != "" {
 			return errors.New(prefix)
@@ -65,10 +65,10 @@ func reportSkipped(w io.Writer, asJSON bool, skipped []*outbox.FileError, prefix
 		enc := json.NewEncoder(w)
 		for _, f := range skipped {
 			reason := f.Reason
-			if f.Err != nil && errors.Is(f, outbox.ErrDamaged) {
+			if f.Err != nil && errors.Is(f, parquetbox.ErrDamaged) {
 				reason += ": " + f.Err.Error()
 			}
-			if err := enc.Encode(skippedJSON{SkippedFile: f.Path, Reason: reason, Damaged: errors.Is(f, outbox.ErrDamaged)}); err != nil {
+			if err := enc.Encode(skippedJSON{SkippedFile: f.Path, Reason: reason, Damaged: errors.Is(f, parquetbox.ErrDamaged)}); err != nil {
 				return err
 			}
 		}

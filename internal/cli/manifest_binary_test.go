@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -32,9 +34,9 @@ func TestBinaryQueryWithAStaleManifest(t *testing.T) {
 	ctx := context.Background()
 	id, err := naming.NewDispatch("run2", "late", "1")
 	require.NoError(t, err)
-	box, err := outbox.Open(ctx, outbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000bb")})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000bb")})
 	require.NoError(t, err)
-	require.NoError(t, box.Append(ctx, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
+	require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: cliQueue, RunID: "run2", TaskKey: "late", Attempt: "1", Status: outbox.StatusCreated, CreateCalls: 1,
 		CreatedAt: cliT0.Add(time.Hour), UpdatedAt: cliT0.Add(time.Hour)}))
 	require.NoError(t, box.Close())

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/spf13/cobra"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -22,7 +24,7 @@ import (
 // opened read-only (compaction included), since write-ahead logs live on
 // the dispatchers' machines. Skipped files are logged through
 // env.Logger (stderr) with their path and reason.
-func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outbox.Outbox, error) {
+func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parquetbox.Outbox, error) {
 	if dir == "" {
 		return nil, usagef("--outbox DIR is required")
 	}
@@ -30,7 +32,7 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outb
 		if err := checkBucketURL(dir); err != nil {
 			return nil, err
 		}
-		return outbox.Open(ctx, outbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
+		return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
 	}
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -39,7 +41,7 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*outb
 	if !info.IsDir() {
 		return nil, fmt.Errorf("outbox %s: not a directory", dir)
 	}
-	return outbox.Open(ctx, outbox.Options{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
+	return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
 }
 
 const timeLayout = "2006-01-02T15:04:05.000000Z07:00"

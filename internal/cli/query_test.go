@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
@@ -31,21 +33,21 @@ func seedOutbox(t *testing.T) string {
 	dir := t.TempDir()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(cliT0)
-	o, err := outbox.Open(ctx, outbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(cliProc), Clock: clock})
+	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(cliProc), Clock: clock})
 	require.NoError(t, err)
 	d := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_cxtoltqhbncw6nevn7hy53kqn6",
 		Queue: cliQueue, RunID: "run1", TaskKey: "extract", Attempt: "1", Status: outbox.StatusPending, PayloadSHA256: "ab"}
-	require.NoError(t, o.Append(ctx, d))
+	require.NoError(t, outbox.AppendAndWait(ctx, o, d))
 	clock.Advance(1500 * time.Millisecond)
 	d.Status, d.CreateCalls = outbox.StatusCreated, 1
-	require.NoError(t, o.Append(ctx, d))
+	require.NoError(t, outbox.AppendAndWait(ctx, o, d))
 	f := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:load:2", CloudTaskID: "d_jbmde3fgfum6suqbrrywrudv7g",
 		Queue: cliQueue, RunID: "run1", TaskKey: "load", Attempt: "2", Status: outbox.StatusFailed, ErrorCode: "PermissionDenied", CreateCalls: 3}
-	require.NoError(t, o.Append(ctx, f))
+	require.NoError(t, outbox.AppendAndWait(ctx, o, f))
 	tm := outbox.Record{Table: outbox.TableTimers, ID: "timer:retry:run1:extract:1:1772370000", CloudTaskID: "t_r36kq5aw4etqdihtwlvv5mky3q",
 		Queue: cliQueue, RunID: "run1", TaskKey: "extract", Attempt: "1", Kind: "retry", Status: outbox.StatusCreated,
 		CreateCalls: 1, DueAt: time.Unix(1772370000, 0)}
-	require.NoError(t, o.Append(ctx, tm))
+	require.NoError(t, outbox.AppendAndWait(ctx, o, tm))
 	require.NoError(t, o.Close())
 	return dir
 }

@@ -72,7 +72,7 @@ pending, and a later run tries them again.`,
 			sess, err := conn.connect(ctx, env, cloudtasks.Config{
 				Project: conn.project, Location: conn.location, Queue: conn.queue,
 				StaleAfter: staleAfter, EnforceOwnership: enforce,
-			})
+			}, "")
 			if err != nil {
 				return err
 			}

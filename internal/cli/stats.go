@@ -7,9 +7,9 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/spf13/cobra"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
-	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/spf13/cobra"
 )
 
 // statsJSON is the --format json form of one table's statistics.
@@ -26,7 +26,7 @@ type statsJSON struct {
 	ByProcessor map[string]int64 `json:"by_processor"`
 }
 
-func writeStats(w io.Writer, stats []outbox.TableStats) error {
+func writeStats(w io.Writer, stats []parquetbox.TableStats) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tIDS\tFILES\tBYTES\tROWS\tLOG RECORDS")
 	for _, s := range stats {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 // timerJSON is the --json form of one timer.
@@ -93,7 +93,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 				return err
 			}
 			defer sess.close()
-			s := timers.New(sess.d)
+			s := sess.d
 			one := func(ctx context.Context, l requestLine) (any, string, error) {
 				req, err := l.timer()
 				if err != nil {
@@ -127,8 +127,8 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 }
 
 // timer turns a request line into a timer request.
-func (l *requestLine) timer() (timers.TimerRequest, error) {
-	var req timers.TimerRequest
+func (l *requestLine) timer() (cloudtasks.TimerRequest, error) {
+	var req cloudtasks.TimerRequest
 	if l.ScheduleTime != "" {
 		return req, usagef("schedule_time is not used by timers; give due or check")
 	}
@@ -136,7 +136,7 @@ func (l *requestLine) timer() (timers.TimerRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	req = timers.TimerRequest{RunID: l.Run, TaskKey: l.Task, Task: task}
+	req = cloudtasks.TimerRequest{RunID: l.Run, TaskKey: l.Task, Task: task}
 	var at string
 	switch l.Kind {
 	case "retry":
@@ -164,24 +164,31 @@ func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFl
 		return err
 	}
 	defer sess.close()
-	res, err := timers.New(sess.d).CancelTimer(ctx, id, "")
+	// The queue is passed only when named: the library takes the queue
+	// the outbox recorded, and refuses a named one that differs from it.
+	queue := ""
+	if cmd.Flags().Changed("queue") {
+		queue = conn.queue
+	}
+	res, err := sess.d.CancelTimer(ctx, id, queue)
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	outcome, state := "cancelled", "deleted"
+	notFound := res.Outcome == cloudtasks.CancelUnknown
 	switch {
-	case res.NotFound:
+	case notFound:
 		outcome = "not_found"
-	case !res.Deleted:
+	case res.Outcome == cloudtasks.CancelAlreadyGone:
 		state = "already gone"
 	}
 	if conn.jsonOut {
 		err = json.NewEncoder(out).Encode(map[string]any{
 			"timer_id": res.ID, "cloud_task_id": res.CloudTaskID, "task_name": res.TaskName,
-			"outcome": outcome, "deleted": res.Deleted,
+			"outcome": outcome, "deleted": res.Outcome == cloudtasks.CancelDeleted,
 		})
-	} else if res.NotFound {
+	} else if notFound {
 		_, err = fmt.Fprintf(out, "not_found %s %s\n", res.ID, res.TaskName)
 	} else {
 		_, err = fmt.Fprintf(out, "cancelled %s %s (%s)\n", res.ID, res.TaskName, state)
@@ -189,7 +196,7 @@ func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFl
 	if err != nil {
 		return err
 	}
-	if res.NotFound {
+	if notFound {
 		where := "the outbox " + conn.outbox
 		if conn.outbox == "" {
 			where = "an outbox (none given: --outbox)"

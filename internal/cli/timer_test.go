@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -71,12 +73,12 @@ func TestRecoverCommand(t *testing.T) {
 
 	ctx := context.Background()
 	dead := uuid.Must(uuid.NewV7())
-	box, err := outbox.Open(ctx, outbox.Options{Root: dir, ProcessorUUID: dead})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: dead})
 	require.NoError(t, err)
 	for _, task := range []string{"a", "b"} {
 		id, err := naming.NewDispatch("r", task, "1")
 		require.NoError(t, err)
-		require.NoError(t, box.Append(ctx, outbox.Record{
+		require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{
 			Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(), Queue: dqQueue,
 			RunID: "r", TaskKey: task, Attempt: "1", Status: outbox.StatusPending, UpdatedAt: time.Now().Add(-time.Hour),
 		}))

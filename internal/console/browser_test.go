@@ -18,7 +18,9 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/internal/demo"
+	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 var screenshots = flag.String("screenshots", "", "directory where the browser test saves its screenshots (README images: ../../docs)")
@@ -83,13 +85,13 @@ func demoConsole(t *testing.T) (*httptest.Server, *demo.Env) {
 	_, env, err := demo.Run(ctx, demo.Options{OutboxDir: dir, Keep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { env.Close() })
-	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
-		Project: demo.Project, Location: demo.Location, Queue: demo.Queue, EmulatorAddr: env.Emulator.Addr(), OutboxDir: dir,
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: dir}, cloudtasks.Config{
+		Project: demo.Project, Location: demo.Location, Queue: demo.Queue, EmulatorAddr: env.Emulator.Addr(),
 	})
 	require.NoError(t, err)
 	for _, key := range []string{"extract", "transform", "load", "report"} {
 		_, err := d.Dispatch(ctx, cloudtasks.DispatchRequest{
-			RunID: "run-4", TaskKey: key, Identity: naming.Identity{Number: 1},
+			RunID: "run-4", TaskKey: key, Identity: naming.Attempt(1),
 			Task: cloudtasks.Task{
 				URL: env.WorkerURL + "/" + key, Body: []byte(`{"run":4}`), ScheduleTime: time.Now().Add(time.Hour),
 				OIDC: &cloudtasks.OIDCToken{ServiceAccountEmail: "worker@demo-project.iam.gserviceaccount.com"},

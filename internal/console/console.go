@@ -16,12 +16,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"github.com/jonboulle/clockwork"
 
 	ctd "github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
-	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 //go:embed templates/*.html
@@ -143,7 +144,7 @@ func (c Config) validate() error {
 type Server struct {
 	cfg     Config
 	client  *cloudtasks.Client
-	box     *outbox.Outbox
+	box     *parquetbox.Outbox
 	web     *http.Client
 	pages   map[string]*template.Template
 	csrf    string
@@ -181,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.Outbox != "" {
-		s.box, err = outbox.Open(ctx, outbox.Options{Root: cfg.Outbox, ReadOnly: true, Logger: cfg.Logger})
+		s.box, err = parquetbox.Open(ctx, parquetbox.Options{Root: cfg.Outbox, ReadOnly: true, Logger: cfg.Logger})
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("console: outbox %s: %w", cfg.Outbox, err)

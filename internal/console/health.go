@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/durability"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	ctd "github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -23,7 +26,7 @@ type healthSnapshot struct {
 	Took      time.Duration
 	Computing bool
 	Err       string
-	Stats     []outbox.TableStats
+	Stats     []parquetbox.TableStats
 	// Stale holds the oldest stale pending records (at most staleShown)
 	// and StaleCount all of them.
 	Stale      []outbox.Record
@@ -49,7 +52,7 @@ const (
 // while nobody looks at the page.
 type healthCache struct {
 	ctx  context.Context
-	box  *outbox.Outbox
+	box  *parquetbox.Outbox
 	cfg  Config
 	done sync.WaitGroup
 
@@ -58,7 +61,7 @@ type healthCache struct {
 	running bool
 }
 
-func newHealthCache(ctx context.Context, box *outbox.Outbox, cfg Config) *healthCache {
+func newHealthCache(ctx context.Context, box *parquetbox.Outbox, cfg Config) *healthCache {
 	return &healthCache{ctx: ctx, box: box, cfg: cfg}
 }
 
@@ -90,7 +93,7 @@ func (h *healthCache) refresh() {
 	stats, err := h.box.Stats(h.ctx)
 	if err == nil {
 		snap.Stats = stats
-		for _, t := range outbox.Tables {
+		for _, t := range outbox.Tables() {
 			var recs []outbox.Record
 			if recs, err = h.box.Pending(h.ctx, t, h.cfg.StaleAfter); err != nil {
 				break
@@ -143,7 +146,7 @@ type partition struct {
 // directory they sit in.
 func listFiles(root string) ([]tableFiles, error) {
 	var out []tableFiles
-	for _, t := range outbox.Tables {
+	for _, t := range outbox.Tables() {
 		tf := tableFiles{Table: t}
 		parts := map[string]*partition{}
 		dir := filepath.Join(root, string(t))
@@ -198,9 +201,9 @@ func (s *Server) recoverStale(ctx context.Context) (string, error) {
 	if s.client == nil || s.box == nil {
 		return "", &pageError{code: http.StatusNotFound, msg: "recover needs both an emulator and an outbox"}
 	}
-	d, err := ctd.NewDispatcher(ctx, &ctd.Config{
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: s.cfg.Outbox, Logger: s.cfg.Logger}, ctd.Config{
 		Project: "unused", Location: "unused", Queue: "unused", // the records name their queues
-		EmulatorAddr: s.cfg.Emulator, OutboxDir: s.cfg.Outbox, Logger: s.cfg.Logger, StaleAfter: s.cfg.StaleAfter,
+		EmulatorAddr: s.cfg.Emulator, Logger: s.cfg.Logger, StaleAfter: s.cfg.StaleAfter,
 	})
 	if err != nil {
 		return "", err

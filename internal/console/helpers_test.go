@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/google/uuid"
@@ -199,10 +201,10 @@ func (b *bundle) record(key string, st outbox.Status, created, updated time.Time
 func (b *bundle) appendAll(t testing.TB, proc uuid.UUID, recs []outbox.Record) {
 	t.Helper()
 	ctx := context.Background()
-	box, err := outbox.Open(ctx, outbox.Options{Root: b.dir, ProcessorUUID: proc, Clock: clockwork.NewFakeClockAt(t0)})
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.dir, ProcessorUUID: proc, Clock: clockwork.NewFakeClockAt(t0)})
 	require.NoError(t, err)
 	for _, r := range recs {
-		require.NoError(t, box.Append(ctx, r))
+		require.NoError(t, outbox.AppendAndWait(ctx, box, r))
 	}
 	require.NoError(t, box.Close())
 }

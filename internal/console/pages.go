@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
@@ -672,7 +674,7 @@ func (s *Server) runPage(r *http.Request, l *layout) error {
 type outboxBody struct {
 	Root     string
 	Tables   []tableFiles
-	Damaged  []*outbox.FileError
+	Damaged  []*parquetbox.FileError
 	Health   healthSnapshot
 	Stale    time.Duration
 	Outcomes *outcomeChart
@@ -695,10 +697,10 @@ func (s *Server) outboxPage(r *http.Request, l *layout) error {
 // skippedFiles merges the files the outbox skipped while serving reads with
 // those the last health pass skipped (a file is found damaged only when
 // something reads it), once each, by path.
-func skippedFiles(damaged []*outbox.FileError, stats []outbox.TableStats) []*outbox.FileError {
+func skippedFiles(damaged []*parquetbox.FileError, stats []parquetbox.TableStats) []*parquetbox.FileError {
 	seen := map[string]bool{}
-	var out []*outbox.FileError
-	add := func(fes []*outbox.FileError) {
+	var out []*parquetbox.FileError
+	add := func(fes []*parquetbox.FileError) {
 		for _, fe := range fes {
 			if !seen[fe.Path] {
 				seen[fe.Path] = true

@@ -18,7 +18,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/timers"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // The demo's project, location and queue.
@@ -228,9 +228,14 @@ func run(ctx context.Context, opts Options, env *Env) (Summary, error) {
 	env.Emulator = emu
 	env.closers = append(env.closers, emu.Close)
 
-	d, err := cloudtasks.NewDispatcher(ctx, &cloudtasks.Config{
+	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, Logger: opts.Logger})
+	if err != nil {
+		return sum, err
+	}
+	env.closers = append(env.closers, box.Close)
+	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{
 		Project: Project, Location: Location, Queue: Queue,
-		EmulatorAddr: emu.Addr(), OutboxDir: dir, Logger: opts.Logger,
+		EmulatorAddr: emu.Addr(), Logger: opts.Logger,
 		Retry: cloudtasks.RetryPolicy{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 	})
 	if err != nil {
@@ -242,7 +247,7 @@ func run(ctx context.Context, opts Options, env *Env) (Summary, error) {
 	if err := dispatchRuns(ctx, d, workerURL, opts.Runs, &sum); err != nil {
 		return sum, err
 	}
-	if err := scheduleTimers(ctx, timers.New(d), workerURL, clock.Now(), opts.Runs, &sum); err != nil {
+	if err := scheduleTimers(ctx, d, workerURL, clock.Now(), opts.Runs, &sum); err != nil {
 		return sum, err
 	}
 	sum.TasksInQueueAfterDispatch = emu.TaskCount()
@@ -322,7 +327,7 @@ func dispatchRuns(ctx context.Context, d *cloudtasks.Dispatcher, workerURL strin
 		for _, key := range taskKeys {
 			req := cloudtasks.DispatchRequest{
 				RunID: fmt.Sprintf("run-%d", r), TaskKey: key,
-				Identity: naming.Identity{Number: 1},
+				Identity: naming.Attempt(1),
 				Task: cloudtasks.Task{
 					URL:     workerURL + "/" + key,
 					Headers: map[string]string{"Content-Type": "application/json"},
@@ -347,10 +352,10 @@ const lastTimer = 5 * time.Minute
 
 // scheduleTimers asks, per run, for a retry of "transform" two minutes out
 // and a heartbeat check of "load" lastTimer out, each twice.
-func scheduleTimers(ctx context.Context, s *timers.Scheduler, workerURL string, now time.Time, runs int, sum *Summary) error {
+func scheduleTimers(ctx context.Context, s *cloudtasks.Dispatcher, workerURL string, now time.Time, runs int, sum *Summary) error {
 	for r := 1; r <= runs; r++ {
-		reqs := []timers.TimerRequest{
-			{Kind: naming.KindRetry, TaskKey: "transform", Identity: naming.Identity{Number: 2}, At: now.Add(2 * time.Minute)},
+		reqs := []cloudtasks.TimerRequest{
+			{Kind: naming.KindRetry, TaskKey: "transform", Identity: naming.Attempt(2), At: now.Add(2 * time.Minute)},
 			{Kind: naming.KindHeartbeat, TaskKey: "load", At: now.Add(lastTimer)},
 		}
 		for _, req := range reqs {

@@ -1,4 +1,4 @@
-// Package cloudblob lets outbox.Options.Root name a Google Cloud Storage
+// Package cloudblob lets parquetbox.Options.Root name a Google Cloud Storage
 // bucket (gs://bucket/prefix) or an S3 bucket (s3://bucket?region=…).
 // Import it for its side effect:
 //
@@ -11,6 +11,7 @@
 package cloudblob
 
 import (
+
 	// The drivers, registered with gocloud.dev/blob's URL opener.
 	_ "gocloud.dev/blob/gcsblob"
 	_ "gocloud.dev/blob/s3blob"

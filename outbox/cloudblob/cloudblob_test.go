@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/stretchr/testify/require"
 
@@ -30,10 +32,10 @@ func TestGSURL(t *testing.T) {
 	t.Setenv("STORAGE_EMULATOR_HOST", srv.URL()[len("http://"):])
 
 	ctx := context.Background()
-	o, err := outbox.Open(ctx, outbox.Options{Root: "gs://outbox-test?prefix=prod/", LogDir: t.TempDir()})
+	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: "gs://outbox-test?prefix=prod/", LogDir: t.TempDir()})
 	require.NoError(t, err)
 	for i := range 3 {
-		require.NoError(t, o.Append(ctx, outbox.Record{Table: outbox.TableDispatch,
+		require.NoError(t, outbox.AppendAndWait(ctx, o, outbox.Record{Table: outbox.TableDispatch,
 			ID: fmt.Sprintf("dispatch:r:t:%d", i+1), RunID: "r", Status: outbox.StatusCreated}))
 	}
 	require.NoError(t, o.Close())
@@ -43,7 +45,7 @@ func TestGSURL(t *testing.T) {
 	require.Len(t, list.Objects, 1)
 	require.Regexp(t, `^prod/dispatch_outbox/created_date=[0-9-]{10}/[0-9a-f-]{36}-0000000000000000\.parquet$`, list.Objects[0].Name)
 
-	ro, err := outbox.Open(ctx, outbox.Options{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
+	ro, err := parquetbox.Open(ctx, parquetbox.Options{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
 	require.NoError(t, err)
 	defer ro.Close()
 	got, err := ro.Lookup(ctx, outbox.Query{RunID: "r"})

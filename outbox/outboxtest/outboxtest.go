@@ -6,8 +6,8 @@
 // # Use
 //
 //	func TestConformance(t *testing.T) {
-//		outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
-//			return outbox.NewMemory("00000000-0000-4000-8000-000000000001", clock)
+//		outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
+//			return outbox.NewMemory(clock)
 //		})
 //	}
 //
@@ -41,23 +41,6 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-// Store is what the suite checks: what a dispatcher needs of an outbox.
-// *outbox.Outbox and *outbox.Memory implement it.
-type Store interface {
-	// ProcessorUUID names the process in every record it writes.
-	ProcessorUUID() string
-	// Append records r and returns once it is kept.
-	Append(ctx context.Context, r outbox.Record) error
-	// AppendAsync records r without waiting; a later Append is kept after it.
-	AppendAsync(ctx context.Context, r outbox.Record) error
-	// Latest returns the current state of an ID.
-	Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error)
-	// Lookup returns the records matching q.
-	Lookup(ctx context.Context, q outbox.Query) ([]outbox.Record, error)
-	// Pending returns the stale pending records of a table.
-	Pending(ctx context.Context, t outbox.Table, olderThan time.Duration) ([]outbox.Record, error)
-}
-
 // T0 is the instant the suite's clock starts at.
 var T0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -65,7 +48,7 @@ const queue = "projects/p/locations/l/queues/q"
 
 // Run runs the conformance tests, each in its own subtest with a new
 // store from newStore, built on the clock it is given.
-func Run(t *testing.T, newStore func(t *testing.T, clock clockwork.Clock) Store) {
+func Run(t *testing.T, newStore func(t *testing.T, clock clockwork.Clock) outbox.Outbox) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clockwork.NewFakeClockAt(T0)
@@ -77,7 +60,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock clockwork.Clock) Store)
 type bundle struct {
 	ctx   context.Context
 	clock *clockwork.FakeClock
-	s     Store
+	s     outbox.Outbox
 }
 
 // dispatch builds a dispatch record of the suite's queue.
@@ -109,7 +92,7 @@ var tests = []struct {
 		r.UpdatedAt = time.Date(2026, 3, 1, 13, 0, 1, 999999999, paris)
 		r.DueAt = T0 // not a column of dispatches
 		r.ProcessorUUID = "someone else"
-		require.NoError(t, b.s.Append(b.ctx, r))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 		want := r
 		want.CreatedAt = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
 		want.UpdatedAt = time.Date(2026, 3, 1, 12, 0, 1, 999999000, time.UTC)
@@ -131,7 +114,7 @@ var tests = []struct {
 		require.NoError(t, err)
 		r := outbox.Record{Table: outbox.TableTimers, ID: id.String(), Queue: queue, RunID: "run1", TaskKey: "extract",
 			Attempt: "1", Kind: "retry", Status: outbox.StatusCreated, DueAt: due}
-		require.NoError(t, b.s.Append(b.ctx, r))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 		got := b.latest(t, outbox.TableTimers, r.ID)
 		require.Equal(t, id.CloudTaskID(), got.CloudTaskID, "an empty cloud_task_id is filled in")
 		require.Equal(t, "retry", got.Kind)
@@ -142,7 +125,7 @@ var tests = []struct {
 	{"DefaultTimesComeFromTheClock", func(t *testing.T, b *bundle) {
 		b.clock.Advance(1500 * time.Nanosecond)
 		r := dispatch("run1", "a", "1", outbox.StatusPending)
-		require.NoError(t, b.s.Append(b.ctx, r))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 		got := b.latest(t, outbox.TableDispatch, r.ID)
 		require.Equal(t, T0.Add(time.Microsecond), got.UpdatedAt)
 		require.Equal(t, got.UpdatedAt, got.CreatedAt)
@@ -150,12 +133,12 @@ var tests = []struct {
 	}},
 	{"UpdatedAtStrictlyIncreasesPerID", func(t *testing.T, b *bundle) {
 		r := dispatch("run1", "a", "1", outbox.StatusPending)
-		require.NoError(t, b.s.Append(b.ctx, r))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 		r.Status = outbox.StatusCreated
-		require.NoError(t, b.s.Append(b.ctx, r)) // same instant
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r)) // same instant
 		r.Status = outbox.StatusFailed
 		r.UpdatedAt = T0.Add(-time.Hour) // earlier than the last state
-		require.NoError(t, b.s.Append(b.ctx, r))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 		hist, err := b.s.Lookup(b.ctx, outbox.Query{ID: r.ID, History: true})
 		require.NoError(t, err)
 		var got []string
@@ -168,12 +151,12 @@ var tests = []struct {
 	{"LookupSortsAndFolds", func(t *testing.T, b *bundle) {
 		for _, task := range []string{"b", "a", "c"} {
 			r := dispatch("run1", task, "1", outbox.StatusPending)
-			require.NoError(t, b.s.Append(b.ctx, r))
+			require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 			b.clock.Advance(time.Second)
 			r.Status = outbox.StatusCreated
-			require.NoError(t, b.s.Append(b.ctx, r))
+			require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
 		}
-		require.NoError(t, b.s.Append(b.ctx, dispatch("run2", "a", "1", outbox.StatusCreated)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("run2", "a", "1", outbox.StatusCreated)))
 		got, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "run1"})
 		require.NoError(t, err)
 		var ids []string
@@ -189,16 +172,16 @@ var tests = []struct {
 	}},
 	{"PendingOldestFirstThenByID", func(t *testing.T, b *bundle) {
 		for _, task := range []string{"z", "y"} {
-			require.NoError(t, b.s.Append(b.ctx, dispatch("r", task, "1", outbox.StatusPending)))
+			require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", task, "1", outbox.StatusPending)))
 		}
 		b.clock.Advance(time.Second)
-		require.NoError(t, b.s.Append(b.ctx, dispatch("r", "x", "1", outbox.StatusPending)))
-		require.NoError(t, b.s.Append(b.ctx, dispatch("r", "done", "1", outbox.StatusPending)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", "x", "1", outbox.StatusPending)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", "done", "1", outbox.StatusPending)))
 		b.clock.Advance(time.Second)
-		require.NoError(t, b.s.Append(b.ctx, dispatch("r", "done", "1", outbox.StatusCreated)))
-		require.NoError(t, b.s.Append(b.ctx, dispatch("r", "fresh", "1", outbox.StatusPending)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", "done", "1", outbox.StatusCreated)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", "fresh", "1", outbox.StatusPending)))
 		b.clock.Advance(time.Minute)
-		require.NoError(t, b.s.Append(b.ctx, dispatch("r", "new", "1", outbox.StatusPending)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", "new", "1", outbox.StatusPending)))
 
 		got, err := b.s.Pending(b.ctx, outbox.TableDispatch, 30*time.Second)
 		require.NoError(t, err)
@@ -213,8 +196,8 @@ var tests = []struct {
 	}},
 	{"AppendAsyncIsKeptBeforeALaterAppend", func(t *testing.T, b *bundle) {
 		a := dispatch("r", "async", "1", outbox.StatusPending)
-		require.NoError(t, b.s.AppendAsync(b.ctx, a))
-		require.NoError(t, b.s.Append(b.ctx, dispatch("r", "sync", "1", outbox.StatusCreated)))
+		require.NoError(t, b.s.Append(b.ctx, a, nil))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("r", "sync", "1", outbox.StatusCreated)))
 		require.Equal(t, outbox.StatusPending, b.latest(t, outbox.TableDispatch, a.ID).Status)
 	}},
 	{"RefusesInvalidAndForeignRecords", func(t *testing.T, b *bundle) {
@@ -233,7 +216,12 @@ var tests = []struct {
 		for _, c := range bad {
 			rr := r
 			c.edit(&rr)
-			for _, appendFn := range []func(context.Context, outbox.Record) error{b.s.Append, b.s.AppendAsync} {
+			for _, appendFn := range []func(context.Context, outbox.Record) error{
+				func(ctx context.Context, r outbox.Record) error { return outbox.AppendAndWait(ctx, b.s, r) },
+				func(ctx context.Context, r outbox.Record) error {
+					return b.s.Append(ctx, r, func(error) { t.Errorf("%s: done called for a refused record", c.name) })
+				},
+			} {
 				err := appendFn(b.ctx, rr)
 				require.Error(t, err, c.name)
 				if c.is != nil {
@@ -245,15 +233,48 @@ var tests = []struct {
 		require.NoError(t, err)
 		require.Empty(t, got)
 	}},
+	{"TimesOutOfRangeRefused", func(t *testing.T, b *bundle) {
+		// A time no reader handles is refused at append, naming the field:
+		// the epoch reads back as "no time", and a year past 9999 names a
+		// partition no listing recognises.
+		epoch := time.Unix(0, 0).UTC()
+		late := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		for _, c := range []struct {
+			field string
+			edit  func(*outbox.Record)
+		}{
+			{"CreatedAt", func(r *outbox.Record) { r.CreatedAt = epoch }},
+			{"CreatedAt", func(r *outbox.Record) { r.CreatedAt = late }},
+			{"UpdatedAt", func(r *outbox.Record) { r.CreatedAt, r.UpdatedAt = T0, epoch.Add(-time.Hour) }},
+			{"UpdatedAt", func(r *outbox.Record) { r.CreatedAt, r.UpdatedAt = T0, late }},
+		} {
+			r := dispatch("times", "t", "1", outbox.StatusCreated)
+			c.edit(&r)
+			err := outbox.AppendAndWait(b.ctx, b.s, r)
+			var re *outbox.RecordError
+			require.ErrorAs(t, err, &re, c.field)
+			require.ErrorIs(t, err, outbox.ErrInvalidRecord)
+			require.Equal(t, c.field, re.Field)
+			require.Contains(t, err.Error(), "1970-01-01T00:00:00.000001Z to 9999-12-31T23:59:59.999999Z")
+		}
+		r := dispatch("times", "t", "1", outbox.StatusCreated)
+		r.CreatedAt, r.UpdatedAt = outbox.MinTime, outbox.MaxTime
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r), "the bounds themselves are kept")
+		got, ok, err := b.s.Latest(b.ctx, outbox.TableDispatch, r.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, outbox.MinTime, got.CreatedAt)
+		require.Equal(t, outbox.MaxTime, got.UpdatedAt)
+	}},
 	{"CancelledContextWritesNothing", func(t *testing.T, b *bundle) {
 		ctx, cancel := context.WithCancel(b.ctx)
 		cancel()
 		for i := range 200 {
 			r := dispatch("cancelled", fmt.Sprintf("t%d", i), "1", outbox.StatusCreated)
-			require.True(t, errors.Is(b.s.AppendAsync(ctx, r), context.Canceled), "try %d", i)
-			require.ErrorIs(t, b.s.Append(ctx, r), context.Canceled)
+			require.True(t, errors.Is(b.s.Append(ctx, r, nil), context.Canceled), "try %d", i)
+			require.ErrorIs(t, outbox.AppendAndWait(ctx, b.s, r), context.Canceled)
 		}
-		require.NoError(t, b.s.Append(b.ctx, dispatch("other", "t", "1", outbox.StatusCreated)))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, dispatch("other", "t", "1", outbox.StatusCreated)))
 		got, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "cancelled"})
 		require.NoError(t, err)
 		require.Empty(t, got)

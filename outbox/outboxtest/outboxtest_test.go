@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
@@ -17,15 +19,15 @@ const proc = "00000000-0000-4000-8000-000000000001"
 
 func TestMemory(t *testing.T) {
 	t.Parallel()
-	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
-		return outbox.NewMemory(proc, clock)
+	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
+		return outbox.NewMemory(clock)
 	})
 }
 
 func TestFileOutbox(t *testing.T) {
 	t.Parallel()
-	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
-		o, err := outbox.Open(context.Background(), outbox.Options{
+	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
+		o, err := parquetbox.Open(context.Background(), parquetbox.Options{
 			Root: t.TempDir(), ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
 		})
 		require.NoError(t, err)
@@ -38,15 +40,19 @@ func TestFileOutbox(t *testing.T) {
 // followed by a Flush, and a second outbox (another processor) answers
 // the reads, so the suite checks the files' precision and order too.
 type flushed struct {
-	*outbox.Outbox
-	reader *outbox.Outbox
+	*parquetbox.Outbox
+	reader *parquetbox.Outbox
 }
 
-func (f flushed) Append(ctx context.Context, r outbox.Record) error {
-	if err := f.Outbox.Append(ctx, r); err != nil {
+func (f flushed) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	if err := outbox.AppendAndWait(ctx, f.Outbox, r); err != nil {
 		return err
 	}
-	return f.Flush(ctx)
+	err := f.Flush(ctx)
+	if done != nil {
+		done(err)
+	}
+	return nil
 }
 
 func (f flushed) Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error) {
@@ -63,14 +69,14 @@ func (f flushed) Pending(ctx context.Context, t outbox.Table, olderThan time.Dur
 
 func TestFileOutboxReadFromParquet(t *testing.T) {
 	t.Parallel()
-	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outboxtest.Store {
+	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
 		root := t.TempDir()
-		o, err := outbox.Open(context.Background(), outbox.Options{
+		o, err := parquetbox.Open(context.Background(), parquetbox.Options{
 			Root: root, ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, o.Close()) })
-		r, err := outbox.Open(context.Background(), outbox.Options{Root: root, ReadOnly: true, Clock: clock, RefreshInterval: -1})
+		r, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: root, ReadOnly: true, Clock: clock, RefreshInterval: -1})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, r.Close()) })
 		return flushed{Outbox: o, reader: r}

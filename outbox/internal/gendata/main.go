@@ -27,6 +27,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -166,7 +168,7 @@ func writeFile(path string, recs []outbox.Record) error {
 		return err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	fw, err := outbox.NewFileWriter(bw, outbox.TableDispatch)
+	fw, err := parquetbox.NewFileWriter(bw, outbox.TableDispatch)
 	if err != nil {
 		f.Close()
 		return err

@@ -1,0 +1,300 @@
+package cloudtasks_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// These tests use the package as a user does: only its exported API, the
+// in-process emulator and an in-memory outbox. Each answers a call that
+// used to be answered wrongly without a word.
+
+const (
+	doorQueue  = "projects/p/locations/l/queues/default"
+	otherQueue = "projects/p/locations/l/queues/other"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+type door struct {
+	emu   *emulator.Server
+	d     *cloudtasks.Dispatcher
+	box   *outbox.Memory
+	clock *clockwork.FakeClock
+}
+
+func openDoor(t *testing.T, edit func(*cloudtasks.Config)) door {
+	t.Helper()
+	clock := clockwork.NewFakeClockAt(t0)
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock,
+		Queues: []emulator.QueueConfig{{Name: doorQueue}, {Name: otherQueue}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { emu.Close() })
+	box := outbox.NewMemory(clock)
+	cfg := cloudtasks.Config{Project: "p", Location: "l", Queue: "default", EmulatorAddr: emu.Addr(), Clock: clock}
+	if edit != nil {
+		edit(&cfg)
+	}
+	d, err := cloudtasks.NewDispatcher(context.Background(), box, &cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close(context.Background())) })
+	return door{emu: emu, d: d, box: box, clock: clock}
+}
+
+func task() cloudtasks.Task { return cloudtasks.Task{URL: "https://worker.example/x"} }
+
+// A request that does not say which attempt it is, or says it two ways, is
+// refused before any call, naming the field.
+func TestIdentityMustBeSaid(t *testing.T) {
+	t.Parallel()
+	b := openDoor(t, nil)
+	tests := []struct {
+		name  string
+		id    naming.Identity
+		field string
+	}{
+		{"zero identity", naming.Identity{}, "Identity.Strategy"},
+		{"key without strategy", naming.Identity{Key: "evt-43"}, "Identity.Strategy"},
+		{"number without strategy", naming.Attempt(2), "Identity.Strategy"},
+		{"strict with a key", naming.Attempt(1, Key: "evt"), "Identity.Key"},
+		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 1, Key: "evt"}, "Identity"},
+	}
+	for _, tt := range tests {
+		_, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: tt.id, Task: task()})
+		var re *cloudtasks.RequestError
+		require.ErrorAs(t, err, &re, tt.name)
+		require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest, tt.name)
+		require.Equal(t, tt.field, re.Field, tt.name)
+	}
+	require.Zero(t, b.emu.TaskCount())
+	require.Empty(t, b.emu.RememberedNames())
+
+	// Two events under two keys are two tasks.
+	for _, key := range []string{"evt-43", "evt-44"} {
+		res, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "k", TaskKey: "t", Identity: naming.CallerKey(key), Task: task()})
+		require.NoError(t, err)
+		require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome, key)
+	}
+	require.Equal(t, 2, b.emu.TaskCount())
+}
+
+func heartbeat(b door, queue string) cloudtasks.TimerRequest {
+	tk := task()
+	tk.Queue = queue
+	return cloudtasks.TimerRequest{Kind: naming.KindHeartbeat, RunID: "r", TaskKey: "t", At: b.clock.Now().Add(time.Minute), Task: tk}
+}
+
+// A cancel goes to the queue the outbox recorded; a queue that differs is
+// refused; without a record, the queue must be named.
+func TestCancelGoesWhereTheTaskIs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	res, err := b.d.ScheduleTimer(ctx, heartbeat(b, "other"))
+	require.NoError(t, err)
+
+	_, err = b.d.CancelTimer(ctx, res.TimerID, "default")
+	var re *cloudtasks.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "Queue", re.Field)
+	require.Equal(t, "default", re.Value)
+	require.Len(t, b.emu.Tasks(otherQueue), 1, "a refused cancel deletes nothing")
+
+	got, err := b.d.CancelTimer(ctx, res.TimerID, "")
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.CancelResult{ID: res.TimerID, CloudTaskID: res.CloudTaskID, TaskName: otherQueue + "/tasks/" + res.CloudTaskID,
+		Outcome: cloudtasks.CancelDeleted}, got)
+	require.Empty(t, b.emu.Tasks(otherQueue))
+	latest, ok, err := b.d.Latest(ctx, res.TimerID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, outbox.StatusCancelled, latest.Status)
+	require.Equal(t, "", latest.ErrorCode, "the record says the cancel deleted the task")
+
+	// An ID nobody recorded: the queue must be named, and then the answer
+	// says nobody knew it.
+	unknown, err := naming.NewHeartbeat("r", "never", t0)
+	require.NoError(t, err)
+	_, err = b.d.CancelTimer(ctx, unknown.String(), "")
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "Queue", re.Field)
+	got, err = b.d.CancelTimer(ctx, unknown.String(), "other")
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.CancelUnknown, got.Outcome)
+	_, ok, err = b.d.Latest(ctx, unknown.String())
+	require.NoError(t, err)
+	require.False(t, ok, "nothing is recorded for an unknown ID")
+
+	// A dispatch ID is not a timer ID.
+	_, err = b.d.CancelTimer(ctx, "dispatch:r:t:1", "")
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "TimerID", re.Field)
+}
+
+// A timer scheduled again after a cancel deleted its task meets the name
+// Cloud Tasks holds: an error says so and until when, every time; the
+// outbox never claims a task exists. Once the hold is over, it is created.
+func TestScheduleAfterCancelSaysTheNameIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	req := heartbeat(b, "")
+	res, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	_, err = b.d.CancelTimer(ctx, res.TimerID, "")
+	require.NoError(t, err)
+	cancelledAt := b.clock.Now()
+
+	for range 2 {
+		b.clock.Advance(time.Hour)
+		_, err = b.d.ScheduleTimer(ctx, req)
+		require.ErrorIs(t, err, cloudtasks.ErrNameHeld)
+		var held *cloudtasks.NameHeldError
+		require.ErrorAs(t, err, &held)
+		require.Equal(t, res.TimerID, held.ID)
+		// The memory outbox nudges records written at one instant apart by
+		// a microsecond.
+		require.WithinDuration(t, cancelledAt.Add(24*time.Hour), held.HeldUntil, time.Millisecond)
+		require.Zero(t, b.emu.TaskCount())
+		latest, _, err := b.d.Latest(ctx, res.TimerID)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusCancelled, latest.Status)
+	}
+}
+
+// After a cancel that found the task already gone, ALREADY_EXISTS means
+// the task existed (it ran): already_existed stays the answer.
+func TestScheduleAfterCancelOfAGoneTaskIsAlreadyExisted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	req := heartbeat(b, "")
+	res, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	// The task runs and is gone (the service deletes it); its name stays
+	// remembered.
+	client, err := b.emu.NewClient(ctx)
+	require.NoError(t, err)
+	defer client.Close()
+	require.NoError(t, client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName}))
+	got, err := b.d.CancelTimer(ctx, res.TimerID, "")
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.CancelAlreadyGone, got.Outcome)
+	again, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, again.Outcome)
+}
+
+// A context that ended before the call says that nothing was started,
+// and makes no call.
+func TestEndedContextStartsNothing(t *testing.T) {
+	t.Parallel()
+	b := openDoor(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Attempt(1), Task: task()})
+	require.ErrorIs(t, err, cloudtasks.ErrNotStarted)
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, errors.Is(err, cloudtasks.ErrStoppedWaiting))
+	require.False(t, errors.Is(err, cloudtasks.ErrGaveUp))
+	require.ErrorContains(t, err, "not started")
+	_, err = b.d.CancelTimer(ctx, "timer:heartbeat:r:t:1767225600", "default")
+	require.ErrorIs(t, err, cloudtasks.ErrNotStarted)
+	require.Empty(t, b.emu.RememberedNames())
+	_, ok, err := b.d.Latest(context.Background(), "dispatch:r:t:1")
+	require.NoError(t, err)
+	require.False(t, ok)
+}
+
+// With a fake clock shared by the dispatcher and the emulator, transient
+// failures are retried and Dispatch and Close finish without the test
+// moving the clock; the clock shows the backoff the retries waited.
+func TestFakeClockRetriesFinish(t *testing.T) {
+	t.Parallel()
+	var delays []time.Duration
+	b := openDoor(t, func(c *cloudtasks.Config) {
+		c.OnRetry = func(ev cloudtasks.RetryEvent) { delays = append(delays, ev.Delay) }
+	})
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable},
+	}}))
+	res, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Attempt(1), Task: task()})
+	require.ErrorIs(t, err, cloudtasks.ErrGaveUp)
+	require.Equal(t, cloudtasks.DispatchResult{}, res)
+	require.Len(t, delays, cloudtasks.DefaultRetryMaxCalls-1)
+	var waited time.Duration
+	for i, d := range delays {
+		full := time.Duration(float64(cloudtasks.DefaultRetryInitial) * float64(int(1)<<i))
+		full = min(full, cloudtasks.DefaultRetryMax)
+		require.LessOrEqual(t, d, full, "retry %d", i+1)
+		require.GreaterOrEqual(t, d, full/2, "retry %d (jitter at most half)", i+1)
+		waited += d
+	}
+	require.Equal(t, t0.Add(waited), b.clock.Now())
+	require.NoError(t, b.d.Close(context.Background()))
+}
+
+// DeleteTask failures match ErrCancelFailed, never ErrCreateFailed.
+func TestCancelFailureIsNotACreateFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	res, err := b.d.ScheduleTimer(ctx, heartbeat(b, ""))
+	require.NoError(t, err)
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"DeleteTask"}, Rate: 1, Code: codes.PermissionDenied},
+	}}))
+	_, err = b.d.CancelTimer(ctx, res.TimerID, "")
+	require.ErrorIs(t, err, cloudtasks.ErrCancelFailed)
+	require.False(t, errors.Is(err, cloudtasks.ErrCreateFailed))
+	require.False(t, errors.Is(err, cloudtasks.ErrGaveUp))
+}
+
+// NewDispatcher refuses a missing outbox and a client named two ways.
+func TestNewDispatcherRefusesAmbiguousSetups(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := &cloudtasks.Config{Project: "p", Location: "l", Queue: "q"}
+	_, err := cloudtasks.NewDispatcher(ctx, nil, cfg)
+	var ce *cloudtasks.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "outbox", ce.Field)
+
+	cfg.EmulatorAddr, cfg.Client = "127.0.0.1:1", fakeClient{}
+	_, err = cloudtasks.NewDispatcher(ctx, outbox.NewMemory(nil), cfg)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Client", ce.Field)
+}
+
+// fakeClient is a Client that is never called.
+type fakeClient struct{ cloudtasks.Client }
+
+// A timer further than 30 days ahead is refused with ErrTooFar, and a
+// heartbeat with an identity is refused.
+func TestTimerRequestChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	far := heartbeat(b, "")
+	far.At = b.clock.Now().Add(31 * 24 * time.Hour)
+	_, err := b.d.ScheduleTimer(ctx, far)
+	require.ErrorIs(t, err, cloudtasks.ErrTooFar)
+	withID := heartbeat(b, "")
+	withID.Identity = naming.Attempt(1)
+	_, err = b.d.ScheduleTimer(ctx, withID)
+	var re *cloudtasks.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "Identity", re.Field)
+}

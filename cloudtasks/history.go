@@ -1,0 +1,32 @@
+package cloudtasks
+
+import (
+	"context"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// Latest returns the current state of an internal ID (a dispatch or a
+// timer) as the dispatcher's outbox records it: its newest record. ok is
+// false when the outbox has no record of it. A malformed ID is a
+// *RequestError naming the field ID.
+func (d *Dispatcher) Latest(ctx context.Context, id string) (rec outbox.Record, ok bool, err error) {
+	nid, err := parseID("ID", id)
+	if err != nil {
+		return outbox.Record{}, false, err
+	}
+	return d.box.Latest(ctx, outbox.TableOf(nid), nid.String())
+}
+
+// History returns every recorded state of an internal ID, oldest first:
+// pending, then the outcome, and the states of later calls (a cancel, a
+// dispatch again after a failure). A record answered but not yet kept by
+// the outbox may be missing for a moment. Compaction of a parquetbox
+// outbox folds history into the latest state.
+func (d *Dispatcher) History(ctx context.Context, id string) ([]outbox.Record, error) {
+	nid, err := parseID("ID", id)
+	if err != nil {
+		return nil, err
+	}
+	return d.box.Lookup(ctx, outbox.Query{Table: outbox.TableOf(nid), ID: nid.String(), History: true})
+}

@@ -1,0 +1,123 @@
+package cloudtasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/timers"
+)
+
+// ErrTooFar matches the *RequestError of a timer due more than 30 days
+// ahead, which Cloud Tasks cannot hold. timers.Arm says what to schedule
+// instead.
+var ErrTooFar = errors.New("timer due beyond the 30-day limit")
+
+// TimerRequest asks for a retry timer or a heartbeat check.
+type TimerRequest struct {
+	// Kind is naming.KindRetry (fire the retry of an attempt at At) or
+	// naming.KindHeartbeat (check a running task at At). Required.
+	Kind naming.Kind
+	// RunID is the orchestration run. Required.
+	RunID string
+	// TaskKey names the task within the run. Required.
+	TaskKey string
+	// Identity names the attempt a retry timer retries (see
+	// DispatchRequest.Identity). Required for a retry; must be zero for a
+	// heartbeat, which names no attempt.
+	Identity naming.Identity
+	// At is when the timer fires: the due time of a retry, the check time
+	// of a heartbeat. It is named to the second; a time in the past fires
+	// at once; more than 30 days ahead is refused (ErrTooFar). Required.
+	At time.Time
+	// Task is the HTTP request the timer delivers. Its ScheduleTime must be
+	// zero: At sets it.
+	Task Task
+}
+
+// TimerResult is the answer to ScheduleTimer.
+type TimerResult struct {
+	// TimerID is the internal ID, for example
+	// timer:retry:run1:extract:2:1767225600.
+	TimerID string
+	// CloudTaskID is the Cloud Tasks task ID (t_…).
+	CloudTaskID string
+	// TaskName is the full task resource name.
+	TaskName string
+	// Outcome says what happened: created, already_existed or recovered.
+	Outcome Outcome
+	// FirstRecorded is when the timer was first recorded in the outbox.
+	FirstRecorded time.Time
+	// Due is when the timer fires (At, to the second).
+	Due time.Time
+	// Skipped is true when the outbox answered without a Cloud Tasks call.
+	Skipped bool
+}
+
+// ID returns the timer ID the request names, after checking its parts.
+func (r *TimerRequest) ID() (naming.ID, error) {
+	if r.At.IsZero() {
+		return naming.ID{}, &RequestError{Field: "At", Rule: "is required: the due or check time"}
+	}
+	var id naming.ID
+	var err error
+	switch r.Kind {
+	case naming.KindRetry:
+		var attempt string
+		if attempt, err = r.Identity.Attempt(r.TaskKey); err == nil {
+			id, err = naming.NewRetryTimer(r.RunID, r.TaskKey, attempt, r.At)
+		}
+	case naming.KindHeartbeat:
+		if r.Identity != (naming.Identity{}) {
+			return naming.ID{}, &RequestError{Field: "Identity", Value: r.Identity.Strategy.String(),
+				Rule: "is set for a heartbeat, which names no attempt; leave it zero"}
+		}
+		id, err = naming.NewHeartbeat(r.RunID, r.TaskKey, r.At)
+	default:
+		return naming.ID{}, &RequestError{Field: "Kind", Value: r.Kind.String(), Rule: "must be naming.KindRetry or naming.KindHeartbeat"}
+	}
+	if err != nil {
+		return naming.ID{}, namingError(err)
+	}
+	return id, nil
+}
+
+// tooFar is the error for a timer beyond the service's horizon; it matches
+// both ErrTooFar and ErrInvalidRequest.
+type tooFar struct{ *RequestError }
+
+func (e tooFar) Is(target error) bool { return target == ErrTooFar || e.RequestError.Is(target) }
+func (e tooFar) Unwrap() error        { return e.RequestError }
+
+// ScheduleTimer creates the timer's task, named t_… after its timer ID, to
+// fire at req.At, with the outcomes, idempotency and errors of Dispatch:
+// the same timer requested twice is one task. Its records go to the
+// outbox's timers table.
+func (d *Dispatcher) ScheduleTimer(ctx context.Context, req TimerRequest) (TimerResult, error) {
+	id, err := req.ID()
+	if err != nil {
+		return TimerResult{}, err
+	}
+	if !req.Task.ScheduleTime.IsZero() {
+		return TimerResult{}, &RequestError{Field: "Task.ScheduleTime", Value: req.Task.ScheduleTime.UTC().Format(time.RFC3339),
+			Rule: "must be zero for a timer; At sets it"}
+	}
+	due := id.Time()
+	if ahead := due.Sub(d.clock.Now()); ahead > timers.MaxAhead {
+		return TimerResult{}, tooFar{&RequestError{Field: "At", Value: due.Format(time.RFC3339),
+			Rule: fmt.Sprintf("is %s ahead; Cloud Tasks schedules at most 30 days (720h) ahead: schedule a nearer timer and re-arm it when it fires (timers.Arm)",
+				ahead.Round(time.Second))}}
+	}
+	task := req.Task
+	task.ScheduleTime = due
+	res, err := d.submit(ctx, id, &task)
+	if err != nil {
+		return TimerResult{}, err
+	}
+	return TimerResult{
+		TimerID: res.ID, CloudTaskID: res.CloudTaskID, TaskName: res.TaskName, Outcome: res.Outcome,
+		FirstRecorded: res.FirstRecorded, Due: due, Skipped: res.Skipped,
+	}, nil
+}

@@ -1,0 +1,84 @@
+package parquetbox
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// recordVersion is the first byte of every encoded record, so a later format
+// can be told apart.
+const recordVersion = 1
+
+var errBadRecord = errors.New("malformed record")
+
+// appendRecord encodes r after dst: a version byte, then each field as a
+// uvarint length and bytes (strings) or a varint (numbers, times in
+// microseconds since the epoch, 0 for the zero time).
+func appendRecord(dst []byte, r *outbox.Record) []byte {
+	dst = append(dst, recordVersion)
+	for _, s := range [...]string{string(r.Table), r.ID, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey,
+		r.Attempt, r.Kind, string(r.Status), r.ErrorCode, r.PayloadSHA256, r.ProcessorUUID} {
+		dst = binary.AppendUvarint(dst, uint64(len(s)))
+		dst = append(dst, s...)
+	}
+	dst = binary.AppendVarint(dst, int64(r.CreateCalls))
+	for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.DueAt} {
+		dst = binary.AppendVarint(dst, micros(t))
+	}
+	return dst
+}
+
+// decodeRecord is the inverse of appendRecord.
+func decodeRecord(b []byte) (outbox.Record, error) {
+	var r outbox.Record
+	if len(b) == 0 || b[0] != recordVersion {
+		return r, errBadRecord
+	}
+	b = b[1:]
+	var strs [12]string
+	for i := range strs {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return r, errBadRecord
+		}
+		strs[i] = string(b[k : k+int(n)])
+		b = b[k+int(n):]
+	}
+	var nums [4]int64
+	for i := range nums {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return r, errBadRecord
+		}
+		nums[i] = v
+		b = b[k:]
+	}
+	if len(b) != 0 {
+		return r, errBadRecord
+	}
+	r = outbox.Record{
+		Table: outbox.Table(strs[0]), ID: strs[1], CloudTaskID: strs[2], Queue: strs[3], RunID: strs[4],
+		TaskKey: strs[5], Attempt: strs[6], Kind: strs[7], Status: outbox.Status(strs[8]), ErrorCode: strs[9],
+		PayloadSHA256: strs[10], ProcessorUUID: strs[11], CreateCalls: int32(nums[0]),
+		CreatedAt: fromMicros(nums[1]), UpdatedAt: fromMicros(nums[2]), DueAt: fromMicros(nums[3]),
+	}
+	r.Normalize()
+	return r, nil
+}
+
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v).UTC()
+}

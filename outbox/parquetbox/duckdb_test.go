@@ -1,0 +1,88 @@
+package parquetbox
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"github.com/stretchr/testify/require"
+)
+
+// duckDB runs SQL statements in DuckDB through its Node.js package and
+// returns each one's rows as JSON. The test is skipped unless node is
+// installed and CTDISPATCH_DUCKDB_NODE_MODULES names a node_modules
+// directory holding @duckdb/node-api (npm install @duckdb/node-api).
+func duckDB(t *testing.T, sql ...string) []string {
+	t.Helper()
+	modules := os.Getenv("CTDISPATCH_DUCKDB_NODE_MODULES")
+	if modules == "" {
+		t.Skip("set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "duckdb_query.cjs"))
+	require.NoError(t, err)
+	cmd := exec.Command(node, append([]string{script}, sql...)...)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, stderr.String())
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// DuckDB reads the partitioned tables with the README's queries: hive
+// partitioning turns created_date=… into a column it prunes on, and the
+// latest state per ID comes out the same as Lookup's.
+func TestDuckDBReadsPartitionedTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	for day := range 3 {
+		for _, task := range []string{"a", "b"} {
+			r := dispatchRec("duck", task+string(rune('0'+day)), "1", outbox.StatusPending)
+			require.NoError(t, outbox.AppendAndWait(ctx, o, r))
+			r.Status = outbox.StatusCreated
+			if task == "b" {
+				r.Status, r.ErrorCode = outbox.StatusFailed, "PermissionDenied"
+			}
+			require.NoError(t, outbox.AppendAndWait(ctx, o, r))
+		}
+		require.NoError(t, o.Flush(ctx))
+		b.clock.Advance(24 * time.Hour)
+	}
+	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	require.NoError(t, err)
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
+	require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("duck", "c2", "1", outbox.StatusPending))) // day 4, not compacted
+	require.NoError(t, o.Flush(ctx))
+
+	glob := filepath.Join(b.root, "dispatch_outbox", "**", "*.parquet")
+	got := duckDB(t,
+		// Rows per partition.
+		`SELECT created_date::VARCHAR AS day, count(*) AS n FROM read_parquet('`+glob+`', hive_partitioning = true) GROUP BY ALL ORDER BY day`,
+		// The latest state of each ID, one partition only (pruned by date).
+		`SELECT dispatch_id, status FROM (
+		   SELECT *, row_number() OVER (PARTITION BY dispatch_id ORDER BY updated_at DESC) AS n
+		   FROM read_parquet('`+glob+`', hive_partitioning = true) WHERE created_date = DATE '2026-03-02')
+		 WHERE n = 1 ORDER BY dispatch_id`,
+		// Status counts over the latest states.
+		`SELECT status, count(*) AS n FROM (
+		   SELECT *, row_number() OVER (PARTITION BY dispatch_id ORDER BY updated_at DESC) AS n
+		   FROM read_parquet('`+glob+`', hive_partitioning = true)) WHERE n = 1 GROUP BY ALL ORDER BY status`,
+	)
+	require.Equal(t, []string{
+		`[{"day":"2026-03-01","n":"2"},{"day":"2026-03-02","n":"2"},{"day":"2026-03-03","n":"2"},{"day":"2026-03-04","n":"1"}]`,
+		`[{"dispatch_id":"dispatch:duck:a1:1","status":"created"},{"dispatch_id":"dispatch:duck:b1:1","status":"failed"}]`,
+		`[{"status":"created","n":"3"},{"status":"failed","n":"3"},{"status":"pending","n":"1"}]`,
+	}, got)
+}

@@ -1,0 +1,460 @@
+package parquetbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"github.com/jonboulle/clockwork"
+	"gocloud.dev/gcerrors"
+)
+
+// fileSet keeps the Parquet files of one table in step with the
+// directory: each read lists the directory (at most once per refresh
+// interval), opens new files, and forgets removed ones. Files that fail to
+// open are reported once (per size and modification time) and skipped.
+// Between reads it keeps at most maxOpen files open, and their footers and
+// bloom filters within cacheBytes, closing the least recently used: a
+// dispatcher's handles and memory do not grow with the outbox. A read
+// reopens what was closed.
+type fileSet struct {
+	store      tableStore
+	table      outbox.Table
+	log        *slog.Logger
+	cacheBloom bool
+	// refresh is how long a listing is reused (0: list on every read).
+	refresh time.Duration
+	clock   clockwork.Clock
+
+	maxOpen    int
+	cacheBytes int64
+
+	mu       sync.Mutex
+	listed   []storeEntry // the last listing
+	files    map[string]*openFile
+	bad      map[string]badFile
+	listedAt time.Time
+	stale    bool
+	// manifest is the table's manifest as of the last listing (nil: none
+	// usable); badManifest is the last error reading it, logged once.
+	manifest    manifestView
+	badManifest string
+	uses        uint64 // counts acquisitions, for least-recently-used order
+}
+
+type openFile struct {
+	*pqFile
+	modTime time.Time
+	refs    int
+	gone    bool
+	used    uint64
+}
+
+type badFile struct {
+	size    int64
+	modTime time.Time
+	err     *FileError
+}
+
+func newFileSet(store tableStore, t outbox.Table, log *slog.Logger, cacheBloom bool, refresh time.Duration, clock clockwork.Clock, maxOpen int, cacheBytes int64) *fileSet {
+	return &fileSet{store: store, table: t, log: log, cacheBloom: cacheBloom, refresh: refresh, clock: clock,
+		maxOpen: maxOpen, cacheBytes: cacheBytes, files: map[string]*openFile{}, bad: map[string]badFile{}}
+}
+
+// invalidate makes the next read list the files again (after this process
+// wrote or removed some).
+func (fs *fileSet) invalidate() {
+	fs.mu.Lock()
+	fs.stale = true
+	fs.mu.Unlock()
+}
+
+// isDataFile reports whether a directory entry is a table file: hidden
+// names are temporaries of writers in progress.
+func isDataFile(name string) bool {
+	return strings.HasSuffix(name, ".parquet") && !strings.HasPrefix(name, ".")
+}
+
+// acquire refreshes the set and returns the current files, each held until
+// release is called.
+func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
+	if err := fs.relist(ctx, nil); err != nil {
+		return nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.openListedLocked(ctx, nil)
+	return fs.holdLocked(nil), nil
+}
+
+// acquireFor is acquire for a lookup of value in column fld (the ID or
+// cloud_task_id): files the table's manifest rules out are neither opened
+// nor returned, and the admission of each file returned says which of its
+// row groups may hold value (nil: all). When the files are listed anew,
+// the manifest's candidates are probed and opened while the listing is
+// under way (see prefetch), and kept only where the listing shows the
+// version the manifest describes.
+func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*openFile, map[string]*admission, error) {
+	var pre prefetched
+	err := fs.relist(ctx, func(m manifestView) { pre = fs.prefetch(ctx, m, fld, value) })
+	if err != nil {
+		pre.close()
+		return nil, nil, err
+	}
+	fs.mu.Lock()
+	listed, m := fs.listed, fs.manifest
+	if m == nil {
+		defer fs.mu.Unlock()
+		pre.close()
+		fs.openListedLocked(ctx, nil)
+		return fs.holdLocked(nil), nil, nil
+	}
+	open := make(map[string]bool, len(fs.files))
+	for _, e := range listed {
+		if f, ok := fs.files[e.name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
+			open[e.name] = true
+		}
+	}
+	fs.mu.Unlock()
+	want := fs.probeManifest(ctx, listed, m, open, fld, value, pre)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.adoptLocked(pre, want)
+	fs.openListedLocked(ctx, want)
+	return fs.holdLocked(want), want, nil
+}
+
+// relist lists the files again unless the last listing is recent enough,
+// forgets files no longer listed, and reloads the table's manifest. When
+// it lists and a manifest is there, early (unless nil) is called with it
+// while the listing is still under way.
+func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
+	fs.mu.Lock()
+	if !fs.stale && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
+		fs.mu.Unlock()
+		return nil
+	}
+	fs.mu.Unlock()
+	listedAt := fs.clock.Now()
+	// The files are listed while the manifest is read (and used): each
+	// of its entries is checked against the listing afterwards, so which
+	// comes first does not matter.
+	var entries []storeEntry
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		entries, err = fs.store.list(ctx, fs.table)
+	}()
+	m := fs.loadManifest(ctx)
+	if m != nil && early != nil {
+		early(m)
+	}
+	<-done
+	if err != nil {
+		return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m
+	seen := map[string]bool{}
+	for _, e := range entries {
+		seen[e.name] = true
+	}
+	for name, f := range fs.files {
+		if !seen[name] {
+			fs.dropLocked(name, f)
+		}
+	}
+	for name := range fs.bad {
+		if !seen[name] {
+			delete(fs.bad, name)
+		}
+	}
+	return nil
+}
+
+// loadManifest reads the table's manifest. One that cannot be used is
+// logged (once for as long as it stays the same) and ignored: lookups then
+// open every file, as without a manifest.
+func (fs *fileSet) loadManifest(ctx context.Context) manifestView {
+	m, err := readManifest(ctx, fs.store, fs.table)
+	if err == nil {
+		return m
+	}
+	msg := err.Error()
+	fs.mu.Lock()
+	repeat := fs.badManifest == msg
+	fs.badManifest = msg
+	fs.mu.Unlock()
+	if !repeat {
+		fs.log.Warn("outbox: ignored manifest", "path", manifestWhere(fs.store, fs.table), "err", err)
+	}
+	return nil
+}
+
+// openListedLocked opens every listed file that is not open (only those
+// in want, unless want is nil), unless it is known bad in the same version.
+func (fs *fileSet) openListedLocked(ctx context.Context, want map[string]*admission) {
+	for _, e := range fs.listed {
+		name := e.name
+		if _, ok := want[name]; want != nil && !ok {
+			continue
+		}
+		if f, ok := fs.files[name]; ok && f.size == e.size && f.modTime.Equal(e.modTime) {
+			continue
+		} else if ok {
+			fs.dropLocked(name, f) // replaced in place (same name rewritten)
+		}
+		if b, ok := fs.bad[name]; ok && b.size == e.size && b.modTime.Equal(e.modTime) {
+			continue
+		}
+		p, err := fs.open(ctx, name)
+		if err != nil {
+			var fe *FileError
+			if !errors.As(err, &fe) {
+				fe = &FileError{Path: fs.store.where(fs.table, name), Reason: "cannot open", Err: err}
+			}
+			if errors.Is(fe.Err, os.ErrNotExist) {
+				continue
+			}
+			fs.bad[name] = badFile{size: e.size, modTime: e.modTime, err: fe}
+			fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
+			continue
+		}
+		delete(fs.bad, name)
+		fs.files[name] = &openFile{pqFile: p, modTime: e.modTime}
+	}
+}
+
+// holdLocked returns the current files (only those in want, unless want
+// is nil), each held until release.
+func (fs *fileSet) holdLocked(want map[string]*admission) []*openFile {
+	out := make([]*openFile, 0, len(fs.files))
+	fs.uses++
+	for name, f := range fs.files {
+		if _, ok := want[name]; want != nil && !ok {
+			continue
+		}
+		f.refs++
+		f.used = fs.uses
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out
+}
+
+// open opens one file of the set.
+func (fs *fileSet) open(ctx context.Context, name string) (*pqFile, error) {
+	where := fs.store.where(fs.table, name)
+	ra, size, err := fs.store.open(ctx, fs.table, name)
+	if err != nil {
+		var fe *FileError
+		if errors.As(err, &fe) {
+			return nil, fe
+		}
+		return nil, &FileError{Path: where, Reason: "cannot open", Err: err}
+	}
+	p, err := openParquet(where, fs.table, ra, size)
+	if err != nil {
+		ra.Close()
+		return nil, err
+	}
+	p.name = name
+	return p, nil
+}
+
+func (fs *fileSet) dropLocked(name string, f *openFile) {
+	delete(fs.files, name)
+	f.gone = true
+	if f.refs == 0 {
+		f.close()
+	}
+}
+
+func (fs *fileSet) release(files []*openFile) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, f := range files {
+		f.refs--
+		if f.gone && f.refs == 0 {
+			f.close()
+		}
+	}
+	fs.evictLocked()
+}
+
+// evictLocked closes idle files, least recently used first, until at most
+// maxOpen stay open and their cached footers and filters fit cacheBytes.
+func (fs *fileSet) evictLocked() {
+	var total int64
+	for _, f := range fs.files {
+		total += f.CachedBytes()
+	}
+	if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
+		return
+	}
+	idle := make([]*openFile, 0, len(fs.files))
+	for _, f := range fs.files {
+		if f.refs == 0 {
+			idle = append(idle, f)
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].used < idle[j].used })
+	for _, f := range idle {
+		if len(fs.files) <= fs.maxOpen && total <= fs.cacheBytes {
+			return
+		}
+		total -= f.CachedBytes()
+		fs.dropLocked(f.name, f)
+	}
+}
+
+// openFiles counts the files open now.
+func (fs *fileSet) openFiles() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return len(fs.files)
+}
+
+// damaged returns the files currently skipped.
+func (fs *fileSet) damaged() []*FileError {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	out := make([]*FileError, 0, len(fs.bad))
+	for _, b := range fs.bad {
+		out = append(out, b.err)
+	}
+	return out
+}
+
+// markBad takes a file that failed while being read out of service. A
+// file that vanished (compacted away by another process since the listing)
+// is not damaged: it is forgotten, the next read lists again, and markBad
+// reports true so the caller can retry.
+func (fs *fileSet) markBad(f *openFile, err error) (vanished bool) {
+	if errors.Is(err, os.ErrNotExist) || gcerrors.Code(err) == gcerrors.NotFound {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		if cur, ok := fs.files[f.name]; ok && cur == f {
+			fs.dropLocked(f.name, f)
+		}
+		fs.stale = true
+		return true
+	}
+	var fe *FileError
+	if !errors.As(err, &fe) {
+		fe = &FileError{Path: f.path, Reason: "read failed", Err: err}
+	}
+	fs.log.Warn("outbox: skipped file", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	name := f.name
+	if cur, ok := fs.files[name]; ok && cur == f {
+		fs.dropLocked(name, f)
+		fs.bad[name] = badFile{size: f.size, modTime: f.modTime, err: fe}
+	}
+	return false
+}
+
+func (fs *fileSet) closeAll() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for name, f := range fs.files {
+		fs.dropLocked(name, f)
+	}
+}
+
+// walTails follows the log segments of other processors, reading only
+// what was appended since the last look. A frame still being written is
+// not an error: it is read once complete.
+type walTails struct {
+	dir     string
+	self    string
+	refresh time.Duration
+	clock   clockwork.Clock
+
+	mu       sync.Mutex
+	segs     map[string]*tail
+	lookedAt time.Time
+}
+
+type tail struct {
+	off  int64
+	size int64
+	recs []outbox.Record
+}
+
+func newWALTails(dir, self string, refresh time.Duration, clock clockwork.Clock) *walTails {
+	return &walTails{dir: dir, self: self, refresh: refresh, clock: clock, segs: map[string]*tail{}}
+}
+
+// records refreshes every followed segment and returns all their records
+// (the slices must not be modified).
+func (w *walTails) records() ([][]outbox.Record, error) {
+	w.mu.Lock()
+	if w.refresh > 0 && !w.lookedAt.IsZero() && w.clock.Since(w.lookedAt) < w.refresh {
+		defer w.mu.Unlock()
+		return w.snapshotLocked(), nil
+	}
+	w.mu.Unlock()
+	lookedAt := w.clock.Now()
+	segs, err := listSegments(w.dir)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lookedAt = lookedAt
+	seen := map[string]bool{}
+	for _, s := range segs {
+		if s.Processor == w.self {
+			continue
+		}
+		seen[s.Path] = true
+		t, ok := w.segs[s.Path]
+		if !ok {
+			t = &tail{}
+			w.segs[s.Path] = t
+		}
+		st, err := os.Stat(s.Path)
+		if err != nil {
+			delete(w.segs, s.Path)
+			continue
+		}
+		if st.Size() != t.size {
+			recs, end, err := readFrames(s.Path, t.off)
+			var te *tailError
+			if err != nil && !errors.As(err, &te) {
+				continue // vanished or not a segment: nothing to serve
+			}
+			t.recs = append(t.recs, recs...)
+			t.off = end
+			t.size = st.Size()
+		}
+	}
+	for p := range w.segs {
+		if !seen[p] {
+			delete(w.segs, p)
+		}
+	}
+	return w.snapshotLocked(), nil
+}
+
+func (w *walTails) snapshotLocked() [][]outbox.Record {
+	var out [][]outbox.Record
+	for _, t := range w.segs {
+		if len(t.recs) > 0 {
+			out = append(out, t.recs[:len(t.recs):len(t.recs)])
+		}
+	}
+	return out
+}

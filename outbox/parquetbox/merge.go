@@ -1,0 +1,136 @@
+package parquetbox
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"io"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+)
+
+// recordStream yields records in (ID, oldest state first) order.
+type recordStream interface {
+	// next returns the next record, or io.EOF.
+	next() (outbox.Record, error)
+}
+
+// sliceStream serves records held in memory (logs, unsorted files) after
+// sorting them.
+type sliceStream struct {
+	recs []outbox.Record
+	i    int
+}
+
+func newSliceStream(recs []outbox.Record) *sliceStream {
+	sortRecords(recs)
+	return &sliceStream{recs: recs}
+}
+
+func (s *sliceStream) next() (outbox.Record, error) {
+	if s.i >= len(s.recs) {
+		return outbox.Record{}, io.EOF
+	}
+	s.i++
+	return s.recs[s.i-1], nil
+}
+
+// fileStream reads a sorted Parquet file row group by row group.
+type fileStream struct {
+	f  *pqFile
+	rr *pqtable.RowReader
+}
+
+func newFileStream(f *pqFile, count func(int)) *fileStream {
+	return &fileStream{f: f, rr: f.NewRowReader(count)}
+}
+
+func (s *fileStream) next() (outbox.Record, error) {
+	r, err := s.rr.Next()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return outbox.Record{}, err
+		}
+		return outbox.Record{}, fileError(s.f.path, "reading rows", err)
+	}
+	return s.f.decode(&r), nil
+}
+
+func (s *fileStream) close() { s.rr.Close() }
+
+// mergeHeap merges streams by ID, then by state age.
+type mergeHeap []*mergeItem
+
+type mergeItem struct {
+	rec outbox.Record
+	src recordStream
+}
+
+func (h mergeHeap) Len() int { return len(h) }
+func (h mergeHeap) Less(i, j int) bool {
+	if h[i].rec.ID != h[j].rec.ID {
+		return h[i].rec.ID < h[j].rec.ID
+	}
+	return outbox.Newer(&h[j].rec, &h[i].rec)
+}
+func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(*mergeItem)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// mergeLatest merges sorted streams and calls fn once per ID with its
+// latest state, in ID order, holding one record per stream in memory.
+func mergeLatest(ctx context.Context, streams []recordStream, fn func(outbox.Record) error) error {
+	h := make(mergeHeap, 0, len(streams))
+	for _, s := range streams {
+		r, err := s.next()
+		if errors.Is(err, io.EOF) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		h = append(h, &mergeItem{rec: r, src: s})
+	}
+	heap.Init(&h)
+	var cur outbox.Record
+	have := false
+	for n := 0; h.Len() > 0; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		it := h[0]
+		r := it.rec
+		if have && r.ID != cur.ID {
+			if err := fn(cur); err != nil {
+				return err
+			}
+			have = false
+		}
+		if !have || outbox.Newer(&r, &cur) {
+			cur, have = r, true
+		}
+		nr, err := it.src.next()
+		switch {
+		case errors.Is(err, io.EOF):
+			heap.Pop(&h)
+		case err != nil:
+			return err
+		default:
+			it.rec = nr
+			heap.Fix(&h, 0)
+		}
+	}
+	if have {
+		return fn(cur)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package parquetbox
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+)
+
+// toRow converts r to the columns a table file stores.
+func toRow(r *outbox.Record) pqtable.Row {
+	return pqtable.Row{
+		ID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
+		Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status), ErrorCode: r.ErrorCode,
+		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
+		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt), DueAt: micros(r.DueAt),
+	}
+}
+
+// recordBefore is the order every file written by this package has: by
+// ID, then by state, oldest first.
+func recordBefore(a, b *outbox.Record) bool {
+	if a.ID != b.ID {
+		return a.ID < b.ID
+	}
+	return outbox.Newer(b, a)
+}
+
+// sortRecords sorts records in place into file order.
+func sortRecords(recs []outbox.Record) {
+	sort.SliceStable(recs, func(i, j int) bool { return recordBefore(&recs[i], &recs[j]) })
+}
+
+// sortRecordPtrs sorts pointers to records into file order, moving eight
+// bytes per swap instead of a whole record.
+func sortRecordPtrs(recs []*outbox.Record) {
+	sort.SliceStable(recs, func(i, j int) bool { return recordBefore(recs[i], recs[j]) })
+}
+
+// rowWriter streams sorted records of one table into a Parquet writer.
+type rowWriter struct {
+	table outbox.Table
+	w     *pqtable.Writer
+}
+
+func newRowWriter(w io.Writer, t outbox.Table, l pqfile.Layout) *rowWriter {
+	return &rowWriter{table: t, w: pqtable.NewWriter(w, t == outbox.TableTimers, t.IDColumn(), l)}
+}
+
+func (rw *rowWriter) write(r *outbox.Record) error {
+	row := toRow(r)
+	return rw.w.Write(&row)
+}
+
+func (rw *rowWriter) close() error { return rw.w.Close() }
+
+// atomicFile writes a file so that it appears complete or not at all: data
+// goes to a hidden temporary file in the same directory, which is synced,
+// renamed into place, and the directory synced.
+type atomicFile struct {
+	f    *os.File
+	path string
+}
+
+func createAtomic(path string) (*atomicFile, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(filePerm); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return &atomicFile{f: f, path: path}, nil
+}
+
+func (a *atomicFile) Write(p []byte) (int, error) { return a.f.Write(p) }
+
+// commit makes the file durable under its final name.
+func (a *atomicFile) commit() error {
+	if err := a.f.Sync(); err != nil {
+		a.abort()
+		return err
+	}
+	if err := a.f.Close(); err != nil {
+		os.Remove(a.f.Name())
+		return err
+	}
+	if err := os.Rename(a.f.Name(), a.path); err != nil {
+		os.Remove(a.f.Name())
+		return err
+	}
+	return syncDir(filepath.Dir(a.path))
+}
+
+func (a *atomicFile) abort() {
+	a.f.Close()
+	os.Remove(a.f.Name())
+}
+
+// writeRecords writes recs (in file order) as one Parquet file through w,
+// committing it on success and aborting it otherwise.
+func writeRecords(w storeWriter, t outbox.Table, recs []*outbox.Record) error {
+	rw := newRowWriter(w, t, pqfile.FlushLayout)
+	for _, r := range recs {
+		if err := rw.write(r); err != nil {
+			w.abort()
+			return err
+		}
+	}
+	if err := rw.close(); err != nil {
+		w.abort()
+		return err
+	}
+	return w.commit()
+}
+
+// writeParquet writes recs (sorted by sortRecords) as one Parquet file at
+// a local path, atomically.
+func writeParquet(path string, t outbox.Table, recs []outbox.Record) error {
+	af, err := createAtomic(path)
+	if err != nil {
+		return fmt.Errorf("outbox: create %s: %w", path, err)
+	}
+	ptrs := make([]*outbox.Record, len(recs))
+	for i := range recs {
+		ptrs[i] = &recs[i]
+	}
+	if err := writeRecords(af, t, ptrs); err != nil {
+		return fmt.Errorf("outbox: write %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+const (
+	filePerm os.FileMode = 0o600
+	dirPerm  os.FileMode = 0o700
+)
+
+// FileWriter writes one table's records as a Parquet file in the layout
+// this package writes (sorted, zstd, bloom filters and page index on the
+// IDs). Tools use it to build or convert tables; records must come sorted
+// by ID, oldest state first, which is what lookups and compaction rely on.
+type FileWriter struct {
+	rw   *rowWriter
+	last string
+	n    int64
+}
+
+// NewFileWriter starts a file of table t on w.
+func NewFileWriter(w io.Writer, t outbox.Table) (*FileWriter, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &FileWriter{rw: newRowWriter(w, t, pqfile.FlushLayout)}, nil
+}
+
+// Write adds a record. It fails if the record's ID sorts before the
+// previous one's or the record is invalid.
+func (fw *FileWriter) Write(r outbox.Record) error {
+	r.Table = fw.rw.table
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if fw.n > 0 && r.ID < fw.last {
+		return fmt.Errorf("outbox: record %s written after %s: records must be sorted by ID", r.ID, fw.last)
+	}
+	r.Normalize()
+	fw.last = r.ID
+	fw.n++
+	return fw.rw.write(&r)
+}
+
+// Close writes the footer. It does not close the underlying writer.
+func (fw *FileWriter) Close() error { return fw.rw.close() }

@@ -1,0 +1,161 @@
+package parquetbox
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// Pending returns the records of table t whose latest state is pending and
+// was written more than olderThan ago, by any processor, oldest first. The
+// dispatcher's recovery re-drives them.
+//
+// It reads only the columns that decide (ID, status, updated_at,
+// processor_uuid) in two passes (old pending rows, then the latest state of
+// just those IDs), so memory follows the candidates, not the table, and
+// then reads whole rows only for the records it returns.
+func (o *Outbox) Pending(ctx context.Context, t outbox.Table, olderThan time.Duration) ([]outbox.Record, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return nil, err
+	}
+	cutoff := o.clock.Now().Add(-olderThan)
+	for attempt := 0; ; attempt++ {
+		out, vanished, err := o.pending(ctx, t, cutoff)
+		if !vanished || attempt == 2 {
+			return out, err
+		}
+	}
+}
+
+// pendingCand is the latest state seen so far of a candidate ID: from
+// memory (rec is whole) or from a file (rec holds the deciding fields and
+// ref says where the row is).
+type pendingCand struct {
+	rec outbox.Record
+	ref *rowRef
+	set bool
+}
+
+type rowRef struct {
+	f   *openFile
+	rg  int
+	row int64
+}
+
+// decidingFields are the columns Pending reads from every row.
+// cloud_task_id is among them so that a foreign row (see distrust) can
+// neither become a candidate nor hide a real pending state.
+var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor}
+
+func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) (_ []outbox.Record, vanished bool, _ error) {
+	isOld := func(r *outbox.Record) bool {
+		return r.Status == outbox.StatusPending && !r.UpdatedAt.After(cutoff) && r.Trusted()
+	}
+	live, err := o.liveRecords()
+	if err != nil {
+		return nil, false, err
+	}
+	mem := slices.Concat(live...)
+	fs := o.files[t]
+	fs.invalidate()
+	files, err := fs.acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer fs.release(files)
+	bad := map[*openFile]bool{}
+	scanFiles := func(fn func(f *openFile, rg int, row int64, r *outbox.Record)) error {
+		for _, f := range files {
+			if bad[f] {
+				continue
+			}
+			err := f.scanProjected(ctx, decidingFields, func(rg int, row int64, r *outbox.Record) { fn(f, rg, row, r) })
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			if err != nil {
+				bad[f] = true
+				if fs.markBad(f, err) {
+					vanished = true
+				}
+			}
+		}
+		return nil
+	}
+
+	cand := map[string]*pendingCand{}
+	for i := range mem {
+		if mem[i].Table == t && isOld(&mem[i]) {
+			cand[mem[i].ID] = &pendingCand{}
+		}
+	}
+	err = scanFiles(func(_ *openFile, _ int, _ int64, r *outbox.Record) {
+		if isOld(r) && cand[r.ID] == nil {
+			cand[r.ID] = &pendingCand{}
+		}
+	})
+	if err != nil || vanished || len(cand) == 0 {
+		return nil, vanished, err
+	}
+
+	consider := func(r *outbox.Record, ref func() *rowRef) {
+		c := cand[r.ID]
+		if c == nil || (c.set && !outbox.Newer(r, &c.rec)) || !r.Trusted() {
+			return
+		}
+		c.rec, c.set, c.ref = *r, true, nil
+		if ref != nil {
+			c.ref = ref()
+		}
+	}
+	for i := range mem {
+		if mem[i].Table == t {
+			consider(&mem[i], nil)
+		}
+	}
+	err = scanFiles(func(f *openFile, rg int, row int64, r *outbox.Record) {
+		consider(r, func() *rowRef { return &rowRef{f: f, rg: rg, row: row} })
+	})
+	if err != nil || vanished {
+		return nil, vanished, err
+	}
+
+	// Whole rows only for the answer, row group by row group.
+	var out []outbox.Record
+	byGroup := map[rowRef][]*pendingCand{}
+	for _, c := range cand {
+		if !c.set || !isOld(&c.rec) {
+			continue
+		}
+		if c.ref == nil {
+			out = append(out, c.rec)
+			continue
+		}
+		k := rowRef{f: c.ref.f, rg: c.ref.rg}
+		byGroup[k] = append(byGroup[k], c)
+	}
+	for k, cs := range byGroup {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].ref.row < cs[j].ref.row })
+		idx := make([]int64, len(cs))
+		for i, c := range cs {
+			idx[i] = c.ref.row
+		}
+		recs, err := k.f.readRows(k.rg, idx)
+		if err != nil {
+			if fs.markBad(k.f, err) {
+				return nil, true, nil
+			}
+			continue
+		}
+		out = append(out, recs...)
+	}
+	outbox.SortPending(out)
+	return out, false, nil
+}

@@ -1,0 +1,262 @@
+package parquetbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+)
+
+// summaryFields are the columns a Summary lookup reads: those its records
+// keep, and those deciding whether a row is trusted and which state is
+// the latest.
+var summaryFields = []field{fieldID, fieldCloudTaskID, fieldStatus, pqtable.FieldErrorCode,
+	pqtable.FieldCreateCalls, fieldUpdatedAt, pqtable.FieldDueAt, fieldProcessor}
+
+func queryField(q outbox.Query) (field, string) {
+	switch {
+	case q.ID != "":
+		return fieldID, q.ID
+	case q.CloudTaskID != "":
+		return fieldCloudTaskID, q.CloudTaskID
+	}
+	return fieldRunID, q.RunID
+}
+
+func (o *Outbox) checkOpen() error {
+	if o.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Latest returns the current state of an ID. For an ID this process
+// wrote, the answer comes from memory without I/O (a later state written by
+// another process for the same ID, such as a recovery, is then not seen;
+// Lookup sees everything). Other IDs are looked up in other processes' logs
+// and every Parquet file, skipping files by bloom filter held in memory,
+// with the view of other processes at most RefreshInterval old. ok is false
+// when the ID was never recorded.
+func (o *Outbox) Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error) {
+	if err := t.Validate(); err != nil {
+		return outbox.Record{}, false, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return outbox.Record{}, false, err
+	}
+	var best outbox.Record
+	found := false
+	consider := func(recs []outbox.Record, _ bool) {
+		for i := range recs {
+			if r := &recs[i]; r.Table == t && r.ID == id && (!found || outbox.Newer(r, &best)) {
+				best, found = *r, true
+			}
+		}
+	}
+	o.mu.RLock()
+	r, ok := o.own[recKey{t, id}]
+	o.mu.RUnlock()
+	if ok {
+		return r, true, nil
+	}
+	err := o.search(ctx, t, outbox.Query{ID: id}, false, consider)
+	return best, found, err
+}
+
+// Lookup returns the records matching q from every source, sorted by
+// table, ID and time. Without q.History only the latest state of each ID is
+// returned.
+func (o *Outbox) Lookup(ctx context.Context, q outbox.Query) ([]outbox.Record, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.checkOpen(); err != nil {
+		return nil, err
+	}
+	every := outbox.Tables()
+	tables := every[:]
+	if q.Table != "" {
+		tables = []outbox.Table{q.Table}
+	}
+	var all []outbox.Record
+	for _, t := range tables {
+		err := o.search(ctx, t, q, true, func(recs []outbox.Record, fresh bool) {
+			if all == nil && fresh {
+				all = recs // a lookup by run returns thousands: spare a copy
+				return
+			}
+			all = append(all, recs...)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	all = outbox.Arrange(all, q.History)
+	if q.Summary {
+		for i := range all {
+			all[i] = all[i].Summary()
+		}
+	}
+	return all, nil
+}
+
+// search feeds fn every record of table t matching q: this process's
+// unconverted records (when own), other processors' logs, and the Parquet
+// files found through their indexes. fn gets the records of a file in one
+// call, and fresh reports that the slice is the caller's to keep; other
+// slices are shared and must be copied.
+func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own bool, fn func(recs []outbox.Record, fresh bool)) error {
+	if own {
+		for _, recs := range o.ownRecords() {
+			for i := range recs {
+				if recs[i].Table == t && q.Match(&recs[i]) {
+					fn(recs[i:i+1], false)
+				}
+			}
+		}
+	}
+	// Logs before files: a segment converted in between is then seen in
+	// its Parquet file, never missed.
+	tails, err := o.tails.records()
+	if err != nil {
+		return fmt.Errorf("outbox: read logs: %w", err)
+	}
+	for _, recs := range tails {
+		for i := range recs {
+			if recs[i].Table == t && q.Match(&recs[i]) && recs[i].Trusted() {
+				fn(recs[i:i+1], false)
+			}
+		}
+	}
+	fld, val := queryField(q)
+	fs := o.files[t]
+	var fields []field
+	if q.Summary {
+		fields = summaryFields
+	}
+	acquire := func(ctx context.Context) ([]*openFile, map[string]*admission, error) {
+		if fld == fieldID || fld == fieldCloudTaskID {
+			return fs.acquireFor(ctx, fld, val)
+		}
+		files, err := fs.acquire(ctx)
+		return files, nil, err
+	}
+	return o.eachFileOf(ctx, t, acquire, func(f *openFile, a *admission) error {
+		recs, err := f.find(fld, val, pqtable.FindOptions{
+			CacheBloom: fs.cacheBloom,
+			Admit:      a.admit(f.NumRowGroups()),
+			// A compacted file holds one state per ID, and a cloud_task_id
+			// names one ID: the first match is the only one.
+			Unique: fld == fieldCloudTaskID && isCompacted(f),
+			Fields: fields,
+		})
+		recs = slices.DeleteFunc(recs, func(r outbox.Record) bool { return !r.Trusted() })
+		if len(recs) > 0 {
+			fn(recs, true)
+		}
+		return err
+	})
+}
+
+// eachFile calls read for every table file. A file that turns out damaged
+// is reported and skipped; if one vanished (another process compacted it
+// away after a cached listing), the files are listed again and read once
+// more, so its data is found in the file that replaced it. Records read
+// twice are harmless to every caller (they fold or deduplicate).
+func (o *Outbox) eachFile(ctx context.Context, t outbox.Table, read func(*openFile) error) error {
+	acquire := func(ctx context.Context) ([]*openFile, map[string]*admission, error) {
+		files, err := o.files[t].acquire(ctx)
+		return files, nil, err
+	}
+	return o.eachFileOf(ctx, t, acquire, func(f *openFile, _ *admission) error { return read(f) })
+}
+
+// eachFileOf is eachFile over the files acquire returns.
+// Each file comes with its admission (the row groups to read; nil: all).
+func (o *Outbox) eachFileOf(ctx context.Context, t outbox.Table, acquire func(context.Context) ([]*openFile, map[string]*admission, error), read func(*openFile, *admission) error) error {
+	fs := o.files[t]
+	for attempt := 0; ; attempt++ {
+		files, admits, err := acquire(ctx)
+		if err != nil {
+			return err
+		}
+		vanished := false
+		for _, f := range files {
+			if err := ctx.Err(); err != nil {
+				fs.release(files)
+				return err
+			}
+			if err := read(f, admits[f.name]); err != nil && fs.markBad(f, err) {
+				vanished = true
+			}
+		}
+		fs.release(files)
+		if !vanished || attempt == 2 {
+			return nil
+		}
+	}
+}
+
+// liveRecords returns the records not yet in Parquet files: this process's
+// log segments, as a snapshot that later appends do not change, and the live
+// logs of other processors.
+func (o *Outbox) liveRecords() ([][]outbox.Record, error) {
+	live := o.ownRecords()
+	tails, err := o.tails.records()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read logs: %w", err)
+	}
+	return append(live, tails...), nil
+}
+
+// scanAll feeds fn every record of table t from every source, file by
+// file, listing the files afresh. Used by Pending and tools; it reads
+// everything.
+func (o *Outbox) scanAll(ctx context.Context, t outbox.Table, fn func(*outbox.Record)) error {
+	o.files[t].invalidate()
+	live, err := o.liveRecords()
+	if err != nil {
+		return err
+	}
+	for _, recs := range live {
+		for i := range recs {
+			if recs[i].Table == t {
+				fn(&recs[i])
+			}
+		}
+	}
+	return o.eachFile(ctx, t, func(f *openFile) error {
+		return f.scan(func(r outbox.Record) error { fn(&r); return nil })
+	})
+}
+
+// ownRecords returns this process's records not yet in Parquet files (its
+// sealed and current log segments), as views that later appends leave
+// unchanged.
+func (o *Outbox) ownRecords() [][]outbox.Record {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	var out [][]outbox.Record
+	for _, s := range o.sealed {
+		out = append(out, s.records.snapshot()...)
+	}
+	if o.cur != nil {
+		out = append(out, o.cur.records.snapshot()...)
+	}
+	return out
+}
+
+// Damaged returns the files currently skipped because they are damaged or
+// foreign, each with its path and the reason.
+func (o *Outbox) Damaged() []*FileError {
+	var out []*FileError
+	for _, t := range outbox.Tables() {
+		out = append(out, o.files[t].damaged()...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}

@@ -1,0 +1,358 @@
+package parquetbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	neturl "net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	// mem:// is always available; gs:// and s3:// come with the cloudblob
+	// subpackage, which keeps their client libraries out of programs that
+	// do not need them.
+	_ "gocloud.dev/blob/memblob"
+)
+
+// tableStore holds the Parquet files of the tables: a local directory or a
+// bucket. Writes are atomic in both: a file is either complete or absent.
+// A file's name is relative to its table's directory and uses "/":
+// "created_date=2026-11-23/x.parquet", or "x.parquet" in the flat layout.
+type tableStore interface {
+	// list returns the table's data files (hidden temporaries excluded),
+	// flat and in partitions.
+	list(ctx context.Context, t outbox.Table) ([]storeEntry, error)
+	// open opens a file for random access.
+	open(ctx context.Context, t outbox.Table, name string) (readerAtCloser, int64, error)
+	// openListed opens a file as listed, failing if its size differs,
+	// without asking a bucket for its attributes again.
+	openListed(ctx context.Context, t outbox.Table, e storeEntry) (readerAtCloser, error)
+	// create starts a file that appears under name only on commit.
+	create(ctx context.Context, t outbox.Table, name string) (storeWriter, error)
+	// remove deletes a file; a missing one is not an error.
+	remove(ctx context.Context, t outbox.Table, name string) error
+	// sync makes removals durable (local directories).
+	sync(t outbox.Table) error
+	// where names a file for messages: a path or a URL.
+	where(t outbox.Table, name string) string
+	// cleanTemps removes temporaries older than before.
+	cleanTemps(ctx context.Context, t outbox.Table, before time.Time)
+	leaseStore
+	close() error
+}
+
+type storeEntry struct {
+	name    string
+	size    int64
+	modTime time.Time
+}
+
+type storeWriter interface {
+	io.Writer
+	commit() error
+	abort()
+}
+
+// localStore keeps tables in <root>/<table>/.
+type localStore struct{ root string }
+
+func (s localStore) dir(t outbox.Table) string { return filepath.Join(s.root, string(t)) }
+
+func (s localStore) list(_ context.Context, t outbox.Table) ([]storeEntry, error) {
+	var out []storeEntry
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		entries, err := os.ReadDir(filepath.Join(s.dir(t), rel))
+		if err != nil {
+			if rel != "" || errors.Is(err, os.ErrNotExist) {
+				return nil // a partition removed while listing, or no table yet
+			}
+			return err
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				if rel == "" && isPartitionDir(e.Name()) {
+					if err := walk(e.Name()); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			if !isDataFile(e.Name()) {
+				continue
+			}
+			info, err := e.Info() // lstat: a named pipe is listed, never opened
+			if err != nil {
+				continue // removed while listing
+			}
+			out = append(out, storeEntry{name: path.Join(rel, e.Name()), size: info.Size(), modTime: info.ModTime()})
+		}
+		return nil
+	}
+	return out, walk("")
+}
+
+func (s localStore) open(_ context.Context, t outbox.Table, name string) (readerAtCloser, int64, error) {
+	f, st, err := openRegular(filepath.Join(s.dir(t), name))
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+func (s localStore) openListed(ctx context.Context, t outbox.Table, e storeEntry) (readerAtCloser, error) {
+	f, size, err := s.open(ctx, t, e.name)
+	if err == nil && size != e.size {
+		f.Close()
+		return nil, fmt.Errorf("%s: %d bytes, listed with %d", s.where(t, e.name), size, e.size)
+	}
+	return f, err
+}
+
+// openRegular opens a regular file for reading, and refuses anything else
+// before opening it: opening a named pipe blocks until a writer comes,
+// which may be never, and a device may be endless. The mode is checked
+// again on the opened file, in case the name changed hands in between.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, notRegular(path, st.Mode())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err = f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = notRegular(path, st.Mode())
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+func notRegular(path string, mode os.FileMode) error {
+	return &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %s); only regular files are read", mode.Type()), Err: ErrForeignFile}
+}
+
+func (s localStore) create(_ context.Context, t outbox.Table, name string) (storeWriter, error) {
+	return createAtomic(filepath.Join(s.dir(t), name))
+}
+
+func (s localStore) remove(_ context.Context, t outbox.Table, name string) error {
+	err := os.Remove(filepath.Join(s.dir(t), name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (s localStore) sync(t outbox.Table) error { return syncDir(s.dir(t)) }
+
+func (s localStore) where(t outbox.Table, name string) string { return filepath.Join(s.dir(t), name) }
+
+func (s localStore) cleanTemps(_ context.Context, t outbox.Table, before time.Time) {
+	dirs := []string{s.dir(t)}
+	if entries, err := os.ReadDir(s.dir(t)); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && isPartitionDir(e.Name()) {
+				dirs = append(dirs, filepath.Join(s.dir(t), e.Name()))
+			}
+		}
+	}
+	for _, dir := range dirs {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if !isTemp(e.Name()) {
+				continue
+			}
+			if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+}
+
+// removeEmptyPartition removes a partition directory left empty (by
+// retention or a move); a directory still in use is left alone.
+func (s localStore) removeEmptyPartition(t outbox.Table, partition string) {
+	if partition != "" {
+		_ = os.Remove(filepath.Join(s.dir(t), partition))
+	}
+}
+
+func (s localStore) close() error { return nil }
+
+func isTemp(name string) bool { return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") }
+
+// blobStore keeps tables in a bucket under <prefix><table>/. An object
+// becomes visible only when its writer closes, so no rename is needed.
+type blobStore struct {
+	bucket *blob.Bucket
+	url    string // for messages
+	owned  bool   // opened from a URL, closed with the outbox
+}
+
+func openBlobStore(ctx context.Context, url string) (*blobStore, error) {
+	b, err := blob.OpenBucket(ctx, url)
+	if err != nil {
+		if strings.HasPrefix(url, "gs://") || strings.HasPrefix(url, "s3://") {
+			err = fmt.Errorf("%w (import github.com/ctdispatch/ctdispatch/outbox/cloudblob to register gs:// and s3://)", err)
+		}
+		return nil, fmt.Errorf("outbox: open bucket %s: %w", url, err)
+	}
+	return &blobStore{bucket: b, url: displayURL(url), owned: true}, nil
+}
+
+// displayURL turns a bucket URL into the prefix of object names in
+// messages: gs://b?prefix=p/ becomes gs://b/p (other parameters dropped).
+func displayURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return strings.TrimSuffix(raw, "/")
+	}
+	name := strings.Trim(path.Join(u.Host, u.Path, u.Query().Get("prefix")), "/")
+	return u.Scheme + "://" + name
+}
+
+func (s *blobStore) key(t outbox.Table, name string) string { return path.Join(string(t), name) }
+
+func (s *blobStore) list(ctx context.Context, t outbox.Table) ([]storeEntry, error) {
+	var out []storeEntry
+	err := s.each(ctx, string(t)+"/", func(obj *blob.ListObject) {
+		name := strings.TrimPrefix(obj.Key, string(t)+"/")
+		if _, _, ok := splitName(name); !obj.IsDir && ok {
+			out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+		}
+	})
+	return out, err
+}
+
+// each calls fn for every object whose key starts with prefix.
+func (s *blobStore) each(ctx context.Context, prefix string, fn func(*blob.ListObject)) error {
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(obj)
+	}
+}
+
+func (s *blobStore) open(ctx context.Context, t outbox.Table, name string) (readerAtCloser, int64, error) {
+	key := s.key(t, name)
+	attrs, err := s.bucket.Attributes(ctx, key)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, 0, fmt.Errorf("%w: %v", os.ErrNotExist, err)
+		}
+		return nil, 0, err
+	}
+	return &blobReaderAt{ctx: context.WithoutCancel(ctx), bucket: s.bucket, key: key, size: attrs.Size}, attrs.Size, nil
+}
+
+func (s *blobStore) openListed(ctx context.Context, t outbox.Table, e storeEntry) (readerAtCloser, error) {
+	return &blobReaderAt{ctx: context.WithoutCancel(ctx), bucket: s.bucket, key: s.key(t, e.name), size: e.size}, nil
+}
+
+func (s *blobStore) create(ctx context.Context, t outbox.Table, name string) (storeWriter, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := s.bucket.NewWriter(wctx, s.key(t, name), &blob.WriterOptions{ContentType: "application/vnd.apache.parquet"})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &blobWriter{w: w, cancel: cancel, bucket: s.bucket, key: s.key(t, name)}, nil
+}
+
+func (s *blobStore) remove(ctx context.Context, t outbox.Table, name string) error {
+	err := s.bucket.Delete(ctx, s.key(t, name))
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil
+	}
+	return err
+}
+
+func (s *blobStore) sync(outbox.Table) error { return nil }
+
+func (s *blobStore) where(t outbox.Table, name string) string { return s.url + "/" + s.key(t, name) }
+
+func (s *blobStore) cleanTemps(context.Context, outbox.Table, time.Time) {} // objects have no temporaries
+
+func (s *blobStore) close() error {
+	if s.owned {
+		return s.bucket.Close()
+	}
+	return nil
+}
+
+// blobReaderAt reads an object by ranges, as Parquet readers seek.
+type blobReaderAt struct {
+	ctx    context.Context
+	bucket *blob.Bucket
+	key    string
+	size   int64
+}
+
+func (r *blobReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	if off+n > r.size {
+		n = r.size - off
+	}
+	rr, err := r.bucket.NewRangeReader(r.ctx, r.key, off, n, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rr.Close()
+	got, err := io.ReadFull(rr, p[:n])
+	if err == nil && got < len(p) {
+		err = io.EOF
+	}
+	return got, err
+}
+
+func (r *blobReaderAt) Close() error { return nil }
+
+// blobWriter commits on Close and aborts by cancelling its context first.
+// Some drivers still create the object when the cancel comes late, so an
+// abort also deletes it.
+type blobWriter struct {
+	w      *blob.Writer
+	cancel context.CancelFunc
+	bucket *blob.Bucket
+	key    string
+}
+
+func (w *blobWriter) Write(p []byte) (int, error) { return w.w.Write(p) }
+
+func (w *blobWriter) commit() error {
+	defer w.cancel()
+	return w.w.Close()
+}
+
+func (w *blobWriter) abort() {
+	w.cancel()
+	_ = w.w.Close()
+	_ = w.bucket.Delete(context.Background(), w.key)
+}
