@@ -67,8 +67,8 @@ func TestIdentityMustBeSaid(t *testing.T) {
 	}{
 		{"zero identity", naming.Identity{}, "Identity.Strategy"},
 		{"key without strategy", naming.Identity{Key: "evt-43"}, "Identity.Strategy"},
-		{"number without strategy", naming.Attempt(2), "Identity.Strategy"},
-		{"strict with a key", naming.Attempt(1, Key: "evt"), "Identity.Key"},
+		{"number without strategy", naming.Identity{Number: 2}, "Identity.Strategy"},
+		{"strict with a key", naming.Identity{Strategy: naming.StrategyStrict, Number: 1, Key: "evt"}, "Identity.Key"},
 		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 1, Key: "evt"}, "Identity"},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,6 @@ package cloudtasks
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -120,8 +119,9 @@ func TestDispatchRequestID(t *testing.T) {
 		req   DispatchRequest
 		field string
 	}{
-		{"separator in run", DispatchRequest{RunID: "a:b", TaskKey: "t"}, "RunID"},
-		{"empty task", DispatchRequest{RunID: "r"}, "TaskKey"},
+		{"separator in run", DispatchRequest{RunID: "a:b", TaskKey: "t", Identity: naming.Attempt(1)}, "RunID"},
+		{"empty task", DispatchRequest{RunID: "r", Identity: naming.Attempt(1)}, "TaskKey"},
+		{"no identity", DispatchRequest{RunID: "r", TaskKey: "t"}, "Identity.Strategy"},
 		{"missing key", DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Identity{Strategy: naming.StrategyCallerKey}}, "Identity.Key"},
 	}
 	for _, tt := range tests {
@@ -194,34 +194,23 @@ func TestRetryPolicyDelay(t *testing.T) {
 
 func TestRetryWaitsOnTheClock(t *testing.T) {
 	t.Parallel()
+	// A fake clock is advanced by each wait: the calls are made at the
+	// times the policy says, and the test does not move the clock.
 	clock := clockwork.NewFakeClock()
+	start := clock.Now()
 	p := RetryPolicy{Initial: time.Second, Max: 4 * time.Second, Multiplier: 2, Jitter: 0, MaxCalls: 4}
-	calls := make(chan int, 10)
-	done := make(chan error, 1)
-	n := 0
-	go func() {
-		_, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
-			n++
-			calls <- n
-			return status.Error(codes.Unavailable, "down")
-		})
-		done <- err
-	}()
-	for _, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
-		<-calls
-		require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
-		clock.Advance(wait)
-	}
-	require.Equal(t, 4, <-calls)
-	require.Equal(t, codes.Unavailable, status.Code(<-done))
+	var at []time.Duration
+	_, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
+		at = append(at, clock.Since(start))
+		return status.Error(codes.Unavailable, "down")
+	})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Equal(t, []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second}, at)
 
-	// A permanent code stops at once; the context ends the waiting.
+	// A permanent code stops at once; an ended context stops the retries.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
-		cancel()
-	}()
 	calls2, err := p.retry(ctx, clock, func() float64 { return 0 }, nil, func(context.Context) error {
+		cancel()
 		return status.Error(codes.Unavailable, "down")
 	})
 	require.Equal(t, 1, calls2)
@@ -235,16 +224,19 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	// MaxElapsed: after 1s the next wait (2s) would end past 2.5s, so the
 	// loop stops at 2 calls.
 	p.MaxElapsed = 2500 * time.Millisecond
-	n = 0
-	go func() {
-		calls, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
-			n++
-			return status.Error(codes.Unavailable, "down")
-		})
-		require.Equal(t, codes.Unavailable, status.Code(err))
-		done <- fmt.Errorf("%d calls", calls)
-	}()
-	require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
-	clock.Advance(time.Second)
-	require.EqualError(t, <-done, "2 calls")
+	calls4, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
+		return status.Error(codes.Unavailable, "down")
+	})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Equal(t, 2, calls4)
+}
+
+// A real clock is waited on: the sleep ends when its timer fires or the
+// context ends.
+func TestSleepOnARealClockEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, sleep(ctx, clockwork.NewRealClock(), time.Hour), context.Canceled)
+	require.NoError(t, sleep(context.Background(), clockwork.NewRealClock(), time.Microsecond))
 }
