@@ -29,4 +29,3 @@ func ExampleNewMemory() {
 	// true
 	// dispatch:run1:extract:1 d_cxtoltqhbncw6nevn7hy53kqn6 2026-03-01 12:00:00 +0000 UTC
 }
-

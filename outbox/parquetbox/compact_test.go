@@ -78,9 +78,9 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 
 	var progress []int64
 	st, err := a.Compact(ctx, CompactOptions{
-		Tables: []outbox.Table{outbox.TableDispatch},
-		Retention:       Retention{"q": 7 * 24 * time.Hour},
-		Progress:        func(_ outbox.Table, done, _ int64) { progress = append(progress, done) },
+		Tables:    []outbox.Table{outbox.TableDispatch},
+		Retention: Retention{"q": 7 * 24 * time.Hour},
+		Progress:  func(_ outbox.Table, done, _ int64) { progress = append(progress, done) },
 	})
 	require.NoError(t, err)
 	require.Len(t, st.Tables, 1)
