@@ -10,13 +10,13 @@ import (
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ctdispatch/ctdispatch/internal/tasksize"
 )
 
 // The service's limits, as documented for HTTP targets.
 const (
-	maxTaskSize         = 1 << 20
 	maxHeadersSize      = 80 << 10
 	maxURLLength        = 2083
 	maxScheduleAhead    = 30 * 24 * time.Hour
@@ -142,8 +142,8 @@ func validateTask(t *cloudtaskspb.Task, queue string, now time.Time) error {
 	if t.DispatchCount != 0 || t.ResponseCount != 0 || t.FirstAttempt != nil || t.LastAttempt != nil || t.CreateTime != nil {
 		return invalid("task: create_time, dispatch_count, response_count, first_attempt and last_attempt are output only")
 	}
-	if n := proto.Size(t); n > maxTaskSize {
-		return invalid("task is %d bytes; the limit for HTTP tasks is %d bytes (1 MB)", n, maxTaskSize)
+	if n := tasksize.Of(t); n > tasksize.Max {
+		return invalid("task is %d bytes (its wire size); the limit for HTTP tasks is %d bytes (1 MB)", n, tasksize.Max)
 	}
 	return nil
 }
