@@ -61,6 +61,7 @@ func RunConformanceTests(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"TaskSizeLimit", testTaskSizeLimit},
 		{"Views", testViews},
 		{"ListTasksPaging", testListTasksPaging},
+		{"PageTokensBoundToRequest", testPageTokensBoundToRequest},
 		{"DeletedNameStaysTaken", testDeletedNameStaysTaken},
 		{"PurgedNameStaysTaken", testPurgedNameStaysTaken},
 		{"NameFreeAfterWindow", testNameFreeAfterWindow},
@@ -249,6 +250,68 @@ func testListTasksPaging(t *testing.T, h *harness) {
 		got = append(got, tk.Name)
 	}
 	require.ElementsMatch(t, want, got)
+}
+
+// firstPageToken makes one ListTasks call of page size 1 on parent and
+// returns its next_page_token.
+func (h *harness) firstPageToken(t *testing.T, parent string) string {
+	t.Helper()
+	it := h.Client.ListTasks(h.ctx, &cloudtaskspb.ListTasksRequest{Parent: parent, PageSize: 1})
+	_, err := it.Next()
+	require.NoError(t, err)
+	resp, _ := it.Response.(*cloudtaskspb.ListTasksResponse)
+	require.NotEmpty(t, resp.GetNextPageToken())
+	return resp.GetNextPageToken()
+}
+
+// listTasksPage makes one ListTasks call with a page token and returns
+// its error.
+func (h *harness) listTasksPage(parent, token string) error {
+	_, err := h.Client.ListTasks(h.ctx, &cloudtaskspb.ListTasksRequest{Parent: parent, PageToken: token}).Next()
+	if errors.Is(err, iterator.Done) {
+		return nil
+	}
+	return err
+}
+
+// testPageTokensBoundToRequest: "page_token must be the value of
+// next_page_token returned from the previous call" and, for ListQueues,
+// "It is an error to switch the value of the filter while iterating
+// through pages": a token the target did not return for this request is
+// InvalidArgument. "The page token is valid for only 2 hours": checked
+// when the target's clock can be advanced.
+func testPageTokensBoundToRequest(t *testing.T, h *harness) {
+	other := h.Location + "/queues/ctd-conformance-" + randomID(8)
+	_, err := h.Client.CreateQueue(h.ctx, &cloudtaskspb.CreateQueueRequest{Parent: h.Location, Queue: &cloudtaskspb.Queue{Name: other}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Client.DeleteQueue(context.Background(), &cloudtaskspb.DeleteQueueRequest{Name: other}) })
+	_, err = h.Client.PauseQueue(h.ctx, &cloudtaskspb.PauseQueueRequest{Name: other})
+	require.NoError(t, err)
+	for _, q := range []string{h.queue, other} {
+		for _, id := range []string{"page-a", "page-b"} {
+			_, err := h.Client.CreateTask(h.ctx, &cloudtaskspb.CreateTaskRequest{Parent: q, Task: h.task(q + "/tasks/" + id)})
+			require.NoError(t, err)
+		}
+	}
+	mine, theirs := h.firstPageToken(t, h.queue), h.firstPageToken(t, other)
+	require.NoError(t, h.listTasksPage(h.queue, mine))
+	requireCode(t, h.listTasksPage(h.queue, theirs), codes.InvalidArgument)
+	requireCode(t, h.listTasksPage(h.queue, "bm90LWEtdG9rZW4"), codes.InvalidArgument) // base64url of "not-a-token"
+	requireCode(t, h.listTasksPage(h.queue, "not a token!"), codes.InvalidArgument)
+
+	it := h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location, PageSize: 1})
+	_, err = it.Next()
+	require.NoError(t, err)
+	qtok := it.Response.(*cloudtaskspb.ListQueuesResponse).GetNextPageToken()
+	require.NotEmpty(t, qtok, "the location holds at least two queues")
+	_, err = h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location, PageToken: qtok, Filter: "state: PAUSED"}).Next()
+	requireCode(t, err, codes.InvalidArgument)
+
+	if h.Advance == nil {
+		return
+	}
+	h.Advance(2*time.Hour + time.Second)
+	requireCode(t, h.listTasksPage(h.queue, mine), codes.InvalidArgument)
 }
 
 func testDeletedNameStaysTaken(t *testing.T, h *harness) {

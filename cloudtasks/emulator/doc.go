@@ -22,7 +22,7 @@
 // Requests are checked as the service checks them, with its status codes:
 // NotFound for a missing queue or task, AlreadyExists for a taken name,
 // InvalidArgument naming the field and the rule (anchored task and queue
-// IDs, a task named into another queue, 1 MB task size, schedule_time at
+// IDs, a task named into another queue, a task size within internal/tasksize's Max of 10^6 bytes on the wire, schedule_time at
 // most 30 days ahead, dispatch_deadline from 15 s to 30 min, URL length,
 // a body only with POST, PUT or PATCH).
 //
@@ -37,11 +37,16 @@
 //
 // ListTasks returns tasks in name order from an index kept per queue, so a
 // page costs O(page size · log n) however many tasks the queue holds.
-// Page tokens are opaque to callers; the emulator's encode the last name
-// of the page (base64url) and the next page starts after that name. A
-// token therefore stays valid when its task is deleted, and a task created
-// between two pages shows on a later page only if its name sorts after
-// the token's. ListQueues pages the same way.
+// Page tokens are opaque: each carries the last name of its page, the time
+// it was issued and a MAC, keyed by a secret of the server, over both and
+// the request it answers (method, parent, and filter where there is one).
+// A token another server issued, one returned for another queue, location
+// or filter, a forged or edited one, and one older than PageTokenLifetime
+// (2 hours on the clock, as documented) are InvalidArgument. A valid token
+// stays valid when its own task is deleted (the next page starts after its
+// name), and a task created between two pages shows on a later page only
+// if its name sorts after the token's. The page size may change between
+// pages. ListQueues, ListLocations and ListOperations page the same way.
 //
 // # Delivery
 //

@@ -194,7 +194,7 @@ func (o *operations) WaitOperation(ctx context.Context, req *longrunningpb.WaitO
 }
 
 func (o *operations) ListOperations(_ context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
-	after, size, err := pageArgs(req.PageToken, req.PageSize, 1000)
+	pr, err := o.s.startPage(pageScope("ListOperations", req.GetName(), req.GetFilter()), req.PageToken, req.PageSize, 1000)
 	if err != nil {
 		return nil, err
 	}
@@ -202,12 +202,12 @@ func (o *operations) ListOperations(_ context.Context, req *longrunningpb.ListOp
 	defer o.s.mu.Unlock()
 	var names []string
 	for n := range o.s.ops {
-		if strings.HasPrefix(n, req.GetName()) && n > after {
+		if strings.HasPrefix(n, req.GetName()) && n > pr.after {
 			names = append(names, n)
 		}
 	}
 	resp := &longrunningpb.ListOperationsResponse{}
-	resp.Operations, resp.NextPageToken = page(names, size, func(n string) *longrunningOp {
+	resp.Operations, resp.NextPageToken = page(o.s, pr, names, func(n string) *longrunningOp {
 		return proto.Clone(o.s.ops[n]).(*longrunningOp)
 	})
 	return resp, nil

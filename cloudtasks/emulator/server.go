@@ -41,6 +41,7 @@ type Server struct {
 	keyErr  error
 	issuer  string
 	faults  *faultState
+	pages   *pageTokens
 
 	mu         sync.Mutex
 	queues     map[string]*queue
@@ -73,6 +74,7 @@ func New(cfg Config) (*Server, error) {
 		clock:      cfg.Clock,
 		log:        cfg.Logger,
 		faults:     newFaultState(cfg.Faults),
+		pages:      newPageTokens(),
 		queues:     make(map[string]*queue),
 		names:      make(map[string]time.Time),
 		queueNames: make(map[string]time.Time),
