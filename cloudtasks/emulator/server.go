@@ -49,6 +49,7 @@ type Server struct {
 	queueNames map[string]time.Time // deleted queue name -> when it may be reused
 	ops        map[string]*longrunningpb.Operation
 	opsByReq   map[string]string
+	opsDone    []finishedOp // ops in the order they finished, for expiry
 	deliveries []Delivery
 	seq        uint64
 	inflight   int
@@ -271,6 +272,7 @@ func (s *Server) Reset() {
 	s.queueNames = make(map[string]time.Time)
 	s.ops = make(map[string]*longrunningpb.Operation)
 	s.opsByReq = make(map[string]string)
+	s.opsDone = nil
 	s.deliveries = nil
 	for _, q := range s.cfg.Queues {
 		_, _ = s.createQueueLocked(q.proto())
