@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/api/iterator"
+	locationpb "google.golang.org/genproto/googleapis/cloud/location"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -72,6 +73,7 @@ func RunConformanceTests(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"BatchCreateFaults", testBatchCreateFaults},
 		{"QueueStateAndUpdate", testQueueStateAndUpdate},
 		{"ListQueuesStateFilter", testListQueuesStateFilter},
+		{"Locations", testLocations},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -602,4 +604,26 @@ func testListQueuesStateFilter(t *testing.T, h *harness) {
 	require.True(t, h.listed(t, "state: RUNNING"))
 	_, err = h.Client.PauseQueue(h.ctx, &cloudtaskspb.PauseQueueRequest{Name: h.queue})
 	require.NoError(t, err)
+}
+
+// testLocations: the Locations service the client reaches on the same
+// connection lists the location of the harness's queue among its
+// project's, and GetLocation describes it.
+func testLocations(t *testing.T, h *harness) {
+	project := h.Location[:strings.Index(h.Location, "/locations/")]
+	it := h.Client.ListLocations(h.ctx, &locationpb.ListLocationsRequest{Name: project})
+	var names []string
+	for {
+		l, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		require.NoError(t, err)
+		names = append(names, l.GetName())
+	}
+	require.Contains(t, names, h.Location)
+	got, err := h.Client.GetLocation(h.ctx, &locationpb.GetLocationRequest{Name: h.Location})
+	require.NoError(t, err)
+	require.Equal(t, h.Location, got.GetName())
+	require.Equal(t, h.Location[strings.LastIndex(h.Location, "/")+1:], got.GetLocationId())
 }

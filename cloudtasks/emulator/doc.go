@@ -15,8 +15,9 @@
 // dispatched once more), batch create and batch delete as
 // finished long-running operations that the client's operations client can
 // fetch on the same connection, with each failed request's status under
-// its index in the metadata). CMEK and locations answer
-// codes.Unimplemented. Unset queue fields take the service's defaults; a
+// its index in the metadata) and locations (ListLocations and
+// GetLocation: the emulator knows a location by the queues it holds
+// there). CMEK answers codes.Unimplemented. Unset queue fields take the service's defaults; a
 // default queue has a burst of DefaultMaxBurstSize.
 //
 // Requests are checked as the service checks them, with its status codes:
@@ -25,6 +26,15 @@
 // IDs, a task named into another queue, a task size within internal/tasksize's Max of 10^6 bytes on the wire, schedule_time at
 // most 30 days ahead, dispatch_deadline from 15 s to 30 min, URL length,
 // a body only with POST, PUT or PATCH).
+//
+// # Finding what an emulator holds
+//
+// Only the emulator accepts Wildcard ("-") for the project in the name of
+// ListLocations ("projects/-") and for the project or location in the
+// parent of ListQueues ("projects/-/locations/-"), so a tool given only
+// the gRPC address lists everything without knowing a project. The
+// ListLocations response also carries the HTTP server's address in the
+// HTTPAddrMetadata header. Real Cloud Tasks documents neither.
 //
 // # Names
 //

@@ -109,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 	)
 	cloudtaskspb.RegisterCloudTasksServer(s.grpc, &service{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, &operations{s: s})
-	location.RegisterLocationsServer(s.grpc, locations{})
+	location.RegisterLocationsServer(s.grpc, locations{s: s})
 	s.http = &http.Server{Handler: s.withInspection(s.oidcHandler()), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())

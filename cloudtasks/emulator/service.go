@@ -6,7 +6,6 @@ import (
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/iam/apiv1/iampb"
-	"google.golang.org/genproto/googleapis/cloud/location"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -73,7 +72,7 @@ func (v *service) ListQueues(_ context.Context, req *cloudtaskspb.ListQueuesRequ
 	defer s.mu.Unlock()
 	var names []string
 	for n := range s.queues {
-		if strings.HasPrefix(n, req.Parent+"/queues/") && n > pr.after && want.matches(s.queues[n].pb) {
+		if inLocation(n, req.Parent) && n > pr.after && want.matches(s.queues[n].pb) {
 			names = append(names, n)
 		}
 	}
@@ -336,17 +335,4 @@ func (v *service) GetCmekConfig(context.Context, *cloudtaskspb.GetCmekConfigRequ
 
 func (v *service) UpdateCmekConfig(context.Context, *cloudtaskspb.UpdateCmekConfigRequest) (*cloudtaskspb.CmekConfig, error) {
 	return nil, status.Error(codes.Unimplemented, "UpdateCmekConfig: customer-managed encryption keys are not emulated")
-}
-
-// locations answers the location service the client also exposes.
-type locations struct {
-	location.UnimplementedLocationsServer
-}
-
-func (locations) ListLocations(context.Context, *location.ListLocationsRequest) (*location.ListLocationsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "ListLocations: locations are not emulated; any location ID is accepted in names")
-}
-
-func (locations) GetLocation(context.Context, *location.GetLocationRequest) (*location.Location, error) {
-	return nil, status.Error(codes.Unimplemented, "GetLocation: locations are not emulated; any location ID is accepted in names")
 }
