@@ -32,18 +32,20 @@ by internal ID, Cloud Tasks ID or run); a run's dispatches and timers on a
 timeline; and the outbox's files, damaged or foreign files, stale pending
 records and outcomes over time.
 
-Either source may be left out. --emulator is the emulator's gRPC address;
---emulator-http its HTTP address (printed by "ctdispatch emulator" as the
-host of its OIDC keys), which adds exact task counts and the deliveries.
-The console lists the queues of every --location and those the emulator
-reports.
+Either source may be left out. --emulator is the emulator's gRPC address,
+and is enough: the console asks the emulator for every location holding a
+queue (ListLocations on the emulator-only wildcard project "projects/-")
+and for the address of its HTTP server, which adds exact task counts and
+the deliveries. --emulator-http overrides that address (for example when
+the emulator reports one the console cannot reach), and --location adds
+locations for an endpoint that does not take the wildcard.
 
 The console only reads unless --allow-actions is given; then it offers
 pause, resume, purge, run now and recover, each a POST carrying a token.
 It listens on loopback by default and warns when bound elsewhere: it has
 no login. Pages are rendered on the server and work without JavaScript;
 a small embedded script refreshes them while "live" is ticked.`,
-		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --emulator-http 127.0.0.1:8124 --outbox ./outbox
+		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --outbox ./outbox
   ctdispatch console --outbox ./outbox --addr 127.0.0.1:9000
   ctdispatch emulator --console-addr 127.0.0.1:8090
   ctdispatch demo --keep`,
@@ -64,8 +66,8 @@ a small embedded script refreshes them while "live" is ticked.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Emulator, "emulator", env.Getenv(emulatorEnv), "emulator gRPC address host:port (default $"+emulatorEnv+")")
-	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries")
-	f.StringArrayVar(&cfg.Locations, "location", nil, "show the queues of this location, projects/P/locations/L (repeatable)")
+	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries (default: the one the emulator reports)")
+	f.StringArrayVar(&cfg.Locations, "location", nil, "also show the queues of this location, projects/P/locations/L, for an endpoint that does not list its locations (repeatable)")
 	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
 	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
 	f.BoolVar(&cfg.AllowActions, "allow-actions", false, "offer pause, resume, purge, run now and recover")

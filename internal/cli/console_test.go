@@ -139,7 +139,7 @@ func TestConsoleBinaryServesUntilSIGINT(t *testing.T) {
 	dead := lis.Addr().String()
 	lis.Close()
 
-	cmd := exec.Command(binary, "console", "--outbox", dir, "--emulator", dead, "--location", "projects/p/locations/l", "--addr", "127.0.0.1:0")
+	cmd := exec.Command(binary, "console", "--outbox", dir, "--emulator", dead, "--addr", "127.0.0.1:0")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var stderr strings.Builder
@@ -164,7 +164,7 @@ func TestConsoleBinaryServesUntilSIGINT(t *testing.T) {
 	}
 	code, page := fetch(t, url)
 	require.Equal(t, http.StatusBadGateway, code)
-	require.Contains(t, page, `<p class="error">ListQueues projects/p/locations/l:`)
+	require.Contains(t, page, `<p class="error">ListLocations projects/-:`)
 
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())

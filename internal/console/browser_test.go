@@ -98,8 +98,10 @@ func demoConsole(t *testing.T) (*httptest.Server, *demo.Env) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, d.Close(context.Background()))
+	// The emulator's gRPC address alone, as `ctdispatch console --emulator`:
+	// the console finds the queues and the HTTP server through it.
 	srv, err := New(ctx, Config{
-		Emulator: env.Emulator.Addr(), EmulatorHTTP: env.Emulator.HTTPAddr(), Outbox: dir,
+		Emulator: env.Emulator.Addr(), Outbox: dir,
 		AllowActions: true, Refresh: time.Second,
 	})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
@@ -50,11 +51,15 @@ type Config struct {
 	Emulator string
 	// EmulatorHTTP is the address (host:port) of the same emulator's HTTP
 	// server, where it serves emulator.InspectPath: task counts by state
-	// and the recent deliveries. Empty: the queue pages count tasks from
-	// one ListTasks page and the deliveries page is empty.
+	// and the recent deliveries. Empty: the address the emulator advertises
+	// in its ListLocations answer (emulator.HTTPAddrMetadata); with an
+	// endpoint that advertises none, the queue pages count tasks from one
+	// ListTasks page and the deliveries page is empty.
 	EmulatorHTTP string
 	// Locations lists locations (projects/P/locations/L) whose queues are
-	// shown, besides those the inspection endpoint names.
+	// shown, besides those the emulator lists for the wildcard project
+	// "projects/-" (emulator.Wildcard). Only needed for an endpoint that
+	// does not take the wildcard.
 	Locations []string
 	// Outbox is the outbox root directory, opened read-only. Empty: no
 	// outbox pages.
@@ -150,6 +155,7 @@ type Server struct {
 	mux     *http.ServeMux
 	health  *healthCache
 	ids     idCache
+	found   atomic.Value   // string: the HTTP address the emulator advertised
 	lookups chan struct{}  // a slot per outbox lookup running
 	bg      sync.WaitGroup // lookups that outlive their page
 	ctx     context.Context

@@ -17,6 +17,9 @@ import (
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
 func TestQueuesPage(t *testing.T) {
@@ -335,7 +338,7 @@ func TestAnUnreachableEmulatorIsShownAsAnError(t *testing.T) {
 	b := &bundle{srv: srv, web: httptestServer(t, srv)}
 	code, page := b.get(t, "/")
 	require.Equal(t, http.StatusBadGateway, code)
-	require.Contains(t, page, `<p class="error">ListQueues projects/p/locations/l:`)
+	require.Contains(t, page, `<p class="error">ListLocations projects/-:`)
 }
 
 func TestListenWarnsOnlyBeyondLoopback(t *testing.T) {
@@ -458,9 +461,15 @@ func TestHostileParametersGiveErrorsNotPages(t *testing.T) {
 	}
 }
 
+// TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage: against an
+// endpoint that does not take the wildcard project (here the emulator
+// told to answer ListLocations with Unimplemented, as an older one did),
+// the console lists the locations it is given and counts tasks from one
+// page.
 func TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"ListLocations"}, Rate: 1, Code: codes.Unimplemented}}}))
 	srv, err := New(context.Background(), Config{Emulator: b.emu.Addr(), Locations: []string{location}, Clock: clockwork.NewFakeClockAt(t0.Add(time.Hour))})
 	require.NoError(t, err)
 	defer srv.Close()
