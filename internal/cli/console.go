@@ -41,9 +41,15 @@ the emulator reports one the console cannot reach), and --location adds
 locations for an endpoint that does not take the wildcard.
 
 The console only reads unless --allow-actions is given; then it offers
-pause, resume, purge, run now and recover, each a POST carrying a token.
-It listens on loopback by default and warns when bound elsewhere: it has
-no login. Pages are rendered on the server and work without JavaScript;
+pause, resume, purge, run now and recover, each a POST carrying a token
+and refused (403) when the browser says it comes from another site. It
+listens on loopback by default and warns when bound elsewhere: it has no
+login. It answers only requests whose Host is its own address, localhost,
+127.0.0.1 or [::1] with its port (for a loopback bind), or an --allow-host
+name; any other gets 421 Misdirected Request, which keeps a page of
+another site that rebinds its name to this machine (DNS rebinding) from
+reading the console. An --addr on every interface (0.0.0.0:8090, :8090)
+needs at least one --allow-host. Pages are rendered on the server and work without JavaScript;
 a small embedded script refreshes them while "live" is ticked.`,
 		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --outbox ./outbox
   ctdispatch console --outbox ./outbox --addr 127.0.0.1:9000
@@ -70,6 +76,7 @@ a small embedded script refreshes them while "live" is ticked.`,
 	f.StringArrayVar(&cfg.Locations, "location", nil, "also show the queues of this location, projects/P/locations/L, for an endpoint that does not list its locations (repeatable)")
 	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
 	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
+	f.StringArrayVar(&cfg.AllowHosts, "allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required with an --addr on every interface (repeatable)")
 	f.BoolVar(&cfg.AllowActions, "allow-actions", false, "offer pause, resume, purge, run now and recover")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cloudtasks.DefaultStaleAfter, "age past which a pending record is stale")
 	f.DurationVar(&cfg.Refresh, "refresh", 5*time.Second, "how often live pages refresh")
@@ -96,7 +103,11 @@ func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env
 	if err != nil {
 		return nil, err
 	}
-	lis, err := console.Listen(addr, nil)
+	lis, err := console.Listen(addr, cfg.AllowHosts, nil)
+	if errors.Is(err, console.ErrEveryInterface) {
+		srv.Close()
+		return nil, usagef("%v", err)
+	}
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -105,7 +116,9 @@ func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env
 		fmt.Fprintf(env.Err, "ctdispatch: warning: the console at %s is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended\n", lis.Addr())
 	}
 	serveCtx, cancel := context.WithCancel(context.Background())
-	c := &runningConsole{URL: "http://" + lis.Addr().String() + "/", srv: srv, cancel: cancel, done: make(chan error, 1)}
+	// On every interface, the URL to print is the loopback one: the
+	// console refuses the unspecified address as a Host.
+	c := &runningConsole{URL: "http://" + dialAddr(lis.Addr().String()) + "/", srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { c.done <- srv.Serve(serveCtx, lis) }()
 	return c, nil
 }

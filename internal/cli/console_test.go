@@ -89,12 +89,28 @@ func TestConsoleServesAnOutboxUntilInterrupted(t *testing.T) {
 
 func TestConsoleWarnsOnceWhenBoundBeyondLoopback(t *testing.T) {
 	t.Parallel()
-	_, stop := background(t, false, "console serving on ", "console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0")
+	line, stop := background(t, false, "console serving on ", "console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0", "--allow-host", "console.internal")
+	require.Regexp(t, `^console serving on http://127\.0\.0\.1:\d+/$`, line, "the printed URL is one the console answers")
+	code, _ := fetch(t, strings.TrimPrefix(line, "console serving on ")+"outbox")
+	require.Equal(t, http.StatusOK, code)
 	exit, stderr := stop()
 	require.Equal(t, 0, exit)
 	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
 	require.Contains(t, stderr, "ctdispatch: warning: the console at [::]:")
 	require.Contains(t, stderr, "is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended")
+}
+
+func TestConsoleOnEveryInterfaceNeedsAllowHost(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0"},
+		{"console", "--outbox", t.TempDir(), "--addr", ":0"},
+	} {
+		res := run(t, nil, args...)
+		require.Equal(t, 2, res.code)
+		require.Equal(t, "ctdispatch: console: an address on every network interface needs the host names the console is reached by: "+args[4]+
+			" listens on every interface; name the hosts the console is reached by (--allow-host NAME, Config.AllowHosts), or bind to 127.0.0.1\n", res.stderr)
+	}
 }
 
 func TestEmulatorServesTheConsole(t *testing.T) {

@@ -64,6 +64,13 @@ type Config struct {
 	// Outbox is the outbox root directory, opened read-only. Empty: no
 	// outbox pages.
 	Outbox string
+	// AllowHosts names the hosts, besides the bound address and (for a
+	// loopback or all-interfaces bind) localhost, 127.0.0.1 and [::1], by
+	// which the console may be addressed: "name" allows that name with any
+	// port, "name:port" with that port only. Serve refuses a request with
+	// any other Host (StatusWrongHost, see Guard), and Listen refuses an
+	// address on every interface while this is empty.
+	AllowHosts []string
 	// AllowActions shows and accepts the actions that change state: pause,
 	// resume and purge a queue, run a task now, recover stale records.
 	// Defaults to false: the console only reads.
@@ -139,6 +146,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("console: PageSize %d out of range; allowed: 1 to 1000 (one ListTasks page)", c.PageSize)
 	case c.HealthEvery < 0 || c.Refresh < 0 || c.Timeout < 0:
 		return fmt.Errorf("console: HealthEvery %s, Refresh %s and Timeout %s must not be negative", c.HealthEvery, c.Refresh, c.Timeout)
+	}
+	for _, h := range c.AllowHosts {
+		if err := validAllowHost(h); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -231,10 +243,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Listen opens a TCP listener on addr (DefaultAddr when empty) and logs one
 // warning when the address is not a loopback one: the console has no
-// login, so whoever reaches the port sees what it shows.
-func Listen(addr string, log *slog.Logger) (net.Listener, error) {
+// login, so whoever reaches the port sees what it shows. An address on
+// every interface (0.0.0.0, [::], ":PORT") is refused with
+// ErrEveryInterface unless allowHosts names the hosts the console is
+// reached by (Config.AllowHosts), because Serve answers only requests
+// addressed to a name it knows.
+func Listen(addr string, allowHosts []string, log *slog.Logger) (net.Listener, error) {
 	if addr == "" {
 		addr = DefaultAddr
+	}
+	if host, _, err := net.SplitHostPort(addr); err == nil && len(allowHosts) == 0 {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return nil, fmt.Errorf("%w: %s listens on every interface; name the hosts the console is reached by (--allow-host NAME, Config.AllowHosts), or bind to 127.0.0.1", ErrEveryInterface, addr)
+		}
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -253,10 +274,12 @@ func IsLoopback(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// Serve serves the console on lis until ctx ends, then shuts the HTTP
-// server down (the caller closes the Server).
+// Serve serves the console on lis, behind Guard (only requests addressed
+// to lis's address or to Config.AllowHosts, only same-origin actions),
+// until ctx ends, then shuts the HTTP server down (the caller closes the
+// Server).
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: Guard(s, lis.Addr(), s.cfg.AllowHosts), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	select {
@@ -267,6 +290,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := srv.Shutdown(shut)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A browser's idle or speculative connection must not hold the
+		// console open: drop what is left.
+		err = srv.Close()
+	}
 	<-errc
 	return err
 }

@@ -344,11 +344,12 @@ func TestAnUnreachableEmulatorIsShownAsAnError(t *testing.T) {
 func TestListenWarnsOnlyBeyondLoopback(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		addr string
-		warn bool
-	}{{"127.0.0.1:0", false}, {"[::1]:0", false}, {"0.0.0.0:0", true}} {
+		addr  string
+		allow []string
+		warn  bool
+	}{{"127.0.0.1:0", nil, false}, {"[::1]:0", nil, false}, {"0.0.0.0:0", []string{"console.internal"}, true}} {
 		var logs bytes.Buffer
-		lis, err := Listen(tc.addr, slog.New(slog.NewTextHandler(&logs, nil)))
+		lis, err := Listen(tc.addr, tc.allow, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil && tc.addr == "[::1]:0" {
 			continue // no IPv6 loopback on this machine
 		}
@@ -360,6 +361,16 @@ func TestListenWarnsOnlyBeyondLoopback(t *testing.T) {
 		} else {
 			require.Empty(t, logs.String(), tc.addr)
 		}
+	}
+}
+
+func TestListenRefusesEveryInterfaceWithoutAllowedHosts(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", ":0"} {
+		_, err := Listen(addr, nil, nil)
+		require.ErrorIs(t, err, ErrEveryInterface)
+		require.EqualError(t, err, "console: an address on every network interface needs the host names the console is reached by: "+addr+
+			" listens on every interface; name the hosts the console is reached by (--allow-host NAME, Config.AllowHosts), or bind to 127.0.0.1")
 	}
 }
 
