@@ -218,9 +218,9 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	if parts[0] != "*" {
 		rule.Methods = strings.Split(parts[0], ",")
 	}
-	code, ok := emulator.ParseCode(parts[1])
-	if !ok {
-		return rule, usagef("--fault %q: %q is not a gRPC code name such as UNAVAILABLE", v, parts[1])
+	code, err := emulator.ParseCode(parts[1])
+	if err != nil {
+		return rule, usagef("--fault %q: %v", v, err)
 	}
 	rate, err := strconv.ParseFloat(parts[2], 64)
 	if err != nil {
