@@ -14,11 +14,12 @@
 // with BASIC and FULL views, delete, run (a task already running is
 // dispatched once more), batch create and batch delete as
 // finished long-running operations that the client's operations client can
-// fetch on the same connection, with each failed request's status under
+// fetch on the same connection for Config.OperationRetention (1 h, at most
+// Config.OperationLimit of them), with each failed request's status under
 // its index in the metadata) and locations (ListLocations and
 // GetLocation: the emulator knows a location by the queues it holds
-// there). CMEK answers codes.Unimplemented. Unset queue fields take the service's defaults; a
-// default queue has a burst of DefaultMaxBurstSize.
+// there). CMEK answers codes.Unimplemented. Unset queue fields take the
+// service's defaults; a default queue has a burst of DefaultMaxBurstSize.
 //
 // Requests are checked as the service checks them, with its status codes:
 // NotFound for a missing queue or task, AlreadyExists for a taken name,
