@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -41,6 +42,21 @@ func batchOp(t *testing.T, b *testBundle, id, requestID string) (name string, fa
 func getOp(b *testBundle, name string) error {
 	_, err := b.client.LROClient.GetOperation(context.Background(), &longrunningpb.GetOperationRequest{Name: name})
 	return err
+}
+
+// listOps lists the names of every operation the emulator holds.
+func listOps(t *testing.T, b *testBundle) []string {
+	t.Helper()
+	it := b.client.LROClient.ListOperations(context.Background(), &longrunningpb.ListOperationsRequest{Name: loc + "/operations"})
+	var names []string
+	for {
+		op, err := it.Next()
+		if err == iterator.Done {
+			return names
+		}
+		require.NoError(t, err)
+		names = append(names, op.GetName())
+	}
 }
 
 func TestFinishedOperationsExpireAfterRetention(t *testing.T) {
@@ -78,6 +94,7 @@ func TestFinishedOperationsAreBoundedInNumber(t *testing.T) {
 	requireCode(t, getOp(b, names[0]), codes.NotFound, "does not exist")
 	require.NoError(t, getOp(b, names[1]))
 	require.NoError(t, getOp(b, names[2]))
+	require.ElementsMatch(t, names[1:], listOps(t, b), "the emulator holds the newest two, no more")
 	again, failed := batchOp(t, b, "t0", "req-0")
 	require.NotEqual(t, names[0], again, "the oldest request ID was forgotten with its operation")
 	require.Equal(t, map[int32]codes.Code{0: codes.AlreadyExists}, failed)

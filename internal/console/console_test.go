@@ -474,24 +474,26 @@ func TestHostileParametersGiveErrorsNotPages(t *testing.T) {
 
 // TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage: against an
 // endpoint that does not take the wildcard project (here the emulator
-// told to answer ListLocations with Unimplemented, as an older one did),
+// told to refuse ListLocations as an older one, or another service, would),
 // the console lists the locations it is given and counts tasks from one
 // page.
 func TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"ListLocations"}, Rate: 1, Code: codes.Unimplemented}}}))
-	srv, err := New(context.Background(), Config{Emulator: b.emu.Addr(), Locations: []string{location}, Clock: clockwork.NewFakeClockAt(t0.Add(time.Hour))})
-	require.NoError(t, err)
-	defer srv.Close()
-	b.web = httptestServer(t, srv)
-	code, page := b.get(t, "/")
-	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, page, "Task counts come from the first ListTasks page")
-	require.Equal(t, [][]string{
-		{"idle", "PAUSED", "500", "100", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
-		{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "2", "0", "0", "—", "—"}, // both due by the console's clock
-	}, rows(t, page, "queues"))
-	_, page = b.get(t, "/deliveries")
-	require.Contains(t, page, "The deliveries come from the emulator's HTTP server: start the console with <code>--emulator-http</code>.")
+	for _, refusal := range []codes.Code{codes.Unimplemented, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied} {
+		require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"ListLocations"}, Rate: 1, Code: refusal}}}))
+		srv, err := New(context.Background(), Config{Emulator: b.emu.Addr(), Locations: []string{location}, Clock: clockwork.NewFakeClockAt(t0.Add(time.Hour))})
+		require.NoError(t, err)
+		b.web = httptestServer(t, srv)
+		code, page := b.get(t, "/")
+		require.Equal(t, http.StatusOK, code, refusal)
+		require.Contains(t, page, "Task counts come from the first ListTasks page")
+		require.Equal(t, [][]string{
+			{"idle", "PAUSED", "500", "100", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
+			{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "2", "0", "0", "—", "—"}, // both due by the console's clock
+		}, rows(t, page, "queues"), refusal)
+		_, page = b.get(t, "/deliveries")
+		require.Contains(t, page, "The deliveries come from the emulator's HTTP server: start the console with <code>--emulator-http</code>.")
+		require.NoError(t, srv.Close())
+	}
 }

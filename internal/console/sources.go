@@ -31,9 +31,10 @@ import (
 // ListLocations on "projects/-" (the emulator's wildcard, see
 // emulator.Wildcard), and remembers the HTTP address its answer
 // advertises (emulator.HTTPAddrMetadata). An endpoint that does not take
-// the wildcard (Unimplemented or InvalidArgument: another emulator, or
-// the real service) yields no locations and no error, so the console
-// shows the locations it was given.
+// the wildcard (Unimplemented, InvalidArgument, NotFound or
+// PermissionDenied: another emulator, or a service that documents no
+// wildcard) yields no locations and no error, so the console shows the
+// locations it was given.
 func (s *Server) discover(ctx context.Context) ([]string, error) {
 	var md metadata.MD
 	it := s.client.ListLocations(ctx, &locationpb.ListLocationsRequest{Name: "projects/" + emulator.Wildcard}, gax.WithGRPCOptions(grpc.Header(&md)))
@@ -47,7 +48,8 @@ func (s *Server) discover(ctx context.Context) ([]string, error) {
 		case codes.OK:
 			locs = append(locs, l.GetName())
 			continue
-		case codes.Unimplemented, codes.InvalidArgument:
+		case codes.Unimplemented, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied:
+			// Not an endpoint that takes the wildcard: no discovery.
 			return nil, nil
 		}
 		return nil, fmt.Errorf("ListLocations projects/%s: %w", emulator.Wildcard, err)
