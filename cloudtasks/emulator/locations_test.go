@@ -83,6 +83,32 @@ func TestListLocations(t *testing.T) {
 	}
 }
 
+func TestListLocationsRefusesForeignPageTokens(t *testing.T) {
+	t.Parallel()
+	b := locationsBundle(t)
+	ctx := context.Background()
+	it := b.client.ListLocations(ctx, &location.ListLocationsRequest{Name: "projects/-", PageSize: 1})
+	_, err := it.Next()
+	require.NoError(t, err)
+	token := it.Response.(*location.ListLocationsResponse).NextPageToken
+	require.NotEmpty(t, token)
+	qit := b.client.ListQueues(ctx, &cloudtaskspb.ListQueuesRequest{Parent: "projects/p/locations/l", PageSize: 1})
+	_, err = qit.Next()
+	require.NoError(t, err)
+	queuesToken := qit.Response.(*cloudtaskspb.ListQueuesResponse).NextPageToken
+	require.NotEmpty(t, queuesToken)
+	for _, tc := range []struct{ name, token string }{
+		{"projects/p", token},             // another project's request
+		{"projects/-", queuesToken},       // another method's token
+		{"projects/-", "bm90LWEtdG9rZW4"}, // forged
+	} {
+		_, err := b.client.ListLocations(ctx, &location.ListLocationsRequest{Name: tc.name, PageToken: tc.token}).Next()
+		requireCode(t, err, codes.InvalidArgument, `page_token "`+shortToken(tc.token)+`"`)
+	}
+	_, err = b.client.ListLocations(ctx, &location.ListLocationsRequest{Name: "projects/-", PageToken: token}).Next()
+	require.NoError(t, err, "its own request's token")
+}
+
 func TestListLocationsAdvertisesTheHTTPAddress(t *testing.T) {
 	t.Parallel()
 	b := locationsBundle(t)
