@@ -49,8 +49,10 @@ login. It answers only requests whose Host is its own address, localhost,
 name; any other gets 421 Misdirected Request, which keeps a page of
 another site that rebinds its name to this machine (DNS rebinding) from
 reading the console. An --addr on every interface (0.0.0.0:8090, :8090)
-needs at least one --allow-host. Pages are rendered on the server and work without JavaScript;
-a small embedded script refreshes them while "live" is ticked.`,
+needs at least one --allow-host.
+
+Pages are rendered on the server and work without JavaScript; a small
+embedded script refreshes them while "live" is ticked.`,
 		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --outbox ./outbox
   ctdispatch console --outbox ./outbox --addr 127.0.0.1:9000
   ctdispatch emulator --console-addr 127.0.0.1:8090
@@ -97,7 +99,7 @@ type runningConsole struct {
 // line on stderr, shown with or without -v.
 func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env) (*runningConsole, error) {
 	srv, err := console.New(ctx, cfg)
-	if errors.Is(err, console.ErrNoSource) {
+	if errors.Is(err, console.ErrInvalidConfig) {
 		return nil, usagef("%v", err)
 	}
 	if err != nil {

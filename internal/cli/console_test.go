@@ -100,6 +100,13 @@ func TestConsoleWarnsOnceWhenBoundBeyondLoopback(t *testing.T) {
 	require.Contains(t, stderr, "is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended")
 }
 
+func TestConsoleRefusesAnAllowHostThatIsNotAHost(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "console", "--outbox", t.TempDir(), "--allow-host", "http://console.internal")
+	require.Equal(t, 2, res.code)
+	require.Equal(t, "ctdispatch: console: AllowHosts entry \"http://console.internal\" is not a host name; allowed: a name such as console.internal or an IP, optionally with :PORT, without a scheme or path\n", res.stderr)
+}
+
 func TestConsoleOnEveryInterfaceNeedsAllowHost(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{

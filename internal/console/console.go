@@ -43,6 +43,18 @@ const idCacheSize = 100_000
 // configured: the console would have nothing to show.
 var ErrNoSource = errors.New("console: no emulator and no outbox to show")
 
+// ErrInvalidConfig matches every error New returns for a Config it
+// refuses (ErrNoSource among them); the message names the field, the
+// value and what is allowed.
+var ErrInvalidConfig = errors.New("console: invalid config")
+
+// configError is a refused Config: it reads as its cause and matches
+// both the cause and ErrInvalidConfig.
+type configError struct{ error }
+
+func (e configError) Unwrap() error        { return e.error }
+func (e configError) Is(target error) bool { return target == ErrInvalidConfig }
+
 // Config says what the console shows and how. Zero fields take the
 // defaults documented on them.
 type Config struct {
@@ -167,9 +179,9 @@ type Server struct {
 	mux     *http.ServeMux
 	health  *healthCache
 	ids     idCache
-	found   atomic.Value   // string: the HTTP address the emulator advertised
-	lookups chan struct{}  // a slot per outbox lookup running
-	bg      sync.WaitGroup // lookups that outlive their page
+	found   atomic.Pointer[string] // the HTTP address the emulator advertised
+	lookups chan struct{}          // a slot per outbox lookup running
+	bg      sync.WaitGroup         // lookups that outlive their page
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closing sync.Once
@@ -180,7 +192,7 @@ type Server struct {
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, configError{err}
 	}
 	pages, err := parsePages()
 	if err != nil {

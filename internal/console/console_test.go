@@ -322,6 +322,7 @@ func TestPagesWithoutTheirSourceSayWhatIsMissing(t *testing.T) {
 
 	_, err = New(ctx, Config{})
 	require.ErrorIs(t, err, ErrNoSource)
+	require.ErrorIs(t, err, ErrInvalidConfig)
 	_, err = New(ctx, Config{Outbox: t.TempDir(), PageSize: 5000})
 	require.EqualError(t, err, "console: PageSize 5000 out of range; allowed: 1 to 1000 (one ListTasks page)")
 }

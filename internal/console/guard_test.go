@@ -99,6 +99,7 @@ func TestAllowHostsAreValidated(t *testing.T) {
 		{"console.internal:0", `console: AllowHosts entry "console.internal:0" has port "0"; allowed: a name, or name:PORT with PORT from 1 to 65535`},
 	} {
 		_, err := New(context.Background(), Config{Outbox: t.TempDir(), AllowHosts: []string{tc.entry}})
+		require.ErrorIs(t, err, ErrInvalidConfig)
 		require.EqualError(t, err, tc.want)
 	}
 	srv, err := New(context.Background(), Config{Outbox: t.TempDir(), AllowHosts: []string{"console.internal", "10.0.0.5:8090", "[fd00::1]:8090", "fd00::2"}})

@@ -55,7 +55,8 @@ func (s *Server) discover(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("ListLocations projects/%s: %w", emulator.Wildcard, err)
 	}
 	if v := md.Get(emulator.HTTPAddrMetadata); len(v) == 1 {
-		s.found.Store(reachable(v[0], s.cfg.Emulator))
+		addr := reachable(v[0], s.cfg.Emulator)
+		s.found.Store(&addr)
 	}
 	return locs, nil
 }
@@ -83,14 +84,16 @@ func (s *Server) emulatorHTTP(ctx context.Context) string {
 	if s.cfg.EmulatorHTTP != "" {
 		return s.cfg.EmulatorHTTP
 	}
-	if a, _ := s.found.Load().(string); a != "" {
-		return a
+	if a := s.found.Load(); a != nil {
+		return *a
 	}
 	if _, err := s.discover(ctx); err != nil {
 		return ""
 	}
-	a, _ := s.found.Load().(string)
-	return a
+	if a := s.found.Load(); a != nil {
+		return *a
+	}
+	return ""
 }
 
 // inspect asks the emulator's HTTP server for its load and recent
