@@ -63,7 +63,7 @@ embedded script refreshes them while "live" is ticked.`,
 				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both")
 			}
 			cfg.Logger = env.Logger
-			c, err := startConsole(cmd.Context(), cfg, addr, env)
+			c, err := startConsole(cmd.Context(), cfg, consoleFlags{addr: "--addr", allowHost: "--allow-host"}, addr, env)
 			if err != nil {
 				return err
 			}
@@ -94,10 +94,14 @@ type runningConsole struct {
 	done   chan error
 }
 
+// consoleFlags name the flags that set a console's address and allowed
+// hosts in the command that serves it, for its error messages.
+type consoleFlags struct{ addr, allowHost string }
+
 // startConsole opens the console's sources, listens on addr and serves
 // until Close. A listener reachable from other machines gets one warning
 // line on stderr, shown with or without -v.
-func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env) (*runningConsole, error) {
+func startConsole(ctx context.Context, cfg console.Config, flags consoleFlags, addr string, env *Env) (*runningConsole, error) {
 	srv, err := console.New(ctx, cfg)
 	if errors.Is(err, console.ErrInvalidConfig) {
 		return nil, usagef("%v", err)
@@ -108,7 +112,7 @@ func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env
 	lis, err := console.Listen(addr, cfg.AllowHosts, nil)
 	if errors.Is(err, console.ErrEveryInterface) {
 		srv.Close()
-		return nil, usagef("%v", err)
+		return nil, usagef("%s %s listens on every network interface, where any name that resolves to this machine reaches the console; name the hosts it is reached by with %s NAME (repeatable), or bind it to 127.0.0.1", flags.addr, addr, flags.allowHost)
 	}
 	if err != nil {
 		srv.Close()

@@ -132,7 +132,7 @@ func TestConsoleBinaryRefusesOtherSites(t *testing.T) {
 	for _, host := range []string{"attacker.example:" + port, "attacker.example", "127.0.0.1.nip.io:" + port} {
 		code, page = send(t, "GET", base, "/", host, nil, nil)
 		require.Equal(t, http.StatusMisdirectedRequest, code, host)
-		require.Equal(t, "console: Host \""+host+"\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or start it with --allow-host NAME.\n", page)
+		require.Equal(t, "console: Host \""+host+"\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or allow this name when starting it (--allow-host, or --console-allow-host for emulator and demo).\n", page)
 		code, _ = send(t, "POST", base, "/actions/purge", host, purge, map[string]string{"Origin": "http://" + host, "Sec-Fetch-Site": "same-origin"})
 		require.Equal(t, http.StatusMisdirectedRequest, code, host)
 	}

@@ -115,9 +115,11 @@ func TestConsoleOnEveryInterfaceNeedsAllowHost(t *testing.T) {
 	} {
 		res := run(t, nil, args...)
 		require.Equal(t, 2, res.code)
-		require.Equal(t, "ctdispatch: console: an address on every network interface needs the host names the console is reached by: "+args[4]+
-			" listens on every interface; name the hosts the console is reached by (--allow-host NAME, Config.AllowHosts), or bind to 127.0.0.1\n", res.stderr)
+		require.Equal(t, "ctdispatch: --addr "+args[4]+" listens on every network interface, where any name that resolves to this machine reaches the console; name the hosts it is reached by with --allow-host NAME (repeatable), or bind it to 127.0.0.1\n", res.stderr)
 	}
+	res := run(t, nil, "emulator", "--addr", "127.0.0.1:0", "--no-delivery", "--console-addr", "0.0.0.0:0")
+	require.Equal(t, 2, res.code)
+	require.Equal(t, "ctdispatch: --console-addr 0.0.0.0:0 listens on every network interface, where any name that resolves to this machine reaches the console; name the hosts it is reached by with --console-allow-host NAME (repeatable), or bind it to 127.0.0.1\n", res.stderr)
 }
 
 func TestEmulatorServesTheConsole(t *testing.T) {

@@ -72,7 +72,7 @@ the web console serves them on --console-addr (see "ctdispatch console").`,
 					c, err := startConsole(cmd.Context(), console.Config{
 						Emulator: running.Emulator.Addr(), EmulatorHTTP: running.Emulator.HTTPAddr(),
 						Outbox: sum.OutboxDir, Logger: env.Logger, AllowHosts: allowHosts,
-					}, consoleAddr, env)
+					}, consoleFlags{addr: "--console-addr", allowHost: "--console-allow-host"}, consoleAddr, env)
 					if err != nil {
 						return err
 					}

@@ -157,7 +157,7 @@ answers only requests addressed to its own address, localhost, or a
 				c, err := startConsole(ctx, console.Config{
 					Emulator: srv.Addr(), EmulatorHTTP: srv.HTTPAddr(), Outbox: consoleOutbox, Logger: env.Logger,
 					AllowHosts: consoleAllowHosts,
-				}, consoleAddr, env)
+				}, consoleFlags{addr: "--console-addr", allowHost: "--console-allow-host"}, consoleAddr, env)
 				if err != nil {
 					return errors.Join(err, srv.Close())
 				}

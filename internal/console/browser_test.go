@@ -272,7 +272,7 @@ func TestBrowserRefusesARebindingSite(t *testing.T) {
 		chromedp.WaitVisible(`//body[contains(., "cross-origin")]`, chromedp.BySearch),
 		chromedp.Text(`body`, &forged, chromedp.ByQuery),
 	))
-	require.Equal(t, "console: Host \"attacker.example:"+u.Port()+"\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or start it with --allow-host NAME.", strings.TrimSpace(rebound))
+	require.Equal(t, "console: Host \"attacker.example:"+u.Port()+"\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or allow this name when starting it (--allow-host, or --console-allow-host for emulator and demo).", strings.TrimSpace(rebound))
 	require.Zero(t, tables)
 	require.Equal(t, "console: refused a cross-origin POST request: actions are accepted only from the console's own pages.", strings.TrimSpace(forged))
 	require.Len(t, env.Emulator.Tasks(queue), before, "nothing purged")

@@ -266,7 +266,7 @@ func Listen(addr string, allowHosts []string, log *slog.Logger) (net.Listener, e
 	}
 	if host, _, err := net.SplitHostPort(addr); err == nil && len(allowHosts) == 0 {
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-			return nil, fmt.Errorf("%w: %s listens on every interface; name the hosts the console is reached by (--allow-host NAME, Config.AllowHosts), or bind to 127.0.0.1", ErrEveryInterface, addr)
+			return nil, fmt.Errorf("%w: %s listens on every interface; name the hosts the console is reached by (Config.AllowHosts), or bind to 127.0.0.1", ErrEveryInterface, addr)
 		}
 	}
 	lis, err := net.Listen("tcp", addr)

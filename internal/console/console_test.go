@@ -371,7 +371,7 @@ func TestListenRefusesEveryInterfaceWithoutAllowedHosts(t *testing.T) {
 		_, err := Listen(addr, nil, nil)
 		require.ErrorIs(t, err, ErrEveryInterface)
 		require.EqualError(t, err, "console: an address on every network interface needs the host names the console is reached by: "+addr+
-			" listens on every interface; name the hosts the console is reached by (--allow-host NAME, Config.AllowHosts), or bind to 127.0.0.1")
+			" listens on every interface; name the hosts the console is reached by (Config.AllowHosts), or bind to 127.0.0.1")
 	}
 }
 

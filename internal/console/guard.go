@@ -103,7 +103,7 @@ func (g *guard) hostAllowed(hostHeader string) bool {
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !g.hostAllowed(r.Host) {
-		refuse(w, StatusWrongHost, fmt.Sprintf("console: Host %q is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or start it with --allow-host NAME.", r.Host))
+		refuse(w, StatusWrongHost, fmt.Sprintf("console: Host %q is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or allow this name when starting it (--allow-host, or --console-allow-host for emulator and demo).", r.Host))
 		return
 	}
 	if err := g.cross.Check(r); err != nil {

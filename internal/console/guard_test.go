@@ -80,7 +80,7 @@ func TestGuardMessages(t *testing.T) {
 	req.Host = "attacker.example:8090"
 	rec := httptest.NewRecorder()
 	g.ServeHTTP(rec, req)
-	require.Equal(t, "console: Host \"attacker.example:8090\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or start it with --allow-host NAME.\n", rec.Body.String())
+	require.Equal(t, "console: Host \"attacker.example:8090\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or allow this name when starting it (--allow-host, or --console-allow-host for emulator and demo).\n", rec.Body.String())
 	req = httptest.NewRequestWithContext(context.Background(), "POST", "/actions/purge", nil)
 	req.Host = "127.0.0.1:8090"
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
