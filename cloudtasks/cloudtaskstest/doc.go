@@ -1,9 +1,13 @@
 // Package cloudtaskstest is a conformance suite for Cloud Tasks endpoints:
 // it asserts, through the official Go client, the behaviours ctdispatch
 // depends on (real status codes, anchored name validation, the service's
-// limits, names that stay taken after delete and purge, BASIC and FULL
-// views, paging, and BatchCreateTasks: its finished operation, per-request
-// failures by index, batches refused whole, and faults).
+// limits, among them a task of exactly internal/tasksize's Max accepted,
+// names that stay taken after delete and purge, BASIC and FULL views,
+// paging with page tokens bound to their request (another queue's token,
+// a forged one and a switched filter are InvalidArgument; an expired one
+// too, where the clock can be advanced), the Locations service, and
+// BatchCreateTasks: its finished operation, per-request failures by index,
+// batches refused whole, and faults).
 //
 // # Targets
 //

@@ -29,6 +29,12 @@ const (
 	DefaultQueueReuseWindow = 7 * 24 * time.Hour
 	// DefaultDeliveryLogLimit is how many delivery attempts Deliveries keeps.
 	DefaultDeliveryLogLimit = 10000
+	// DefaultOperationRetention is how long a finished batch operation, and
+	// the request ID that leads to it, is kept after it finished.
+	DefaultOperationRetention = time.Hour
+	// DefaultOperationLimit is how many finished batch operations are kept
+	// at most; the oldest go first.
+	DefaultOperationLimit = 10000
 )
 
 // ErrInvalidConfig matches every error New returns for a bad Config; the
@@ -98,6 +104,18 @@ type Config struct {
 	// DeliveryLogLimit is how many attempts Deliveries remembers (the
 	// oldest are dropped first). Defaults to DefaultDeliveryLogLimit.
 	DeliveryLogLimit int
+	// OperationRetention is how long, on Clock, a finished
+	// BatchCreateTasks or BatchDeleteTasks operation stays readable with
+	// GetOperation and its request_id keeps answering a repeated call with
+	// the same operation; after it, GetOperation answers NotFound and a
+	// repeated request ID runs the batch again. Defaults to
+	// DefaultOperationRetention. The service documents no bound; the
+	// emulator keeps memory bounded in a long-lived process.
+	OperationRetention time.Duration
+	// OperationLimit bounds how many finished operations are kept,
+	// whatever their age; the oldest are forgotten first. Defaults to
+	// DefaultOperationLimit.
+	OperationLimit int
 	// SigningKey signs OIDC tokens. Defaults to a 2048-bit RSA key generated
 	// on first use and shared by the process's servers.
 	SigningKey *rsa.PrivateKey
@@ -132,12 +150,24 @@ func (c Config) withDefaults() Config {
 	if c.DeliveryLogLimit == 0 {
 		c.DeliveryLogLimit = DefaultDeliveryLogLimit
 	}
+	if c.OperationRetention == 0 {
+		c.OperationRetention = DefaultOperationRetention
+	}
+	if c.OperationLimit == 0 {
+		c.OperationLimit = DefaultOperationLimit
+	}
 	return c
 }
 
 func (c Config) validate() error {
 	if c.DeliveryLogLimit < 0 {
 		return &ConfigError{Field: "DeliveryLogLimit", Value: fmt.Sprint(c.DeliveryLogLimit), Rule: "must not be negative"}
+	}
+	if c.OperationRetention < 0 {
+		return &ConfigError{Field: "OperationRetention", Value: c.OperationRetention.String(), Rule: "must not be negative"}
+	}
+	if c.OperationLimit < 0 {
+		return &ConfigError{Field: "OperationLimit", Value: fmt.Sprint(c.OperationLimit), Rule: "must not be negative"}
 	}
 	for i, q := range c.Queues {
 		if err := q.validate(); err != nil {
@@ -199,7 +229,7 @@ type FaultRule struct {
 	Rate float64 `json:"rate" yaml:"rate"`
 	// Code is the status returned by a hit call. codes.OK means the rule
 	// only adds Latency.
-	Code codes.Code `json:"code" yaml:"code"`
+	Code codes.Code `json:"code" yaml:"-"` // a file names it; see ReadConfigFile
 	// CommitThenFail applies the call before failing it: the task is
 	// created (or deleted) but the caller sees Code, exactly the case in
 	// which a retry meets AlreadyExists.

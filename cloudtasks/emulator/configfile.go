@@ -2,51 +2,57 @@ package emulator
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
 )
 
-// configFile is the on-disk form of the parts of a Config that make sense
-// in a file. Durations are Go duration strings ("100ms", "1h").
+// configFile is the part of a Config a file may set, decoded straight
+// into the Config's own types (QueueConfig, FaultRule): durations are Go
+// duration strings ("100ms", "1h"), as yaml.v3 decodes a time.Duration.
 type configFile struct {
-	NameReuseWindow  string      `yaml:"name_reuse_window"`
-	QueueReuseWindow string      `yaml:"queue_reuse_window"`
-	Queues           []queueFile `yaml:"queues"`
-	Faults           struct {
+	NameReuseWindow  time.Duration `yaml:"name_reuse_window"`
+	QueueReuseWindow time.Duration `yaml:"queue_reuse_window"`
+	Queues           []QueueConfig `yaml:"queues"`
+	Faults           *struct {
 		Seed  uint64     `yaml:"seed"`
 		Rules []ruleFile `yaml:"rules"`
 	} `yaml:"faults"`
 }
 
-type queueFile struct {
-	Name                    string  `yaml:"name"`
-	MaxDispatchesPerSecond  float64 `yaml:"max_dispatches_per_second"`
-	MaxConcurrentDispatches int32   `yaml:"max_concurrent_dispatches"`
-	MaxAttempts             int32   `yaml:"max_attempts"`
-	MaxRetryDuration        string  `yaml:"max_retry_duration"`
-	MinBackoff              string  `yaml:"min_backoff"`
-	MaxBackoff              string  `yaml:"max_backoff"`
-	MaxDoublings            int32   `yaml:"max_doublings"`
-	Paused                  bool    `yaml:"paused"`
+// ruleFile is a FaultRule with its code read by name: codes.Code is a
+// number to yaml, and a file names codes.
+type ruleFile struct {
+	FaultRule `yaml:",inline"`
+	Code      codeName `yaml:"code"`
 }
 
-type ruleFile struct {
-	Methods        []string `yaml:"methods"`
-	Rate           float64  `yaml:"rate"`
-	Code           string   `yaml:"code"`
-	CommitThenFail bool     `yaml:"commit_then_fail"`
-	Latency        string   `yaml:"latency"`
-	PerRequest     bool     `yaml:"per_request"`
+// codeName is a codes.Code that a file spells as ParseCode reads it.
+type codeName codes.Code
+
+// UnmarshalYAML reads a code name; its errors are a *yaml.TypeError, so
+// the decoder reports them with the others, by line.
+func (c *codeName) UnmarshalYAML(n *yaml.Node) error {
+	code, err := ParseCode(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q %s", n.Line, n.Value, codeRule)}}
+	}
+	*c = codeName(code)
+	return nil
 }
 
 // ReadConfigFile reads queues, fault rules and reuse windows from a JSON or
 // YAML document into cfg (queues are appended; other fields are set when
 // present). Unknown keys are errors, so a misspelt setting is not silently
-// ignored. Example (YAML):
+// ignored; an error names the setting (queues[0].min_backoff), its line and
+// value. Example (YAML):
 //
 //	name_reuse_window: 1h
 //	queues:
@@ -59,74 +65,132 @@ type ruleFile struct {
 //	  rules:
 //	    - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
 //	    - {methods: [BatchCreateTasks], rate: 0.05, code: UNAVAILABLE, per_request: true}
+//
+// A code is a name as ParseCode reads it (UNAVAILABLE or Unavailable),
+// never a number.
 func ReadConfigFile(data []byte, cfg *Config) error {
 	var f configFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
+		var root yaml.Node
+		if yaml.Unmarshal(data, &root) == nil {
+			err = nameSettings(&root, err)
+		}
 		return fmt.Errorf("emulator config: %w", err)
 	}
-	var err error
-	dur := func(field, v string) time.Duration {
-		if v == "" || err != nil {
-			return 0
-		}
-		d, perr := time.ParseDuration(v)
-		if perr != nil {
-			err = &ConfigError{Field: field, Value: v, Rule: `is not a duration such as "100ms" or "1h"`}
-		}
-		return d
+	if f.NameReuseWindow != 0 {
+		cfg.NameReuseWindow = f.NameReuseWindow
 	}
-	if w := dur("name_reuse_window", f.NameReuseWindow); w != 0 {
-		cfg.NameReuseWindow = w
+	if f.QueueReuseWindow != 0 {
+		cfg.QueueReuseWindow = f.QueueReuseWindow
 	}
-	if w := dur("queue_reuse_window", f.QueueReuseWindow); w != 0 {
-		cfg.QueueReuseWindow = w
-	}
-	for i, q := range f.Queues {
-		at := fmt.Sprintf("queues[%d].", i)
-		cfg.Queues = append(cfg.Queues, QueueConfig{
-			Name:                    q.Name,
-			MaxDispatchesPerSecond:  q.MaxDispatchesPerSecond,
-			MaxConcurrentDispatches: q.MaxConcurrentDispatches,
-			MaxAttempts:             q.MaxAttempts,
-			MaxRetryDuration:        dur(at+"max_retry_duration", q.MaxRetryDuration),
-			MinBackoff:              dur(at+"min_backoff", q.MinBackoff),
-			MaxBackoff:              dur(at+"max_backoff", q.MaxBackoff),
-			MaxDoublings:            q.MaxDoublings,
-			Paused:                  q.Paused,
-		})
-	}
-	if len(f.Faults.Rules) > 0 || f.Faults.Seed != 0 {
+	cfg.Queues = append(cfg.Queues, f.Queues...)
+	if f.Faults != nil && (len(f.Faults.Rules) > 0 || f.Faults.Seed != 0) {
 		cfg.Faults.Seed = f.Faults.Seed
-		for i, r := range f.Faults.Rules {
-			code := codes.OK
-			if r.Code != "" {
-				var ok bool
-				if code, ok = ParseCode(r.Code); !ok && err == nil {
-					err = &ConfigError{Field: fmt.Sprintf("faults.rules[%d].code", i), Value: r.Code, Rule: "is not a gRPC code name such as UNAVAILABLE"}
-				}
-			}
-			cfg.Faults.Rules = append(cfg.Faults.Rules, FaultRule{
-				Methods: r.Methods, Rate: r.Rate, Code: code, CommitThenFail: r.CommitThenFail, PerRequest: r.PerRequest,
-				Latency: dur(fmt.Sprintf("faults.rules[%d].latency", i), r.Latency),
-			})
+		for _, r := range f.Faults.Rules {
+			rule := r.FaultRule
+			rule.Code = codes.Code(r.Code)
+			cfg.Faults.Rules = append(cfg.Faults.Rules, rule)
 		}
 	}
-	return err
+	return nil
 }
 
-// ParseCode reads a gRPC code name in either spelling, "UNAVAILABLE" or
-// "Unavailable".
-func ParseCode(s string) (codes.Code, bool) {
-	want := strings.ToLower(strings.ReplaceAll(s, "_", ""))
-	if want == "cancelled" {
-		return codes.Canceled, true
-	}
-	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		if strings.ToLower(c.String()) == want {
-			return c, true
+// codeRule says which code names ParseCode accepts.
+const codeRule = `is not a gRPC code name; allowed: the status names (OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS, UNAUTHENTICATED) or Go's spelling of them (Unavailable, DeadlineExceeded, Canceled)`
+
+// ParseCode reads a gRPC status code by name, in either documented
+// spelling: the status name ("UNAVAILABLE", "DEADLINE_EXCEEDED",
+// "CANCELLED"), as codes.Code.UnmarshalJSON reads it, or Go's
+// codes.Code.String ("Unavailable", "DeadlineExceeded", "Canceled"),
+// turned into the first. Numbers, which UnmarshalJSON would also take, are
+// refused: a fault plan names its codes.
+func ParseCode(s string) (codes.Code, error) {
+	name := s
+	goSpelling := strings.ToUpper(s) != s
+	if goSpelling {
+		name = upperSnake(s)
+		if name == "CANCELED" {
+			name = "CANCELLED" // Go's one spelling that differs beyond case
 		}
 	}
-	return 0, false
+	var c codes.Code
+	if err := c.UnmarshalJSON([]byte(strconv.Quote(name))); err != nil || (goSpelling && c.String() != s) {
+		return 0, fmt.Errorf("%q %s", s, codeRule)
+	}
+	return c, nil
+}
+
+// upperSnake turns Go's spelling of a code name into the status name:
+// "DeadlineExceeded" → "DEADLINE_EXCEEDED".
+func upperSnake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
+}
+
+// decodeErrorLine matches one of yaml's decoding errors: its line and the
+// value or key it quotes.
+var decodeErrorLine = regexp.MustCompile("^line (\\d+): (?:.*`([^`]*)`|field (\\S+) not found|\"([^\"]*)\")")
+
+// nameSettings prefixes each of a *yaml.TypeError's errors with the
+// setting it is about (queues[0].min_backoff), found by its line and
+// quoted text in root, the document's node tree.
+func nameSettings(root *yaml.Node, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	type spot struct{ path, text string }
+	byLine := map[int][]spot{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := strings.TrimPrefix(path+"."+k.Value, ".")
+				byLine[k.Line] = append(byLine[k.Line], spot{p, k.Value})
+				if v.Kind == yaml.ScalarNode {
+					byLine[v.Line] = append(byLine[v.Line], spot{p, v.Value})
+				}
+				walk(v, p)
+			}
+		}
+	}
+	walk(root, "")
+	out := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		if strings.HasSuffix(e, "into time.Duration") {
+			e += `; want a Go duration such as "100ms" or "1h"`
+		}
+		out[i] = e
+		m := decodeErrorLine.FindStringSubmatch(e)
+		if m == nil {
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		text := m[2] + m[3] + m[4]
+		for _, s := range byLine[line] {
+			if s.text == text {
+				out[i] = s.path + ": " + e
+				break
+			}
+		}
+	}
+	return &yaml.TypeError{Errors: out}
 }

@@ -14,17 +14,28 @@
 // with BASIC and FULL views, delete, run (a task already running is
 // dispatched once more), batch create and batch delete as
 // finished long-running operations that the client's operations client can
-// fetch on the same connection, with each failed request's status under
-// its index in the metadata). CMEK and locations answer
-// codes.Unimplemented. Unset queue fields take the service's defaults; a
-// default queue has a burst of DefaultMaxBurstSize.
+// fetch on the same connection for Config.OperationRetention (1 h, at most
+// Config.OperationLimit of them), with each failed request's status under
+// its index in the metadata) and locations (ListLocations and
+// GetLocation: the emulator knows a location by the queues it holds
+// there). CMEK answers codes.Unimplemented. Unset queue fields take the
+// service's defaults; a default queue has a burst of DefaultMaxBurstSize.
 //
 // Requests are checked as the service checks them, with its status codes:
 // NotFound for a missing queue or task, AlreadyExists for a taken name,
 // InvalidArgument naming the field and the rule (anchored task and queue
-// IDs, a task named into another queue, 1 MB task size, schedule_time at
+// IDs, a task named into another queue, a task size within internal/tasksize's Max of 10^6 bytes on the wire, schedule_time at
 // most 30 days ahead, dispatch_deadline from 15 s to 30 min, URL length,
 // a body only with POST, PUT or PATCH).
+//
+// # Finding what an emulator holds
+//
+// Only the emulator accepts Wildcard ("-") for the project in the name of
+// ListLocations ("projects/-") and for the project or location in the
+// parent of ListQueues ("projects/-/locations/-"), so a tool given only
+// the gRPC address lists everything without knowing a project. The
+// ListLocations response also carries the HTTP server's address in the
+// HTTPAddrMetadata header. Real Cloud Tasks documents neither.
 //
 // # Names
 //
@@ -37,11 +48,16 @@
 //
 // ListTasks returns tasks in name order from an index kept per queue, so a
 // page costs O(page size · log n) however many tasks the queue holds.
-// Page tokens are opaque to callers; the emulator's encode the last name
-// of the page (base64url) and the next page starts after that name. A
-// token therefore stays valid when its task is deleted, and a task created
-// between two pages shows on a later page only if its name sorts after
-// the token's. ListQueues pages the same way.
+// Page tokens are opaque: each carries the last name of its page, the time
+// it was issued and a MAC, keyed by a secret of the server, over both and
+// the request it answers (method, parent, and filter where there is one).
+// A token another server issued, one returned for another queue, location
+// or filter, a forged or edited one, and one older than PageTokenLifetime
+// (2 hours on the clock, as documented) are InvalidArgument. A valid token
+// stays valid when its own task is deleted (the next page starts after its
+// name), and a task created between two pages shows on a later page only
+// if its name sorts after the token's. The page size may change between
+// pages. ListQueues, ListLocations and ListOperations page the same way.
 //
 // # Delivery
 //

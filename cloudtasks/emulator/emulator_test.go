@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/tasksize"
 )
 
 const (
@@ -218,7 +219,10 @@ func TestCreateTaskValidation(t *testing.T) {
 			r.Url = "http://h/" + strings.Repeat("a", 2100)
 		}), codes.InvalidArgument, "at most 2083"},
 		{"body with GET", queue, withReq(func(_ *cloudtaskspb.Task, r *cloudtaskspb.HttpRequest) { r.HttpMethod = cloudtaskspb.HttpMethod_GET }), codes.InvalidArgument, "only with POST, PUT or PATCH"},
-		{"too large", queue, withReq(func(_ *cloudtaskspb.Task, r *cloudtaskspb.HttpRequest) { r.Body = make([]byte, 1<<20) }), codes.InvalidArgument, "limit for HTTP tasks is 1048576 bytes"},
+		{"a body of 10^6 + 1 bytes", queue, withReq(func(_ *cloudtaskspb.Task, r *cloudtaskspb.HttpRequest) { r.Body = make([]byte, 1_000_001) }), codes.InvalidArgument,
+			"task is 1000034 bytes (its wire size); the limit for HTTP tasks is 1000000 bytes (1 MB)"},
+		{"one byte over the limit", queue, sizedTask(tasksize.Max + 1), codes.InvalidArgument,
+			"task is 1000001 bytes (its wire size); the limit for HTTP tasks is 1000000 bytes (1 MB)"},
 		{"schedule too far", queue, withReq(func(tk *cloudtaskspb.Task, _ *cloudtaskspb.HttpRequest) {
 			tk.ScheduleTime = timestamppb.New(epoch.Add(30*24*time.Hour + time.Second))
 		}), codes.InvalidArgument, "more than 30 days"},
@@ -252,6 +256,21 @@ func TestCreateTaskValidation(t *testing.T) {
 	})
 	_, err := b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: ok})
 	require.NoError(t, err)
+	_, err = b.client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: sizedTask(tasksize.Max)})
+	require.NoError(t, err, "a task of exactly tasksize.Max bytes")
+}
+
+// sizedTask is an HTTP task whose wire size, as tasksize.Of measures it,
+// is exactly size bytes.
+func sizedTask(size int) *cloudtaskspb.Task {
+	task := httpTask("")
+	hr := task.GetHttpRequest()
+	// The body's length prefix grows with the body: aim, then adjust.
+	hr.Body = make([]byte, size-tasksize.Of(task))
+	for n := tasksize.Of(task); n != size; n = tasksize.Of(task) {
+		hr.Body = make([]byte, len(hr.Body)+size-n)
+	}
+	return task
 }
 
 func TestTaskViewsAndListing(t *testing.T) {

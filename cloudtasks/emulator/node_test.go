@@ -74,7 +74,7 @@ func TestOfficialNodeClient(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"ok createQueue", "ok createTask", "ok delivery", "ok verifyIdToken",
-		"ok listQueues", "ok getIamPolicy/setIamPolicy/testIamPermissions", "PASS node",
+		"ok listQueues", "ok listLocations,", "ok getIamPolicy/setIamPolicy/testIamPermissions", "PASS node",
 	}, prefixes, "%s", got)
 
 	require.NoError(t, emu.Process.Signal(os.Interrupt))

@@ -3,6 +3,7 @@ package emulator
 import (
 	"context"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
@@ -48,13 +49,43 @@ func (s *Server) finishOpLocked(parent, requestID string, meta, resp proto.Messa
 	if requestID != "" {
 		s.opsByReq[requestID] = op.Name
 	}
+	s.opsDone = append(s.opsDone, finishedOp{name: op.Name, requestID: requestID, at: s.clock.Now()})
+	s.expireOpsLocked()
 	return proto.Clone(op).(*longrunningOp), nil
+}
+
+// finishedOp is an operation's entry in the order operations finished.
+type finishedOp struct {
+	name, requestID string
+	at              time.Time
+}
+
+// expireOpsLocked forgets finished operations, and the request IDs that
+// lead to them, once they are older than Config.OperationRetention or
+// beyond the newest Config.OperationLimit. Operations finish in clock
+// order, so the oldest are at the front.
+func (s *Server) expireOpsLocked() {
+	now := s.clock.Now()
+	n := 0
+	for n < len(s.opsDone) && (len(s.opsDone)-n > s.cfg.OperationLimit || now.Sub(s.opsDone[n].at) >= s.cfg.OperationRetention) {
+		f := s.opsDone[n]
+		delete(s.ops, f.name)
+		if f.requestID != "" && s.opsByReq[f.requestID] == f.name {
+			delete(s.opsByReq, f.requestID)
+		}
+		n++
+	}
+	if n > 0 {
+		// Copy rather than reslice, so the array does not grow for ever.
+		s.opsDone = append(s.opsDone[:0:0], s.opsDone[n:]...)
+	}
 }
 
 func (s *Server) opForRequestLocked(requestID string) *longrunningOp {
 	if requestID == "" {
 		return nil
 	}
+	s.expireOpsLocked()
 	if name, ok := s.opsByReq[requestID]; ok {
 		if op := s.ops[name]; op != nil {
 			return proto.Clone(op).(*longrunningOp)
@@ -182,6 +213,7 @@ type operations struct {
 func (o *operations) GetOperation(_ context.Context, req *longrunningpb.GetOperationRequest) (*longrunningOp, error) {
 	o.s.mu.Lock()
 	defer o.s.mu.Unlock()
+	o.s.expireOpsLocked()
 	op := o.s.ops[req.GetName()]
 	if op == nil {
 		return nil, notFound("operation %s does not exist", req.GetName())
@@ -194,20 +226,21 @@ func (o *operations) WaitOperation(ctx context.Context, req *longrunningpb.WaitO
 }
 
 func (o *operations) ListOperations(_ context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
-	after, size, err := pageArgs(req.PageToken, req.PageSize, 1000)
+	pr, err := o.s.startPage(pageScope("ListOperations", req.GetName(), req.GetFilter()), req.PageToken, req.PageSize, 1000)
 	if err != nil {
 		return nil, err
 	}
 	o.s.mu.Lock()
 	defer o.s.mu.Unlock()
+	o.s.expireOpsLocked()
 	var names []string
 	for n := range o.s.ops {
-		if strings.HasPrefix(n, req.GetName()) && n > after {
+		if strings.HasPrefix(n, req.GetName()) && n > pr.after {
 			names = append(names, n)
 		}
 	}
 	resp := &longrunningpb.ListOperationsResponse{}
-	resp.Operations, resp.NextPageToken = page(names, size, func(n string) *longrunningOp {
+	resp.Operations, resp.NextPageToken = page(o.s, pr, names, func(n string) *longrunningOp {
 		return proto.Clone(o.s.ops[n]).(*longrunningOp)
 	})
 	return resp, nil

@@ -41,6 +41,7 @@ type Server struct {
 	keyErr  error
 	issuer  string
 	faults  *faultState
+	pages   *pageTokens
 
 	mu         sync.Mutex
 	queues     map[string]*queue
@@ -48,6 +49,7 @@ type Server struct {
 	queueNames map[string]time.Time // deleted queue name -> when it may be reused
 	ops        map[string]*longrunningpb.Operation
 	opsByReq   map[string]string
+	opsDone    []finishedOp // ops in the order they finished, for expiry
 	deliveries []Delivery
 	seq        uint64
 	inflight   int
@@ -73,6 +75,7 @@ func New(cfg Config) (*Server, error) {
 		clock:      cfg.Clock,
 		log:        cfg.Logger,
 		faults:     newFaultState(cfg.Faults),
+		pages:      newPageTokens(),
 		queues:     make(map[string]*queue),
 		names:      make(map[string]time.Time),
 		queueNames: make(map[string]time.Time),
@@ -106,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 	)
 	cloudtaskspb.RegisterCloudTasksServer(s.grpc, &service{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, &operations{s: s})
-	location.RegisterLocationsServer(s.grpc, locations{})
+	location.RegisterLocationsServer(s.grpc, locations{s: s})
 	s.http = &http.Server{Handler: s.withInspection(s.oidcHandler()), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -269,6 +272,7 @@ func (s *Server) Reset() {
 	s.queueNames = make(map[string]time.Time)
 	s.ops = make(map[string]*longrunningpb.Operation)
 	s.opsByReq = make(map[string]string)
+	s.opsDone = nil
 	s.deliveries = nil
 	for _, q := range s.cfg.Queues {
 		_, _ = s.createQueueLocked(q.proto())

@@ -2,13 +2,10 @@ package emulator
 
 import (
 	"context"
-	"encoding/base64"
-	"sort"
 	"strings"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"cloud.google.com/go/iam/apiv1/iampb"
-	"google.golang.org/genproto/googleapis/cloud/location"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -66,21 +63,21 @@ func (v *service) ListQueues(_ context.Context, req *cloudtaskspb.ListQueuesRequ
 	if err != nil {
 		return nil, err
 	}
-	after, size, err := pageArgs(req.PageToken, req.PageSize, maxQueuePageSize)
+	s := v.s
+	pr, err := s.startPage(pageScope("ListQueues", req.Parent, req.Filter), req.PageToken, req.PageSize, maxQueuePageSize)
 	if err != nil {
 		return nil, err
 	}
-	s := v.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var names []string
 	for n := range s.queues {
-		if strings.HasPrefix(n, req.Parent+"/queues/") && n > after && want.matches(s.queues[n].pb) {
+		if inLocation(n, req.Parent) && n > pr.after && want.matches(s.queues[n].pb) {
 			names = append(names, n)
 		}
 	}
 	resp := &cloudtaskspb.ListQueuesResponse{}
-	resp.Queues, resp.NextPageToken = page(names, size, func(n string) *cloudtaskspb.Queue {
+	resp.Queues, resp.NextPageToken = page(s, pr, names, func(n string) *cloudtaskspb.Queue {
 		return proto.Clone(s.queues[n].pb).(*cloudtaskspb.Queue)
 	})
 	return resp, nil
@@ -248,15 +245,16 @@ func (v *service) GetTask(_ context.Context, req *cloudtaskspb.GetTaskRequest) (
 }
 
 func (v *service) ListTasks(_ context.Context, req *cloudtaskspb.ListTasksRequest) (*cloudtaskspb.ListTasksResponse, error) {
-	after, size, err := pageArgs(req.PageToken, req.PageSize, maxTaskPageSize)
+	s := v.s
+	pr, err := s.startPage(pageScope("ListTasks", req.GetParent()), req.PageToken, req.PageSize, maxTaskPageSize)
 	if err != nil {
 		return nil, err
 	}
-	return withQueue(v.s, req.GetParent(), func(q *queue) (*cloudtaskspb.ListTasksResponse, error) {
+	return withQueue(s, req.GetParent(), func(q *queue) (*cloudtaskspb.ListTasksResponse, error) {
 		resp := &cloudtaskspb.ListTasksResponse{}
-		q.ascendAfter(after, func(t *task) bool {
-			if len(resp.Tasks) == size {
-				resp.NextPageToken = pageToken(resp.Tasks[size-1].Name)
+		q.ascendAfter(pr.after, func(t *task) bool {
+			if len(resp.Tasks) == pr.size {
+				resp.NextPageToken = s.next(pr, resp.Tasks[pr.size-1].Name)
 				return false
 			}
 			resp.Tasks = append(resp.Tasks, t.snapshot(req.ResponseView))
@@ -337,53 +335,4 @@ func (v *service) GetCmekConfig(context.Context, *cloudtaskspb.GetCmekConfigRequ
 
 func (v *service) UpdateCmekConfig(context.Context, *cloudtaskspb.UpdateCmekConfigRequest) (*cloudtaskspb.CmekConfig, error) {
 	return nil, status.Error(codes.Unimplemented, "UpdateCmekConfig: customer-managed encryption keys are not emulated")
-}
-
-// locations answers the location service the client also exposes.
-type locations struct {
-	location.UnimplementedLocationsServer
-}
-
-func (locations) ListLocations(context.Context, *location.ListLocationsRequest) (*location.ListLocationsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "ListLocations: locations are not emulated; any location ID is accepted in names")
-}
-
-func (locations) GetLocation(context.Context, *location.GetLocationRequest) (*location.Location, error) {
-	return nil, status.Error(codes.Unimplemented, "GetLocation: locations are not emulated; any location ID is accepted in names")
-}
-
-// page sorts names and returns the items of the first size of them, with
-// the token of the next page ("" on the last page).
-func page[T any](names []string, size int, item func(name string) T) (items []T, next string) {
-	sort.Strings(names)
-	for i, n := range names {
-		if i == size {
-			return items, pageToken(names[i-1])
-		}
-		items = append(items, item(n))
-	}
-	return items, ""
-}
-
-// pageToken is opaque to callers: the last name of the previous page.
-func pageToken(last string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(last))
-}
-
-func pageArgs(token string, size int32, maxSize int) (after string, n int, err error) {
-	if size < 0 {
-		return "", 0, invalid("page_size %d must not be negative", size)
-	}
-	n = int(size)
-	if n == 0 || n > maxSize {
-		n = maxSize
-	}
-	if token != "" {
-		b, err := base64.RawURLEncoding.DecodeString(token)
-		if err != nil {
-			return "", 0, invalid("page_token %q is not one this server returned", token)
-		}
-		after = string(b)
-	}
-	return after, n, nil
 }

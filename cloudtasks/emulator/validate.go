@@ -10,13 +10,13 @@ import (
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ctdispatch/ctdispatch/internal/tasksize"
 )
 
 // The service's limits, as documented for HTTP targets.
 const (
-	maxTaskSize         = 1 << 20
 	maxHeadersSize      = 80 << 10
 	maxURLLength        = 2083
 	maxScheduleAhead    = 30 * 24 * time.Hour
@@ -60,6 +60,9 @@ func parseQueueName(s string) (queueName, error) {
 	m := queueRE.FindStringSubmatch(s)
 	if m == nil {
 		return queueName{}, fmt.Errorf("%q is not a queue name; want projects/PROJECT_ID/locations/LOCATION_ID/queues/QUEUE_ID", s)
+	}
+	if m[1] == Wildcard || m[2] == Wildcard {
+		return queueName{}, fmt.Errorf("%q names the wildcard %q as a project or location; a queue lives in one project and location", s, Wildcard)
 	}
 	if len(m[3]) > 100 || !queueIDRE.MatchString(m[3]) {
 		return queueName{}, fmt.Errorf("queue ID %q must be 1 to 100 characters from [A-Za-z0-9-]", m[3])
@@ -142,8 +145,8 @@ func validateTask(t *cloudtaskspb.Task, queue string, now time.Time) error {
 	if t.DispatchCount != 0 || t.ResponseCount != 0 || t.FirstAttempt != nil || t.LastAttempt != nil || t.CreateTime != nil {
 		return invalid("task: create_time, dispatch_count, response_count, first_attempt and last_attempt are output only")
 	}
-	if n := proto.Size(t); n > maxTaskSize {
-		return invalid("task is %d bytes; the limit for HTTP tasks is %d bytes (1 MB)", n, maxTaskSize)
+	if n := tasksize.Of(t); n > tasksize.Max {
+		return invalid("task is %d bytes (its wire size); the limit for HTTP tasks is %d bytes (1 MB)", n, tasksize.Max)
 	}
 	return nil
 }

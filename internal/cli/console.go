@@ -32,18 +32,28 @@ by internal ID, Cloud Tasks ID or run); a run's dispatches and timers on a
 timeline; and the outbox's files, damaged or foreign files, stale pending
 records and outcomes over time.
 
-Either source may be left out. --emulator is the emulator's gRPC address;
---emulator-http its HTTP address (printed by "ctdispatch emulator" as the
-host of its OIDC keys), which adds exact task counts and the deliveries.
-The console lists the queues of every --location and those the emulator
-reports.
+Either source may be left out. --emulator is the emulator's gRPC address,
+and is enough: the console asks the emulator for every location holding a
+queue (ListLocations on the emulator-only wildcard project "projects/-")
+and for the address of its HTTP server, which adds exact task counts and
+the deliveries. --emulator-http overrides that address (for example when
+the emulator reports one the console cannot reach), and --location adds
+locations for an endpoint that does not take the wildcard.
 
 The console only reads unless --allow-actions is given; then it offers
-pause, resume, purge, run now and recover, each a POST carrying a token.
-It listens on loopback by default and warns when bound elsewhere: it has
-no login. Pages are rendered on the server and work without JavaScript;
-a small embedded script refreshes them while "live" is ticked.`,
-		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --emulator-http 127.0.0.1:8124 --outbox ./outbox
+pause, resume, purge, run now and recover, each a POST carrying a token
+and refused (403) when the browser says it comes from another site. It
+listens on loopback by default and warns when bound elsewhere: it has no
+login. It answers only requests whose Host is its own address, localhost,
+127.0.0.1 or [::1] with its port (for a loopback bind), or an --allow-host
+name; any other gets 421 Misdirected Request, which keeps a page of
+another site that rebinds its name to this machine (DNS rebinding) from
+reading the console. An --addr on every interface (0.0.0.0:8090, :8090)
+needs at least one --allow-host.
+
+Pages are rendered on the server and work without JavaScript; a small
+embedded script refreshes them while "live" is ticked.`,
+		Example: `  ctdispatch console --emulator 127.0.0.1:8123 --outbox ./outbox
   ctdispatch console --outbox ./outbox --addr 127.0.0.1:9000
   ctdispatch emulator --console-addr 127.0.0.1:8090
   ctdispatch demo --keep`,
@@ -53,7 +63,7 @@ a small embedded script refreshes them while "live" is ticked.`,
 				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both")
 			}
 			cfg.Logger = env.Logger
-			c, err := startConsole(cmd.Context(), cfg, addr, env)
+			c, err := startConsole(cmd.Context(), cfg, consoleFlags{addr: "--addr", allowHost: "--allow-host"}, addr, env)
 			if err != nil {
 				return err
 			}
@@ -64,10 +74,11 @@ a small embedded script refreshes them while "live" is ticked.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Emulator, "emulator", env.Getenv(emulatorEnv), "emulator gRPC address host:port (default $"+emulatorEnv+")")
-	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries")
-	f.StringArrayVar(&cfg.Locations, "location", nil, "show the queues of this location, projects/P/locations/L (repeatable)")
+	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries (default: the one the emulator reports)")
+	f.StringArrayVar(&cfg.Locations, "location", nil, "also show the queues of this location, projects/P/locations/L, for an endpoint that does not list its locations (repeatable)")
 	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
 	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
+	f.StringArrayVar(&cfg.AllowHosts, "allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required with an --addr on every interface (repeatable)")
 	f.BoolVar(&cfg.AllowActions, "allow-actions", false, "offer pause, resume, purge, run now and recover")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cloudtasks.DefaultStaleAfter, "age past which a pending record is stale")
 	f.DurationVar(&cfg.Refresh, "refresh", 5*time.Second, "how often live pages refresh")
@@ -83,18 +94,26 @@ type runningConsole struct {
 	done   chan error
 }
 
+// consoleFlags name the flags that set a console's address and allowed
+// hosts in the command that serves it, for its error messages.
+type consoleFlags struct{ addr, allowHost string }
+
 // startConsole opens the console's sources, listens on addr and serves
 // until Close. A listener reachable from other machines gets one warning
 // line on stderr, shown with or without -v.
-func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env) (*runningConsole, error) {
+func startConsole(ctx context.Context, cfg console.Config, flags consoleFlags, addr string, env *Env) (*runningConsole, error) {
 	srv, err := console.New(ctx, cfg)
-	if errors.Is(err, console.ErrNoSource) {
+	if errors.Is(err, console.ErrInvalidConfig) {
 		return nil, usagef("%v", err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	lis, err := console.Listen(addr, nil)
+	lis, err := console.Listen(addr, cfg.AllowHosts, nil)
+	if errors.Is(err, console.ErrEveryInterface) {
+		srv.Close()
+		return nil, usagef("%s %s listens on every network interface, where any name that resolves to this machine reaches the console; name the hosts it is reached by with %s NAME (repeatable), or bind it to 127.0.0.1", flags.addr, addr, flags.allowHost)
+	}
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -103,7 +122,9 @@ func startConsole(ctx context.Context, cfg console.Config, addr string, env *Env
 		fmt.Fprintf(env.Err, "ctdispatch: warning: the console at %s is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended\n", lis.Addr())
 	}
 	serveCtx, cancel := context.WithCancel(context.Background())
-	c := &runningConsole{URL: "http://" + lis.Addr().String() + "/", srv: srv, cancel: cancel, done: make(chan error, 1)}
+	// On every interface, the URL to print is the loopback one: the
+	// console refuses the unspecified address as a Host.
+	c := &runningConsole{URL: "http://" + dialAddr(lis.Addr().String()) + "/", srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { c.done <- srv.Serve(serveCtx, lis) }()
 	return c, nil
 }

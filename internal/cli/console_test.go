@@ -89,12 +89,37 @@ func TestConsoleServesAnOutboxUntilInterrupted(t *testing.T) {
 
 func TestConsoleWarnsOnceWhenBoundBeyondLoopback(t *testing.T) {
 	t.Parallel()
-	_, stop := background(t, false, "console serving on ", "console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0")
+	line, stop := background(t, false, "console serving on ", "console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0", "--allow-host", "console.internal")
+	require.Regexp(t, `^console serving on http://127\.0\.0\.1:\d+/$`, line, "the printed URL is one the console answers")
+	code, _ := fetch(t, strings.TrimPrefix(line, "console serving on ")+"outbox")
+	require.Equal(t, http.StatusOK, code)
 	exit, stderr := stop()
 	require.Equal(t, 0, exit)
 	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
 	require.Contains(t, stderr, "ctdispatch: warning: the console at [::]:")
 	require.Contains(t, stderr, "is reachable beyond this machine and has no login; bind it to 127.0.0.1 unless that is intended")
+}
+
+func TestConsoleRefusesAnAllowHostThatIsNotAHost(t *testing.T) {
+	t.Parallel()
+	res := run(t, nil, "console", "--outbox", t.TempDir(), "--allow-host", "http://console.internal")
+	require.Equal(t, 2, res.code)
+	require.Equal(t, "ctdispatch: console: AllowHosts entry \"http://console.internal\" is not a host name; allowed: a name such as console.internal or an IP, optionally with :PORT, without a scheme or path\n", res.stderr)
+}
+
+func TestConsoleOnEveryInterfaceNeedsAllowHost(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"console", "--outbox", t.TempDir(), "--addr", "0.0.0.0:0"},
+		{"console", "--outbox", t.TempDir(), "--addr", ":0"},
+	} {
+		res := run(t, nil, args...)
+		require.Equal(t, 2, res.code)
+		require.Equal(t, "ctdispatch: --addr "+args[4]+" listens on every network interface, where any name that resolves to this machine reaches the console; name the hosts it is reached by with --allow-host NAME (repeatable), or bind it to 127.0.0.1\n", res.stderr)
+	}
+	res := run(t, nil, "emulator", "--addr", "127.0.0.1:0", "--no-delivery", "--console-addr", "0.0.0.0:0")
+	require.Equal(t, 2, res.code)
+	require.Equal(t, "ctdispatch: --console-addr 0.0.0.0:0 listens on every network interface, where any name that resolves to this machine reaches the console; name the hosts it is reached by with --console-allow-host NAME (repeatable), or bind it to 127.0.0.1\n", res.stderr)
 }
 
 func TestEmulatorServesTheConsole(t *testing.T) {
@@ -139,7 +164,7 @@ func TestConsoleBinaryServesUntilSIGINT(t *testing.T) {
 	dead := lis.Addr().String()
 	lis.Close()
 
-	cmd := exec.Command(binary, "console", "--outbox", dir, "--emulator", dead, "--location", "projects/p/locations/l", "--addr", "127.0.0.1:0")
+	cmd := exec.Command(binary, "console", "--outbox", dir, "--emulator", dead, "--addr", "127.0.0.1:0")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var stderr strings.Builder
@@ -164,7 +189,7 @@ func TestConsoleBinaryServesUntilSIGINT(t *testing.T) {
 	}
 	code, page := fetch(t, url)
 	require.Equal(t, http.StatusBadGateway, code)
-	require.Contains(t, page, `<p class="error">ListQueues projects/p/locations/l:`)
+	require.Contains(t, page, `<p class="error">ListLocations projects/-:`)
 
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())

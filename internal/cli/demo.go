@@ -18,6 +18,7 @@ func newDemoCmd(env *Env) *cobra.Command {
 		keep        bool
 		asJSON      bool
 		consoleAddr string
+		allowHosts  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -70,8 +71,8 @@ the web console serves them on --console-addr (see "ctdispatch console").`,
 				if consoleAddr != "" {
 					c, err := startConsole(cmd.Context(), console.Config{
 						Emulator: running.Emulator.Addr(), EmulatorHTTP: running.Emulator.HTTPAddr(),
-						Outbox: sum.OutboxDir, Logger: env.Logger,
-					}, consoleAddr, env)
+						Outbox: sum.OutboxDir, Logger: env.Logger, AllowHosts: allowHosts,
+					}, consoleFlags{addr: "--console-addr", allowHost: "--console-allow-host"}, consoleAddr, env)
 					if err != nil {
 						return err
 					}
@@ -88,6 +89,7 @@ the web console serves them on --console-addr (see "ctdispatch console").`,
 	f.StringVar(&opts.OutboxDir, "outbox", "", "outbox directory (default: a temporary directory)")
 	f.BoolVar(&keep, "keep", false, "keep the outbox and leave the emulator serving until interrupted")
 	f.StringVar(&consoleAddr, "console-addr", console.DefaultAddr, "with --keep, serve the web console here (empty: no console)")
+	f.StringArrayVar(&allowHosts, "console-allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required to bind it to every interface (repeatable)")
 	f.Float64Var(&opts.CommitThenFailRate, "commit-then-fail", 0.25, "share of CreateTask calls that create the task but answer Unavailable (negative: none)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the injected faults")
 	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON object (snake_case keys; advanced_seconds in seconds)")

@@ -39,6 +39,7 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		latency                    time.Duration
 		noDelivery                 bool
 		consoleAddr, consoleOutbox string
+		consoleAllowHosts          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE]",
@@ -84,7 +85,9 @@ under their index in the operation's metadata. For example
   --fault BatchCreateTasks:UNAVAILABLE:0.1:each
 
 --console-addr also serves the web console (see "ctdispatch console") over
-this emulator, and over the outbox in --console-outbox if given.`,
+this emulator, and over the outbox in --console-outbox if given; it
+answers only requests addressed to its own address, localhost, or a
+--console-allow-host name.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := emulator.Config{
@@ -153,7 +156,8 @@ this emulator, and over the outbox in --console-outbox if given.`,
 			if consoleAddr != "" {
 				c, err := startConsole(ctx, console.Config{
 					Emulator: srv.Addr(), EmulatorHTTP: srv.HTTPAddr(), Outbox: consoleOutbox, Logger: env.Logger,
-				}, consoleAddr, env)
+					AllowHosts: consoleAllowHosts,
+				}, consoleFlags{addr: "--console-addr", allowHost: "--console-allow-host"}, consoleAddr, env)
 				if err != nil {
 					return errors.Join(err, srv.Close())
 				}
@@ -184,6 +188,7 @@ this emulator, and over the outbox in --console-outbox if given.`,
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
 	f.StringVar(&consoleAddr, "console-addr", "", "also serve the web console on this address, for example "+console.DefaultAddr)
 	f.StringVar(&consoleOutbox, "console-outbox", "", "outbox directory the console shows (with --console-addr)")
+	f.StringArrayVar(&consoleAllowHosts, "console-allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required to bind it to every interface (repeatable)")
 	return cmd
 }
 
@@ -213,9 +218,9 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	if parts[0] != "*" {
 		rule.Methods = strings.Split(parts[0], ",")
 	}
-	code, ok := emulator.ParseCode(parts[1])
-	if !ok {
-		return rule, usagef("--fault %q: %q is not a gRPC code name such as UNAVAILABLE", v, parts[1])
+	code, err := emulator.ParseCode(parts[1])
+	if err != nil {
+		return rule, usagef("--fault %q: %v", v, err)
 	}
 	rate, err := strconv.ParseFloat(parts[2], 64)
 	if err != nil {

@@ -168,7 +168,7 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 		{"bad bare queue ID", []string{"--queue", "a_b"}, `Config.Queues[0].Name "projects/p/locations/europe-west1/queues/a_b" queue ID "a_b" must be 1 to 100 characters from [A-Za-z0-9-]`},
 		{"address with a scheme", []string{"--addr", "http://127.0.0.1:8123"}, `--addr "http://127.0.0.1:8123": want HOST:PORT, for example 127.0.0.1:8123`},
 		{"http address without a port", []string{"--http-addr", "127.0.0.1"}, `--http-addr "127.0.0.1": want HOST:PORT`},
-		{"bad duration", []string{"--config", bad}, `queues[0].min_backoff "soon" is not a duration`},
+		{"bad duration", []string{"--config", bad}, "queues[0].min_backoff: line 1: cannot unmarshal !!str `soon` into time.Duration; want a Go duration such as \"100ms\" or \"1h\""},
 		{"unknown key", []string{"--config", misspelt}, `field queue not found`},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -59,6 +61,8 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		// A name that resolves to this machine, as a DNS-rebinding site's does.
+		chromedp.Flag("host-resolver-rules", "MAP attacker.example 127.0.0.1"),
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1360, 720),
 	)
@@ -78,7 +82,7 @@ func browser(t *testing.T) context.Context {
 // demoConsole runs the demo (emulator, worker, outbox), then dispatches a
 // fourth run scheduled an hour out so the queue has tasks to show, and
 // serves a console with actions over all of it.
-func demoConsole(t *testing.T) (*httptest.Server, *demo.Env) {
+func demoConsole(t *testing.T) (*consoleURL, *demo.Env) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -100,20 +104,37 @@ func demoConsole(t *testing.T) (*httptest.Server, *demo.Env) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, d.Close(context.Background()))
+	// The emulator's gRPC address alone, as `ctdispatch console --emulator`:
+	// the console finds the queues and the HTTP server through it. It is
+	// served as every console server serves it: Listen, then Serve (behind
+	// Guard).
 	srv, err := New(ctx, Config{
-		Emulator: env.Emulator.Addr(), EmulatorHTTP: env.Emulator.HTTPAddr(), Outbox: dir,
+		Emulator: env.Emulator.Addr(), Outbox: dir,
 		AllowActions: true, Refresh: time.Second,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
-	web := httptest.NewServer(srv)
-	t.Cleanup(web.Close)
-	return web, env
+	lis, err := Listen("127.0.0.1:0", nil, nil)
+	require.NoError(t, err)
+	serveCtx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serveCtx, lis) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-served)
+	})
+	return &consoleURL{URL: "http://" + lis.Addr().String(), srv: srv}, env
+}
+
+// consoleURL is where a browser test's console answers.
+type consoleURL struct {
+	URL string
+	srv *Server
 }
 
 func TestBrowserClicksFromQueueToTaskToIDToRun(t *testing.T) {
-	ctx := browser(t)
 	web, _ := demoConsole(t)
+	ctx := browser(t) // closed first, so the console's shutdown waits for no connection
 	var queues, tasks, internalID, trail, run string
 	var circles int
 	require.NoError(t, chromedp.Run(ctx,
@@ -153,8 +174,8 @@ func TestBrowserClicksFromQueueToTaskToIDToRun(t *testing.T) {
 }
 
 func TestBrowserSeesDeliveriesRedactedAndOutboxHealthByLiveRefresh(t *testing.T) {
-	ctx := browser(t)
 	web, env := demoConsole(t)
+	ctx := browser(t) // closed first, so the console's shutdown waits for no connection
 	var deliveries, stats string
 	var rowsShown int
 	// Run one of run-4's tasks now through its button; it carries an OIDC
@@ -188,8 +209,8 @@ func TestBrowserSeesDeliveriesRedactedAndOutboxHealthByLiveRefresh(t *testing.T)
 }
 
 func TestBrowserPausesAQueueThroughItsForm(t *testing.T) {
-	ctx := browser(t)
 	web, _ := demoConsole(t)
+	ctx := browser(t) // closed first, so the console's shutdown waits for no connection
 	var state, note string
 	require.NoError(t, chromedp.Run(ctx,
 		chromedp.Navigate(web.URL+"/"),
@@ -218,4 +239,43 @@ func shoot(t *testing.T, name string) chromedp.Action {
 		t.Logf("screenshot %s (%d bytes)", path, len(png))
 		return os.WriteFile(path, png, 0o644)
 	})
+}
+
+// TestBrowserRefusesARebindingSite: a page of another site whose name
+// resolves to this machine (DNS rebinding) gets 421 and nothing of the
+// console; an action form on another site, even one carrying the right
+// token, is refused (Chromium says Sec-Fetch-Site: cross-site) and
+// purges nothing. Time budget: about a second after the demo's setup.
+func TestBrowserRefusesARebindingSite(t *testing.T) {
+	web, env := demoConsole(t)
+	ctx := browser(t) // closed first, so the console's shutdown waits for no connection
+	u, err := url.Parse(web.URL)
+	require.NoError(t, err)
+	queue := env.Emulator.Queues()[0].Name
+	before := len(env.Emulator.Tasks(queue))
+	require.Positive(t, before)
+
+	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/actions/purge">
+<input type="hidden" name="csrf" value="%s"><input type="hidden" name="name" value="%s"><input type="hidden" name="back" value="/">
+</form><script>document.getElementById("f").submit()</script>`, web.URL, web.srv.csrf, queue)
+	}))
+	t.Cleanup(attacker.Close)
+	_, attackerPort, err := net.SplitHostPort(strings.TrimPrefix(attacker.URL, "http://"))
+	require.NoError(t, err)
+
+	var rebound, forged string
+	var tables int
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate("http://attacker.example:"+u.Port()+"/"),
+		chromedp.Text(`body`, &rebound, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("table").length`, &tables),
+		chromedp.Navigate("http://attacker.example:"+attackerPort+"/"),
+		chromedp.WaitVisible(`//body[contains(., "cross-origin")]`, chromedp.BySearch),
+		chromedp.Text(`body`, &forged, chromedp.ByQuery),
+	))
+	require.Equal(t, "console: Host \"attacker.example:"+u.Port()+"\" is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or allow this name when starting it (--allow-host, or --console-allow-host for emulator and demo).", strings.TrimSpace(rebound))
+	require.Zero(t, tables)
+	require.Equal(t, "console: refused a cross-origin POST request: actions are accepted only from the console's own pages.", strings.TrimSpace(forged))
+	require.Len(t, env.Emulator.Tasks(queue), before, "nothing purged")
 }

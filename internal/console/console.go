@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -43,6 +44,18 @@ const idCacheSize = 100_000
 // configured: the console would have nothing to show.
 var ErrNoSource = errors.New("console: no emulator and no outbox to show")
 
+// ErrInvalidConfig matches every error New returns for a Config it
+// refuses (ErrNoSource among them); the message names the field, the
+// value and what is allowed.
+var ErrInvalidConfig = errors.New("console: invalid config")
+
+// configError is a refused Config: it reads as its cause and matches
+// both the cause and ErrInvalidConfig.
+type configError struct{ error }
+
+func (e configError) Unwrap() error        { return e.error }
+func (e configError) Is(target error) bool { return target == ErrInvalidConfig }
+
 // Config says what the console shows and how. Zero fields take the
 // defaults documented on them.
 type Config struct {
@@ -51,15 +64,26 @@ type Config struct {
 	Emulator string
 	// EmulatorHTTP is the address (host:port) of the same emulator's HTTP
 	// server, where it serves emulator.InspectPath: task counts by state
-	// and the recent deliveries. Empty: the queue pages count tasks from
-	// one ListTasks page and the deliveries page is empty.
+	// and the recent deliveries. Empty: the address the emulator advertises
+	// in its ListLocations answer (emulator.HTTPAddrMetadata); with an
+	// endpoint that advertises none, the queue pages count tasks from one
+	// ListTasks page and the deliveries page is empty.
 	EmulatorHTTP string
 	// Locations lists locations (projects/P/locations/L) whose queues are
-	// shown, besides those the inspection endpoint names.
+	// shown, besides those the emulator lists for the wildcard project
+	// "projects/-" (emulator.Wildcard). Only needed for an endpoint that
+	// does not take the wildcard.
 	Locations []string
 	// Outbox is the outbox root directory, opened read-only. Empty: no
 	// outbox pages.
 	Outbox string
+	// AllowHosts names the hosts, besides the bound address and (for a
+	// loopback or all-interfaces bind) localhost, 127.0.0.1 and [::1], by
+	// which the console may be addressed: "name" allows that name with any
+	// port, "name:port" with that port only. Serve refuses a request with
+	// any other Host (StatusWrongHost, see Guard), and Listen refuses an
+	// address on every interface while this is empty.
+	AllowHosts []string
 	// AllowActions shows and accepts the actions that change state: pause,
 	// resume and purge a queue, run a task now, recover stale records.
 	// Defaults to false: the console only reads.
@@ -136,6 +160,11 @@ func (c Config) validate() error {
 	case c.HealthEvery < 0 || c.Refresh < 0 || c.Timeout < 0:
 		return fmt.Errorf("console: HealthEvery %s, Refresh %s and Timeout %s must not be negative", c.HealthEvery, c.Refresh, c.Timeout)
 	}
+	for _, h := range c.AllowHosts {
+		if err := validAllowHost(h); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -151,8 +180,9 @@ type Server struct {
 	mux     *http.ServeMux
 	health  *healthCache
 	ids     idCache
-	lookups chan struct{}  // a slot per outbox lookup running
-	bg      sync.WaitGroup // lookups that outlive their page
+	found   atomic.Pointer[string] // the HTTP address the emulator advertised
+	lookups chan struct{}          // a slot per outbox lookup running
+	bg      sync.WaitGroup         // lookups that outlive their page
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closing sync.Once
@@ -163,7 +193,7 @@ type Server struct {
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, configError{err}
 	}
 	pages, err := parsePages()
 	if err != nil {
@@ -226,10 +256,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Listen opens a TCP listener on addr (DefaultAddr when empty) and logs one
 // warning when the address is not a loopback one: the console has no
-// login, so whoever reaches the port sees what it shows.
-func Listen(addr string, log *slog.Logger) (net.Listener, error) {
+// login, so whoever reaches the port sees what it shows. An address on
+// every interface (0.0.0.0, [::], ":PORT") is refused with
+// ErrEveryInterface unless allowHosts names the hosts the console is
+// reached by (Config.AllowHosts), because Serve answers only requests
+// addressed to a name it knows.
+func Listen(addr string, allowHosts []string, log *slog.Logger) (net.Listener, error) {
 	if addr == "" {
 		addr = DefaultAddr
+	}
+	if host, _, err := net.SplitHostPort(addr); err == nil && len(allowHosts) == 0 {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return nil, fmt.Errorf("%w: %s listens on every interface; name the hosts the console is reached by (Config.AllowHosts), or bind to 127.0.0.1", ErrEveryInterface, addr)
+		}
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -248,10 +287,12 @@ func IsLoopback(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// Serve serves the console on lis until ctx ends, then shuts the HTTP
-// server down (the caller closes the Server).
+// Serve serves the console on lis, behind Guard (only requests addressed
+// to lis's address or to Config.AllowHosts, only same-origin actions),
+// until ctx ends, then shuts the HTTP server down (the caller closes the
+// Server).
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: Guard(s, lis.Addr(), s.cfg.AllowHosts), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	select {
@@ -262,6 +303,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := srv.Shutdown(shut)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A browser's idle or speculative connection must not hold the
+		// console open: drop what is left.
+		err = srv.Close()
+	}
 	<-errc
 	return err
 }

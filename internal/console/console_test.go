@@ -17,6 +17,9 @@ import (
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
 func TestQueuesPage(t *testing.T) {
@@ -319,6 +322,7 @@ func TestPagesWithoutTheirSourceSayWhatIsMissing(t *testing.T) {
 
 	_, err = New(ctx, Config{})
 	require.ErrorIs(t, err, ErrNoSource)
+	require.ErrorIs(t, err, ErrInvalidConfig)
 	_, err = New(ctx, Config{Outbox: t.TempDir(), PageSize: 5000})
 	require.EqualError(t, err, "console: PageSize 5000 out of range; allowed: 1 to 1000 (one ListTasks page)")
 }
@@ -335,17 +339,18 @@ func TestAnUnreachableEmulatorIsShownAsAnError(t *testing.T) {
 	b := &bundle{srv: srv, web: httptestServer(t, srv)}
 	code, page := b.get(t, "/")
 	require.Equal(t, http.StatusBadGateway, code)
-	require.Contains(t, page, `<p class="error">ListQueues projects/p/locations/l:`)
+	require.Contains(t, page, `<p class="error">ListLocations projects/-:`)
 }
 
 func TestListenWarnsOnlyBeyondLoopback(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		addr string
-		warn bool
-	}{{"127.0.0.1:0", false}, {"[::1]:0", false}, {"0.0.0.0:0", true}} {
+		addr  string
+		allow []string
+		warn  bool
+	}{{"127.0.0.1:0", nil, false}, {"[::1]:0", nil, false}, {"0.0.0.0:0", []string{"console.internal"}, true}} {
 		var logs bytes.Buffer
-		lis, err := Listen(tc.addr, slog.New(slog.NewTextHandler(&logs, nil)))
+		lis, err := Listen(tc.addr, tc.allow, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil && tc.addr == "[::1]:0" {
 			continue // no IPv6 loopback on this machine
 		}
@@ -357,6 +362,16 @@ func TestListenWarnsOnlyBeyondLoopback(t *testing.T) {
 		} else {
 			require.Empty(t, logs.String(), tc.addr)
 		}
+	}
+}
+
+func TestListenRefusesEveryInterfaceWithoutAllowedHosts(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", ":0"} {
+		_, err := Listen(addr, nil, nil)
+		require.ErrorIs(t, err, ErrEveryInterface)
+		require.EqualError(t, err, "console: an address on every network interface needs the host names the console is reached by: "+addr+
+			" listens on every interface; name the hosts the console is reached by (Config.AllowHosts), or bind to 127.0.0.1")
 	}
 }
 
@@ -458,20 +473,28 @@ func TestHostileParametersGiveErrorsNotPages(t *testing.T) {
 	}
 }
 
+// TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage: against an
+// endpoint that does not take the wildcard project (here the emulator
+// told to refuse ListLocations as an older one, or another service, would),
+// the console lists the locations it is given and counts tasks from one
+// page.
 func TestWithoutTheInspectionEndpointQueuesAreCountedFromOnePage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
-	srv, err := New(context.Background(), Config{Emulator: b.emu.Addr(), Locations: []string{location}, Clock: clockwork.NewFakeClockAt(t0.Add(time.Hour))})
-	require.NoError(t, err)
-	defer srv.Close()
-	b.web = httptestServer(t, srv)
-	code, page := b.get(t, "/")
-	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, page, "Task counts come from the first ListTasks page")
-	require.Equal(t, [][]string{
-		{"idle", "PAUSED", "500", "100", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
-		{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "2", "0", "0", "—", "—"}, // both due by the console's clock
-	}, rows(t, page, "queues"))
-	_, page = b.get(t, "/deliveries")
-	require.Contains(t, page, "The deliveries come from the emulator's HTTP server: start the console with <code>--emulator-http</code>.")
+	for _, refusal := range []codes.Code{codes.Unimplemented, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied} {
+		require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"ListLocations"}, Rate: 1, Code: refusal}}}))
+		srv, err := New(context.Background(), Config{Emulator: b.emu.Addr(), Locations: []string{location}, Clock: clockwork.NewFakeClockAt(t0.Add(time.Hour))})
+		require.NoError(t, err)
+		b.web = httptestServer(t, srv)
+		code, page := b.get(t, "/")
+		require.Equal(t, http.StatusOK, code, refusal)
+		require.Contains(t, page, "Task counts come from the first ListTasks page")
+		require.Equal(t, [][]string{
+			{"idle", "PAUSED", "500", "100", "1000", "100", "100ms – 1h0m0s", "16", "0", "0", "0", "0", "—", "—"},
+			{"work", "RUNNING", "5", "5", "10", "3", "1s – 10s", "2", "2", "2", "0", "0", "—", "—"}, // both due by the console's clock
+		}, rows(t, page, "queues"), refusal)
+		_, page = b.get(t, "/deliveries")
+		require.Contains(t, page, "The deliveries come from the emulator's HTTP server: start the console with <code>--emulator-http</code>.")
+		require.NoError(t, srv.Close())
+	}
 }

@@ -2,7 +2,7 @@
 // outbox: what `ctdispatch console`, `ctdispatch emulator --console-addr`
 // and `ctdispatch demo --keep` serve.
 //
-//	srv, err := console.New(ctx, console.Config{Emulator: addr, EmulatorHTTP: httpAddr, Outbox: dir})
+//	srv, err := console.New(ctx, console.Config{Emulator: addr, Outbox: dir})
 //	defer srv.Close()
 //	lis, err := console.Listen(console.DefaultAddr, logger)
 //	err = srv.Serve(ctx, lis)
@@ -28,7 +28,12 @@
 // gRPC address, so the console works against an emulator in another
 // process, and through the emulator's read-only inspection endpoint
 // (emulator.InspectPath on its HTTP address) for what the API cannot tell:
-// task counts by state and the delivery log. The outbox is opened
+// task counts by state and the delivery log. The gRPC address is enough:
+// the console asks ListLocations for the emulator-only wildcard project
+// "projects/-", which lists every location holding a queue and tells the
+// HTTP address in a response header (see emulator.Wildcard). Against an
+// endpoint that does not take the wildcard, the console lists the queues
+// of Config.Locations and counts tasks from one ListTasks page. The outbox is opened
 // read-only through its exported API. Either source may be absent; the
 // pages that need it then answer 404 saying which flag is missing.
 //

@@ -143,7 +143,9 @@ func setup(t testing.TB, cfg Config) *bundle {
 		b.record("transform", outbox.StatusAlreadyExisted, sec(0), sec(30), hostile),
 	})
 
-	cfg.Emulator, cfg.EmulatorHTTP, cfg.Outbox = b.emu.Addr(), b.emu.HTTPAddr(), b.dir
+	// The emulator's address alone: the console finds its queues and its
+	// HTTP server through ListLocations.
+	cfg.Emulator, cfg.Outbox = b.emu.Addr(), b.dir
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewFakeClockAt(t0.Add(time.Hour))
 	}

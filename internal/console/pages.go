@@ -244,8 +244,12 @@ func (s *Server) queuesPage(r *http.Request, l *layout) error {
 		return err
 	}
 	ctx := r.Context()
+	found, err := s.discover(ctx)
+	if err != nil {
+		return err
+	}
 	ins, insErr := s.inspect(ctx, "", "", emulator.DefaultDeliveryLogLimit)
-	queues, err := s.listQueues(ctx, ins)
+	queues, err := s.listQueues(ctx, found, ins)
 	if err != nil {
 		return err
 	}

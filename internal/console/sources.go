@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -13,17 +14,93 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/iterator"
+	locationpb "google.golang.org/genproto/googleapis/cloud/location"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
+// discover asks the emulator for every location that holds a queue, with
+// ListLocations on "projects/-" (the emulator's wildcard, see
+// emulator.Wildcard), and remembers the HTTP address its answer
+// advertises (emulator.HTTPAddrMetadata). An endpoint that does not take
+// the wildcard (Unimplemented, InvalidArgument, NotFound or
+// PermissionDenied: another emulator, or a service that documents no
+// wildcard) yields no locations and no error, so the console shows the
+// locations it was given.
+func (s *Server) discover(ctx context.Context) ([]string, error) {
+	var md metadata.MD
+	it := s.client.ListLocations(ctx, &locationpb.ListLocationsRequest{Name: "projects/" + emulator.Wildcard}, gax.WithGRPCOptions(grpc.Header(&md)))
+	var locs []string
+	for {
+		l, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		switch status.Code(err) {
+		case codes.OK:
+			locs = append(locs, l.GetName())
+			continue
+		case codes.Unimplemented, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied:
+			// Not an endpoint that takes the wildcard: no discovery.
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ListLocations projects/%s: %w", emulator.Wildcard, err)
+	}
+	if v := md.Get(emulator.HTTPAddrMetadata); len(v) == 1 {
+		addr := reachable(v[0], s.cfg.Emulator)
+		s.found.Store(&addr)
+	}
+	return locs, nil
+}
+
+// reachable is the address at which the console can reach a listener that
+// the emulator reports as advertised: an unspecified host (0.0.0.0, [::])
+// is replaced by the host through which the console reaches the emulator.
+func reachable(advertised, grpcAddr string) string {
+	host, port, err := net.SplitHostPort(advertised)
+	if err != nil {
+		return advertised
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, _, err := net.SplitHostPort(grpcAddr); err == nil {
+			return net.JoinHostPort(h, port)
+		}
+	}
+	return advertised
+}
+
+// emulatorHTTP is the address of the emulator's HTTP server: the
+// configured one, else the one the emulator advertised (asking it once if
+// it has not been asked yet); "" when there is none.
+func (s *Server) emulatorHTTP(ctx context.Context) string {
+	if s.cfg.EmulatorHTTP != "" {
+		return s.cfg.EmulatorHTTP
+	}
+	if a := s.found.Load(); a != nil {
+		return *a
+	}
+	if _, err := s.discover(ctx); err != nil {
+		return ""
+	}
+	if a := s.found.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
 // inspect asks the emulator's HTTP server for its load and recent
-// deliveries; nil without error when no inspection address is configured.
+// deliveries; nil without error when no inspection address is known.
 func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*emulator.Inspection, error) {
-	if s.cfg.EmulatorHTTP == "" {
+	addr := s.emulatorHTTP(ctx)
+	if addr == "" {
 		return nil, nil
 	}
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
@@ -33,22 +110,22 @@ func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*e
 	if task != "" {
 		q.Set("task", task)
 	}
-	u := "http://" + s.cfg.EmulatorHTTP + emulator.InspectPath + "?" + q.Encode()
+	u := "http://" + addr + emulator.InspectPath + "?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := s.web.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("emulator inspection at %s: %w", s.cfg.EmulatorHTTP, err)
+		return nil, fmt.Errorf("emulator inspection at %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("emulator inspection at %s: HTTP %d", s.cfg.EmulatorHTTP, resp.StatusCode)
+		return nil, fmt.Errorf("emulator inspection at %s: HTTP %d", addr, resp.StatusCode)
 	}
 	var ins emulator.Inspection
 	if err := json.NewDecoder(resp.Body).Decode(&ins); err != nil {
-		return nil, fmt.Errorf("emulator inspection at %s: %w", s.cfg.EmulatorHTTP, err)
+		return nil, fmt.Errorf("emulator inspection at %s: %w", addr, err)
 	}
 	for i := range ins.Deliveries {
 		ins.Deliveries[i].Header = redactHeader(ins.Deliveries[i].Header)
@@ -67,11 +144,12 @@ func redactHeader(h http.Header) http.Header {
 	return h
 }
 
-// listQueues lists the queues of every configured location and of every
-// location the inspection names, sorted by name.
-func (s *Server) listQueues(ctx context.Context, ins *emulator.Inspection) ([]*cloudtaskspb.Queue, error) {
+// listQueues lists the queues of every location found (by discover), every
+// configured location and every location the inspection names, sorted by
+// name.
+func (s *Server) listQueues(ctx context.Context, found []string, ins *emulator.Inspection) ([]*cloudtaskspb.Queue, error) {
 	locs := map[string]bool{}
-	for _, l := range s.cfg.Locations {
+	for _, l := range append(found, s.cfg.Locations...) {
 		locs[l] = true
 	}
 	if ins != nil {

@@ -123,6 +123,16 @@ async function main() {
     assert.ok(paused.some(q => q.name === queueName), 'the paused queue is listed');
     console.log('ok listQueues filter state: PAUSED');
 
+    const locations = [];
+    for await (const l of client.listLocationsAsync({name: 'projects/p'}, {autoPaginate: false})) {
+      locations.push(l.name);
+    }
+    assert.ok(locations.includes(location), `listLocations lists ${location}: ${locations}`);
+    const [loc] = await client.getLocation({name: location});
+    assert.equal(loc.locationId, 'europe-west1');
+    await assert.rejects(client.listQueues({parent: location, pageToken: 'bm90LWEtdG9rZW4'}), /INVALID_ARGUMENT|3 /);
+    console.log('ok listLocations, getLocation, a forged page token refused');
+
     const [policy] = await client.getIamPolicy({resource: queueName});
     const [set] = await client.setIamPolicy({
       resource: queueName,
