@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +22,20 @@ const emulatorHostEnv = "CLOUD_TASKS_EMULATOR_HOST"
 
 // defaultEmulatorAddr is used when neither --addr nor the environment says.
 const defaultEmulatorAddr = "127.0.0.1:8123"
+
+// Environment variables that stand in for the emulator's flags when the
+// flag is not given: a container is configured through its environment
+// (docker run -e, a compose file's environment:) more often than through
+// its command line.
+const (
+	// emulatorQueuesEnv lists queues as --queue takes them, separated by
+	// commas or white space.
+	emulatorQueuesEnv = "CTDISPATCH_EMULATOR_QUEUES"
+	// emulatorConfigEnv is the path of a --config file.
+	emulatorConfigEnv = "CTDISPATCH_EMULATOR_CONFIG"
+	// emulatorPublicURLEnv is the --public-url.
+	emulatorPublicURLEnv = "CTDISPATCH_EMULATOR_PUBLIC_URL"
+)
 
 // The project and location that qualify a bare queue ID given to --queue:
 // those of the README's examples.
@@ -39,6 +54,7 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		latency                    time.Duration
 		noDelivery                 bool
 		consoleAddr, consoleOutbox string
+		publicURL                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE]",
@@ -55,7 +71,9 @@ Point a client at it with
   option.WithEndpoint(addr), option.WithoutAuthentication() and an insecure
   gRPC transport (emulator.ClientOptions(addr) does all three).
 
-Queues come from --queue and from --config. --queue takes a full name,
+Queues come from --queue and from --config (or, when those flags are not
+given, from $` + emulatorQueuesEnv + `, a list separated by commas or spaces, and
+from the file named by $` + emulatorConfigEnv + `). --queue takes a full name,
 projects/PROJECT/locations/LOCATION/queues/QUEUE, or a bare queue ID, which
 is created in --project and --location (by default
 projects/` + defaultEmulatorProject + `/locations/` + defaultEmulatorLocation + `/queues/QUEUE); either way
@@ -83,6 +101,16 @@ under their index in the operation's metadata. For example
   --fault CreateTask:UNAVAILABLE:0.05:commit
   --fault BatchCreateTasks:UNAVAILABLE:0.1:each
 
+Workers verify the OIDC tokens the emulator signs with the keys its HTTP
+server (--http-addr) serves. When workers reach that server at another
+address than it listens on, as they do when the emulator runs in a
+container, --public-url (or $` + emulatorPublicURLEnv + `) gives the base URL they use,
+for example http://localhost:8124: it becomes the tokens' issuer and the
+key URL of the discovery document.
+
+"ctdispatch emulator health" checks a running emulator, for a container's
+HEALTHCHECK.
+
 --console-addr also serves the web console (see "ctdispatch console") over
 this emulator, and over the outbox in --console-outbox if given.`,
 		Args: cobra.NoArgs,
@@ -93,6 +121,7 @@ this emulator, and over the outbox in --console-outbox if given.`,
 				Logger:          env.Logger,
 				NameReuseWindow: reuse,
 				DisableDelivery: noDelivery,
+				PublicURL:       flagOrEnv(cmd, "public-url", publicURL, env, emulatorPublicURLEnv),
 			}
 			if cfg.Addr == "" {
 				cfg.Addr = env.Getenv(emulatorHostEnv)
@@ -104,6 +133,10 @@ this emulator, and over the outbox in --console-outbox if given.`,
 				if _, _, err := net.SplitHostPort(a.value); err != nil {
 					return usagef("%s %q: want HOST:PORT, for example 127.0.0.1:8123", a.flag, a.value)
 				}
+			}
+			configPath = flagOrEnv(cmd, "config", configPath, env, emulatorConfigEnv)
+			if !cmd.Flags().Changed("queue") {
+				queues = strings.FieldsFunc(env.Getenv(emulatorQueuesEnv), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 			}
 			if configPath != "" {
 				data, err := os.ReadFile(configPath)
@@ -134,6 +167,14 @@ this emulator, and over the outbox in --console-outbox if given.`,
 				cfg.Faults.Rules = append(cfg.Faults.Rules, emulator.FaultRule{Rate: 1, Latency: latency})
 			}
 			srv, err := emulator.New(cfg)
+			var ce *emulator.ConfigError
+			if errors.As(err, &ce) && ce.Field == "PublicURL" {
+				source := "--public-url"
+				if !cmd.Flags().Changed("public-url") {
+					source = "$" + emulatorPublicURLEnv
+				}
+				return usagef("%s %q %s", source, ce.Value, ce.Rule)
+			}
 			if errors.Is(err, emulator.ErrInvalidConfig) {
 				return usagef("%v", err)
 			}
@@ -184,7 +225,18 @@ this emulator, and over the outbox in --console-outbox if given.`,
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
 	f.StringVar(&consoleAddr, "console-addr", "", "also serve the web console on this address, for example "+console.DefaultAddr)
 	f.StringVar(&consoleOutbox, "console-outbox", "", "outbox directory the console shows (with --console-addr)")
+	f.StringVar(&publicURL, "public-url", "", "base URL at which workers reach --http-addr, for the tokens' issuer and key URL (default $"+emulatorPublicURLEnv+" or http:// and --http-addr)")
+	cmd.AddCommand(newEmulatorHealthCmd(env))
 	return cmd
+}
+
+// flagOrEnv returns the flag's value if it was given on the command line,
+// and the environment variable's otherwise.
+func flagOrEnv(cmd *cobra.Command, flag, value string, env *Env, name string) string {
+	if cmd.Flags().Changed(flag) {
+		return value
+	}
+	return env.Getenv(name)
 }
 
 // faultSyntax is the form of a --fault value.
