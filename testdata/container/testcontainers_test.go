@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"strconv"
 	"testing"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/stretchr/testify/require"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -34,7 +37,7 @@ func startEmulator(ctx context.Context, t *testing.T, image string) (grpcAddr, p
 	httpPort := freePort(t)
 	publicURL = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithExposedPorts("127.0.0.1::8123/tcp", fmt.Sprintf("127.0.0.1:%d:8124/tcp", httpPort)),
+		testcontainers.WithExposedPorts("8123/tcp", "8124/tcp"),
 		testcontainers.WithEnv(map[string]string{
 			"CTDISPATCH_EMULATOR_QUEUES":     "work",
 			"CTDISPATCH_EMULATOR_PUBLIC_URL": publicURL,
@@ -44,9 +47,16 @@ func startEmulator(ctx context.Context, t *testing.T, image string) (grpcAddr, p
 		testcontainers.WithWaitStrategy(wait.ForExec([]string{
 			"/ctdispatch", "emulator", "health", "--addr", "127.0.0.1:8123", "--http-addr", "127.0.0.1:8124",
 		})),
-		// Rootful podman with runc cannot apply its default open-files
-		// limit on some hosts; explicit limits work there and under Docker.
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			// Published on loopback only, since the emulator has no
+			// authentication; the key server on the port the public URL names.
+			loopback := netip.MustParseAddr("127.0.0.1")
+			hc.PortBindings = network.PortMap{
+				network.MustParsePort("8123/tcp"): {{HostIP: loopback}},
+				network.MustParsePort("8124/tcp"): {{HostIP: loopback, HostPort: strconv.Itoa(httpPort)}},
+			}
+			// Rootful podman with runc cannot apply its default open-files
+			// limit on some hosts; explicit limits work there and under Docker.
 			hc.Ulimits = []*container.Ulimit{
 				{Name: "nofile", Soft: 1024, Hard: 20000},
 				{Name: "nproc", Soft: 1024, Hard: 1024},
