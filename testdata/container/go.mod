@@ -7,6 +7,7 @@ require (
 	github.com/moby/moby/api v1.56.1
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
+	golang.org/x/mod v0.43.0
 	google.golang.org/api v0.288.0
 	google.golang.org/grpc v1.84.0
 )
