@@ -39,6 +39,11 @@ const (
 	// defaults to host.containers.internal (podman's name; Docker's is
 	// host.docker.internal).
 	workerHostEnv = "CTDISPATCH_TEST_WORKER_HOST"
+	// composeGRPCEnv and composePublicURLEnv are the host address and
+	// public URL of the compose service the script started from
+	// compose.yaml.
+	composeGRPCEnv      = "CTDISPATCH_TEST_COMPOSE_GRPC"
+	composePublicURLEnv = "CTDISPATCH_TEST_COMPOSE_PUBLIC_URL"
 	// requiredEnv set to 1 turns a skip for a missing variable into a
 	// failure, so CI cannot pass without running these tests.
 	requiredEnv = "CTDISPATCH_TEST_CONTAINER_REQUIRED"

@@ -3,7 +3,10 @@ package container_test
 import (
 	"archive/zip"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,15 +29,22 @@ const modulePath = "github.com/ctdispatch/ctdispatch"
 // TestGoInstallFromModuleProxy checks the line the README gives users,
 // go install github.com/ctdispatch/ctdispatch/cmd/ctdispatch@latest, and
 // what the installed binary says about itself. The committed tree (HEAD)
-// is published as a release in a module proxy laid out in a temporary
-// directory, ahead of the machine's own proxy, which serves the
-// dependencies (they are checked against the published go.sum).
+// is published in a module proxy laid out in a temporary directory, ahead
+// of the machine's own proxy, which serves the dependencies (they are
+// checked against the published go.sum).
+//
+// The go command keeps what it downloads in the shared module cache and
+// never fetches a version it holds again, so each run publishes a version
+// of its own (a pre-release, which @latest picks when the list has no
+// release) and removes it from the cache when done; with one fixed
+// version a second run would install the first run's tree.
 func TestGoInstallFromModuleProxy(t *testing.T) {
 	t.Parallel()
 	repo := getenv(t, repoEnv)
-	const version = "v0.1.0"
+	version := fmt.Sprintf("v0.1.0-ci.%d", time.Now().UnixNano())
 	proxy := t.TempDir()
 	publish(t, proxy, repo, version)
+	t.Cleanup(func() { forget(t, version) })
 
 	goproxy, err := exec.Command("go", "env", "GOPROXY").Output()
 	require.NoError(t, err)
@@ -66,6 +76,36 @@ func TestGoInstallFromModuleProxy(t *testing.T) {
 	// A module built from a proxy carries no VCS stamp: the version is
 	// the whole story.
 	require.Equal(t, "ctdispatch "+version+", revision unknown, "+strings.TrimSpace(string(goVersion))+"\n", string(got))
+}
+
+// forget removes version of the module from the shared module cache:
+// the extracted tree (read-only, as the go command leaves it) and the
+// downloaded files.
+func forget(t *testing.T, version string) {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	require.NoError(t, err)
+	cache := strings.TrimSpace(string(out))
+	tree := filepath.Join(cache, filepath.FromSlash(modulePath)+"@"+version)
+	_ = filepath.WalkDir(tree, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(path, 0o755)
+		}
+		return nil
+	})
+	require.NoError(t, os.RemoveAll(tree))
+	dir := filepath.Join(cache, "cache", "download", filepath.FromSlash(modulePath), "@v")
+	downloads, err := filepath.Glob(filepath.Join(dir, version+".*"))
+	require.NoError(t, err)
+	for _, f := range append(downloads, filepath.Join(dir, "list")) {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			require.NoError(t, err)
+		}
+	}
+	// The directories go too when no other version is left in them.
+	for _, d := range []string{dir, filepath.Dir(dir), filepath.Dir(filepath.Dir(dir)), filepath.Dir(tree)} {
+		_ = os.Remove(d)
+	}
 }
 
 // publish lays out version of the module, made from repo's committed tree
