@@ -45,6 +45,7 @@ const (
 )
 
 func newEmulatorCmd(env *Env) *cobra.Command {
+	var publicURL string
 	var (
 		addr, httpAddr, configPath string
 		project, location          string
@@ -54,7 +55,6 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		latency                    time.Duration
 		noDelivery                 bool
 		consoleAddr, consoleOutbox string
-		publicURL                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE]",
@@ -211,9 +211,11 @@ this emulator, and over the outbox in --console-outbox if given.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newEmulatorHealthCmd(env))
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "", "gRPC listen address (default $"+emulatorHostEnv+" or "+defaultEmulatorAddr+")")
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the HTTP server for the OIDC discovery document and keys (JWKS and PEM)")
+	f.StringVar(&publicURL, "public-url", "", "base URL at which workers reach --http-addr, for the tokens' issuer and key URL (default $"+emulatorPublicURLEnv+" or http:// and --http-addr)")
 	f.StringArrayVar(&queues, "queue", nil, "create this queue at start: a full name or a bare ID in --project and --location (repeatable)")
 	f.StringVar(&project, "project", defaultEmulatorProject, "project of the queues given to --queue as bare IDs")
 	f.StringVar(&location, "location", defaultEmulatorLocation, "location of the queues given to --queue as bare IDs")
@@ -225,8 +227,6 @@ this emulator, and over the outbox in --console-outbox if given.`,
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
 	f.StringVar(&consoleAddr, "console-addr", "", "also serve the web console on this address, for example "+console.DefaultAddr)
 	f.StringVar(&consoleOutbox, "console-outbox", "", "outbox directory the console shows (with --console-addr)")
-	f.StringVar(&publicURL, "public-url", "", "base URL at which workers reach --http-addr, for the tokens' issuer and key URL (default $"+emulatorPublicURLEnv+" or http:// and --http-addr)")
-	cmd.AddCommand(newEmulatorHealthCmd(env))
 	return cmd
 }
 
