@@ -4,7 +4,7 @@
 # it, since a build can only copy files from its context:
 #
 #   make image                      # podman build --format docker -t ctdispatch-emulator:dev .
-#   docker run --rm -p 8123:8123 -p 8124:8124 ctdispatch-emulator:dev --queue work
+#   docker run --rm -p 127.0.0.1:8123:8123 -p 127.0.0.1:8124:8124 ctdispatch-emulator:dev --queue work
 #
 # Why scratch, a numeric user and a health check that is the binary:
 # ADR/0010-container.md. Use: docs/emulator.md.

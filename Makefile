@@ -16,8 +16,10 @@ build:
 	CGO_ENABLED=0 go build -o bin/ctdispatch ./cmd/ctdispatch
 
 ## image: the emulator's container image (Dockerfile) from the static
-## binary and the build host's CA certificates. podman builds OCI images by
-## default, which drop HEALTHCHECK: --format docker keeps it.
+## binary and the build host's CA certificates (CA_CERTS, Debian's path by
+## default), copied into bin/ because a build copies only from its context.
+## podman builds OCI images by default, which drop HEALTHCHECK: --format
+## docker keeps it. CONTAINER_TOOL=docker to use Docker.
 IMAGE ?= ctdispatch-emulator:dev
 CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt

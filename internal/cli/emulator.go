@@ -285,7 +285,7 @@ func warnAllInterfaces(env *Env, flag, requested, actual string) {
 	if err != nil || !unspecifiedHost(host) {
 		return
 	}
-	fmt.Fprintf(env.Err, "ctdispatch: warning: %s %s listens on every network interface (%s) without authentication; use 127.0.0.1:PORT to keep the emulator on this machine\n", flag, requested, actual)
+	fmt.Fprintf(env.Err, "ctdispatch: warning: %s %s listens on every network interface (%s) without authentication; use 127.0.0.1:PORT to keep the emulator on this machine (in a container, publish the port on 127.0.0.1)\n", flag, requested, actual)
 }
 
 func unspecifiedHost(host string) bool {
