@@ -72,9 +72,28 @@ func workerHost() string {
 
 func TestImageStartedByScript(t *testing.T) {
 	t.Parallel()
+	grpcAddr := getenv(t, grpcEnv)
 	// scripts/container-test appends --queue from-flag to the image's
-	// command line.
-	checkEmulator(t, getenv(t, grpcEnv), getenv(t, publicURLEnv), "projects/p/locations/europe-west1/queues/from-flag")
+	// command line, and mounts a config file with the queue from-config.
+	checkEmulator(t, grpcAddr, getenv(t, publicURLEnv), "projects/p/locations/europe-west1/queues/from-flag")
+
+	ctx := context.Background()
+	client, err := cloudtasks.NewClient(ctx, clientOptions(grpcAddr)...)
+	require.NoError(t, err)
+	defer client.Close()
+	q, err := client.GetQueue(ctx, &cloudtaskspb.GetQueueRequest{Name: "projects/p/locations/europe-west1/queues/from-config"})
+	require.NoError(t, err)
+	require.Equal(t, int32(3), q.GetRetryConfig().GetMaxAttempts(), "the config file's setting")
+}
+
+// clientOptions point the official client at an emulator, as the README
+// says: no credentials, no TLS.
+func clientOptions(grpcAddr string) []option.ClientOption {
+	return []option.ClientOption{
+		option.WithEndpoint(grpcAddr),
+		option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+	}
 }
 
 // checkEmulator drives an emulator in a container through the official
@@ -100,11 +119,7 @@ func checkEmulator(t *testing.T, grpcAddr, publicURL, queue string) {
 
 	w := startWorker(t, ctx, publicURL)
 
-	// The official client, pointed at the emulator as the README says.
-	client, err := cloudtasks.NewClient(ctx,
-		option.WithEndpoint(grpcAddr),
-		option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	client, err := cloudtasks.NewClient(ctx, clientOptions(grpcAddr)...)
 	require.NoError(t, err)
 	defer client.Close()
 	_, err = client.GetQueue(ctx, &cloudtaskspb.GetQueueRequest{Name: queue})
