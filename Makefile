@@ -4,7 +4,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell go env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 
-.PHONY: all build test test-short readme-test lint fmt tools bench fuzz demo clean
+.PHONY: all build image container-test test test-short readme-test lint fmt tools bench fuzz demo clean
 
 all: lint test
 
@@ -14,6 +14,25 @@ all: lint test
 ## (Tests keep cgo: the race detector needs it.)
 build:
 	CGO_ENABLED=0 go build -o bin/ctdispatch ./cmd/ctdispatch
+
+## image: the emulator's container image (Dockerfile) from the static
+## binary and the build host's CA certificates (CA_CERTS, Debian's path by
+## default), copied into bin/ because a build copies only from its context.
+## podman builds OCI images by default, which drop HEALTHCHECK: --format
+## docker keeps it. CONTAINER_TOOL=docker to use Docker.
+IMAGE ?= ctdispatch-emulator:dev
+CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+image: build
+	cp $(CA_CERTS) bin/ca-certificates.crt
+	$(CONTAINER_TOOL) build $(if $(filter podman,$(notdir $(CONTAINER_TOOL))),--format docker) -t $(IMAGE) .
+
+## container-test: build the image, run it, and drive it from the host
+## with the official client and a worker that verifies its OIDC token; then
+## install the binary from a local module proxy and check --version
+## (scripts/container-test)
+container-test:
+	scripts/container-test
 
 ## demo: the whole product on this machine: emulator, worker, outbox
 demo:

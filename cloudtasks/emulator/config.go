@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -119,10 +120,17 @@ type Config struct {
 	// SigningKey signs OIDC tokens. Defaults to a 2048-bit RSA key generated
 	// on first use and shared by the process's servers.
 	SigningKey *rsa.PrivateKey
-	// OIDCIssuer is the "iss" claim of the tokens. Defaults to the base
-	// URL of the HTTP server, whose /.well-known/openid-configuration
-	// points to the JWKS.
+	// OIDCIssuer is the "iss" claim of the tokens. Defaults to PublicURL,
+	// whose /.well-known/openid-configuration points to the JWKS.
 	OIDCIssuer string
+	// PublicURL is the base URL at which workers reach the HTTP server,
+	// for when that is not the address it listens on: an emulator in a
+	// container listens on 0.0.0.0:8124 and is published to its workers
+	// as, say, http://localhost:8124. JWKSURL, PEMCertsURL and the
+	// discovery document are built on it. Defaults to "http://" and the
+	// HTTP listener's address. It must be an absolute http or https URL
+	// with a host and no query or fragment; a trailing "/" is dropped.
+	PublicURL string
 }
 
 func (c Config) withDefaults() Config {
@@ -160,6 +168,11 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.PublicURL != "" {
+		if err := validatePublicURL(c.PublicURL); err != nil {
+			return err
+		}
+	}
 	if c.DeliveryLogLimit < 0 {
 		return &ConfigError{Field: "DeliveryLogLimit", Value: fmt.Sprint(c.DeliveryLogLimit), Rule: "must not be negative"}
 	}
@@ -179,6 +192,24 @@ func (c Config) validate() error {
 		}
 	}
 	return c.Faults.validate()
+}
+
+// validatePublicURL accepts what a worker can fetch keys from: an absolute
+// http or https URL with a host and a path at most, since the key paths
+// are appended to it.
+func validatePublicURL(v string) error {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return &ConfigError{Field: "PublicURL", Value: v, Rule: "is not a URL: " + err.Error()}
+	case u.Scheme != "http" && u.Scheme != "https":
+		return &ConfigError{Field: "PublicURL", Value: v, Rule: "must start with http:// or https://"}
+	case u.Host == "":
+		return &ConfigError{Field: "PublicURL", Value: v, Rule: "must name a host, for example http://localhost:8124"}
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return &ConfigError{Field: "PublicURL", Value: v, Rule: "must not have a query, a fragment or user information"}
+	}
+	return nil
 }
 
 // QueueConfig describes a queue to create. Zero values take the service's

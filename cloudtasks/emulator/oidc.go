@@ -97,11 +97,15 @@ func (s *Server) signOIDC(serviceAccount, audience string, now time.Time) (strin
 // Issuer is the "iss" claim of the OIDC tokens the emulator signs.
 func (s *Server) Issuer() string { return s.issuer }
 
+// PublicURL is the base URL of the HTTP server as workers reach it:
+// Config.PublicURL, or "http://" and HTTPAddr.
+func (s *Server) PublicURL() string { return s.public }
+
 // JWKSURL is where a worker fetches the keys that verify the tokens.
-func (s *Server) JWKSURL() string { return "http://" + s.HTTPAddr() + JWKSPath }
+func (s *Server) JWKSURL() string { return s.public + JWKSPath }
 
 // PEMCertsURL is where a worker fetches the same keys in PEM form.
-func (s *Server) PEMCertsURL() string { return "http://" + s.HTTPAddr() + PEMCertsPath }
+func (s *Server) PEMCertsURL() string { return s.public + PEMCertsPath }
 
 // PublicKey returns the key that verifies the emulator's OIDC tokens.
 // It is nil if no key could be generated.

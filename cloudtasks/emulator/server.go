@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,7 @@ type Server struct {
 	kid     string
 	keyErr  error
 	issuer  string
+	public  string // base URL of the HTTP server as workers see it
 	faults  *faultState
 	pages   *pageTokens
 
@@ -99,14 +101,19 @@ func New(cfg Config) (*Server, error) {
 		s.lis.Close()
 		return nil, fmt.Errorf("emulator: listen on %s: %w", cfg.HTTPAddr, err)
 	}
+	s.public = strings.TrimSuffix(cfg.PublicURL, "/")
+	if s.public == "" {
+		s.public = "http://" + s.hlis.Addr().String()
+	}
 	s.issuer = cfg.OIDCIssuer
 	if s.issuer == "" {
-		s.issuer = "http://" + s.hlis.Addr().String()
+		s.issuer = s.public
 	}
 	s.grpc = grpc.NewServer(
 		grpc.UnaryInterceptor(s.intercept),
 		grpc.MaxRecvMsgSize(128<<20),
 	)
+	registerHealth(s.grpc)
 	cloudtaskspb.RegisterCloudTasksServer(s.grpc, &service{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, &operations{s: s})
 	location.RegisterLocationsServer(s.grpc, locations{s: s})

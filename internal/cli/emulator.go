@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,20 @@ const emulatorHostEnv = "CLOUD_TASKS_EMULATOR_HOST"
 // defaultEmulatorAddr is used when neither --addr nor the environment says.
 const defaultEmulatorAddr = "127.0.0.1:8123"
 
+// Environment variables that stand in for the emulator's flags when the
+// flag is not given: a container is configured through its environment
+// (docker run -e, a compose file's environment:) more often than through
+// its command line.
+const (
+	// emulatorQueuesEnv lists queues as --queue takes them, separated by
+	// commas or white space.
+	emulatorQueuesEnv = "CTDISPATCH_EMULATOR_QUEUES"
+	// emulatorConfigEnv is the path of a --config file.
+	emulatorConfigEnv = "CTDISPATCH_EMULATOR_CONFIG"
+	// emulatorPublicURLEnv is the --public-url.
+	emulatorPublicURLEnv = "CTDISPATCH_EMULATOR_PUBLIC_URL"
+)
+
 // The project and location that qualify a bare queue ID given to --queue:
 // those of the README's examples.
 const (
@@ -30,6 +45,7 @@ const (
 )
 
 func newEmulatorCmd(env *Env) *cobra.Command {
+	var publicURL string
 	var (
 		addr, httpAddr, configPath string
 		project, location          string
@@ -56,7 +72,9 @@ Point a client at it with
   option.WithEndpoint(addr), option.WithoutAuthentication() and an insecure
   gRPC transport (emulator.ClientOptions(addr) does all three).
 
-Queues come from --queue and from --config. --queue takes a full name,
+Queues come from --queue and from --config (or, when those flags are not
+given, from $` + emulatorQueuesEnv + `, a list separated by commas or spaces, and
+from the file named by $` + emulatorConfigEnv + `). --queue takes a full name,
 projects/PROJECT/locations/LOCATION/queues/QUEUE, or a bare queue ID, which
 is created in --project and --location (by default
 projects/` + defaultEmulatorProject + `/locations/` + defaultEmulatorLocation + `/queues/QUEUE); either way
@@ -84,6 +102,16 @@ under their index in the operation's metadata. For example
   --fault CreateTask:UNAVAILABLE:0.05:commit
   --fault BatchCreateTasks:UNAVAILABLE:0.1:each
 
+Workers verify the OIDC tokens the emulator signs with the keys its HTTP
+server (--http-addr) serves. When workers reach that server at another
+address than it listens on, as they do when the emulator runs in a
+container, --public-url (or $` + emulatorPublicURLEnv + `) gives the base URL they use,
+for example http://localhost:8124: it becomes the tokens' issuer and the
+key URL of the discovery document.
+
+"ctdispatch emulator health" checks a running emulator, for a container's
+HEALTHCHECK.
+
 --console-addr also serves the web console (see "ctdispatch console") over
 this emulator, and over the outbox in --console-outbox if given; it
 answers only requests addressed to its own address, localhost, or a
@@ -96,6 +124,7 @@ answers only requests addressed to its own address, localhost, or a
 				Logger:          env.Logger,
 				NameReuseWindow: reuse,
 				DisableDelivery: noDelivery,
+				PublicURL:       flagOrEnv(cmd, "public-url", publicURL, env, emulatorPublicURLEnv),
 			}
 			if cfg.Addr == "" {
 				cfg.Addr = env.Getenv(emulatorHostEnv)
@@ -107,6 +136,10 @@ answers only requests addressed to its own address, localhost, or a
 				if _, _, err := net.SplitHostPort(a.value); err != nil {
 					return usagef("%s %q: want HOST:PORT, for example 127.0.0.1:8123", a.flag, a.value)
 				}
+			}
+			configPath = flagOrEnv(cmd, "config", configPath, env, emulatorConfigEnv)
+			if !cmd.Flags().Changed("queue") {
+				queues = strings.FieldsFunc(env.Getenv(emulatorQueuesEnv), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 			}
 			if configPath != "" {
 				data, err := os.ReadFile(configPath)
@@ -137,6 +170,14 @@ answers only requests addressed to its own address, localhost, or a
 				cfg.Faults.Rules = append(cfg.Faults.Rules, emulator.FaultRule{Rate: 1, Latency: latency})
 			}
 			srv, err := emulator.New(cfg)
+			var ce *emulator.ConfigError
+			if errors.As(err, &ce) && ce.Field == "PublicURL" {
+				source := "--public-url"
+				if !cmd.Flags().Changed("public-url") {
+					source = "$" + emulatorPublicURLEnv
+				}
+				return usagef("%s %q %s", source, ce.Value, ce.Rule)
+			}
 			if errors.Is(err, emulator.ErrInvalidConfig) {
 				return usagef("%v", err)
 			}
@@ -174,9 +215,11 @@ answers only requests addressed to its own address, localhost, or a
 			return nil
 		},
 	}
+	cmd.AddCommand(newEmulatorHealthCmd(env))
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "", "gRPC listen address (default $"+emulatorHostEnv+" or "+defaultEmulatorAddr+")")
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the HTTP server for the OIDC discovery document and keys (JWKS and PEM)")
+	f.StringVar(&publicURL, "public-url", "", "base URL at which workers reach --http-addr, for the tokens' issuer and key URL (default $"+emulatorPublicURLEnv+" or http:// and --http-addr)")
 	f.StringArrayVar(&queues, "queue", nil, "create this queue at start: a full name or a bare ID in --project and --location (repeatable)")
 	f.StringVar(&project, "project", defaultEmulatorProject, "project of the queues given to --queue as bare IDs")
 	f.StringVar(&location, "location", defaultEmulatorLocation, "location of the queues given to --queue as bare IDs")
@@ -190,6 +233,15 @@ answers only requests addressed to its own address, localhost, or a
 	f.StringVar(&consoleOutbox, "console-outbox", "", "outbox directory the console shows (with --console-addr)")
 	f.StringArrayVar(&consoleAllowHosts, "console-allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required to bind it to every interface (repeatable)")
 	return cmd
+}
+
+// flagOrEnv returns the flag's value if it was given on the command line,
+// and the environment variable's otherwise.
+func flagOrEnv(cmd *cobra.Command, flag, value string, env *Env, name string) string {
+	if cmd.Flags().Changed(flag) {
+		return value
+	}
+	return env.Getenv(name)
 }
 
 // faultSyntax is the form of a --fault value.
@@ -238,7 +290,7 @@ func warnAllInterfaces(env *Env, flag, requested, actual string) {
 	if err != nil || !unspecifiedHost(host) {
 		return
 	}
-	fmt.Fprintf(env.Err, "ctdispatch: warning: %s %s listens on every network interface (%s) without authentication; use 127.0.0.1:PORT to keep the emulator on this machine\n", flag, requested, actual)
+	fmt.Fprintf(env.Err, "ctdispatch: warning: %s %s listens on every network interface (%s) without authentication; use 127.0.0.1:PORT to keep the emulator on this machine (in a container, publish the port on 127.0.0.1)\n", flag, requested, actual)
 }
 
 func unspecifiedHost(host string) bool {

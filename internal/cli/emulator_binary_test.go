@@ -67,7 +67,7 @@ func TestEmulatorBinaryWarnsOnAllInterfacesAndTakesBareQueueIDs(t *testing.T) {
 	require.NoError(t, err)
 	warn, err := bufio.NewReader(p.stderr).ReadString('\n')
 	require.NoError(t, err)
-	require.Equal(t, "ctdispatch: warning: --addr :0 listens on every network interface ("+listen+") without authentication; use 127.0.0.1:PORT to keep the emulator on this machine\n", warn)
+	require.Equal(t, "ctdispatch: warning: --addr :0 listens on every network interface ("+listen+") without authentication; use 127.0.0.1:PORT to keep the emulator on this machine (in a container, publish the port on 127.0.0.1)\n", warn)
 	require.Equal(t, "export CLOUD_TASKS_EMULATOR_HOST=127.0.0.1:"+port, lines[1], "a local client dials loopback")
 	require.Equal(t, []string{
 		"queue projects/other/locations/l/queues/full",
