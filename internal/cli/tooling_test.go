@@ -79,6 +79,7 @@ func TestMakeTestWithoutCCompiler(t *testing.T) {
 	code, out := runTool(t, []string{"CC=/nonexistent/cc", "TEST_PKGS=./naming/"}, "make", "test")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "make test: no C compiler (/nonexistent/cc) or cgo disabled: running without the race detector")
-	require.Contains(t, out, "CGO_ENABLED=0 go test -count=1 ./naming/\n")
+	require.Contains(t, out, "CGO_ENABLED=0 go test -count=1 -json ./naming/ | testsummary\n")
+	require.Regexp(t, `\n[0-9]+ passed, 0 failed, 0 skipped\n$`, out)
 	require.True(t, strings.Contains(out, "ok  \tgithub.com/ctdispatch/ctdispatch/naming"), out)
 }
