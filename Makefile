@@ -37,7 +37,7 @@ test:
 		CGO_ENABLED=0 $(TESTSUMMARY) go test -count=1 -json $(TEST_PKGS); \
 	fi
 
-## readme-test: run the README's sh blocks in order (scripts/readme-test)
+## readme-test: run the sh blocks of README.md and docs/*.md in order (scripts/readme-test)
 readme-test:
 	scripts/readme-test
 
