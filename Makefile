@@ -41,16 +41,22 @@ demo:
 ## test: the whole test suite with the race detector (what CI runs). The
 ## race detector needs cgo and a C compiler; without them the suite runs
 ## without -race, and says so. TEST_PKGS narrows it (default ./...).
+## The output goes through testsummary, which prints what go test prints,
+## then every skipped test with its reason and a line of counts; under
+## CI=true a skip for want of a tool .ci/run installs fails the run.
 TEST_PKGS ?= ./...
+TESTSUMMARY := go run ./internal/testtools/testsummary
 test:
 	@if [ "$$(go env CGO_ENABLED)" = 1 ] && command -v "$$(go env CC)" >/dev/null 2>&1; then \
-		echo go test -race -count=1 $(TEST_PKGS); go test -race -count=1 $(TEST_PKGS); \
+		echo go test -race -count=1 -json $(TEST_PKGS) '| testsummary'; \
+		$(TESTSUMMARY) go test -race -count=1 -json $(TEST_PKGS); \
 	else \
 		echo "make test: no C compiler ($$(go env CC)) or cgo disabled: running without the race detector (-race needs cgo; install gcc)" >&2; \
-		echo CGO_ENABLED=0 go test -count=1 $(TEST_PKGS); CGO_ENABLED=0 go test -count=1 $(TEST_PKGS); \
+		echo CGO_ENABLED=0 go test -count=1 -json $(TEST_PKGS) '| testsummary'; \
+		CGO_ENABLED=0 $(TESTSUMMARY) go test -count=1 -json $(TEST_PKGS); \
 	fi
 
-## readme-test: run the README's sh blocks in order (scripts/readme-test)
+## readme-test: run the sh blocks of README.md and docs/*.md in order (scripts/readme-test)
 readme-test:
 	scripts/readme-test
 

@@ -26,13 +26,13 @@ func TestOfficialNodeClient(t *testing.T) {
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed: the check with Google's Node client is skipped")
+		t.Skip("needs node: node is not on PATH (apt-get install nodejs npm): the check with Google's Node client is skipped")
 	}
 	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
 	require.NoError(t, err)
 	for _, pkg := range []string{"@google-cloud/tasks", "google-auth-library", "@grpc/grpc-js"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			t.Skipf("%s is not installed: run `npm ci` in %s to check the emulator with Google's Node client", pkg, dir)
+			t.Skipf("needs node: %s is not installed: run `npm ci` in %s to check the emulator with Google's Node client", pkg, dir)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

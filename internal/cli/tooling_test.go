@@ -54,6 +54,14 @@ func TestReadmeScript(t *testing.T) {
 	require.Equal(t, 127, code, out)
 	require.Contains(t, out, "no-such-command-anywhere: command not found")
 	require.Contains(t, out, "readme-test: a block of "+abs("fail.md")+" failed (exit 127)")
+	// Every file given is run, each in its own copy of the tree; the
+	// status is the failed one's.
+	code, out = runTool(t, []string{"READMETEST_PID_FILE=" + filepath.Join(t.TempDir(), "pid")},
+		"scripts/readme-test", abs("fail.md"), abs("pass.md"))
+	require.Equal(t, 127, code, out)
+	require.Contains(t, out, "readme-test: a block of "+abs("fail.md")+" failed (exit 127)")
+	require.Contains(t, out, "readme-test: every sh block of "+abs("pass.md")+" ran")
+
 	// The background sleep of the failed run was stopped: it is gone, or
 	// a zombie waiting for its new parent to reap it.
 	b, err := os.ReadFile(pidFile)
@@ -79,6 +87,7 @@ func TestMakeTestWithoutCCompiler(t *testing.T) {
 	code, out := runTool(t, []string{"CC=/nonexistent/cc", "TEST_PKGS=./naming/"}, "make", "test")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "make test: no C compiler (/nonexistent/cc) or cgo disabled: running without the race detector")
-	require.Contains(t, out, "CGO_ENABLED=0 go test -count=1 ./naming/\n")
+	require.Contains(t, out, "CGO_ENABLED=0 go test -count=1 -json ./naming/ | testsummary\n")
+	require.Regexp(t, `\n[0-9]+ passed, 0 failed, 0 skipped\n$`, out)
 	require.True(t, strings.Contains(out, "ok  \tgithub.com/ctdispatch/ctdispatch/naming"), out)
 }

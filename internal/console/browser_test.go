@@ -47,7 +47,7 @@ func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := chromium()
 	if path == "" {
-		t.Skip("no chromium binary on PATH (apt-get install chromium, or set CHROMIUM): browser tests skipped")
+		t.Skip("needs chromium: no chromium binary on PATH (apt-get install chromium, or set CHROMIUM): browser tests skipped")
 	}
 	// Chromium's helpers may still write to the profile while the test's
 	// own temporary directory is removed, so it gets one of its own.

@@ -22,11 +22,11 @@ func duckDB(t *testing.T, sql ...string) []string {
 	t.Helper()
 	modules := os.Getenv("CTDISPATCH_DUCKDB_NODE_MODULES")
 	if modules == "" {
-		t.Skip("set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
+		t.Skip("needs duckdb: set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed")
+		t.Skip("needs node: node is not on PATH (apt-get install nodejs npm): DuckDB runs through its Node.js package")
 	}
 	script, err := filepath.Abs(filepath.Join("testdata", "duckdb_query.cjs"))
 	require.NoError(t, err)
