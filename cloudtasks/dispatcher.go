@@ -204,6 +204,10 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 	if err := t.validate(start); err != nil {
 		return DispatchResult{}, err
 	}
+	req := t.createRequest(id, d.queueOf(t.Queue), start)
+	if err := t.checkSize(req); err != nil {
+		return DispatchResult{}, err
+	}
 	key, kind := id.String(), id.Kind().String()
 	if err := ctx.Err(); err != nil {
 		return DispatchResult{}, &WaitError{ID: key, Op: "create", Err: err}
@@ -212,7 +216,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 	for {
 		f, how, err := d.flights.do(ctx, key, opCreate, func(f *flight) {
 			f.fp = fp
-			d.create(ctx, f, id, t, start)
+			d.create(ctx, f, id, req, start)
 		})
 		switch {
 		case errors.Is(err, ErrClosed):
@@ -296,10 +300,10 @@ func recordOf(id naming.ID, queuePath string) outbox.Record {
 // create is the work of one create flight: consult the outbox, record
 // pending, create the task, record the outcome. It answers f's callers as
 // soon as the mode allows, then finishes recording.
-func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, now time.Time) {
+func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req *cloudtaskspb.CreateTaskRequest, now time.Time) {
 	ctx := workContext(leader)
 	key, cloudID := id.String(), id.CloudTaskID()
-	queuePath := d.queueOf(t.Queue)
+	queuePath := req.GetParent()
 	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: id.TaskName(queuePath)}
 	rec := recordOf(id, queuePath)
 
@@ -342,7 +346,6 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 		rec.CreatedAt = prev.CreatedAt
 		rec.CreateCalls = prev.CreateCalls
 	}
-	req := t.createRequest(id, queuePath, now)
 	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
 		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
 			return d.createTask(ctx, key, req)

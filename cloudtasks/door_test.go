@@ -298,3 +298,28 @@ func TestTimerRequestChecks(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, "Identity", re.Field)
 }
+
+// A task larger than the service takes, as its encoding measures it, is
+// refused before any call; the largest body that fits is sent.
+func TestTaskSizeIsMeasuredAsEncoded(t *testing.T) {
+	t.Parallel()
+	b := openDoor(t, nil)
+	req := func(n int) cloudtasks.DispatchRequest {
+		tk := task()
+		tk.Body = make([]byte, n)
+		return cloudtasks.DispatchRequest{RunID: "r", TaskKey: "big", Identity: naming.Attempt(uint64(n)), Task: tk}
+	}
+	_, err := b.d.Dispatch(context.Background(), req(cloudtasks.MaxTaskSize))
+	var re *cloudtasks.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "Body", re.Field)
+	require.Equal(t, "1000000 bytes", re.Value)
+	require.Regexp(t, `^makes the task 100\d{4} bytes as encoded; at most 1000000 allowed$`, re.Rule)
+	require.Zero(t, b.emu.TaskCount())
+
+	// The encoding adds the name, the URL, the headers and a few bytes of
+	// framing: a body 1,000 bytes under the limit fits.
+	res, err := b.d.Dispatch(context.Background(), req(cloudtasks.MaxTaskSize-1000))
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
+}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/ctdispatch/ctdispatch/internal/tasksize"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/timers"
 )
@@ -19,8 +20,11 @@ import (
 // Service limits checked before any I/O (see the Cloud Tasks quotas and the
 // cloudtaskspb field documentation).
 const (
-	// MaxTaskSize bounds an HTTP task: URL, headers and body together.
-	MaxTaskSize = 1 << 20
+	// MaxTaskSize bounds an HTTP task as its protobuf encoding measures it
+	// (URL, headers, body and the rest): 1 MB read as 10^6 bytes, the
+	// smaller reading of the service's documented limit, so the
+	// dispatcher never sends a task the service could refuse for its size.
+	MaxTaskSize = tasksize.Max
 	// MaxHeaderBytes bounds the headers of an HTTP task (under 80 KB).
 	MaxHeaderBytes = 80 * 1000
 	// MaxURLLength bounds the target URL.
@@ -164,9 +168,6 @@ func (t *Task) validate(now time.Time) error {
 	if headerBytes > MaxHeaderBytes {
 		return bad("Headers", fmt.Sprintf("%d bytes", headerBytes), fmt.Sprintf("exceed %d bytes", MaxHeaderBytes))
 	}
-	if size := len(t.URL) + headerBytes + len(t.Body); size > MaxTaskSize {
-		return bad("Body", fmt.Sprintf("%d bytes", len(t.Body)), fmt.Sprintf("makes the task %d bytes; at most %d allowed", size, MaxTaskSize))
-	}
 	if t.OIDC != nil && t.OIDC.ServiceAccountEmail == "" {
 		return bad("OIDC.ServiceAccountEmail", "", "is required when OIDC is set")
 	}
@@ -185,6 +186,16 @@ func (t *Task) method() string {
 		return "POST"
 	}
 	return strings.ToUpper(t.Method)
+}
+
+// checkSize refuses a request whose task is larger than MaxTaskSize, as
+// tasksize measures it: the body is what a caller can make smaller.
+func (t *Task) checkSize(req *cloudtaskspb.CreateTaskRequest) error {
+	if size := tasksize.Of(req.GetTask()); size > MaxTaskSize {
+		return &RequestError{Field: "Body", Value: fmt.Sprintf("%d bytes", len(t.Body)),
+			Rule: fmt.Sprintf("makes the task %d bytes as encoded; at most %d allowed", size, MaxTaskSize)}
+	}
+	return nil
 }
 
 // createRequest builds the CreateTask request for the task of id in the

@@ -85,7 +85,6 @@ func TestTaskValidate(t *testing.T) {
 		{"cloudtasks header", func(t *Task) { t.Headers = map[string]string{"X-CloudTasks-QueueName": "x"} }, "Headers", "is reserved by Cloud Tasks (prefix X-Cloudtasks-)"},
 		{"bad header name", func(t *Task) { t.Headers = map[string]string{"a b": "x"} }, "Headers", "is not a valid header name"},
 		{"big headers", func(t *Task) { t.Headers = map[string]string{"X-Big": strings.Repeat("a", 80_000)} }, "Headers", "exceed 80000 bytes"},
-		{"big body", func(t *Task) { t.Body = make([]byte, MaxTaskSize) }, "Body", "makes the task 1048595 bytes; at most 1048576 allowed"},
 		{"oidc without account", func(t *Task) { t.OIDC = &OIDCToken{Audience: "a"} }, "OIDC.ServiceAccountEmail", "is required when OIDC is set"},
 		{"too far", func(t *Task) { t.ScheduleTime = now.Add(MaxScheduleAhead + time.Second) }, "ScheduleTime", "is 720h0m1s ahead; Cloud Tasks allows at most 30 days (720h)"},
 		{"short deadline", func(t *Task) { t.DispatchDeadline = 10 * time.Second }, "DispatchDeadline", "is out of range; allowed: 15s to 30m"},

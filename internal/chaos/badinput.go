@@ -101,7 +101,7 @@ func (r *run) badInput(ctx context.Context) Result {
 		{"unparsable internal ID", func(context.Context) error { _, err := naming.Parse("dispatch:run1::1"); return err },
 			naming.ErrInvalidID, []string{`"dispatch:run1::1"`, "task_key"}},
 		{"payload over 1 MiB", dispatch(withTask(func(t *cloudtasks.Task) { t.Body = bytes.Repeat([]byte("x"), cloudtasks.MaxTaskSize+1) })),
-			cloudtasks.ErrInvalidRequest, []string{"Body", fmt.Sprint(cloudtasks.MaxTaskSize + 1), "at most 1048576"}},
+			cloudtasks.ErrInvalidRequest, []string{"Body", fmt.Sprint(cloudtasks.MaxTaskSize + 1), "at most 1000000 allowed"}},
 		{"dispatch 31 days ahead", dispatch(withTask(func(t *cloudtasks.Task) { t.ScheduleTime = far })),
 			cloudtasks.ErrInvalidRequest, []string{"ScheduleTime", far.UTC().Format(time.RFC3339), "30 days"}},
 		{"timer 31 days ahead", func(ctx context.Context) error {
@@ -132,7 +132,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	big := strings.Repeat("x", cloudtasks.MaxTaskSize+1)
 	cliLines = []cliBadLine{
 		{"run ID with a colon", map[string]any{"run": "run:1", "task": "t", "attempt": 1}, []string{"RunID", `"run:1"`}},
-		{"payload over 1 MiB", map[string]any{"run": "bad", "task": "big", "attempt": 1, "body": big}, []string{"Body", "at most 1048576"}},
+		{"payload over 1 MiB", map[string]any{"run": "bad", "task": "big", "attempt": 1, "body": big}, []string{"Body", "at most 1000000 allowed"}},
 		{"dispatch 31 days ahead", map[string]any{"run": "bad", "task": "far", "attempt": 1, "schedule_time": far.UTC().Format(time.RFC3339)}, []string{"ScheduleTime", "30 days"}},
 		{"ftp URL", map[string]any{"run": "bad", "task": "ftp", "attempt": 1, "url": "ftp://files.example/x"}, []string{"URL", "ftp://files.example/x", "http or https"}},
 		{"unknown queue", map[string]any{"run": "bad", "task": "q", "attempt": 1, "queue": "no-such-queue"}, []string{"NotFound", "queues/no-such-queue"}},
