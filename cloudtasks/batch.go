@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// MaxBatch is the most tasks one BatchCreateTasks request carries, the
+// maxBatch is the most tasks one BatchCreateTasks request carries, the
 // service's limit.
-const MaxBatch = 100
+const maxBatch = 100
 
 // DefaultBatchInFlight is the default of Config.BatchInFlight.
 const DefaultBatchInFlight = 4
@@ -30,7 +30,7 @@ var errUnbatched = errors.New("batch unavailable")
 //   - A call to an idle queue goes at once, alone, as a plain CreateTask:
 //     a lone caller pays nothing.
 //   - Calls that arrive while a request is in flight wait and form the next
-//     request, up to MaxBatch, which starts when a request answers.
+//     request, up to maxBatch, which starts when a request answers.
 //   - The callers a shared request answered come back together, one after
 //     another, with their next calls. The queue expects them: until all of
 //     them are back, but no longer than the shorter of the request's round
@@ -110,7 +110,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 		// Lead a request: alone at an idle queue, or with the calls that
 		// gathered for it.
 		it := &batchItem{ctx: ctx, key: key, req: req}
-		items := append(q.take(MaxBatch-1), it)
+		items := append(q.take(maxBatch-1), it)
 		q.sending++
 		b.mu.Unlock()
 		if len(items) == 1 {
@@ -128,7 +128,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 	it := &batchItem{ctx: ctx, key: key, req: req, done: make(chan struct{})}
 	q.waiting = append(q.waiting, it)
 	switch {
-	case len(q.waiting) >= MaxBatch && q.sending < b.limit:
+	case len(q.waiting) >= maxBatch && q.sending < b.limit:
 		b.startLocked(q)
 	case q.expect > 0 && q.timer == nil:
 		q.timer = b.d.clock.AfterFunc(q.until.Sub(now), func() { b.expire(q) })
@@ -159,10 +159,10 @@ func (q *queueBatch) take(n int) []*batchItem {
 	return items
 }
 
-// startLocked sends the waiting calls (up to MaxBatch) in a request of
+// startLocked sends the waiting calls (up to maxBatch) in a request of
 // their own. b.mu is held.
 func (b *batcher) startLocked(q *queueBatch) {
-	items := q.take(MaxBatch)
+	items := q.take(maxBatch)
 	q.sending++
 	go b.run(q, items)
 }

@@ -152,7 +152,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	default:
 		d.m.outcome(ctx, id.Kind().String(), "cancel_failed", d.clock.Since(start))
 		d.log.Warn("DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
-		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: Transient(code), Err: err}
+		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: transient(code), Err: err}
 		return
 	}
 	rec := recordOf(id, queuePath)

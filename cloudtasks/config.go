@@ -140,8 +140,8 @@ const (
 	DurabilityStrict Durability = "strict"
 )
 
-// ParseDurability reads a mode name as the CLI takes it.
-func ParseDurability(s string) (Durability, error) {
+// parseDurability checks a mode name.
+func parseDurability(s string) (Durability, error) {
 	switch d := Durability(s); d {
 	case DurabilityOverlapped, DurabilityStrict:
 		return d, nil
@@ -262,7 +262,7 @@ func (c Config) validate() error {
 	case c.Retry.MaxElapsed < 0:
 		return bad("Retry.MaxElapsed", c.Retry.MaxElapsed.String(), "is negative")
 	}
-	if _, err := ParseDurability(string(c.Durability)); err != nil {
+	if _, err := parseDurability(string(c.Durability)); err != nil {
 		return err
 	}
 	clients := 0

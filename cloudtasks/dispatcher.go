@@ -370,7 +370,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req
 		return
 	case code == codes.AlreadyExists:
 		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
-	case Transient(code) || ctx.Err() != nil:
+	case transient(code) || ctx.Err() != nil:
 		// The outcome is unknown (the task may exist): the record stays
 		// pending, now with the calls made, for Recover or the caller's
 		// repeat.

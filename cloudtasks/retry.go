@@ -29,10 +29,10 @@ func codeOf(err error) codes.Code {
 	return codes.Unknown
 }
 
-// Transient reports whether a call that failed with code may succeed when
+// transient reports whether a call that failed with code may succeed when
 // repeated. Repeating CreateTask is safe only because every task is named:
 // a repeat of a call that did create the task gets AlreadyExists.
-func Transient(code codes.Code) bool {
+func transient(code codes.Code) bool {
 	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal:
 		return true
@@ -118,7 +118,7 @@ func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func(
 	for {
 		calls++
 		err := fn(ctx)
-		if err == nil || !Transient(codeOf(err)) || calls >= p.MaxCalls || ctx.Err() != nil {
+		if err == nil || !transient(codeOf(err)) || calls >= p.MaxCalls || ctx.Err() != nil {
 			return calls, err
 		}
 		delay := p.delay(calls, rnd())

@@ -172,7 +172,7 @@ func TestTransient(t *testing.T) {
 	t.Parallel()
 	var got []codes.Code
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
-		if Transient(c) {
+		if transient(c) {
 			got = append(got, c)
 		}
 	}
