@@ -304,8 +304,9 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req
 	ctx := workContext(leader)
 	key, cloudID := id.String(), id.CloudTaskID()
 	queuePath := req.GetParent()
-	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: id.TaskName(queuePath)}
+	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: req.GetTask().GetName()}
 	rec := recordOf(id, queuePath)
+	rec.TaskName = f.res.TaskName
 
 	prev, found, err := d.box.Latest(ctx, rec.Table, key)
 	if err != nil {
@@ -392,7 +393,9 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req
 		d.noteHandover(ctx, id, prev.ProcessorUUID, "dispatch")
 	}
 	f.res.FirstRecorded = rec.CreatedAt
-	d.log.Debug("dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
+	if d.log.Enabled(ctx, slog.LevelDebug) { // spares boxing the arguments of a line nobody reads
+		d.log.Debug("dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
+	}
 	d.recordOutcome(ctx, f, rec)
 }
 

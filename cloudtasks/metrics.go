@@ -29,7 +29,7 @@ type metrics struct {
 	// not build them again. Its key is a struct of the four strings, which
 	// a lookup builds without allocating.
 	attrsMu sync.RWMutex
-	attrs   map[labelKey]metric.MeasurementOption
+	attrs   map[labelKey]labelOpts
 
 	outcomes  metric.Int64Counter
 	skips     metric.Int64Counter
@@ -75,11 +75,19 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	return &ms, nil
 }
 
-// labels returns the cached attribute option {k1=v1, k2=v2}.
 // labelKey names a pair of labels.
 type labelKey struct{ k1, v1, k2, v2 string }
 
-func (m *metrics) labels(k1, v1, k2, v2 string) metric.MeasurementOption {
+// labelOpts are the options that attach one pair of labels to a
+// measurement, kept as slices so that passing them (opts...) allocates
+// nothing.
+type labelOpts struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+// labels returns the cached options of the labels {k1=v1, k2=v2}.
+func (m *metrics) labels(k1, v1, k2, v2 string) labelOpts {
 	key := labelKey{k1, v1, k2, v2}
 	m.attrsMu.RLock()
 	o, ok := m.attrs[key]
@@ -87,10 +95,11 @@ func (m *metrics) labels(k1, v1, k2, v2 string) metric.MeasurementOption {
 	if ok {
 		return o
 	}
-	o = metric.WithAttributeSet(attribute.NewSet(attribute.String(k1, v1), attribute.String(k2, v2)))
+	set := metric.WithAttributeSet(attribute.NewSet(attribute.String(k1, v1), attribute.String(k2, v2)))
+	o = labelOpts{add: []metric.AddOption{set}, rec: []metric.RecordOption{set}}
 	m.attrsMu.Lock()
 	if m.attrs == nil {
-		m.attrs = map[labelKey]metric.MeasurementOption{}
+		m.attrs = map[labelKey]labelOpts{}
 	}
 	m.attrs[key] = o
 	m.attrsMu.Unlock()
@@ -98,13 +107,13 @@ func (m *metrics) labels(k1, v1, k2, v2 string) metric.MeasurementOption {
 }
 
 func (m *metrics) outcome(ctx context.Context, kind, outcome string, took time.Duration) {
-	attrs := m.labels("kind", kind, "outcome", outcome)
-	m.outcomes.Add(ctx, 1, attrs)
-	m.duration.Record(ctx, took.Seconds(), attrs)
+	o := m.labels("kind", kind, "outcome", outcome)
+	m.outcomes.Add(ctx, 1, o.add...)
+	m.duration.Record(ctx, took.Seconds(), o.rec...)
 }
 
 func (m *metrics) call(ctx context.Context, method string, code codes.Code) {
-	m.calls.Add(ctx, 1, m.labels("method", method, "code", code.String()))
+	m.calls.Add(ctx, 1, m.labels("method", method, "code", code.String()).add...)
 }
 
 func (m *metrics) kindCount(ctx context.Context, c metric.Int64Counter, kind string) {

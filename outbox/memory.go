@@ -60,6 +60,11 @@ func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 	if n := len(h); n > 0 && !r.UpdatedAt.After(h[n-1].UpdatedAt) {
 		r.UpdatedAt = h[n-1].UpdatedAt.Add(time.Microsecond)
 	}
+	if h == nil {
+		// Room for the outcome that follows a pending record, so the
+		// usual history of an ID costs one allocation.
+		h = make([]Record, 0, 2)
+	}
 	m.history[k] = append(h, r)
 	m.mu.Unlock()
 	if done != nil {

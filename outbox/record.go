@@ -173,7 +173,21 @@ func (r *Record) Normalize() {
 		r.Kind = "dispatch"
 		r.DueAt = time.Time{}
 	}
-	r.TaskName = naming.TaskName(r.Queue, r.CloudTaskID)
+	if !isTaskName(r.TaskName, r.Queue, r.CloudTaskID) {
+		r.TaskName = naming.TaskName(r.Queue, r.CloudTaskID)
+	}
+}
+
+// isTaskName reports whether name is already queue/tasks/cloudTaskID (or
+// both are empty and so is name), so that Normalize builds it only when it
+// must.
+func isTaskName(name, queue, cloudTaskID string) bool {
+	if queue == "" || cloudTaskID == "" {
+		return name == ""
+	}
+	const mid = "/tasks/"
+	return len(name) == len(queue)+len(mid)+len(cloudTaskID) &&
+		name[:len(queue)] == queue && name[len(queue):len(queue)+len(mid)] == mid && name[len(queue)+len(mid):] == cloudTaskID
 }
 
 func truncMicro(t time.Time) time.Time {

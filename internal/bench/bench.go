@@ -154,8 +154,19 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Report, error) 
 			stats[m] = append(stats[m], st)
 		}
 	}
+	if err := t.closeDispatchers(); err != nil {
+		logger.Warn("bench: closing a dispatcher or its outbox failed", "error", err)
+	}
 	for _, m := range c.Modes {
-		rep.Results = append(rep.Results, combine(m, stats[m]))
+		lm := m
+		if m == ModeTimer {
+			lm = ModeDispatch // the timer mode shares dispatch's dispatcher, charged there
+		}
+		res := combine(m, stats[m])
+		if calls := res.Ops + res.Errors; calls > 0 && m != ModeTimer {
+			res.CPUPer1000 += t.lifeCPU[lm].Seconds() * 1000 / float64(calls)
+		}
+		rep.Results = append(rep.Results, res)
 	}
 	SetRatios(rep.Results)
 	return rep, nil

@@ -149,6 +149,12 @@ type Config struct {
 	// `ctdispatch emulator --no-delivery`). Defaults to an in-process
 	// emulator with delivery disabled.
 	EmulatorAddr string
+	// EmulatorCommand, when set, starts the emulator in a process of its
+	// own with this command (for the CLI: the ctdispatch binary and
+	// "emulator"; the listen flags and the bench queue are added), so
+	// that the process's CPU figures are the client side's alone. It
+	// is stopped after the run. Excludes EmulatorAddr.
+	EmulatorCommand []string
 	// OutboxDir holds the outboxes of the dispatch modes (a subdirectory
 	// per mode). Defaults to a temporary directory removed
 	// after the run.
@@ -248,6 +254,12 @@ func (c Config) validate() error {
 		return bad("BatchInFlight", c.BatchInFlight, "must be at least 1")
 	case c.BatchSize < 1 || c.BatchSize > 100:
 		return bad("BatchSize", c.BatchSize, "must be in [1, 100] (BatchCreateTasks takes at most 100 tasks)")
+	case c.EmulatorAddr != "" && len(c.EmulatorCommand) > 0:
+		return bad("EmulatorCommand", strings.Join(c.EmulatorCommand, " "), "starts an emulator; EmulatorAddr names a running one: set one of them")
+	case len(c.EmulatorCommand) > 0 && c.Latency > 0:
+		return bad("Latency", c.Latency, "needs the in-process emulator")
+	case len(c.EmulatorCommand) > 0 && (c.FaultRate > 0 || c.CommitThenFailRate > 0):
+		return bad("FaultRate", c.FaultRate+c.CommitThenFailRate, "needs the in-process emulator")
 	case c.EmulatorAddr != "" && c.Latency > 0:
 		return bad("Latency", c.Latency, "needs the in-process emulator; configure latency on the emulator at "+c.EmulatorAddr+" instead")
 	case c.EmulatorAddr != "" && (c.FaultRate > 0 || c.CommitThenFailRate > 0):

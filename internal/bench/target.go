@@ -30,21 +30,31 @@ const targetURL = "http://127.0.0.1:9/bench"
 // target is everything the modes call: one emulator, one client shared by
 // every mode, and the dispatchers the chosen modes need.
 type target struct {
-	srv      *emulator.Server // nil for an external emulator
-	client   *ctapi.Client
-	disp     map[Mode]*cloudtasks.Dispatcher
-	tempDir  string
-	closeFns []func() error
+	srv    *emulator.Server // nil for an external emulator
+	client *ctapi.Client
+	disp   map[Mode]*cloudtasks.Dispatcher
+	// dispClose closes each mode's dispatcher and its outbox; lifeCPU is
+	// the CPU its opening took, and then its closing too, charged to the
+	// mode (the final flush to Parquet is part of a dispatch's cost).
+	dispClose map[Mode]func() error
+	lifeCPU   map[Mode]time.Duration
+	tempDir   string
+	closeFns  []func() error
 }
 
 func newTarget(ctx context.Context, c Config, logger *slog.Logger) (t *target, err error) {
-	t = &target{disp: map[Mode]*cloudtasks.Dispatcher{}}
+	t = &target{disp: map[Mode]*cloudtasks.Dispatcher{}, dispClose: map[Mode]func() error{}, lifeCPU: map[Mode]time.Duration{}}
 	defer func() {
 		if err != nil {
 			t.close()
 		}
 	}()
 	addr := c.EmulatorAddr
+	if len(c.EmulatorCommand) > 0 {
+		if addr, err = t.startEmulatorProcess(ctx, c.EmulatorCommand); err != nil {
+			return t, err
+		}
+	}
 	if addr == "" {
 		var rules []emulator.FaultRule
 		if c.FaultRate > 0 {
@@ -127,6 +137,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client,
 			Logger: logger, Durability: dm.durability.Dispatcher(), Batch: dm.batch, BatchInFlight: c.BatchInFlight}
 		var opts parquetbox.Options
+		before := cpuTime()
 		if dm.durability != durability.Memory {
 			if root == "" {
 				dir, err := os.MkdirTemp("", "ctdispatch-bench-*")
@@ -146,10 +157,11 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 			closeBox()
 			return fmt.Errorf("bench: %s dispatcher: %w", dm.mode, err)
 		}
-		t.closeFns = append(t.closeFns, func() error {
+		t.dispClose[dm.mode] = func() error {
 			return errors.Join(d.Close(context.Background()), closeBox())
-		})
+		}
 		t.disp[dm.mode] = d
+		t.lifeCPU[dm.mode] = cpuTime() - before
 	}
 	return nil
 }
@@ -162,8 +174,21 @@ func (t *target) reset() {
 	}
 }
 
-func (t *target) close() error {
+// closeDispatchers closes every mode's dispatcher and outbox, adding the
+// CPU each close took to its mode's lifeCPU.
+func (t *target) closeDispatchers() error {
 	var errs []error
+	for m, closeFn := range t.dispClose {
+		before := cpuTime()
+		errs = append(errs, closeFn())
+		t.lifeCPU[m] += cpuTime() - before
+		delete(t.dispClose, m)
+	}
+	return errors.Join(errs...)
+}
+
+func (t *target) close() error {
+	errs := []error{t.closeDispatchers()}
 	for i := len(t.closeFns) - 1; i >= 0; i-- {
 		errs = append(errs, t.closeFns[i]())
 	}

@@ -19,7 +19,7 @@ import (
 var benchFlags = map[string]string{
 	"Modes": "--mode", "Concurrency": "--concurrency", "Count": "--count", "Duration": "--duration",
 	"Rounds": "--rounds", "PayloadSize": "--payload-size", "DuplicateRatio": "--duplicate-ratio",
-	"FaultRate": "--fault-rate", "CommitThenFailRate": "--commit-then-fail-rate", "EmulatorAddr": "--emulator",
+	"FaultRate": "--fault-rate", "CommitThenFailRate": "--commit-then-fail-rate", "EmulatorAddr": "--emulator", "EmulatorCommand": "--emulator-process",
 	"Latency": "--latency", "BatchSize": "--batch-size", "BatchInFlight": "--batch-in-flight",
 }
 
@@ -28,11 +28,12 @@ var benchRuleWords = strings.NewReplacer("Duration", "--duration", "Rounds", "--
 
 func newBenchCmd(env *Env) *cobra.Command {
 	var (
-		cfg         bench.Config
-		modes       string
-		payloadSize int
-		jsonOut     bool
-		cpuProfile  string
+		cfg             bench.Config
+		modes           string
+		payloadSize     int
+		jsonOut         bool
+		cpuProfile      string
+		emulatorProcess bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--mode all] [--count N | --duration D] [--concurrency 64]",
@@ -68,8 +69,11 @@ See BENCHMARKS.md for measured figures.
 
 By default the emulator runs in-process with delivery disabled and the
 outboxes live in a temporary directory removed afterwards. --emulator
-points at a running one instead (start it with --no-delivery); fault
-rates need the in-process emulator.`,
+points at a running one instead (start it with --no-delivery), and
+--emulator-process starts one as a child process of this binary: then the
+CPU figures are the client side's alone. Fault rates and latency need the
+in-process emulator. A dispatch mode's CPU includes opening its
+dispatcher and closing it (the final flush to Parquet).`,
 		Example: `  ctdispatch bench
   ctdispatch bench --mode create-bare,dispatch,dispatch-strict --duration 20s --json
   ctdispatch bench --mode create-bare,batch-bare,dispatch-batched --latency 10ms --concurrency 64
@@ -108,6 +112,13 @@ rates need the in-process emulator.`,
 			cfg.Progress = func(round int, m bench.Mode, ops, errs int64, elapsed time.Duration) {
 				fmt.Fprintf(env.Err, "round %d/%d  %-16s %7d ops  %5d errors  %9.0f ops/s\n", round, cfg.Rounds, m, ops, errs, float64(ops)/elapsed.Seconds())
 			}
+			if emulatorProcess {
+				self, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("bench: --emulator-process: find this binary: %w", err)
+				}
+				cfg.EmulatorCommand = []string{self, "emulator"}
+			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
@@ -137,6 +148,7 @@ rates need the in-process emulator.`,
 	f.Float64Var(&cfg.CommitThenFailRate, "commit-then-fail-rate", 0, "fraction of CreateTask calls the in-process emulator carries out, then fails with UNAVAILABLE")
 	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "seed of duplicate choices and fault decisions")
 	f.StringVar(&cfg.EmulatorAddr, "emulator", "", "host:port of a running emulator (default: one in-process, delivery disabled)")
+	f.BoolVar(&emulatorProcess, "emulator-process", false, "start the emulator as a child process of this binary, so the CPU figures are the client side's alone")
 	f.StringVar(&cfg.OutboxDir, "outbox", "", "directory for the dispatch modes' outboxes, kept afterwards (default: a temporary directory, removed)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "delay the in-process emulator adds to every call, e.g. 10ms")
 	f.IntVar(&cfg.BatchInFlight, "batch-in-flight", cloudtasks.DefaultBatchInFlight, "dispatch-batched: most requests in flight per queue")
