@@ -1,7 +1,9 @@
-// Package outbox is the durable record of every dispatch and timer: an
-// append-only log per process that rolls into Parquet files analysts can
-// query with DuckDB or BigQuery, and that a restarted dispatcher reads to
-// learn what it already did. It knows nothing of Cloud Tasks.
+// Package parquetbox is the Parquet implementation of outbox.Outbox, the
+// durable record of every dispatch and timer: an append-only log per
+// process that rolls into Parquet files analysts can query with DuckDB or
+// BigQuery, and that a restarted dispatcher reads to learn what it already
+// did. Open one and hand it to cloudtasks.NewDispatcher. It knows nothing
+// of Cloud Tasks.
 //
 // # Layout
 //
@@ -28,17 +30,16 @@
 //
 // Append encodes the record as a checksummed frame and hands it to a single
 // writer goroutine, which writes every waiting frame with one write and one
-// fsync (group commit) and then answers all their callers. In the default
-// Durable mode Append returns after that fsync; in Interval mode it returns
-// after the write and the log is synced every FlushInterval, so a machine
+// fsync (group commit) and then calls every caller's done. In the default
+// Durable mode done hears of the record after that fsync; in Interval mode
+// after the write, and the log is synced every FlushInterval, so a machine
 // crash may lose the last interval.
 //
-// StartAppend queues the record and returns a Commit at once; its Wait
-// returns what Append would have. A caller overlaps the group commit with
-// its own work (the dispatcher's create call) without a goroutine of its
-// own, and usually finds the commit done when it waits. AppendThen runs a
-// short function on the writer once the record is written, for a caller
-// that has nothing to wait for but something to release.
+// Append itself returns at once, so a caller overlaps the group commit
+// with its own work (the dispatcher's create call) without a goroutine of
+// its own; done runs on the writer, so a caller that has nothing to wait
+// for but something to release (the dispatcher's table of calls in
+// flight) does so there. outbox.AppendAndWait waits for done.
 //
 // A crash at any instant loses no acknowledged record: on Open, the log of
 // this processor and of every dead processor (one whose lock is free) is
@@ -122,7 +123,7 @@
 //
 // When the log cannot be written (a full disk, a permission taken away),
 // the outbox fails closed: the append that met the error and every later
-// Append, AppendAsync and StartAppend return at once an *UnavailableError matching
+// Append return at once an *UnavailableError matching
 // ErrUnavailable, naming the cause and the path; nothing is accepted that
 // could not be made durable. The writer retries a fresh segment with
 // backoff (100ms doubling to 10s, on Options.Clock) and takes appends again

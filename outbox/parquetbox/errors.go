@@ -21,7 +21,7 @@ var (
 	// (Latest, Lookup and Pending never return it) and Stats and Compact
 	// count it.
 	ErrForeignRecord = errors.New("outbox: foreign record")
-	// ErrUnavailable is returned at once by Append and AppendAsync while
+	// ErrUnavailable is returned at once by Append while
 	// the log cannot be written (a full disk, a permission taken away): no
 	// record is accepted that cannot be made durable. The error is an
 	// *UnavailableError naming the cause and the path. The outbox retries

@@ -216,7 +216,7 @@ type request struct {
 	rec   outbox.Record
 	flush bool
 	done  chan error
-	then  func(error) // instead of done, for AppendThen
+	then  func(error) // instead of done: the caller of Append
 }
 
 // answer gives req its result.
@@ -629,7 +629,7 @@ func (o *Outbox) Close() error {
 			// Sends under way end now (quit is closed) and later ones see
 			// closed, so what is left in reqs after the writer is all there
 			// will be: a request queued while the writer was finishing is
-			// answered, never dropped (an AppendThen's callback always runs).
+			// answered, never dropped (an Append's done always runs).
 			o.sending.Lock()
 			<-o.writerDone
 			for len(o.reqs) > 0 {
