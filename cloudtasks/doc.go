@@ -1,6 +1,10 @@
 // Package cloudtasks is the dispatcher: it hands work to Google Cloud Tasks
 // exactly once per logical attempt, through the official client, and
-// records every dispatch in the outbox.
+// records every dispatch and timer in the outbox it is given. It is the one
+// package orchestration code needs: Dispatch, ScheduleTimer,
+// Cancel/CancelTimer, Recover, Latest, History and Close, with package
+// naming for the identity of an attempt and an outbox of the caller's
+// choice (outbox.NewMemory, or parquetbox.Open for Parquet files).
 //
 // # The flow of one dispatch
 //
@@ -31,20 +35,44 @@
 //
 // # Durability
 //
-// Config.Durability says what an answered call promises:
+// Config.Durability says which record an answered call promises:
 //
-//	mode        the call returns once                       after a crash, an answered call's record is
-//	overlapped  CreateTask and the pending fsync are done   at least pending (Recover resolves it)
-//	strict      the outcome is fsynced                      the outcome it answered
-//	interval    CreateTask and the pending write are done   at least pending after a process crash;
-//	                                                        the last 100ms may be lost in a machine crash
-//	memory      CreateTask is done                          nothing: records live in the process
+//	mode        the call returns once                        after a crash, an answered call's record is
+//	overlapped  CreateTask and the pending record are kept   at least pending (Recover resolves it)
+//	strict      the outcome is kept                          the outcome it answered
 //
-// overlapped is the default with an outbox, memory without one. Until the
-// outbox has made a record durable, and after any append failed, the pending
-// record is waited for before CreateTask, so an outbox that cannot record
-// stops calls with ErrOutboxUnavailable instead of creating tasks it cannot
-// record. See ADR 0006 for the crash cases.
+// overlapped is the default. How durable a kept record is, is the outbox's
+// setting: parquetbox syncs its log on every group commit (or every
+// interval with parquetbox.Interval); outbox.Memory keeps nothing past the
+// process. Until the outbox has kept a record, and after any append
+// failed, the pending record is waited for before CreateTask, so an outbox
+// that cannot record stops calls with ErrOutboxUnavailable instead of
+// creating tasks it cannot record. See ADR 0006 for the crash cases.
+//
+// # Identity
+//
+// The attempt slot of a dispatch ID must be said: naming.Attempt(n),
+// naming.CallerKey(key) or naming.Unique(). The zero naming.Identity, and
+// a field of another strategy set beside the chosen one, are refused with a
+// *RequestError, so a forgotten attempt never becomes attempt 0.
+//
+// # Cancelling
+//
+// Cancel and CancelTimer delete the task from the queue the outbox
+// recorded for the ID (a queue argument that differs is refused; an ID
+// the outbox does not know needs one) and say what happened: deleted,
+// already_gone or unknown. Cloud Tasks then holds the deleted task's name
+// for up to Config.NameHold; the same ID dispatched or scheduled again
+// meanwhile gets a *NameHeldError saying until about when, not an
+// already_existed for a task that does not exist.
+//
+// # Testing
+//
+// The in-repo emulator (package cloudtasks/emulator) runs in the test's
+// process; give it and the dispatcher the same fake clock. A clock with an
+// Advance method (such as *clockwork.FakeClock) is advanced by the
+// dispatcher's retry waits instead of being waited on, so a test with
+// injected faults finishes without moving the clock itself.
 //
 // # Batching
 //
@@ -105,12 +133,14 @@
 //
 // Every error matches a sentinel with errors.Is and a type with errors.As:
 // ErrInvalidConfig (*ConfigError), ErrInvalidRequest (*RequestError, naming
-// the field, the value and the rule), ErrPayloadConflict (*ConflictError),
-// ErrNotOwner (*OwnershipError), ErrCreateFailed and ErrGaveUp
-// (*CallError, which unwraps to the gRPC status: status.Code(err) works),
-// ErrGaveUp also for *WaitError (the caller's context ended; the work goes
-// on), ErrOutboxUnavailable (*OutboxError: the pending record could not be
-// written) and ErrClosed.
+// the field, the value and the rule; ErrTooFar for a timer past 30 days),
+// ErrPayloadConflict (*ConflictError), ErrNotOwner (*OwnershipError),
+// ErrNameHeld (*NameHeldError), ErrCreateFailed, ErrGaveUp and
+// ErrCancelFailed (*CallError, which unwraps to the gRPC status:
+// status.Code(err) works), ErrNotStarted and ErrStoppedWaiting (*WaitError:
+// the caller's context ended before anything started, or while the work
+// goes on), ErrOutboxUnavailable (*OutboxError: the pending record could
+// not be written) and ErrClosed.
 //
 // # Observability
 //
