@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -126,16 +128,33 @@ func printDemo(w io.Writer, s demo.Summary) error {
 	p.printf("worker      %d deliveries of %d attempts, %d distinct keys done once each, %d repeats acknowledged without redoing work, %d rejected\n",
 		s.Worker.Deliveries, s.DeliveryAttempts, s.Worker.Unique, s.Worker.Repeats, s.Worker.Rejected)
 	p.printf("\n")
-	if s.Kept {
-		p.printf("outbox      %s\n", s.OutboxDir)
-	} else {
-		p.printf("outbox      %s (removed at exit; run with --keep to explore it)\n", s.OutboxDir)
+	self := selfCommand()
+	if !s.Kept {
+		// The directory is gone when the user reads this: name no command
+		// that would read it.
+		p.printf("outbox      removed at exit; run %s demo --keep to explore it\n", self)
+		return p.err
 	}
-	p.printf("  ctdispatch query --outbox %s --run run-1\n", s.OutboxDir)
-	p.printf("  ctdispatch stats --outbox %s\n", s.OutboxDir)
+	p.printf("outbox      %s\n", s.OutboxDir)
+	p.printf("  %s query --outbox %s --run run-1\n", self, s.OutboxDir)
+	p.printf("  %s stats --outbox %s\n", self, s.OutboxDir)
 	p.printf("  duckdb -c \"SELECT dispatch_id, cloud_task_id, status, processor_uuid FROM read_parquet('%s', hive_partitioning = true) ORDER BY dispatch_id, updated_at\"\n",
 		filepath.Join(s.OutboxDir, "dispatch_outbox", "**", "*.parquet"))
 	return p.err
+}
+
+// selfCommand is how the user can run this binary again: "go run
+// ./cmd/ctdispatch" for a binary go run built in its cache (make demo), the
+// name it was started by otherwise.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err == nil && strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/ctdispatch"
+	}
+	if len(os.Args) > 0 && os.Args[0] != "" {
+		return os.Args[0]
+	}
+	return "ctdispatch"
 }
 
 // errWriter keeps the first write error, so a report of many lines checks

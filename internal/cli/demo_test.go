@@ -18,11 +18,11 @@ func TestDemoCommand(t *testing.T) {
 		"timers      8 calls → ",
 		"queue       12 tasks after dispatching (one per distinct ID), 0 left at the end\n",
 		"worker      14 deliveries of 14 attempts, 12 distinct keys done once each, 2 repeats acknowledged without redoing work, 0 rejected\n",
-		"(removed at exit; run with --keep to explore it)\n",
-		"/dispatch_outbox/**/*.parquet', hive_partitioning = true)",
+		"outbox      removed at exit; run go run ./cmd/ctdispatch demo --keep to explore it\n",
 	} {
 		require.Contains(t, res.stdout, want)
 	}
+	require.NotContains(t, res.stdout, "query --outbox", "no command names a directory that is gone")
 }
 
 func TestDemoCommandJSON(t *testing.T) {
