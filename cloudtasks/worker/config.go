@@ -106,7 +106,9 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	bad := func(field, value, rule string) error { return &ConfigError{Field: "Config." + field, Value: value, Rule: rule} }
+	bad := func(field, value, rule string) error {
+		return &ConfigError{Field: "Config." + field, Value: value, Rule: rule}
+	}
 	lists := []struct {
 		field string
 		v     []string
