@@ -35,7 +35,7 @@ func memoryUnderTest(*testing.T) inboxUnderTest {
 	var n int
 	return inboxUnderTest{
 		inbox: m, effects: func() int { return n },
-		work: func(context.Context, *sql.Tx) error { n++; return nil },
+		work:     func(context.Context, *sql.Tx) error { n++; return nil },
 		finished: m.Finished, cleanup: m.Cleanup,
 		age: func(key string, by time.Duration) {
 			m.mu.Lock()
