@@ -70,6 +70,7 @@ fuzz:
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./naming/
 	go test -run '^$$' -fuzz FuzzCloudTaskID -fuzztime $(FUZZTIME) ./naming/
 	go test -run '^$$' -fuzz FuzzReadParquet -fuzztime $(FUZZTIME) ./outbox/
+	go test -run '^$$' -fuzz FuzzDelivery -fuzztime $(FUZZTIME) ./cloudtasks/worker/
 
 clean:
 	rm -rf bin bench.txt bench-baseline.txt bench-alloc.txt bench-cloudtaskid.txt

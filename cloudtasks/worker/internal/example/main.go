@@ -16,7 +16,6 @@ import (
 )
 
 func main() {
-	ctx := context.Background()
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
@@ -25,7 +24,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	w, err := worker.New(ctx, &worker.Config{
+	w, err := worker.New(context.Background(), &worker.Config{
 		Audiences:       []string{"https://worker.example.com/tasks"},         // the tasks' OIDC audience
 		ServiceAccounts: []string{"tasks@my-project.iam.gserviceaccount.com"}, // the tasks' OIDC service account
 		Inbox:           inbox,
