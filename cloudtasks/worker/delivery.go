@@ -14,14 +14,27 @@ import (
 // ones; the dispatcher sets Idempotency-Key and X-Ctdispatch-Task-Id on
 // every task it creates.
 const (
-	HeaderQueueName        = "X-CloudTasks-QueueName"
-	HeaderTaskName         = "X-CloudTasks-TaskName"
-	HeaderRetryCount       = "X-CloudTasks-TaskRetryCount"
-	HeaderExecutionCount   = "X-CloudTasks-TaskExecutionCount"
-	HeaderETA              = "X-CloudTasks-TaskETA"
+	// HeaderQueueName carries the queue's ID.
+	HeaderQueueName = "X-CloudTasks-QueueName"
+	// HeaderTaskName carries the task's ID (not its full resource name).
+	HeaderTaskName = "X-CloudTasks-TaskName"
+	// HeaderRetryCount counts the task's earlier attempts.
+	HeaderRetryCount = "X-CloudTasks-TaskRetryCount"
+	// HeaderExecutionCount counts the earlier attempts answered with
+	// anything but 5xx.
+	HeaderExecutionCount = "X-CloudTasks-TaskExecutionCount"
+	// HeaderETA carries the task's schedule time in fractional seconds
+	// since the Unix epoch.
+	HeaderETA = "X-CloudTasks-TaskETA"
+	// HeaderPreviousResponse carries the status the previous attempt got.
 	HeaderPreviousResponse = "X-CloudTasks-TaskPreviousResponse"
-	HeaderRetryReason      = "X-CloudTasks-TaskRetryReason"
-	HeaderIdempotencyKey   = "Idempotency-Key"
+	// HeaderRetryReason says why the task is retried.
+	HeaderRetryReason = "X-CloudTasks-TaskRetryReason"
+	// HeaderIdempotencyKey carries the task's internal ID, set by the
+	// dispatcher.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderCtdispatchTaskID carries the task's Cloud Tasks ID as the
+	// dispatcher computed it.
 	HeaderCtdispatchTaskID = "X-Ctdispatch-Task-Id"
 )
 

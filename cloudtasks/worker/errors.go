@@ -31,6 +31,7 @@ type ConfigError struct {
 	Rule string
 }
 
+// Error says which field is wrong, its value and the rule.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("worker: %s %s %s", e.Field, e.Value, e.Rule)
 }
@@ -49,6 +50,7 @@ type HeaderError struct {
 	Rule string
 }
 
+// Error says which header is wrong, its value and the rule.
 func (e *HeaderError) Error() string {
 	return fmt.Sprintf("header %s %q %s", e.Header, e.Value, e.Rule)
 }
@@ -59,8 +61,12 @@ func (e *HeaderError) Is(target error) bool { return target == ErrRejected }
 // PermanentError marks a handler's failure that no retry can mend. The
 // worker answers 200 so Cloud Tasks stops delivering the task, and the
 // inbox records the key as failed.
-type PermanentError struct{ Err error }
+type PermanentError struct {
+	// Err is the cause.
+	Err error
+}
 
+// Error is the cause's message marked permanent.
 func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 
 // Unwrap returns the cause.
@@ -86,11 +92,13 @@ func IsPermanent(err error) bool {
 // 503 with Retry-After, which makes the service lower the queue's dispatch
 // rate and wait at least RetryAfter before this task's next attempt.
 type SlowDownError struct {
+	// Err is the cause.
 	Err error
 	// RetryAfter is sent in whole seconds, rounded up, at least 1.
 	RetryAfter time.Duration
 }
 
+// Error is the cause's message with the delay asked for.
 func (e *SlowDownError) Error() string {
 	return fmt.Sprintf("slow down (retry after %s): %v", e.RetryAfter, e.Err)
 }

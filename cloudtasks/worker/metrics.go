@@ -13,8 +13,11 @@ const meterName = "github.com/ctdispatch/ctdispatch/cloudtasks/worker"
 
 // The metric names, documented in doc.go.
 const (
+	// MetricDeliveries counts answered requests by outcome.
 	MetricDeliveries = "ctdispatch.worker.deliveries"
-	MetricDuration   = "ctdispatch.worker.duration"
+	// MetricDuration times requests from arrival to answer, in seconds,
+	// by outcome.
+	MetricDuration = "ctdispatch.worker.duration"
 )
 
 var allOutcomes = []Outcome{

@@ -14,8 +14,10 @@ import (
 
 // Defaults of SQLConfig.
 const (
+	// DefaultSchema is the schema of the inbox table.
 	DefaultSchema = "public"
-	DefaultTable  = "ctdispatch_inbox"
+	// DefaultTable is the name of the inbox table.
+	DefaultTable = "ctdispatch_inbox"
 )
 
 // SQLConfig names the inbox table. Both names must be plain lower-case

@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg *Config, h Handler) (*Worker, error) {
 // status it answers with.
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	res := w.serve(r)
+	res := w.serve(rw, r)
 	status := res.outcome.Status()
 	if res.outcome == OutcomeUnauthorized {
 		rw.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
@@ -148,7 +148,7 @@ type result struct {
 	retryAfter time.Duration
 }
 
-func (w *Worker) serve(r *http.Request) result {
+func (w *Worker) serve(rw http.ResponseWriter, r *http.Request) result {
 	ctx := r.Context()
 	var account string
 	if w.verify != nil {
@@ -171,7 +171,7 @@ func (w *Worker) serve(r *http.Request) result {
 	if err != nil {
 		return result{outcome: OutcomeRejected, delivery: d, err: err}
 	}
-	if d.Body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, w.cfg.MaxBodyBytes)); err != nil {
+	if d.Body, err = io.ReadAll(http.MaxBytesReader(rw, r.Body, w.cfg.MaxBodyBytes)); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return result{outcome: OutcomeTooLarge, delivery: d, err: fmt.Errorf("body over Config.MaxBodyBytes (%d bytes)", w.cfg.MaxBodyBytes)}

@@ -70,8 +70,7 @@ func New(t testing.TB) string {
 	t.Helper()
 	c, err := sharedCluster()
 	if err != nil {
-		var missing *MissingError
-		if errors.As(err, &missing) && os.Getenv("CI") != "true" {
+		if skippable(err, os.Getenv("CI")) {
 			t.Skip(err.Error())
 		}
 		t.Fatalf("pgtest: %v", err)
@@ -86,6 +85,13 @@ func New(t testing.TB) string {
 		}
 	})
 	return dsn
+}
+
+// skippable reports whether a start failure skips the test: only a
+// missing installation, and never under CI=true, where it must fail.
+func skippable(err error, ci string) bool {
+	var missing *MissingError
+	return errors.As(err, &missing) && ci != "true"
 }
 
 // sharedCluster starts the package's cluster on first use.
@@ -121,8 +127,12 @@ func Main(m *testing.M) int {
 }
 
 // MissingError says that no PostgreSQL server binaries were found.
-type MissingError struct{ Glob string }
+type MissingError struct {
+	// Glob is where they were looked for.
+	Glob string
+}
 
+// Error says what is missing and how to install it.
 func (e *MissingError) Error() string {
 	return fmt.Sprintf("PostgreSQL is not installed (no initdb under %s); install it with: apt-get install postgresql", e.Glob)
 }

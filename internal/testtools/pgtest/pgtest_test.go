@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"testing"
 
@@ -44,4 +45,22 @@ func TestMissingErrorSaysHowToInstall(t *testing.T) {
 	t.Parallel()
 	require.EqualError(t, &MissingError{Glob: binGlob},
 		"PostgreSQL is not installed (no initdb under /usr/lib/postgresql/*/bin); install it with: apt-get install postgresql")
+}
+
+func TestMissingPostgreSQLSkipsExceptUnderCI(t *testing.T) {
+	t.Parallel()
+	missing := &MissingError{Glob: binGlob}
+	tests := []struct {
+		err  error
+		ci   string
+		skip bool
+	}{
+		{missing, "", true},
+		{missing, "false", true},
+		{missing, "true", false},
+		{errors.New("initdb: exit status 1"), "", false},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.skip, skippable(tt.err, tt.ci), "%v CI=%q", tt.err, tt.ci)
+	}
 }
