@@ -14,9 +14,9 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/jonboulle/clockwork"
@@ -169,10 +169,11 @@ func pgDSN(t *testing.T, db *sql.DB) string {
 }
 
 // Three worker processes, one database, 100 keys delivered 1,000 times:
-// each task is run 10 times through RunTask, two at a time, and a proxy in
-// front of the workers spreads the deliveries round-robin over the three
-// and loses the answers to all but each task's last delivery, so the
-// emulator keeps the task and repeats are certain. Exactly 100 effects.
+// each task is run 10 times through RunTask, in pairs. A proxy in front of
+// the workers holds the first attempt of each pair until the second
+// arrives and sends the two to different processes at once, and loses the
+// answers to all but each task's last delivery, so the emulator keeps the
+// task and repeats are certain. Exactly 100 effects.
 func TestThreeProcessesOneThousandDeliveriesOneHundredEffects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
@@ -191,31 +192,54 @@ func TestThreeProcessesOneThousandDeliveriesOneHundredEffects(t *testing.T) {
 		startChild(t, lis, e, dsn, target, false)
 		backends = append(backends, &url.URL{Scheme: "http", Host: lis.Addr().String()})
 	}
-	var next atomic.Int64
 	var mu sync.Mutex
-	seen := map[string]int{}
-	answers := map[string]int{}
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(backends[next.Add(1)%procs])
-			r.Out.Host = r.In.Host
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			task := resp.Request.Header.Get(HeaderTaskName)
-			mu.Lock()
-			defer mu.Unlock()
-			answers[strings.TrimSpace(readAll(resp))]++
-			seen[task]++
-			if seen[task] < perKey {
-				resp.StatusCode, resp.Status = 500, "500 reply lost"
-			}
-			resp.Body = io.NopCloser(strings.NewReader(""))
-			resp.ContentLength = 0
-			resp.Header.Del("Content-Length")
-			return nil
-		},
+	arrived := map[string]int{}           // per task
+	partner := map[string]chan struct{}{} // an odd arrival waits here for the even one
+	seen, answers := map[string]int{}, map[string]int{}
+	var proxies []*httputil.ReverseProxy
+	for _, b := range backends {
+		proxies = append(proxies, &httputil.ReverseProxy{
+			Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(b); r.Out.Host = r.In.Host },
+			ModifyResponse: func(resp *http.Response) error {
+				task := resp.Request.Header.Get(HeaderTaskName)
+				mu.Lock()
+				defer mu.Unlock()
+				answers[strings.TrimSpace(readAll(resp))]++
+				seen[task]++
+				if seen[task] < perKey {
+					resp.StatusCode, resp.Status = 500, "500 reply lost"
+				}
+				resp.Body = io.NopCloser(strings.NewReader(""))
+				resp.ContentLength = 0
+				resp.Header.Del("Content-Length")
+				return nil
+			},
+		})
 	}
-	go http.Serve(proxyLis, proxy) //nolint:errcheck // ends when the listener closes
+	// The two attempts of each pair go on together, to two different
+	// processes, so they meet on the key's row in the database.
+	front := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		task := r.Header.Get(HeaderTaskName)
+		mu.Lock()
+		n := arrived[task]
+		arrived[task]++
+		wait := make(chan struct{})
+		if n%2 == 0 {
+			partner[task] = wait
+		} else {
+			close(partner[task])
+		}
+		mu.Unlock()
+		if n%2 == 0 {
+			select {
+			case <-wait:
+			case <-time.After(10 * time.Second): // a safety net against a hang, not a synchronisation
+				t.Errorf("task %s: the second attempt of pair %d never came", task, n/2)
+			}
+		}
+		proxies[(n+len(task)+int(task[len(task)-1]))%procs].ServeHTTP(rw, r)
+	})
+	go http.Serve(proxyLis, front) //nolint:errcheck // ends when the listener closes
 
 	var names []string
 	for k := range keys {
@@ -245,6 +269,7 @@ func TestThreeProcessesOneThousandDeliveriesOneHundredEffects(t *testing.T) {
 	require.Equal(t, [2]int{keys, keys}, [2]int{rows, distinct})
 	mu.Lock()
 	defer mu.Unlock()
+	t.Logf("the workers' answers: %v", answers)
 	require.Equal(t, keys, answers["done"], "answers: %v", answers)
 	require.Equal(t, keys*perKey, answers["done"]+answers["duplicate"]+answers["busy"], "answers: %v", answers)
 	var pids int
