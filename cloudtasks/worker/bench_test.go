@@ -80,26 +80,55 @@ func BenchmarkInbox(b *testing.B) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects (id, pid) VALUES ($1, 1)`, id)
 		return err
 	}
+	// Keys stay new across -count repetitions, which share the database.
+	var seq atomic.Int64
 	b.Run("bare", func(b *testing.B) {
-		i := 0
 		for b.Loop() {
-			i++
 			tx, err := db.BeginTx(ctx, nil)
 			require.NoError(b, err)
-			require.NoError(b, write(ctx, tx, fmt.Sprint("bare-", i)))
+			require.NoError(b, write(ctx, tx, fmt.Sprint("bare-", seq.Add(1))))
 			require.NoError(b, tx.Commit())
 		}
 	})
 	b.Run("inbox", func(b *testing.B) {
-		i := 0
 		for b.Loop() {
-			i++
-			key := fmt.Sprint("inbox-", i)
+			key := fmt.Sprint("inbox-", seq.Add(1))
 			o, err := in.Process(ctx, key, time.Second, func(ctx context.Context, tx *sql.Tx) error { return write(ctx, tx, key) })
 			require.NoError(b, err)
 			require.Equal(b, OutcomeDone, o)
 		}
 	})
+}
+
+// BenchmarkInboxPaired runs the two transactions of BenchmarkInbox one
+// after the other in each iteration and reports their mean times and
+// ratio, so a machine whose load drifts during the run (a shared one)
+// affects both alike.
+func BenchmarkInboxPaired(b *testing.B) {
+	db, in := openDB(b)
+	ctx := context.Background()
+	var seq atomic.Int64
+	var bare, inbox time.Duration
+	for b.Loop() {
+		key := fmt.Sprint("pair-", seq.Add(1))
+		start := time.Now()
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(b, err)
+		_, err = tx.ExecContext(ctx, `INSERT INTO effects (id, pid) VALUES ($1, 1)`, "bare-"+key)
+		require.NoError(b, err)
+		require.NoError(b, tx.Commit())
+		mid := time.Now()
+		_, err = in.Process(ctx, key, time.Second, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO effects (id, pid) VALUES ($1, 1)`, key)
+			return err
+		})
+		require.NoError(b, err)
+		bare, inbox = bare+mid.Sub(start), inbox+time.Since(mid)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(bare.Microseconds())/n, "bare-µs")
+	b.ReportMetric(float64(inbox.Microseconds())/n, "inbox-µs")
+	b.ReportMetric(float64(inbox)/float64(bare), "inbox/bare")
 }
 
 // BenchmarkDeliveries is one worker process's throughput over loopback
