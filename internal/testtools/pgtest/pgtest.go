@@ -48,7 +48,8 @@ const startTimeout = 30 * time.Second
 
 // Cluster is a running throwaway PostgreSQL server.
 type Cluster struct {
-	dir    string // owns data/ and the socket
+	dir    string   // owns data/ and the socket
+	owner  *os.File // holds ownerFile's lock while the cluster lives
 	socket string
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -168,17 +169,61 @@ func Start() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	removeAbandoned()
 	// A short path: the socket's full name must fit in 107 bytes.
-	dir, err := os.MkdirTemp("", "pgtest-")
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{dir: dir, socket: dir, exited: make(chan struct{})}
-	if err := c.start(bin, cred); err != nil {
+	if c.owner, err = own(dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	if err := c.start(bin, cred); err != nil {
+		os.RemoveAll(dir)
+		c.owner.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// dirPrefix names the clusters' directories in the temporary directory.
+const dirPrefix = "pgtest-"
+
+// ownerFile is locked (flock) by the process a cluster belongs to for as
+// long as it lives; the kernel drops the lock when that process dies.
+const ownerFile = "owner.lock"
+
+func own(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
+// removeAbandoned deletes the directories of clusters whose test binary
+// died without stopping them (a test timeout panics past Main); their
+// server died with it, by its parent-death signal. A directory whose owner
+// lock can be taken has no owner left; one without the lock file yet is
+// being set up, and is left alone.
+func removeAbandoned() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range dirs {
+		f, err := os.OpenFile(filepath.Join(d, ownerFile), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			os.RemoveAll(d)
+		}
+		f.Close()
+	}
 }
 
 // serverCredential is the postgres user's when the process is root (the
@@ -294,5 +339,9 @@ func (c *Cluster) Stop() error {
 			err = errors.New("postgres did not stop within 30s of SIGINT; killed")
 		}
 	}
-	return errors.Join(err, os.RemoveAll(c.dir))
+	err = errors.Join(err, os.RemoveAll(c.dir))
+	if c.owner != nil {
+		c.owner.Close()
+	}
+	return err
 }

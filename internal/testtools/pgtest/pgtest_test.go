@@ -64,3 +64,23 @@ func TestMissingPostgreSQLSkipsExceptUnderCI(t *testing.T) {
 		require.Equal(t, tt.skip, skippable(tt.err, tt.ci), "%v CI=%q", tt.err, tt.ci)
 	}
 }
+
+// A directory left by a test binary that died is removed by the next
+// start; one whose owner lives is kept.
+func TestAbandonedDirectoriesAreRemoved(t *testing.T) {
+	t.Parallel()
+	abandoned, err := os.MkdirTemp("", dirPrefix)
+	require.NoError(t, err)
+	f, err := own(abandoned)
+	require.NoError(t, err)
+	require.NoError(t, f.Close()) // as the kernel does when the owner dies
+	alive, err := os.MkdirTemp("", dirPrefix)
+	require.NoError(t, err)
+	owner, err := own(alive)
+	require.NoError(t, err)
+	t.Cleanup(func() { owner.Close(); os.RemoveAll(alive) })
+
+	removeAbandoned()
+	require.NoDirExists(t, abandoned)
+	require.DirExists(t, alive)
+}
