@@ -195,14 +195,22 @@ const dirPrefix = "pgtest-"
 // long as it lives; the kernel drops the lock when that process dies.
 const ownerFile = "owner.lock"
 
+// own takes the lock of a new cluster directory. The lock file is locked
+// under another name and then renamed: another process looking for
+// abandoned directories never sees an owner.lock that is not yet locked.
 func own(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_CREATE|os.O_RDWR, 0o600)
+	tmp := filepath.Join(dir, ownerFile+".new")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		return nil, fmt.Errorf("lock %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ownerFile)); err != nil {
+		f.Close()
+		return nil, err
 	}
 	return f, nil
 }
