@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Time budget: under 2 s; every test here answers over loopback HTTP
@@ -297,5 +295,3 @@ func TestOutcomeStatuses(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
-
-var _ = naming.ID{}
