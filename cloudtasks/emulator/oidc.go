@@ -159,6 +159,9 @@ func (s *Server) oidcHandler() http.Handler {
 			E: base64.RawURLEncoding.EncodeToString(big.NewInt(int64(key.E)).Bytes()),
 		}}}
 		w.Header().Set("Content-Type", "application/json")
+		// As Google's endpoint does: verifiers (Go's idtoken) cache the keys
+		// only for the max-age given here.
+		w.Header().Set("Cache-Control", "public, max-age=3600")
 		_ = json.NewEncoder(w).Encode(set)
 	})
 	mux.HandleFunc("GET "+PEMCertsPath, func(w http.ResponseWriter, _ *http.Request) {

@@ -184,6 +184,7 @@ files, listed on stderr).`,
 		newDispatchCmd(env), newTimerCmd(env), newRecoverCmd(env),
 		newChaosCmd(env),
 		newBenchCmd(env),
+		newWorkerCmd(env),
 		newVersionCmd(),
 	)
 	// The root's own check (unknown command) is set above; the

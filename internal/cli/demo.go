@@ -127,6 +127,7 @@ func printDemo(w io.Writer, s demo.Summary) error {
 		s.TasksInQueueAfterDispatch, s.TasksLeft)
 	p.printf("worker      %d deliveries of %d attempts, %d distinct keys done once each, %d repeats acknowledged without redoing work, %d rejected\n",
 		s.Worker.Deliveries, s.DeliveryAttempts, s.Worker.Unique, s.Worker.Repeats, s.Worker.Rejected)
+	p.printf("            (cloudtasks/worker with its in-memory inbox, one process only; a service uses worker.NewSQLInbox. Tokens unchecked: the demo's tasks carry none)\n")
 	p.printf("\n")
 	self := selfCommand()
 	if !s.Kept {

@@ -18,6 +18,7 @@ func TestDemoCommand(t *testing.T) {
 		"timers      8 calls → ",
 		"queue       12 tasks after dispatching (one per distinct ID), 0 left at the end\n",
 		"worker      14 deliveries of 14 attempts, 12 distinct keys done once each, 2 repeats acknowledged without redoing work, 0 rejected\n",
+		"            (cloudtasks/worker with its in-memory inbox, one process only; a service uses worker.NewSQLInbox. Tokens unchecked: the demo's tasks carry none)\n",
 		"outbox      removed at exit; run go run ./cmd/ctdispatch demo --keep to explore it\n",
 	} {
 		require.Contains(t, res.stdout, want)

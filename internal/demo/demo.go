@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	cloudworker "github.com/ctdispatch/ctdispatch/cloudtasks/worker"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
@@ -199,8 +199,11 @@ func run(ctx context.Context, opts Options, env *Env) (Summary, error) {
 	}
 	sum.OutboxDir, sum.Kept = dir, opts.Keep
 
-	worker := NewWorker()
-	worker.FailAfterWork = func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/report") }
+	worker, err := NewWorker(opts.Logger)
+	if err != nil {
+		return sum, err
+	}
+	worker.FailAfterWork = func(d *cloudworker.Delivery) bool { return d.ID.TaskKey() == "report" }
 	workerURL, err := serve(worker, env)
 	if err != nil {
 		return sum, err

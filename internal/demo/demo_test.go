@@ -67,31 +67,40 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	require.EqualError(t, err, "demo: commit-then-fail rate 2 out of range; allowed: 0 to 1")
 }
 
+// The demo's worker is cloudtasks/worker: a request whose headers do not
+// fit is answered 200 (Cloud Tasks must not retry it) and counted as
+// rejected; a repeat is acknowledged without the work.
 func TestWorkerChecksHeaders(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, key, task string
-		wantCode        int
 		wantBody        string
+		want            WorkerStats
 	}{
-		{"consistent", "dispatch:run1:extract:1", "d_cxtoltqhbncw6nevn7hy53kqn6", 200, ""},
-		{"missing key", "", "d_cxtoltqhbncw6nevn7hy53kqn6", 400, "missing Idempotency-Key header\n"},
-		{"key of another task", "dispatch:run1:extract:2", "d_cxtoltqhbncw6nevn7hy53kqn6", 400,
-			"task \"d_cxtoltqhbncw6nevn7hy53kqn6\" delivered key \"dispatch:run1:extract:2\", whose task is \"d_ypjgm5lcyzwkhr3rrgaeps7xpu\"\n"},
-		{"not an internal ID", "evt-42", "d_cxtoltqhbncw6nevn7hy53kqn6", 400,
-			"Idempotency-Key: invalid internal ID \"evt-42\": prefix \"evt-42\" must be \"dispatch:\", \"timer:retry:\" or \"timer:heartbeat:\"\n"},
+		{"consistent", "dispatch:run1:extract:1", "d_cxtoltqhbncw6nevn7hy53kqn6", "done\n", WorkerStats{Deliveries: 1, Unique: 1}},
+		{"missing key", "", "d_cxtoltqhbncw6nevn7hy53kqn6", "rejected\n", WorkerStats{Rejected: 1}},
+		{"key of another task", "dispatch:run1:extract:2", "d_cxtoltqhbncw6nevn7hy53kqn6", "rejected\n", WorkerStats{Rejected: 1}},
+		{"not an internal ID", "evt-42", "d_cxtoltqhbncw6nevn7hy53kqn6", "rejected\n", WorkerStats{Rejected: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := NewWorker()
+			w, err := NewWorker(nil)
+			require.NoError(t, err)
 			req := httptest.NewRequest(http.MethodPost, "/extract", nil)
-			req.Header.Set("Idempotency-Key", tt.key)
-			req.Header.Set("X-CloudTasks-TaskName", tt.task)
+			for k, v := range map[string]string{
+				"X-CloudTasks-QueueName": "work", "X-CloudTasks-TaskName": tt.task, "X-CloudTasks-TaskRetryCount": "0",
+				"X-CloudTasks-TaskExecutionCount": "0", "X-CloudTasks-TaskETA": "1764061200.0", "Idempotency-Key": tt.key,
+			} {
+				if v != "" {
+					req.Header.Set(k, v)
+				}
+			}
 			rec := httptest.NewRecorder()
 			w.ServeHTTP(rec, req)
-			require.Equal(t, tt.wantCode, rec.Code)
+			require.Equal(t, 200, rec.Code)
 			require.Equal(t, tt.wantBody, rec.Body.String())
+			require.Equal(t, tt.want, w.Stats())
 		})
 	}
 }

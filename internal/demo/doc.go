@@ -1,6 +1,7 @@
 // Package demo runs ctdispatch end to end on one machine: the in-repo Cloud
-// Tasks emulator, a worker that checks and deduplicates by Idempotency-Key,
-// and a dispatcher with a local Parquet outbox. It backs `ctdispatch demo`.
+// Tasks emulator, a worker (package cloudtasks/worker with its in-memory
+// inbox) that checks and deduplicates by Idempotency-Key, and a dispatcher
+// with a local Parquet outbox. It backs `ctdispatch demo`.
 //
 // # What it shows
 //

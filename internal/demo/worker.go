@@ -1,72 +1,92 @@
 package demo
 
 import (
-	"fmt"
+	"context"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 
-	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/worker"
 )
 
-// Worker is the HTTP target of the demo: it stands for a user's service and
-// does what such a service should do with ctdispatch's headers. It checks
-// that every request carries an Idempotency-Key that names the task it came
-// in (the task name must be the key's Cloud Tasks ID) and performs each
-// key's work once, however often the key is delivered.
+// Worker is the HTTP target of the demo: the cloudtasks/worker package as
+// a user's service would run it, with the in-memory inbox (one process, no
+// guarantee across processes or restarts; a service uses
+// worker.NewSQLInbox) and token verification off, because the demo's
+// tasks carry no OIDC token. It checks that every request's
+// Idempotency-Key names the task it came in and does each key's work once,
+// however often the key is delivered; it counts what it answered.
 type Worker struct {
-	// FailAfterWork, when it returns true for a request, makes the first
-	// delivery of its key do the work and then answer 503, as a worker that
-	// crashes before replying would. Cloud Tasks delivers the task again, and
-	// the worker acknowledges the repeat without doing the work twice.
-	FailAfterWork func(*http.Request) bool
+	// FailAfterWork, when it returns true for a delivery, makes the first
+	// delivery of its key do the work and then answer 503 in place of the
+	// worker's 200, as a reply lost after the work would. Cloud Tasks
+	// delivers the task again, and the inbox acknowledges the repeat
+	// without doing the work twice.
+	FailAfterWork func(*worker.Delivery) bool
 
-	mu         sync.Mutex
-	done       map[string]int // deliveries seen per idempotency key
-	deliveries int
-	rejected   int
+	w *worker.Worker
+
+	mu                 sync.Mutex
+	done, dup, refused int
+	loseReply          map[string]bool // keys whose "done" answer is replaced by 503
 }
 
-// NewWorker returns a worker that has seen nothing.
-func NewWorker() *Worker { return &Worker{done: make(map[string]int)} }
-
-// ServeHTTP answers 200 for a valid delivery (first or repeated) and 400 for
-// a request whose headers do not fit together, which Cloud Tasks would not
-// retry forever but the demo reports.
-func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
-	if err := checkDelivery(key, r.Header.Get("X-CloudTasks-TaskName")); err != nil {
-		w.mu.Lock()
-		w.rejected++
-		w.mu.Unlock()
-		http.Error(rw, err.Error(), http.StatusBadRequest)
-		return
+// NewWorker returns a worker that has seen nothing. Its library logs go
+// to logger (nil: discarded).
+func NewWorker(logger *slog.Logger) (*Worker, error) {
+	dw := &Worker{loseReply: make(map[string]bool)}
+	w, err := worker.New(context.Background(), &worker.Config{
+		InsecureSkipVerify: true,
+		Inbox:              worker.NewMemoryInbox(),
+		Logger:             logger,
+	}, dw.work)
+	if err != nil {
+		return nil, err
 	}
-	w.mu.Lock()
-	w.deliveries++
-	w.done[key]++
-	first := w.done[key] == 1
-	w.mu.Unlock()
-	if first && w.FailAfterWork != nil && w.FailAfterWork(r) {
+	dw.w = w
+	return dw, nil
+}
+
+// work is the demo's piece of work: nothing to do but to note the keys
+// whose reply is to be lost.
+func (dw *Worker) work(_ context.Context, d *worker.Delivery) error {
+	if dw.FailAfterWork != nil && dw.FailAfterWork(d) {
+		dw.mu.Lock()
+		dw.loseReply[d.ID.String()] = true
+		dw.mu.Unlock()
+	}
+	return nil
+}
+
+// ServeHTTP passes the request to the worker and counts its answer, whose
+// body names the outcome ("done", "duplicate", "rejected", …).
+func (dw *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	dw.w.ServeHTTP(rec, r)
+	outcome := worker.Outcome(strings.TrimSpace(rec.Body.String()))
+	key := r.Header.Get(worker.HeaderIdempotencyKey)
+	dw.mu.Lock()
+	lose := outcome == worker.OutcomeDone && dw.loseReply[key]
+	switch outcome {
+	case worker.OutcomeDone:
+		dw.done++
+	case worker.OutcomeDuplicate:
+		dw.dup++
+	case worker.OutcomeRejected:
+		dw.refused++
+	}
+	dw.mu.Unlock()
+	if lose {
 		http.Error(rw, "work done, reply lost", http.StatusServiceUnavailable)
 		return
 	}
-	rw.WriteHeader(http.StatusOK)
-}
-
-// checkDelivery verifies that the idempotency key is an internal ID and that
-// the task delivering it is the one that ID names.
-func checkDelivery(key, taskName string) error {
-	if key == "" {
-		return fmt.Errorf("missing Idempotency-Key header")
+	for k, v := range rec.Header() {
+		rw.Header()[k] = v
 	}
-	want, err := naming.CloudTaskID(key)
-	if err != nil {
-		return fmt.Errorf("Idempotency-Key: %w", err)
-	}
-	if taskName != want {
-		return fmt.Errorf("task %q delivered key %q, whose task is %q", taskName, key, want)
-	}
-	return nil
+	rw.WriteHeader(rec.Code)
+	_, _ = rw.Write(rec.Body.Bytes())
 }
 
 // WorkerStats is what the worker saw.
@@ -83,13 +103,8 @@ type WorkerStats struct {
 }
 
 // Stats returns a snapshot of what the worker saw.
-func (w *Worker) Stats() WorkerStats {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return WorkerStats{
-		Deliveries: w.deliveries,
-		Unique:     len(w.done),
-		Repeats:    w.deliveries - len(w.done),
-		Rejected:   w.rejected,
-	}
+func (dw *Worker) Stats() WorkerStats {
+	dw.mu.Lock()
+	defer dw.mu.Unlock()
+	return WorkerStats{Deliveries: dw.done + dw.dup, Unique: dw.done, Repeats: dw.dup, Rejected: dw.refused}
 }

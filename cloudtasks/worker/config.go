@@ -1,0 +1,138 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Defaults applied by New when a Config field is left at its zero value.
+const (
+	// DefaultMaxBodyBytes caps the body a worker reads: Cloud Tasks HTTP
+	// tasks are at most 1 MB, plus room for a little slack.
+	DefaultMaxBodyBytes = 1<<20 + 64<<10
+	// DefaultLockTimeout is how long a delivery waits for another delivery
+	// of the same key before it is answered 500 (retry later). It is below
+	// the 15 s minimum dispatch deadline, so the answer reaches Cloud Tasks
+	// before the service gives up on the attempt.
+	DefaultLockTimeout = 10 * time.Second
+	// MaxLockTimeout is the longest dispatch deadline Cloud Tasks allows.
+	MaxLockTimeout = 30 * time.Minute
+	// DefaultKeysTimeout bounds one fetch of the token signing keys when
+	// KeysClient is not set.
+	DefaultKeysTimeout = 30 * time.Second
+)
+
+// Config configures a Worker. Verification must be configured
+// (Audiences and ServiceAccounts) or explicitly turned off
+// (InsecureSkipVerify), and an Inbox must be given: the zero Config is an
+// error that names what is missing, never a worker that silently checks
+// nothing or runs a key twice.
+type Config struct {
+	// Audiences are the accepted "aud" claims of the OIDC token: the
+	// audience set on the tasks' OidcToken, which Cloud Tasks defaults to
+	// the task's URL. Required unless InsecureSkipVerify.
+	Audiences []string
+	// ServiceAccounts are the accepted "email" claims: the service
+	// accounts the tasks' OidcToken names. Required unless
+	// InsecureSkipVerify.
+	ServiceAccounts []string
+	// Issuers are the accepted "iss" claims. Defaults to DefaultIssuers
+	// (Google's); set the emulator's Issuer() to test against it.
+	Issuers []string
+	// KeysClient fetches the keys that sign the tokens. The verifier asks
+	// Google's fixed key URL; a client whose transport answers that URL
+	// with another key set (the emulator's JWKS) points it elsewhere. The
+	// keys are cached as long as the answer's Cache-Control max-age says.
+	// Defaults to a client with a DefaultKeysTimeout timeout.
+	KeysClient *http.Client
+	// InsecureSkipVerify turns token verification off: any caller that
+	// reaches the handler can run tasks. For local development only; New
+	// logs a warning. It may not be combined with Audiences,
+	// ServiceAccounts or Issuers.
+	InsecureSkipVerify bool
+	// Inbox makes each key's work happen once. Required: NewSQLInbox for
+	// exactly-once effects across processes (the handler's writes commit
+	// with the key's done mark), NewMemoryInbox for one process.
+	Inbox Inbox
+	// AcceptUnkeyed lets a task without an Idempotency-Key (one not
+	// dispatched by ctdispatch) reach the handler, with a zero Delivery.ID,
+	// no inbox and no transaction: its work may happen more than once.
+	// By default such a task is refused: answered 200, so Cloud Tasks
+	// drops it, and logged and counted as rejected.
+	AcceptUnkeyed bool
+	// MaxBodyBytes caps the request body. A longer body is answered 413,
+	// which Cloud Tasks retries: only a worker configured below what its
+	// queue sends sees one, and raising the cap lets the retries through.
+	// Defaults to DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// LockTimeout bounds how long a delivery waits for another delivery of
+	// the same key to finish, in this process and in the inbox's database,
+	// before it is answered 500. Keep it below the queue's dispatch
+	// deadline. Defaults to DefaultLockTimeout; at most MaxLockTimeout.
+	LockTimeout time.Duration
+	// Logger receives a record per delivery (debug when it went well,
+	// warn or error otherwise). Defaults to discarding.
+	Logger *slog.Logger
+	// MeterProvider receives the metrics listed in the package
+	// documentation. Defaults to a no-op provider.
+	MeterProvider metric.MeterProvider
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Issuers) == 0 && !c.InsecureSkipVerify {
+		c.Issuers = DefaultIssuers
+	}
+	if c.KeysClient == nil {
+		c.KeysClient = &http.Client{Timeout: DefaultKeysTimeout}
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = noop.NewMeterProvider()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(field, value, rule string) error {
+		return &ConfigError{Field: "Config." + field, Value: value, Rule: rule}
+	}
+	lists := []struct {
+		field string
+		v     []string
+	}{{"Audiences", c.Audiences}, {"ServiceAccounts", c.ServiceAccounts}, {"Issuers", c.Issuers}}
+	for _, l := range lists {
+		switch {
+		case c.InsecureSkipVerify && len(l.v) > 0:
+			return bad(l.field, fmt.Sprintf("%q", l.v), "is set although InsecureSkipVerify turns verification off; drop one of them")
+		case !c.InsecureSkipVerify && len(l.v) == 0:
+			return bad(l.field, "[]", "is empty; tokens cannot be verified without it (InsecureSkipVerify turns verification off)")
+		}
+		for i, s := range l.v {
+			if s == "" {
+				return bad(fmt.Sprintf("%s[%d]", l.field, i), `""`, "is empty")
+			}
+		}
+	}
+	switch {
+	case c.Inbox == nil:
+		return bad("Inbox", "nil", "is required: NewSQLInbox for exactly-once effects across processes, NewMemoryInbox for one process")
+	case c.MaxBodyBytes < 0:
+		return bad("MaxBodyBytes", fmt.Sprint(c.MaxBodyBytes), "is negative; allowed: 1 or more (0: the default)")
+	case c.LockTimeout < 0 || c.LockTimeout > MaxLockTimeout:
+		return bad("LockTimeout", c.LockTimeout.String(), "is out of range; allowed: 1ns to 30m (0: the default 10s)")
+	}
+	return nil
+}

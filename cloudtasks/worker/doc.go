@@ -1,0 +1,95 @@
+// Package worker is the receiving end of ctdispatch: an http.Handler for
+// Go services that Cloud Tasks delivers ctdispatch's tasks to. Cloud Tasks
+// delivers each task at least once; the worker makes its effect happen
+// once.
+//
+// For each request the worker verifies the caller's OIDC token, reads the
+// Cloud Tasks headers into a Delivery, checks that the Idempotency-Key the
+// dispatcher set names the task that carries it, runs the Handler through
+// an Inbox that remembers which keys are finished, and answers with the
+// status that tells Cloud Tasks whether to retry.
+//
+// The package depends on naming, the standard library, Google's idtoken
+// verifier and the OpenTelemetry metric API; the SQL inbox works through
+// database/sql with any PostgreSQL driver (the tests use pgx's stdlib).
+//
+// # What is verified
+//
+// The bearer token goes to google.golang.org/api/idtoken, which checks its
+// RS256 signature against Google's published keys (cached as long as
+// Google's Cache-Control allows) and its expiry. The worker then checks
+// what idtoken leaves to its caller: the issuer (Config.Issuers, Google's by
+// default), the audience (Config.Audiences), the signing service account's
+// "email" (Config.ServiceAccounts) and "email_verified". A request without
+// a valid token never reaches the handler and its body is not read.
+// Verification is off only when Config.InsecureSkipVerify says so, and New
+// logs a warning when it is.
+//
+// The worker then reads the headers. The Idempotency-Key must parse as an
+// internal ID (naming.Parse) whose Cloud Tasks ID equals
+// X-CloudTasks-TaskName, and X-Ctdispatch-Task-Id, when present. A request
+// whose headers do not fit is a permanent failure (see below). A task with
+// no Idempotency-Key is refused the same way, unless Config.AcceptUnkeyed
+// lets it through without an inbox.
+//
+// # Status codes
+//
+// Cloud Tasks treats any 2xx as success and deletes the task; any other
+// status, or no answer within the dispatch deadline, is a failure retried
+// under the queue's retry_config; 429 and 503 also make the queue slow its
+// dispatch rate and honour Retry-After. Hence:
+//
+//	200 done              the handler returned nil; key marked done
+//	200 duplicate         the key was already finished; handler not called
+//	200 failed            the handler returned Permanent(err); writes undone, key marked failed
+//	200 rejected          verified, but headers missing, malformed or mismatched; handler not called
+//	401 unauthorized      no token, or one forged, expired or malformed
+//	403 forbidden         a valid token from another issuer, audience or service account
+//	413 too_large         body over Config.MaxBodyBytes (only a worker configured below its queue sees one)
+//	500 retry             the handler returned another error, or the inbox failed
+//	500 panic             the handler panicked; writes undone
+//	500 busy              another delivery held the key longer than Config.LockTimeout
+//	500 keys_unavailable  Google's signing keys could not be fetched
+//	503 slow_down         the handler returned SlowDown(err, d); Retry-After: d
+//
+// Permanent failures are answered 2xx because a 4xx would make Cloud Tasks
+// retry for as long as the queue allows (100 attempts over hours by
+// default) with no chance of success; they are logged at error level and
+// counted instead. 401, 403 and 413 stay 4xx: each is a configuration
+// mistake that an operator can mend, after which the retries succeed. 429
+// and 503 are answered only when the handler asks, because they slow the
+// whole queue.
+//
+// # The inbox
+//
+// An Inbox runs a key's work at most once to completion. SQLInbox does it
+// in one PostgreSQL transaction per delivery: it inserts the key's row,
+// runs the handler with that transaction (Delivery.Tx), and commits the
+// handler's writes and the row together. A delivery of a finished key is
+// answered 200 without calling the handler. A crash or a retryable error
+// before the commit leaves nothing, so the redelivery does the work. While
+// one delivery holds a key, another waits on the row at most
+// Config.LockTimeout, then is answered 500 and retried later. Within one
+// process deliveries of a key also wait for each other before they take a
+// database connection.
+//
+// What the handler does outside Delivery.Tx (calling another service,
+// sending a message) is not covered and may happen again on a redelivery:
+// make it idempotent on Delivery.ID.
+//
+// Finished keys must be kept at least MinRetention (31 days, the longest
+// Cloud Tasks keeps a task); SQLInbox.Cleanup removes older ones. Create the
+// table with SQLInbox.Migrate or "ctdispatch worker migrate".
+//
+// MemoryInbox keeps keys in the process's memory: for tests, demos and
+// single-process tools. Another process, or a restart, runs a key again.
+//
+// # Observability
+//
+// Each answered request is logged once through Config.Logger (debug when
+// done or duplicate, warn for retries and refused tokens, error for
+// failures, rejections and panics, with the stack) and counted in two
+// OpenTelemetry instruments with an "outcome" attribute:
+// ctdispatch.worker.deliveries (requests) and ctdispatch.worker.duration
+// (seconds from arrival to answer).
+package worker

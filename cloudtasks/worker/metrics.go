@@ -1,0 +1,57 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// meterName is the instrumentation scope of the worker's metrics.
+const meterName = "github.com/ctdispatch/ctdispatch/cloudtasks/worker"
+
+// The metric names, documented in doc.go.
+const (
+	// MetricDeliveries counts answered requests by outcome.
+	MetricDeliveries = "ctdispatch.worker.deliveries"
+	// MetricDuration times requests from arrival to answer, in seconds,
+	// by outcome.
+	MetricDuration = "ctdispatch.worker.duration"
+)
+
+var allOutcomes = []Outcome{
+	OutcomeDone, OutcomeDuplicate, OutcomeFailed, OutcomeRejected, OutcomeRetry, OutcomePanic,
+	OutcomeBusy, OutcomeSlowDown, OutcomeUnauthorized, OutcomeForbidden, OutcomeTooLarge, OutcomeKeysUnavailable,
+}
+
+type metrics struct {
+	deliveries metric.Int64Counter
+	duration   metric.Float64Histogram
+	// attrs holds the attribute option of each outcome, built once.
+	attrs map[Outcome]metric.MeasurementOption
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter(meterName)
+	ms := &metrics{attrs: make(map[Outcome]metric.MeasurementOption, len(allOutcomes))}
+	var err error
+	if ms.deliveries, err = m.Int64Counter(MetricDeliveries,
+		metric.WithDescription("Requests the worker answered, by outcome (done, duplicate, failed, rejected, retry, panic, busy, slow_down, unauthorized, forbidden, too_large, keys_unavailable).")); err != nil {
+		return nil, err
+	}
+	if ms.duration, err = m.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time from a request's arrival to its answer, by outcome.")); err != nil {
+		return nil, err
+	}
+	for _, o := range allOutcomes {
+		ms.attrs[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", string(o))))
+	}
+	return ms, nil
+}
+
+func (m *metrics) record(ctx context.Context, o Outcome, took time.Duration) {
+	attrs := m.attrs[o]
+	m.deliveries.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, took.Seconds(), attrs)
+}
