@@ -238,8 +238,14 @@ func (s *Server) send(a *attempt) (code int, retryAfter time.Duration, err error
 	defer cancel()
 	resp, err := s.cfg.HTTPClient.Do(a.req.WithContext(ctx))
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return 0, 0, fmt.Errorf("%w of %s", errDeadline, a.deadline)
+		// A fake clock's context may block in Err until its deadline, so
+		// Err is asked only once Done says the context has ended.
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return 0, 0, fmt.Errorf("%w of %s", errDeadline, a.deadline)
+			}
+		default:
 		}
 		return 0, 0, err
 	}

@@ -483,3 +483,36 @@ func TestQueueHTTPTargetOverrides(t *testing.T) {
 	claims := verifyOIDC(t, b, got[0].header.Get("Authorization"), "https://aud.example")
 	require.Equal(t, "queue@p.iam.gserviceaccount.com", claims.Email)
 }
+
+// A worker that drops the connection without an answer is a failed
+// attempt, recorded at once: with the fake clock, the attempt's deadline
+// context is not asked for its error until it has ended (a fake clock's
+// context blocks in Err until its deadline).
+func TestCutConnectionIsAFailedAttemptOnAFakeClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(*emulator.Config) {})
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		conn, _, err := rw.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	task := &cloudtaskspb.Task{Name: queue + "/tasks/cut", MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+		Url: srv.URL + "/work"}}}
+	_, err := b.client.CreateTask(context.Background(), &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: task})
+	require.NoError(t, err)
+	done := make(chan int, 1)
+	go func() { done <- runDue(t, b) }()
+	select {
+	case n := <-done:
+		require.Equal(t, 1, n)
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunDue hung on an attempt whose connection was cut")
+	}
+	ds := b.srv.Deliveries()
+	require.Len(t, ds, 1)
+	require.Equal(t, 0, ds[0].StatusCode)
+	require.Equal(t, emulator.OutcomeRetry, ds[0].Outcome)
+	require.NotEmpty(t, ds[0].Err)
+}
