@@ -10,8 +10,9 @@ import (
 
 // versionString describes this binary from the build information the Go
 // toolchain embeds: the module version ("(devel)" for a build from a
-// checkout), the VCS revision and whether the tree was modified, and the
-// Go version.
+// checkout), the VCS revision and whether the tree was modified (a devel
+// build without one says "revision unknown"; a binary installed from the
+// module proxy has a version and no revision), and the Go version.
 func versionString() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -35,7 +36,9 @@ func formatVersion(info *debug.BuildInfo) string {
 			r += " (modified)"
 		}
 		parts = append(parts, r)
-	} else {
+	} else if parts[0] == "(devel)" {
+		// A released version names its source; a devel build without VCS
+		// information names nothing, and says so.
 		parts = append(parts, "revision unknown")
 	}
 	if t := settings["vcs.time"]; t != "" {
