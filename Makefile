@@ -94,12 +94,8 @@ FUZZTIME ?= 30s
 fuzz:
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./naming/
 	go test -run '^$$' -fuzz FuzzCloudTaskID -fuzztime $(FUZZTIME) ./naming/
-<<<<<<< HEAD
 	go test -run '^$$' -fuzz FuzzReadParquet -fuzztime $(FUZZTIME) ./outbox/parquetbox/
-=======
-	go test -run '^$$' -fuzz FuzzReadParquet -fuzztime $(FUZZTIME) ./outbox/
 	go test -run '^$$' -fuzz FuzzDelivery -fuzztime $(FUZZTIME) ./cloudtasks/worker/
->>>>>>> worker
 
 clean:
 	rm -rf bin bench.txt bench-baseline.txt bench-alloc.txt bench-cloudtaskid.txt
