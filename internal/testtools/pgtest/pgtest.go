@@ -135,7 +135,7 @@ type MissingError struct {
 
 // Error says what is missing and how to install it.
 func (e *MissingError) Error() string {
-	return fmt.Sprintf("PostgreSQL is not installed (no initdb under %s); install it with: apt-get install postgresql", e.Glob)
+	return fmt.Sprintf("needs postgresql: no initdb under %s; install it with: apt-get install postgresql", e.Glob)
 }
 
 // binDir returns the newest installed version's bin directory.

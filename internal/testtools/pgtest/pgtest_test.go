@@ -44,7 +44,7 @@ func TestDropEndsOpenSessions(t *testing.T) {
 func TestMissingErrorSaysHowToInstall(t *testing.T) {
 	t.Parallel()
 	require.EqualError(t, &MissingError{Glob: binGlob},
-		"PostgreSQL is not installed (no initdb under /usr/lib/postgresql/*/bin); install it with: apt-get install postgresql")
+		"needs postgresql: no initdb under /usr/lib/postgresql/*/bin; install it with: apt-get install postgresql")
 }
 
 func TestMissingPostgreSQLSkipsExceptUnderCI(t *testing.T) {
