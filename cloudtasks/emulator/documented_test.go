@@ -30,19 +30,6 @@ import (
 // the service: ID token claims, the headers a worker receives, queue
 // defaults, ListQueues filters, IAM policies and batch operations.
 
-// jwksRedirect sends the requests Go's idtoken validator makes to Google's
-// certificate endpoint to the emulator's JWKS instead (same path).
-type jwksRedirect struct{ host string }
-
-func (r jwksRedirect) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Host != "www.googleapis.com" || req.URL.Path != emulator.JWKSPath {
-		return nil, fmt.Errorf("unexpected request to %s: the test is offline", req.URL)
-	}
-	req = req.Clone(req.Context())
-	req.URL.Scheme, req.URL.Host, req.Host = "http", r.host, r.host
-	return http.DefaultTransport.RoundTrip(req)
-}
-
 func TestOIDCTokenPassesGoogleIDTokenValidator(t *testing.T) {
 	t.Parallel()
 	// idtoken checks expiry against the real time, so the clock starts now.
@@ -67,7 +54,7 @@ func TestOIDCTokenPassesGoogleIDTokenValidator(t *testing.T) {
 	got := w.requests()
 	require.Len(t, got, 2)
 
-	v, err := idtoken.NewValidator(ctx, option.WithHTTPClient(&http.Client{Transport: jwksRedirect{host: b.srv.HTTPAddr()}}))
+	v, err := idtoken.NewValidator(ctx, option.WithHTTPClient(b.srv.KeysClient()))
 	require.NoError(t, err)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"sync"
@@ -189,4 +190,34 @@ func (s *Server) oidcHandler() http.Handler {
 		})
 	})
 	return mux
+}
+
+// googleKeysHost is where Google's verifiers (Go's idtoken among them)
+// fetch the keys of Google-signed ID tokens, at JWKSPath.
+const googleKeysHost = "www.googleapis.com"
+
+// KeysClient returns an *http.Client that answers a request for Google's
+// token keys (https://www.googleapis.com/oauth2/v3/certs, the URL Go's
+// idtoken verifier fetches) with this emulator's keys, and refuses any
+// other request. Give it to a verifier (for idtoken:
+// idtoken.NewValidator(ctx, option.WithHTTPClient(srv.KeysClient()))) so
+// that it accepts the emulator's tokens in a test without reaching Google.
+func (s *Server) KeysClient() *http.Client { return KeysClient(s.HTTPAddr()) }
+
+// KeysClient is Server.KeysClient for an emulator known by the address of
+// its HTTP server (its --http-addr), for example one in another process.
+func KeysClient(httpAddr string) *http.Client {
+	return &http.Client{Transport: keysRedirect{host: httpAddr}}
+}
+
+// keysRedirect sends the requests for Google's keys to the emulator.
+type keysRedirect struct{ host string }
+
+func (r keysRedirect) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host != googleKeysHost || req.URL.Path != JWKSPath {
+		return nil, fmt.Errorf("emulator keys client: %s is not Google's key URL; only that one is answered", req.URL)
+	}
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host, req.Host = "http", r.host, r.host
+	return http.DefaultTransport.RoundTrip(req)
 }

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,28 +62,11 @@ func startEmulator(t testing.TB, mutate ...func(*emulator.Config)) *emu {
 	return &emu{srv: srv, client: client, clock: clock}
 }
 
-// keysClient answers idtoken's requests for Google's keys with the
-// emulator's JWKS (same path), so the test is offline.
-func keysClient(jwksHost string) *http.Client {
-	return &http.Client{Transport: jwksRedirect{host: jwksHost}}
-}
-
-type jwksRedirect struct{ host string }
-
-func (r jwksRedirect) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Host != "www.googleapis.com" || req.URL.Path != emulator.JWKSPath {
-		return nil, fmt.Errorf("unexpected request to %s: the test is offline", req.URL)
-	}
-	req = req.Clone(req.Context())
-	req.URL.Scheme, req.URL.Host, req.Host = "http", r.host, r.host
-	return http.DefaultTransport.RoundTrip(req)
-}
-
 // verifiedConfig accepts the emulator's tokens for audience.
 func (e *emu) verifiedConfig(audience string, inbox Inbox) *Config {
 	return &Config{
 		Audiences: []string{audience}, ServiceAccounts: []string{testSA}, Issuers: []string{e.srv.Issuer()},
-		KeysClient: keysClient(e.srv.HTTPAddr()), Inbox: inbox,
+		KeysClient: e.srv.KeysClient(), Inbox: inbox,
 	}
 }
 

@@ -57,7 +57,7 @@ func runChild() int {
 	block := os.Getenv(childBlockEnv) != ""
 	w, err := New(context.Background(), &Config{
 		Audiences: []string{os.Getenv(childAudienceEnv)}, ServiceAccounts: []string{testSA},
-		Issuers: []string{os.Getenv(childIssuerEnv)}, KeysClient: keysClient(os.Getenv(childJWKSEnv)), Inbox: inbox,
+		Issuers: []string{os.Getenv(childIssuerEnv)}, KeysClient: emulator.KeysClient(os.Getenv(childJWKSEnv)), Inbox: inbox,
 	}, func(ctx context.Context, d *Delivery) error {
 		if err := writeEffect(ctx, d); err != nil {
 			return err

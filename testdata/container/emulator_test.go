@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/stretchr/testify/require"
@@ -184,7 +186,7 @@ type worker struct {
 // token with idtoken, whose key fetches go to the emulator at publicURL.
 func startWorker(t *testing.T, ctx context.Context, publicURL string) *worker {
 	t.Helper()
-	validator, err := idtoken.NewValidator(ctx, option.WithHTTPClient(&http.Client{Transport: keysAt(publicURL)}))
+	validator, err := idtoken.NewValidator(ctx, option.WithHTTPClient(emulator.KeysClient(strings.TrimPrefix(publicURL, "http://"))))
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "0.0.0.0:0")
 	require.NoError(t, err)
@@ -207,22 +209,4 @@ func startWorker(t *testing.T, ctx context.Context, publicURL string) *worker {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return w
-}
-
-// keysAt sends the requests idtoken makes for Google's certificates to
-// the emulator's key set at base instead (same path): idtoken has no
-// setting for another key URL.
-type keysAt string
-
-func (k keysAt) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Host != "www.googleapis.com" || req.URL.Path != "/oauth2/v3/certs" {
-		return nil, fmt.Errorf("unexpected request to %s: the test is offline", req.URL)
-	}
-	to, err := req.URL.Parse(string(k) + req.URL.Path)
-	if err != nil {
-		return nil, err
-	}
-	req = req.Clone(req.Context())
-	req.URL, req.Host = to, to.Host
-	return http.DefaultTransport.RoundTrip(req)
 }
