@@ -94,9 +94,11 @@ func (r *run) badInput(ctx context.Context) Result {
 	far := time.Now().Add(31 * 24 * time.Hour).Truncate(time.Second)
 	sched := d
 	libCases = []badCase{
-		{"run ID with a space", dispatch(cloudtasks.DispatchRequest{RunID: "run one", TaskKey: "t", Task: good}),
+		{"no identity", dispatch(cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Task: good}),
+			cloudtasks.ErrInvalidRequest, []string{"Identity.Strategy", "must say which attempt"}},
+		{"run ID with a space", dispatch(cloudtasks.DispatchRequest{RunID: "run one", TaskKey: "t", Identity: naming.Attempt(1), Task: good}),
 			cloudtasks.ErrInvalidRequest, []string{"RunID", `"run one"`, "whitespace"}},
-		{"empty task key", dispatch(cloudtasks.DispatchRequest{RunID: "r", TaskKey: "", Task: good}),
+		{"empty task key", dispatch(cloudtasks.DispatchRequest{RunID: "r", TaskKey: "", Identity: naming.Attempt(1), Task: good}),
 			cloudtasks.ErrInvalidRequest, []string{"TaskKey", "empty"}},
 		{"unparsable internal ID", func(context.Context) error { _, err := naming.Parse("dispatch:run1::1"); return err },
 			naming.ErrInvalidID, []string{`"dispatch:run1::1"`, "task_key"}},

@@ -607,7 +607,10 @@ func (o *Outbox) send(ctx context.Context, req *request) error {
 }
 
 // Flush rolls the current log segment into Parquet files and waits until
-// every segment written so far is in Parquet.
+// every segment written so far is in Parquet. A conversion that fails (a
+// full disk) is reported at once rather than waited out: the records are
+// durable in the log, readable meanwhile, and the conversion goes on
+// retrying in the background.
 func (o *Outbox) Flush(ctx context.Context) error {
 	if o.opts.ReadOnly {
 		return ErrReadOnly
@@ -955,13 +958,30 @@ func (o *Outbox) seal(done chan error) error {
 	return nil
 }
 
-// runConverter turns sealed segments into Parquet files, in order.
+// runConverter turns sealed segments into Parquet files, in order. While
+// a conversion fails (a full disk), it keeps retrying with backoff until
+// Close, and every Flush waiting meanwhile, or arriving, is answered at once
+// with the failure: the records are durable in the log and readable from
+// memory, and a Flush must not wait for space to return. A segment left
+// unconverted at Close is replayed on the next Open.
 func (o *Outbox) runConverter() {
 	defer close(o.convDone)
-	var lastErr error
-	for job := range o.conv {
+	var queue []convJob
+	var lastErr error // a failure no Flush has heard of yet
+	for {
+		if len(queue) == 0 {
+			job, ok := <-o.conv
+			if !ok {
+				return
+			}
+			queue = append(queue, job)
+		}
+		job := queue[0]
+		queue = queue[1:]
 		if job.seg != nil {
-			lastErr = o.convertRetrying(job.seg)
+			if err := o.convertAnswering(job.seg, &job, &queue); err != nil {
+				lastErr = err
+			}
 		}
 		if job.done != nil {
 			job.done <- lastErr
@@ -970,23 +990,40 @@ func (o *Outbox) runConverter() {
 	}
 }
 
-// convertRetrying converts a segment, retrying with backoff while it
-// fails (a full disk frees up without a restart) until Close. A segment
-// left unconverted stays readable from memory meanwhile, and is replayed
-// on the next Open.
-func (o *Outbox) convertRetrying(seg *segment) error {
+// convertAnswering converts seg, retrying with backoff while it fails
+// until Close. Each failure is told at once to job's Flush and to those
+// of the queued jobs (which are then done with), and to the jobs that
+// arrive meanwhile, which join the queue. It returns the last error when
+// Close ends the retries.
+func (o *Outbox) convertAnswering(seg *segment, job *convJob, queue *[]convJob) error {
+	err := o.convert(seg)
+	if err == nil {
+		return nil
+	}
+	answer := func(j *convJob) {
+		if j.done != nil {
+			j.done <- fmt.Errorf("outbox: the log is durable but not yet in Parquet (retrying): %w", err)
+			j.done = nil
+		}
+	}
 	b := newHealBackoff()
-	for {
-		err := o.convert(seg)
-		if err == nil {
-			return nil
+	for err != nil {
+		answer(job)
+		for i := range *queue {
+			answer(&(*queue)[i])
 		}
 		select {
 		case <-o.clock.After(b.Pause()):
+			err = o.convert(seg)
+		case j, ok := <-o.conv:
+			if ok {
+				*queue = append(*queue, j)
+			}
 		case <-o.quit:
 			return err
 		}
 	}
+	return nil
 }
 
 func (o *Outbox) convert(seg *segment) error {
