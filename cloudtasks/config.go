@@ -20,7 +20,9 @@ type Config struct {
 	// Location is the Cloud Tasks location, for example "europe-west1".
 	// Required.
 	Location string
-	// Queue is the queue ID used when a request names none. Required.
+	// Queue is the queue ID of a request that names none (Task.Queue).
+	// Defaults to none: then every Dispatch and ScheduleTimer must name
+	// its queue.
 	Queue string
 
 	// Client is a ready Cloud Tasks client: the official *ctapi.Client, or
@@ -241,7 +243,7 @@ func (c Config) validate() error {
 		return bad("Project", c.Project, "is not a project ID; allowed: lowercase letters, digits, '-', '.', ':', starting with a letter")
 	case !locationPattern.MatchString(c.Location):
 		return bad("Location", c.Location, "is not a location; allowed: lowercase letters, digits and '-', for example europe-west1")
-	case !queuePattern.MatchString(c.Queue):
+	case c.Queue != "" && !queuePattern.MatchString(c.Queue):
 		return bad("Queue", c.Queue, "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]")
 	case c.StaleAfter < 0:
 		return bad("StaleAfter", c.StaleAfter.String(), "is negative")

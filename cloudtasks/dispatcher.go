@@ -204,6 +204,9 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 	if err := t.validate(start); err != nil {
 		return DispatchResult{}, err
 	}
+	if t.Queue == "" && d.cfg.Queue == "" {
+		return DispatchResult{}, &RequestError{Field: "Task.Queue", Rule: "is required: Config.Queue names no default queue"}
+	}
 	req := t.createRequest(id, d.queueOf(t.Queue), start)
 	if err := t.checkSize(req); err != nil {
 		return DispatchResult{}, err

@@ -323,3 +323,21 @@ func TestTaskSizeIsMeasuredAsEncoded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
 }
+
+// Without Config.Queue, every request names its queue; a cancel finds the
+// queue in the outbox.
+func TestNoDefaultQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, func(c *cloudtasks.Config) { c.Queue = "" })
+	_, err := b.d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Attempt(1), Task: task()})
+	var re *cloudtasks.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "Task.Queue", re.Field)
+	require.Equal(t, "is required: Config.Queue names no default queue", re.Rule)
+	res, err := b.d.ScheduleTimer(ctx, heartbeat(b, "other"))
+	require.NoError(t, err)
+	got, err := b.d.CancelTimer(ctx, res.TimerID, "")
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.CancelDeleted, got.Outcome)
+}

@@ -76,9 +76,11 @@ func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	}
 }
 
-func (c *connFlags) dispatcher(ctx context.Context, env *Env) (*session, error) {
+// dispatcher opens a dispatcher for the flags. needQueue says whether
+// --queue is required (a cancel finds the queue in the outbox).
+func (c *connFlags) dispatcher(ctx context.Context, env *Env, needQueue bool) (*session, error) {
 	for _, req := range []struct{ name, v string }{{"--project", c.project}, {"--location", c.location}, {"--queue", c.queue}} {
-		if req.v == "" {
+		if req.v == "" && (needQueue || req.name != "--queue") {
 			return nil, usagef("%s is required", req.name)
 		}
 	}
@@ -399,7 +401,7 @@ Output: one line per request, "OUTCOME DISPATCH_ID TASK_NAME", or with
 				}
 			}
 			ctx := cmd.Context()
-			sess, err := conn.dispatcher(ctx, env)
+			sess, err := conn.dispatcher(ctx, env, true)
 			if err != nil {
 				return err
 			}

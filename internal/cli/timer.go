@@ -88,7 +88,7 @@ Output: one line per timer, "OUTCOME TIMER_ID TASK_NAME", or with --json
 					return err
 				}
 			}
-			sess, err := conn.dispatcher(ctx, env)
+			sess, err := conn.dispatcher(ctx, env, true)
 			if err != nil {
 				return err
 			}
@@ -159,7 +159,7 @@ func (l *requestLine) timer() (cloudtasks.TimerRequest, error) {
 }
 
 func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFlags, id string) error {
-	sess, err := conn.dispatcher(ctx, env)
+	sess, err := conn.dispatcher(ctx, env, false)
 	if err != nil {
 		return err
 	}

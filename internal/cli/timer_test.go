@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/google/uuid"
@@ -52,6 +53,13 @@ func TestTimerCommand(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("cancelled %s %s/tasks/%s (%s)\n", id, dqQueue, got["cloud_task_id"], want), stdout)
 	}
 
+	// Scheduled again after a cancel deleted its task: the name is held,
+	// and the command says so instead of "already_existed".
+	code, _, stderr = runWithEnv(t, emu.Addr(), "", args...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "its task was deleted by a cancel at ")
+	require.Contains(t, stderr, "holds the name until about ")
+
 	code, _, stderr = runWithEnv(t, emu.Addr(), "", append(append([]string(nil), timerArgs...), "--run", "r", "--task", "t", "--attempt", "1",
 		"--due", time.Now().Add(40*24*time.Hour).Format(time.RFC3339), "--url", "https://w/x")...)
 	require.Equal(t, 1, code)
@@ -60,6 +68,32 @@ func TestTimerCommand(t *testing.T) {
 	code, _, stderr = runWithEnv(t, emu.Addr(), "", append(append([]string(nil), timerArgs...), "--run", "r", "--task", "t", "--url", "https://w/x")...)
 	require.Equal(t, 2, code)
 	require.Equal(t, "ctdispatch: --due TIME (a retry timer) or --check TIME (a heartbeat) is required\n", stderr)
+}
+
+// A cancel goes to the queue the outbox recorded: --queue is not needed,
+// and a --queue that differs is refused before anything is deleted.
+func TestTimerCancelFindsTheQueue(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	require.NoError(t, emu.CreateQueue(context.Background(), emulator.QueueConfig{Name: "projects/p/locations/europe-west1/queues/timers"}))
+	box := filepath.Join(t.TempDir(), "outbox")
+	base := []string{"timer", "--project", "p", "--location", "europe-west1"}
+	check := time.Now().Add(time.Hour).Unix()
+	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", append(append([]string(nil), base...), "--queue", "timers", "--outbox", box,
+		"--run", "r1", "--task", "t", "--check", fmt.Sprint(check), "--url", "https://w.example/hb")...)
+	require.Equal(t, 0, code, stderr)
+	id := fmt.Sprintf("timer:heartbeat:r1:t:%d", check)
+	require.True(t, strings.HasPrefix(stdout, "created "+id+" "), stdout)
+
+	code, _, stderr = runWithEnv(t, emu.Addr(), "", append(append([]string(nil), base...), "--queue", "work", "--outbox", box, "--cancel", id)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `Queue "work" differs from the queue the outbox recorded for `+id+" (projects/p/locations/europe-west1/queues/timers)")
+	require.Len(t, emu.Tasks("projects/p/locations/europe-west1/queues/timers"), 1, "a refused cancel deletes nothing")
+
+	code, stdout, stderr = runWithEnv(t, emu.Addr(), "", append(append([]string(nil), base...), "--outbox", box, "--cancel", id)...)
+	require.Equal(t, 0, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "cancelled "+id+" projects/p/locations/europe-west1/queues/timers/tasks/t_"), stdout)
+	require.Empty(t, emu.Tasks("projects/p/locations/europe-west1/queues/timers"))
 }
 
 func TestRecoverCommand(t *testing.T) {
