@@ -8,18 +8,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// docs/worker.md shows the example program as it is in the repository,
-// where it is compiled with everything else.
+// docs/worker.md and the README show the example program as it is in the
+// repository, where it is compiled with everything else.
 func TestDocsShowTheExampleProgram(t *testing.T) {
 	t.Parallel()
-	page, err := os.ReadFile("../../docs/worker.md")
-	require.NoError(t, err)
 	prog, err := os.ReadFile("internal/example/main.go")
 	require.NoError(t, err)
-	_, block, ok := strings.Cut(string(page), "```go\n")
-	require.True(t, ok, "docs/worker.md has no go block")
-	block, _, ok = strings.Cut(block, "```\n")
-	require.True(t, ok)
 	want := string(prog)[strings.Index(string(prog), "package main"):]
-	require.Equal(t, want, block)
+	for _, tc := range []struct{ page, after string }{
+		{"../../docs/worker.md", ""},
+		{"../../README.md", "<!-- readme-go: worker -->\n"},
+	} {
+		page, err := os.ReadFile(tc.page)
+		require.NoError(t, err)
+		_, rest, ok := strings.Cut(string(page), tc.after)
+		require.True(t, ok, "%s has no %q", tc.page, tc.after)
+		_, block, ok := strings.Cut(rest, "```go\n")
+		require.True(t, ok, "%s has no go block", tc.page)
+		block, _, ok = strings.Cut(block, "```\n")
+		require.True(t, ok)
+		require.Equal(t, want, block, tc.page)
+	}
 }
