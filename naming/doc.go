@@ -30,11 +30,14 @@
 //
 // # Identity strategies
 //
-// The attempt slot says which requests count as the same. Identity picks one
-// of three rules: a number (strict: the same attempt number is the same
-// task), a caller-provided key (hashed with the task key, so one key used for
-// two kinds of task gives two tasks), or a fresh UUIDv7 (every request is
-// new). PayloadFingerprint hashes a request body, in RFC 8785 canonical form
+// The attempt slot says which requests count as the same. An Identity picks
+// one of three rules: a number (Attempt(n), strict: the same attempt number
+// is the same task), a caller-provided key (CallerKey(key), hashed with the
+// task key, so one key used for two kinds of task gives two tasks), or a
+// fresh UUIDv7 (Unique(), every request is new). The zero Identity names no
+// rule and is refused, as is a field of another rule set beside the chosen
+// one: a forgotten attempt never becomes attempt 0, and a key is never
+// ignored. PayloadFingerprint hashes a request body, in RFC 8785 canonical form
 // when it is JSON, so the same ID sent with a different body can be reported
 // as a conflict.
 //
@@ -46,7 +49,8 @@
 //
 // # Performance
 //
-// An ID keeps its text, so String does not allocate and CloudTaskID costs
-// one SHA-256 and one 28-byte allocation; see BenchmarkCloudTaskID against
-// BenchmarkSHA256Baseline.
+// An ID keeps its text and its Cloud Tasks ID, both made when the ID is
+// made (one SHA-256 and one 28-byte allocation for the latter; see
+// BenchmarkCloudTaskID against BenchmarkSHA256Baseline), so String and
+// CloudTaskID cost nothing however often a dispatch asks.
 package naming
