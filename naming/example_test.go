@@ -77,3 +77,16 @@ func ExamplePayloadFingerprint() {
 	// Output:
 	// true
 }
+
+// An identity must say which attempt a request is: the zero one is
+// refused, so a forgotten attempt never becomes attempt 0.
+func ExampleIdentity() {
+	for _, id := range []naming.Identity{naming.Attempt(2), naming.CallerKey("evt-42"), {}} {
+		slot, err := id.Attempt("extract")
+		fmt.Println(slot, err != nil)
+	}
+	// Output:
+	// 2 false
+	// k-kdfo6u43zxiplof3rajyylplvs false
+	//  true
+}
