@@ -80,7 +80,7 @@ func ExamplePayloadFingerprint() {
 
 // An identity must say which attempt a request is: the zero one is
 // refused, so a forgotten attempt never becomes attempt 0.
-func ExampleIdentity() {
+func ExampleIdentity_zero() {
 	for _, id := range []naming.Identity{naming.Attempt(2), naming.CallerKey("evt-42"), {}} {
 		slot, err := id.Attempt("extract")
 		fmt.Println(slot, err != nil)
