@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -115,4 +116,34 @@ func (r *Record) validateDelivery() error {
 		return bad("Delivery.HTTPStatus", fmt.Sprint(d.HTTPStatus), "is not an HTTP status; allowed: 100 to 599 in an outcome record")
 	}
 	return nil
+}
+
+// LookupDeliveries returns the deliveries recorded in o of what q selects
+// (an internal ID, a Cloud Tasks ID or a run), arranged as Lookup
+// arranges them: by delivery ID, which within a task is the order of
+// arrival. q.Table is ignored. An internal ID is looked up by its Cloud
+// Tasks ID, the column the deliveries table indexes, and the answer keeps
+// that ID's deliveries only. Without q.History each delivery shows its
+// latest record: its outcome, or started when its worker never answered.
+func LookupDeliveries(ctx context.Context, o Outbox, q Query) ([]Record, error) {
+	q.Table = TableDeliveries
+	internal := q.ID
+	if internal != "" {
+		cid, err := naming.CloudTaskID(internal)
+		if err != nil {
+			return nil, &RecordError{ID: internal, Field: "ID", Value: internal, Rule: "is not an internal ID: " + err.Error()}
+		}
+		q.ID, q.CloudTaskID = "", cid
+	}
+	recs, err := o.Lookup(ctx, q)
+	if err != nil || internal == "" {
+		return recs, err
+	}
+	kept := recs[:0]
+	for _, r := range recs {
+		if id, _, _ := SplitDeliveryID(r.ID); id == internal {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
 }
