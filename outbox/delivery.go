@@ -125,8 +125,10 @@ func (r *Record) validateDelivery() error {
 // Tasks ID, the column the deliveries table indexes, and the answer keeps
 // that ID's deliveries only. Without q.History each delivery shows its
 // latest record: its outcome, or started when its worker never answered.
+// q.Summary is ignored too: a summary would leave out the delivery's
+// columns.
 func LookupDeliveries(ctx context.Context, o Outbox, q Query) ([]Record, error) {
-	q.Table = TableDeliveries
+	q.Table, q.Summary = TableDeliveries, false
 	internal := q.ID
 	if internal != "" {
 		cid, err := naming.CloudTaskID(internal)
