@@ -74,3 +74,91 @@ func TestCompactKeepsEachDelivery(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(5), st.Tables[0].Dropped, "every delivery is past retention, the started one too")
 }
+
+// joinQueries are docs/outbox.md's queries joining a worker's deliveries
+// to the dispatchers' tables, with the two roots put in: latest state per
+// ID (and per delivery) first, then the join on the ID column both tables
+// name alike.
+func joinQueries(dispatchRoot, workerRoot string) []string {
+	latest := `WITH dispatches AS (
+  SELECT * FROM read_parquet('` + dispatchRoot + `/dispatch_outbox/**/*.parquet', hive_partitioning = true)
+  WHERE run_id = 'run1' QUALIFY row_number() OVER (PARTITION BY dispatch_id ORDER BY updated_at DESC) = 1),
+deliveries AS (
+  SELECT * FROM read_parquet('` + workerRoot + `/deliveries/**/*.parquet', hive_partitioning = true)
+  WHERE run_id = 'run1' QUALIFY row_number() OVER (PARTITION BY delivery_id ORDER BY updated_at DESC) = 1)
+`
+	return []string{
+		latest + `SELECT o.dispatch_id, o.status AS dispatched, d.retry_count, d.status AS delivered, d.http_status, d.latency_us
+FROM dispatches o LEFT JOIN deliveries d USING (dispatch_id)
+ORDER BY o.dispatch_id, d.delivery_id`,
+		latest + `SELECT o.dispatch_id, count(d.delivery_id) AS deliveries,
+  count(*) FILTER (WHERE d.status IN ('done', 'duplicate')) AS finished,
+  count(*) FILTER (WHERE d.status = 'started') AS unanswered
+FROM dispatches o LEFT JOIN deliveries d USING (dispatch_id)
+GROUP BY ALL ORDER BY o.dispatch_id`,
+		`SELECT t.timer_id, t.kind, d.status AS delivered, d.http_status
+FROM (SELECT * FROM read_parquet('` + dispatchRoot + `/timers/**/*.parquet', hive_partitioning = true)
+      QUALIFY row_number() OVER (PARTITION BY timer_id ORDER BY updated_at DESC) = 1) t
+JOIN (SELECT * FROM read_parquet('` + workerRoot + `/deliveries/**/*.parquet', hive_partitioning = true)
+      QUALIFY row_number() OVER (PARTITION BY delivery_id ORDER BY updated_at DESC) = 1) d USING (timer_id)`,
+	}
+}
+
+// DuckDB joins a worker's deliveries table, in an outbox root of its own,
+// to the dispatchers' dispatch_outbox and timers by internal ID: the
+// deliveries table repeats it as dispatch_id or timer_id, so the join is
+// USING (dispatch_id). Time budget: under 2 s (node and DuckDB start).
+func TestDuckDBJoinsDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	wb := &testBundle{root: t.TempDir(), clock: b.clock, logs: b.logs}
+	w := wb.open(t, procB)
+	hb := timerRec("run1", "extract", t0.Add(time.Hour), outbox.StatusCreated)
+	for _, r := range []outbox.Record{
+		dispatchRec("run1", "extract", "1", outbox.StatusCreated), dispatchRec("run1", "load", "1", outbox.StatusCreated),
+		dispatchRec("run1", "never", "1", outbox.StatusCreated), hb,
+	} {
+		require.NoError(t, outbox.AppendAndWait(ctx, o, r))
+	}
+	timer, err := naming.Parse(hb.ID)
+	require.NoError(t, err)
+	for _, d := range []struct {
+		id     string
+		suffix string
+		st     outbox.Status
+		code   int32
+	}{
+		{"dispatch:run1:extract:1", "01", outbox.StatusRetry, 500},
+		{"dispatch:run1:extract:1", "02", outbox.StatusDone, 200},
+		{"dispatch:run1:load:1", "03", "", 0}, // its worker died
+		{hb.ID, "04", outbox.StatusDone, 200},
+	} {
+		id := timer
+		if d.id != hb.ID {
+			id, err = naming.Parse(d.id)
+			require.NoError(t, err)
+		}
+		started, outcome := deliveryRecs(id, d.suffix, 0, d.st, d.code, b.clock.Now())
+		require.NoError(t, outbox.AppendAndWait(ctx, w, started))
+		if d.st != "" {
+			require.NoError(t, outbox.AppendAndWait(ctx, w, outcome))
+		}
+		b.clock.Advance(time.Second)
+	}
+	require.NoError(t, o.Flush(ctx))
+	require.NoError(t, w.Flush(ctx))
+
+	got := duckDB(t, joinQueries(b.root, wb.root)...)
+	require.Equal(t, []string{
+		`[{"dispatch_id":"dispatch:run1:extract:1","dispatched":"created","retry_count":0,"delivered":"retry","http_status":500,"latency_us":"5000"},` +
+			`{"dispatch_id":"dispatch:run1:extract:1","dispatched":"created","retry_count":0,"delivered":"done","http_status":200,"latency_us":"5000"},` +
+			`{"dispatch_id":"dispatch:run1:load:1","dispatched":"created","retry_count":0,"delivered":"started","http_status":0,"latency_us":"0"},` +
+			`{"dispatch_id":"dispatch:run1:never:1","dispatched":"created","retry_count":null,"delivered":null,"http_status":null,"latency_us":null}]`,
+		`[{"dispatch_id":"dispatch:run1:extract:1","deliveries":"2","finished":"1","unanswered":"0"},` +
+			`{"dispatch_id":"dispatch:run1:load:1","deliveries":"1","finished":"0","unanswered":"1"},` +
+			`{"dispatch_id":"dispatch:run1:never:1","deliveries":"0","finished":"0","unanswered":"0"}]`,
+		`[{"timer_id":"` + hb.ID + `","kind":"heartbeat","delivered":"done","http_status":200}]`,
+	}, got)
+}
