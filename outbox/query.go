@@ -8,7 +8,7 @@ import (
 // Query selects records for Lookup. Exactly one of ID, CloudTaskID and
 // RunID is set.
 type Query struct {
-	// Table limits the search to one table; empty searches both.
+	// Table limits the search to one table; empty searches every table.
 	Table Table
 	// ID selects by internal ID (dispatch_id or timer_id).
 	ID string
