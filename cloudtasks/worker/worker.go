@@ -129,8 +129,9 @@ func New(ctx context.Context, cfg *Config, h Handler) (*Worker, error) {
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	start := w.cfg.Clock.Now()
 	res := w.serve(rw, r, start)
-	took := w.cfg.Clock.Since(start)
-	w.recordEnd(r.Context(), res.record, res.outcome, took)
+	// The record's latency ends at the outcome; the metric's, below, at
+	// the answer, after the record's own write.
+	w.recordEnd(r.Context(), res.record, res.outcome, w.cfg.Clock.Since(start))
 	status := res.outcome.Status()
 	if res.outcome == OutcomeUnauthorized {
 		rw.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
@@ -141,7 +142,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)
 	_, _ = io.WriteString(rw, string(res.outcome)+"\n")
-	w.finish(r.Context(), res, status, took)
+	w.finish(r.Context(), res, status, w.cfg.Clock.Since(start))
 }
 
 // result is what serve decided about one request.
