@@ -123,7 +123,8 @@ func (r *Record) validateDelivery() error {
 // arranges them: by delivery ID, which within a task is the order of
 // arrival. q.Table is ignored. An internal ID is looked up by its Cloud
 // Tasks ID, the column the deliveries table indexes, and the answer keeps
-// that ID's deliveries only. Without q.History each delivery shows its
+// that ID's deliveries only; a q.ID that is not an internal ID has none.
+// Without q.History each delivery shows its
 // latest record: its outcome, or started when its worker never answered.
 // q.Summary is ignored too: a summary would leave out the delivery's
 // columns.
@@ -133,7 +134,7 @@ func LookupDeliveries(ctx context.Context, o Outbox, q Query) ([]Record, error) 
 	if internal != "" {
 		cid, err := naming.CloudTaskID(internal)
 		if err != nil {
-			return nil, &RecordError{ID: internal, Field: "ID", Value: internal, Rule: "is not an internal ID: " + err.Error()}
+			return nil, nil // as Lookup answers an ID never recorded
 		}
 		q.ID, q.CloudTaskID = "", cid
 	}

@@ -57,11 +57,11 @@ func TestLookupDeliveries(t *testing.T) {
 		{"by Cloud Tasks ID", outbox.Query{CloudTaskID: load.CloudTaskID(), Table: outbox.TableDispatch}, []string{"dispatch:run1:load:1#c done"}},
 		{"by run", outbox.Query{RunID: "run1"}, []string{"dispatch:run1:extract:1#a done", "dispatch:run1:extract:1#b done", "dispatch:run1:load:1#c done"}},
 		{"nothing", outbox.Query{RunID: "run2"}, nil},
+		{"not an internal ID", outbox.Query{ID: "job-17"}, nil},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, ids(tt.q), tt.name)
 	}
-	_, err = outbox.LookupDeliveries(ctx, box, outbox.Query{ID: "job-17"})
-	require.ErrorIs(t, err, outbox.ErrInvalidRecord)
-	require.ErrorContains(t, err, `ID "job-17" is not an internal ID`)
+	_, err = outbox.LookupDeliveries(ctx, box, outbox.Query{})
+	require.ErrorContains(t, err, "Query needs exactly one of ID, CloudTaskID, RunID")
 }

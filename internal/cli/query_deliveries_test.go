@@ -109,6 +109,12 @@ func TestQueryWithAWorkersOutbox(t *testing.T) {
 			wantStderr: "ctdispatch: no record with dispatch_id \"dispatch:run1:extract:9\" in " + dir + " or " + wdir + "\n",
 		},
 		{
+			name:       "not an internal ID",
+			args:       []string{"query", "--outbox", dir, "--worker-outbox", wdir, "--dispatch-id", "order-7"},
+			wantCode:   1,
+			wantStderr: "ctdispatch: no record with dispatch_id \"order-7\" in " + dir + " or " + wdir + "\n",
+		},
+		{
 			name:       "a worker's outbox given as the dispatchers' shows no deliveries among the records",
 			args:       []string{"query", "--outbox", wdir, "--run", "run1"},
 			wantCode:   1,

@@ -85,6 +85,9 @@ func TestIDAndRunPagesShowDeliveries(t *testing.T) {
 	code, page := b.get(t, "/audit?q=dispatch:run-1:load:1")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, page, "No deliveries recorded.", "load was recorded by the dispatcher and never delivered")
+	code, page = b.get(t, "/audit?q=nothing-here&by=id")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `Nothing recorded for <code>nothing-here</code>.`)
 
 	code, page = b.get(t, "/run?id=run-1")
 	require.Equal(t, http.StatusOK, code)
