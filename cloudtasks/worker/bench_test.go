@@ -140,14 +140,21 @@ func BenchmarkInboxPaired(b *testing.B) {
 func BenchmarkDeliveries(b *testing.B) { benchDeliveries(b, nil) }
 
 // BenchmarkDeliveriesRecorded is BenchmarkDeliveries with every delivery
-// recorded in a Parquet outbox (Durable: each record waits for its group
-// commit's fsync), the started record before the inbox and the outcome
-// before the answer.
+// recorded in a Parquet outbox, the started record before the inbox and
+// the outcome before the answer: durable (each record waits for its group
+// commit's fsync, the default) and interval (it waits for the write only).
 func BenchmarkDeliveriesRecorded(b *testing.B) {
-	box, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: b.TempDir()})
-	require.NoError(b, err)
-	b.Cleanup(func() { box.Close() })
-	benchDeliveries(b, box)
+	for _, d := range []struct {
+		name string
+		mode parquetbox.Durability
+	}{{"durable", parquetbox.Durable}, {"interval", parquetbox.Interval}} {
+		b.Run(d.name, func(b *testing.B) {
+			box, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: b.TempDir(), Durability: d.mode})
+			require.NoError(b, err)
+			b.Cleanup(func() { box.Close() })
+			benchDeliveries(b, box)
+		})
+	}
 }
 
 func benchDeliveries(b *testing.B, box outbox.Outbox) {
