@@ -21,8 +21,8 @@ type Query struct {
 	History bool
 	// Summary returns records with only the fields a status view shows:
 	// Table, ID, CloudTaskID, Status, ErrorCode, CreateCalls, UpdatedAt,
-	// DueAt and ProcessorUUID; the others are empty. An implementation may
-	// then skip reading the others.
+	// DueAt and ProcessorUUID; the others are empty (Delivery too). An
+	// implementation may then skip reading the others.
 	Summary bool
 }
 

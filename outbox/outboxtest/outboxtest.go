@@ -24,7 +24,9 @@
 // table, ID and time; Pending returns the IDs whose latest state is
 // pending and old enough, oldest first, then by ID; invalid and foreign
 // records (outbox.ErrForeignRecord) and calls on a cancelled context are
-// refused and leave nothing behind.
+// refused and leave nothing behind; the deliveries table keeps each
+// delivery of a task apart, with its own columns, and refuses a record
+// whose status or status code does not fit.
 package outboxtest
 
 import (
