@@ -76,6 +76,9 @@ func (d *Dispatcher) Recover(ctx context.Context) (RecoverStats, error) {
 		return st, ErrClosed
 	}
 	for _, table := range outbox.Tables() {
+		if table == outbox.TableDeliveries {
+			continue // a worker's table: nothing re-drives a delivery
+		}
 		recs, err := d.box.Pending(ctx, table, d.cfg.StaleAfter)
 		if err != nil {
 			return st, fmt.Errorf("cloudtasks: recover: list pending %s: %w", table, err)

@@ -1,5 +1,6 @@
-// Package outbox is the record of every dispatch and timer: the Outbox
-// interface a dispatcher writes through, the Record it writes, and Memory,
+// Package outbox is the record of every dispatch and timer, and of the
+// deliveries a worker receives: the Outbox interface a dispatcher (or a
+// worker) writes through, the Record it writes, and Memory,
 // an implementation held in one process's memory. It does not depend on
 // Parquet: the file-backed implementation, whose tables DuckDB and
 // BigQuery read, is package outbox/parquetbox, and a program that does not
@@ -12,6 +13,11 @@
 // cancelled). Its current state is its newest record by UpdatedAt (Newer
 // breaks ties the same way everywhere). Records live in two tables,
 // dispatch_outbox and timers, chosen by the kind of the ID (TableOf).
+//
+// A worker's outbox has a third table, deliveries: each delivery of a task
+// is its own ID (DeliveryID: the internal ID, '#', a suffix unique to the
+// delivery), with a started record and then its outcome, and the columns
+// of Record.Delivery. LookupDeliveries finds an ID's deliveries.
 //
 // # The rules every implementation keeps
 //

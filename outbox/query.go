@@ -8,7 +8,7 @@ import (
 // Query selects records for Lookup. Exactly one of ID, CloudTaskID and
 // RunID is set.
 type Query struct {
-	// Table limits the search to one table; empty searches both.
+	// Table limits the search to one table; empty searches every table.
 	Table Table
 	// ID selects by internal ID (dispatch_id or timer_id).
 	ID string
@@ -21,8 +21,8 @@ type Query struct {
 	History bool
 	// Summary returns records with only the fields a status view shows:
 	// Table, ID, CloudTaskID, Status, ErrorCode, CreateCalls, UpdatedAt,
-	// DueAt and ProcessorUUID; the others are empty. An implementation may
-	// then skip reading the others.
+	// DueAt and ProcessorUUID; the others are empty (Delivery too). An
+	// implementation may then skip reading the others.
 	Summary bool
 }
 

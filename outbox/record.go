@@ -8,7 +8,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/naming"
 )
 
-// Table names one of the two tables of the outbox. Each table is a directory
+// Table names one of the tables of the outbox. Each table is a directory
 // of Parquet files under the outbox root, named after the table.
 type Table string
 
@@ -20,16 +20,24 @@ const (
 	// TableTimers holds one row per state of a retry or heartbeat timer; its
 	// ID column is timer_id, and it adds kind and due_at.
 	TableTimers Table = "timers"
+	// TableDeliveries holds two rows per delivery a worker received (started,
+	// then its outcome), in the worker's own outbox; its ID column is
+	// delivery_id (see DeliveryID), and it adds the delivery's counts,
+	// HTTP status and latency.
+	TableDeliveries Table = "deliveries"
 )
 
 // Tables returns every table, in a stable order.
-func Tables() [2]Table { return [2]Table{TableDispatch, TableTimers} }
+func Tables() [3]Table { return [3]Table{TableDispatch, TableTimers, TableDeliveries} }
 
-// IDColumn is the name of the table's internal ID column: dispatch_id or
-// timer_id.
+// IDColumn is the name of the table's ID column: dispatch_id, timer_id or
+// delivery_id.
 func (t Table) IDColumn() string {
-	if t == TableTimers {
+	switch t {
+	case TableTimers:
 		return "timer_id"
+	case TableDeliveries:
+		return "delivery_id"
 	}
 	return "dispatch_id"
 }
@@ -37,10 +45,11 @@ func (t Table) IDColumn() string {
 // Validate returns an error unless t is one of the tables.
 func (t Table) Validate() error {
 	switch t {
-	case TableDispatch, TableTimers:
+	case TableDispatch, TableTimers, TableDeliveries:
 		return nil
 	}
-	return &RecordError{Field: "Table", Value: string(t), Rule: fmt.Sprintf("is unknown; allowed: %q, %q", TableDispatch, TableTimers)}
+	return &RecordError{Field: "Table", Value: string(t),
+		Rule: fmt.Sprintf("is unknown; allowed: %q, %q, %q", TableDispatch, TableTimers, TableDeliveries)}
 }
 
 // Status is the state of a dispatch or timer as recorded in the outbox.
@@ -67,33 +76,41 @@ const (
 )
 
 // Terminal reports whether the status is final: every status except
-// pending. Retention only ever drops records in a terminal status.
+// pending. Retention only ever drops records in a terminal status. A
+// delivery's started is terminal in that sense: nothing re-drives a
+// delivery, and one whose worker died stays started for good.
 func (s Status) Terminal() bool {
 	switch s {
 	case StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled, StatusNotFound:
 		return true
 	}
-	return false
+	return s.delivery()
 }
 
-// Record is one state of one dispatch or timer: a row of the outbox.
+// Record is one state of one dispatch, timer or delivery: a row of the
+// outbox.
 //
 // A dispatch or timer has a history of records (pending, then an outcome);
-// the latest one by UpdatedAt is its current state.
+// the latest one by UpdatedAt is its current state. A delivery has two
+// (started, then its outcome) under its own ID, so that the deliveries of
+// one task never fold into one; see DeliveryRecordOf.
 type Record struct {
 	// Table is the table the record belongs to.
 	Table Table
 	// ID is the internal ID (dispatch_id or timer_id), for example
-	// dispatch:run1:extract:1.
+	// dispatch:run1:extract:1, or in the deliveries table a delivery ID
+	// (DeliveryID: the internal ID, '#' and a suffix).
 	ID string
 	// CloudTaskID is the Cloud Tasks task ID derived from ID (d_… or t_…).
 	CloudTaskID string
 	// TaskName is the full task resource name. It is not stored: it is
 	// derived from Queue and CloudTaskID when a record is read, and filled
-	// in the same way on Append when left empty.
+	// in the same way on Append when left empty. Empty in the deliveries
+	// table.
 	TaskName string
 	// Queue is the full queue resource name
-	// (projects/…/locations/…/queues/…).
+	// (projects/…/locations/…/queues/…); in the deliveries table, the
+	// queue's ID as the worker receives it (X-CloudTasks-QueueName).
 	Queue string
 	// RunID is the orchestration run.
 	RunID string
@@ -106,7 +123,8 @@ type Record struct {
 	Kind string
 	// Status is the state this record describes.
 	Status Status
-	// ErrorCode is the gRPC code name of the last error, or "".
+	// ErrorCode is the gRPC code name of the last error, or "". The
+	// deliveries table does not store it.
 	ErrorCode string
 	// CreateCalls counts the CreateTask calls made for this attempt so far.
 	CreateCalls int32
@@ -120,8 +138,12 @@ type Record struct {
 	// strictly increases per ID (Append nudges it by a microsecond when
 	// needed), so the latest record is well defined.
 	UpdatedAt time.Time
-	// DueAt is when a timer fires; zero for dispatches.
+	// DueAt is when a timer fires; zero for dispatches and deliveries.
 	DueAt time.Time
+
+	// Delivery holds the columns only the deliveries table stores; it is
+	// zero in the others.
+	Delivery DeliveryFields
 
 	// id is the parsed ID of a record made by RecordOf, so that Prepare
 	// need not parse and hash again what naming just built. Prepare
@@ -169,11 +191,21 @@ func (r *Record) Normalize() {
 	r.CreatedAt = truncMicro(r.CreatedAt)
 	r.UpdatedAt = truncMicro(r.UpdatedAt)
 	r.DueAt = truncMicro(r.DueAt)
-	if r.Table == TableDispatch {
+	switch r.Table {
+	case TableDispatch:
 		r.Kind = "dispatch"
 		r.DueAt = time.Time{}
+	case TableDeliveries:
+		r.DueAt, r.ErrorCode, r.CreateCalls, r.PayloadSHA256 = time.Time{}, "", 0, ""
+		r.Delivery.Latency = r.Delivery.Latency.Truncate(time.Microsecond)
 	}
-	if !isTaskName(r.TaskName, r.Queue, r.CloudTaskID) {
+	if r.Table != TableDeliveries {
+		r.Delivery = DeliveryFields{}
+	}
+	switch {
+	case r.Table == TableDeliveries:
+		r.TaskName = "" // its Queue is the queue's ID only, as the worker sees it
+	case !isTaskName(r.TaskName, r.Queue, r.CloudTaskID):
 		r.TaskName = naming.TaskName(r.Queue, r.CloudTaskID)
 	}
 }
@@ -207,11 +239,17 @@ func (r *Record) Validate() error {
 	if r.ID == "" {
 		return &RecordError{Field: "ID", Rule: "is empty"}
 	}
-	switch r.Status {
-	case StatusPending, StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled, StatusNotFound:
-	default:
-		return &RecordError{ID: r.ID, Field: "Status", Value: string(r.Status),
-			Rule: "is unknown; allowed: pending, created, already_existed, failed, cancelled, not_found"}
+	if r.Table == TableDeliveries {
+		if err := r.validateDelivery(); err != nil {
+			return err
+		}
+	} else {
+		switch r.Status {
+		case StatusPending, StatusCreated, StatusAlreadyExisted, StatusFailed, StatusCancelled, StatusNotFound:
+		default:
+			return &RecordError{ID: r.ID, Field: "Status", Value: string(r.Status),
+				Rule: "is unknown; allowed: pending, created, already_existed, failed, cancelled, not_found"}
+		}
 	}
 	for _, f := range [...]struct {
 		name string
@@ -243,14 +281,21 @@ func (r *Record) Distrust() string {
 
 // distrustID is Distrust for a record already validated.
 func (r *Record) distrustID() string {
-	id := r.id
-	if id.IsZero() || id.String() != r.ID {
-		var err error
-		if id, err = naming.Parse(r.ID); err != nil {
-			return fmt.Sprintf("ID %q is not an internal ID: %v", r.ID, err)
+	internal := r.ID
+	if r.Table == TableDeliveries {
+		var ok bool
+		if internal, _, ok = SplitDeliveryID(r.ID); !ok {
+			return fmt.Sprintf("delivery ID %q is not an internal ID, '#' and a suffix", r.ID)
 		}
 	}
-	if TableOf(id) != r.Table {
+	id := r.id
+	if id.IsZero() || id.String() != internal {
+		var err error
+		if id, err = naming.Parse(internal); err != nil {
+			return fmt.Sprintf("ID %q is not an internal ID: %v", internal, err)
+		}
+	}
+	if r.Table != TableDeliveries && TableOf(id) != r.Table {
 		return fmt.Sprintf("ID %q does not belong in table %s", r.ID, r.Table)
 	}
 	if want := id.CloudTaskID(); r.CloudTaskID != want {
@@ -286,7 +331,11 @@ func (r *Record) Prepare(processor string, now time.Time) error {
 		if !r.id.IsZero() {
 			r.CloudTaskID = r.id.CloudTaskID()
 		} else {
-			r.CloudTaskID, _ = naming.CloudTaskID(r.ID) // Distrust names a bad ID
+			internal := r.ID
+			if r.Table == TableDeliveries {
+				internal, _, _ = SplitDeliveryID(r.ID)
+			}
+			r.CloudTaskID, _ = naming.CloudTaskID(internal) // Distrust names a bad ID
 		}
 	}
 	r.Normalize()

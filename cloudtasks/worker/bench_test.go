@@ -14,6 +14,9 @@ import (
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // passInbox runs every delivery's work, so a benchmark measures the
@@ -134,7 +137,27 @@ func BenchmarkInboxPaired(b *testing.B) {
 // BenchmarkDeliveries is one worker process's throughput over loopback
 // HTTP: verified tokens, the SQL inbox, a handler that writes one row,
 // eight requests in flight. Every request is a new key.
-func BenchmarkDeliveries(b *testing.B) {
+func BenchmarkDeliveries(b *testing.B) { benchDeliveries(b, nil) }
+
+// BenchmarkDeliveriesRecorded is BenchmarkDeliveries with every delivery
+// recorded in a Parquet outbox, the started record before the inbox and
+// the outcome before the answer: durable (each record waits for its group
+// commit's fsync, the default) and interval (it waits for the write only).
+func BenchmarkDeliveriesRecorded(b *testing.B) {
+	for _, d := range []struct {
+		name string
+		mode parquetbox.Durability
+	}{{"durable", parquetbox.Durable}, {"interval", parquetbox.Interval}} {
+		b.Run(d.name, func(b *testing.B) {
+			box, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: b.TempDir(), Durability: d.mode})
+			require.NoError(b, err)
+			b.Cleanup(func() { box.Close() })
+			benchDeliveries(b, box)
+		})
+	}
+}
+
+func benchDeliveries(b *testing.B, box outbox.Outbox) {
 	e := startEmulator(b)
 	db, in := openDB(b)
 	db.SetMaxOpenConns(16)
@@ -142,7 +165,9 @@ func BenchmarkDeliveries(b *testing.B) {
 	mux := http.NewServeMux()
 	url := serve(b, mux) + "/work"
 	token := benchToken(b, e, url)
-	w, err := New(context.Background(), e.verifiedConfig(url, in), writeEffect)
+	cfg := e.verifiedConfig(url, in)
+	cfg.Outbox = box
+	w, err := New(context.Background(), cfg, writeEffect)
 	require.NoError(b, err)
 	mux.Handle("/work", w)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}

@@ -6,8 +6,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // Defaults applied by New when a Config field is left at its zero value.
@@ -59,6 +62,22 @@ type Config struct {
 	// exactly-once effects across processes (the handler's writes commit
 	// with the key's done mark), NewMemoryInbox for one process.
 	Inbox Inbox
+	// Outbox, when set, records every delivery that passed verification
+	// and the key check in its deliveries table (outbox.TableDeliveries): a
+	// started record before the inbox and the handler run, and one with
+	// the outcome, the HTTP status and the latency before the answer is
+	// sent. Give the worker an outbox of its own (parquetbox.Open on a
+	// root the dispatchers do not use, or outbox.NewMemory). A record that
+	// cannot be written never changes the answer: it is logged at error
+	// level and counted (MetricRecordFailures), because the inbox has
+	// already decided, and a retry would not bring the effect back to
+	// record it. Defaults to nil: nothing is recorded, and a worker that
+	// imports only package outbox links no Parquet code.
+	Outbox outbox.Outbox
+	// Clock gives the arrival time and the latency recorded in the
+	// outbox and timed in MetricDuration. Token expiry is still checked
+	// against the wall clock. Defaults to the real clock.
+	Clock clockwork.Clock
 	// AcceptUnkeyed lets a task without an Idempotency-Key (one not
 	// dispatched by ctdispatch) reach the handler, with a zero Delivery.ID,
 	// no inbox and no transaction: its work may happen more than once.
@@ -101,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = noop.NewMeterProvider()
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

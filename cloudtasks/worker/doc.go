@@ -9,9 +9,10 @@
 // an Inbox that remembers which keys are finished, and answers with the
 // status that tells Cloud Tasks whether to retry.
 //
-// The package depends on naming, the standard library, Google's idtoken
-// verifier and the OpenTelemetry metric API; the SQL inbox works through
-// database/sql with any PostgreSQL driver (the tests use pgx's stdlib).
+// The package depends on naming, the outbox seam (package outbox, not the
+// Parquet engine), the standard library, Google's idtoken verifier and the
+// OpenTelemetry metric API; the SQL inbox works through database/sql with
+// any PostgreSQL driver (the tests use pgx's stdlib).
 //
 // # What is verified
 //
@@ -84,6 +85,33 @@
 // MemoryInbox keeps keys in the process's memory: for tests, demos and
 // single-process tools. Another process, or a restart, runs a key again.
 //
+// # Deliveries in the outbox
+//
+// With Config.Outbox set, every delivery that passed verification, the key
+// check and the body cap is recorded in the outbox's deliveries table
+// (outbox.TableDeliveries) under an ID of its own: the internal ID, '#'
+// and a UUIDv7 (outbox.DeliveryID), because Cloud Tasks may deliver one
+// attempt twice with the same counts. A started record (arrival time,
+// retry and execution counts, queue, processor) is written and waited for
+// before the inbox and the handler run, so a process killed inside the
+// handler leaves a delivery that stays started; the outcome record (the
+// outcome's name as status, the HTTP status, the latency from arrival to
+// the outcome) is written and waited for before the answer is sent.
+// Requests refused before that point (401, 403, 413, rejected headers) are
+// not recorded: they are logged and counted, and a refused caller cannot
+// write into the table.
+//
+// A record that cannot be written does not change the answer: the inbox
+// has committed (or not) already, the effect is what it is, and a 500
+// would only bring a redelivery that finds the key done and records a
+// duplicate, while a long outage of the outbox would hold every task back
+// for an audit trail. The failure is logged at error level and counted in
+// ctdispatch.worker.record_failures (attribute record: started or outcome).
+//
+// A worker without Config.Outbox records nothing and links no Parquet
+// code; one that passes a parquetbox.Outbox (on a root of its own, which
+// ctdispatch query and console read with --worker-outbox) links it.
+//
 // # Observability
 //
 // Each answered request is logged once through Config.Logger (debug when
@@ -91,5 +119,7 @@
 // failures, rejections and panics, with the stack) and counted in two
 // OpenTelemetry instruments with an "outcome" attribute:
 // ctdispatch.worker.deliveries (requests) and ctdispatch.worker.duration
-// (seconds from arrival to answer).
+// (seconds from arrival to answer). A third,
+// ctdispatch.worker.record_failures, counts delivery records the outbox
+// could not keep.
 package worker

@@ -18,6 +18,9 @@ const (
 	// MetricDuration times requests from arrival to answer, in seconds,
 	// by outcome.
 	MetricDuration = "ctdispatch.worker.duration"
+	// MetricRecordFailures counts delivery records (Config.Outbox) that
+	// could not be written, by record: started or outcome.
+	MetricRecordFailures = "ctdispatch.worker.record_failures"
 )
 
 var allOutcomes = []Outcome{
@@ -26,8 +29,9 @@ var allOutcomes = []Outcome{
 }
 
 type metrics struct {
-	deliveries metric.Int64Counter
-	duration   metric.Float64Histogram
+	deliveries     metric.Int64Counter
+	duration       metric.Float64Histogram
+	recordFailures metric.Int64Counter
 	// attrs holds the attribute option of each outcome, built once.
 	attrs map[Outcome]metric.MeasurementOption
 }
@@ -44,6 +48,10 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Time from a request's arrival to its answer, by outcome.")); err != nil {
 		return nil, err
 	}
+	if ms.recordFailures, err = m.Int64Counter(MetricRecordFailures,
+		metric.WithDescription("Delivery records the worker could not write to its outbox, by record (started, outcome); the answer was not changed.")); err != nil {
+		return nil, err
+	}
 	for _, o := range allOutcomes {
 		ms.attrs[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", string(o))))
 	}
@@ -54,4 +62,9 @@ func (m *metrics) record(ctx context.Context, o Outcome, took time.Duration) {
 	attrs := m.attrs[o]
 	m.deliveries.Add(ctx, 1, attrs)
 	m.duration.Record(ctx, took.Seconds(), attrs)
+}
+
+// recordFailed counts a delivery record that could not be written.
+func (m *metrics) recordFailed(ctx context.Context, which string) {
+	m.recordFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("record", which)))
 }

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +26,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // The tests in this file run workers as child processes (the test binary
@@ -40,6 +44,9 @@ const (
 	// childBlockEnv makes the handler write its effect, say so on stdout
 	// and block, so the parent can kill it with the transaction open.
 	childBlockEnv = "CTDISPATCH_WORKER_BLOCK"
+	// childOutboxEnv is the root of the outbox the children record their
+	// deliveries in, shared by all of them as a worker fleet shares one.
+	childOutboxEnv = "CTDISPATCH_WORKER_OUTBOX"
 )
 
 // runChild serves a verifying worker with the SQL inbox on the inherited
@@ -55,9 +62,14 @@ func runChild() int {
 		return fail(err)
 	}
 	block := os.Getenv(childBlockEnv) != ""
+	ob, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: os.Getenv(childOutboxEnv)})
+	if err != nil {
+		return fail(err)
+	}
 	w, err := New(context.Background(), &Config{
 		Audiences: []string{os.Getenv(childAudienceEnv)}, ServiceAccounts: []string{testSA},
 		Issuers: []string{os.Getenv(childIssuerEnv)}, KeysClient: emulator.KeysClient(os.Getenv(childJWKSEnv)), Inbox: inbox,
+		Outbox: ob,
 	}, func(ctx context.Context, d *Delivery) error {
 		if err := writeEffect(ctx, d); err != nil {
 			return err
@@ -78,16 +90,17 @@ func runChild() int {
 	return fail(http.Serve(lis, w))
 }
 
-// startChild starts a worker process on lis. Its stdout is returned; the
-// process is killed when the test ends.
-func startChild(t *testing.T, lis *net.TCPListener, e *emu, dsn, audience string, block bool) (*exec.Cmd, io.Reader) {
+// startChild starts a worker process on lis, recording its deliveries in
+// the outbox at root. Its stdout is returned; the process is killed when
+// the test ends.
+func startChild(t *testing.T, lis *net.TCPListener, e *emu, dsn, audience, root string, block bool) (*exec.Cmd, io.Reader) {
 	t.Helper()
 	f, err := lis.File()
 	require.NoError(t, err)
 	defer f.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", childDSNEnv+"="+dsn, childJWKSEnv+"="+e.srv.HTTPAddr(),
-		childIssuerEnv+"="+e.srv.Issuer(), childAudienceEnv+"="+audience)
+		childIssuerEnv+"="+e.srv.Issuer(), childAudienceEnv+"="+audience, childOutboxEnv+"="+root)
 	if block {
 		cmd.Env = append(cmd.Env, childBlockEnv+"=1")
 	}
@@ -126,8 +139,9 @@ func TestKilledInsideHandlerRedeliveryDoesTheWorkOnce(t *testing.T) {
 	lis := listen(t)
 	url := "http://" + lis.Addr().String() + "/work"
 	id := mustID(t, "crash", "t", "1")
+	root := t.TempDir()
 
-	first, stdout := startChild(t, lis, e, dsn, url, true)
+	first, stdout := startChild(t, lis, e, dsn, url, root, true)
 	e.createTask(t, id, url)
 	delivered := make(chan error, 1)
 	go func() { _, err := e.srv.RunDue(context.Background()); delivered <- err }()
@@ -144,7 +158,7 @@ func TestKilledInsideHandlerRedeliveryDoesTheWorkOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, finished)
 
-	startChild(t, lis, e, dsn, url, false)
+	startChild(t, lis, e, dsn, url, root, false)
 	_, err = e.client.RunTask(context.Background(), &cloudtaskspb.RunTaskRequest{Name: testQueue + "/tasks/" + id.CloudTaskID()})
 	require.NoError(t, err)
 	_, err = e.srv.RunDue(context.Background()) // waits for the attempt
@@ -156,6 +170,27 @@ func TestKilledInsideHandlerRedeliveryDoesTheWorkOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, finished)
 	require.Equal(t, OutcomeDone, got)
+
+	// The killed delivery stays started for good; the redelivery, in the
+	// other process, has its outcome.
+	var states []string
+	for _, r := range readDeliveries(t, root, "crash") {
+		states = append(states, fmt.Sprintf("r%d %s %d", r.Delivery.RetryCount, r.Status, r.Delivery.HTTPStatus))
+	}
+	require.Equal(t, []string{"r0 started 0", "r1 started 0", "r1 done 200"}, states)
+}
+
+// readDeliveries returns every record of run's deliveries in the outbox at
+// root, as a reader that did not write them sees them: sorted by delivery
+// ID, which within a task is the order of arrival.
+func readDeliveries(t *testing.T, root, run string) []outbox.Record {
+	t.Helper()
+	ob, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: root, ReadOnly: true})
+	require.NoError(t, err)
+	defer ob.Close()
+	recs, err := ob.Lookup(context.Background(), outbox.Query{Table: outbox.TableDeliveries, RunID: run, History: true})
+	require.NoError(t, err)
+	return recs
 }
 
 // pgDSN returns the DSN of db's database, for a child process.
@@ -183,13 +218,14 @@ func TestThreeProcessesOneThousandDeliveriesOneHundredEffects(t *testing.T) {
 	e := startEmulator(t)
 	db, _ := openDB(t)
 	dsn := pgDSN(t, db)
+	root := t.TempDir()
 
 	proxyLis := listen(t)
 	target := "http://" + proxyLis.Addr().String() + "/work"
 	var backends []*url.URL
 	for range procs {
 		lis := listen(t)
-		startChild(t, lis, e, dsn, target, false)
+		startChild(t, lis, e, dsn, target, root, false)
 		backends = append(backends, &url.URL{Scheme: "http", Host: lis.Addr().String()})
 	}
 	var mu sync.Mutex
@@ -275,6 +311,54 @@ func TestThreeProcessesOneThousandDeliveriesOneHundredEffects(t *testing.T) {
 	var pids int
 	require.NoError(t, db.QueryRow(`SELECT count(DISTINCT pid) FROM effects`).Scan(&pids))
 	require.Greater(t, pids, 1, "the work was spread over the processes")
+
+	// A request without a token, straight to each process: refused (401)
+	// before any record is written.
+	for _, b := range backends {
+		code, _, _ := post(t, b.String()+"/work", cloudTasksHeaders(mustID(t, "herd", "k000", "1")), "")
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	reconcileDeliveries(t, e.srv.Deliveries(), readDeliveries(t, root, "herd"), answers, procs)
+}
+
+// reconcileDeliveries checks the deliveries table against the emulator's
+// record of its attempts: one delivery in the table per attempt, matched
+// by task and retry count, each with a started record and then the outcome
+// the worker answered (before the proxy lost the reply), written by one of
+// the worker processes. Requests refused before verification are in the
+// emulator's record only when the emulator sent them; none are here.
+func reconcileDeliveries(t *testing.T, attempts []emulator.Delivery, recs []outbox.Record, answers map[string]int, procs int) {
+	t.Helper()
+	type attempt struct {
+		task    string
+		retries int32
+	}
+	sent := map[attempt]int{}
+	for _, a := range attempts {
+		retries, err := strconv.Atoi(a.Header.Get(HeaderRetryCount))
+		require.NoError(t, err)
+		sent[attempt{path.Base(a.Task), int32(retries)}]++
+	}
+	recorded := map[attempt]int{}
+	outcomes := map[string]int{}
+	processors := map[string]bool{}
+	for i := 0; i < len(recs); i += 2 {
+		started, outcome := recs[i], recs[i+1]
+		require.Equal(t, outbox.StatusStarted, started.Status, "%s", started.ID)
+		require.Equal(t, started.ID, outcome.ID, "each delivery has two records")
+		require.Equal(t, started.ProcessorUUID, outcome.ProcessorUUID)
+		require.Equal(t, started.CreatedAt, outcome.CreatedAt)
+		require.Equal(t, started.Delivery.RetryCount, outcome.Delivery.RetryCount)
+		require.Equal(t, int32(Outcome(outcome.Status).Status()), outcome.Delivery.HTTPStatus, "%s", outcome.ID)
+		require.Equal(t, outcome.UpdatedAt.Sub(outcome.CreatedAt), outcome.Delivery.Latency)
+		recorded[attempt{outcome.CloudTaskID, outcome.Delivery.RetryCount}]++
+		outcomes[string(outcome.Status)]++
+		processors[outcome.ProcessorUUID] = true
+	}
+	require.Len(t, recs, 2*len(attempts))
+	require.Equal(t, sent, recorded, "one delivery in the table per attempt the emulator made")
+	require.Equal(t, answers, outcomes, "the recorded outcomes are the answers the workers gave")
+	require.Len(t, processors, procs, "each process recorded its own deliveries")
 }
 
 func readAll(resp *http.Response) string {

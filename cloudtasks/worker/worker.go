@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // Handler does the work of one delivery. It returns nil when the work is
@@ -125,8 +127,11 @@ func New(ctx context.Context, cfg *Config, h Handler) (*Worker, error) {
 // ServeHTTP handles one delivery. See the package documentation for the
 // status it answers with.
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	res := w.serve(rw, r)
+	start := w.cfg.Clock.Now()
+	res := w.serve(rw, r, start)
+	// The record's latency ends at the outcome; the metric's, below, at
+	// the answer, after the record's own write.
+	w.recordEnd(r.Context(), res.record, res.outcome, w.cfg.Clock.Since(start))
 	status := res.outcome.Status()
 	if res.outcome == OutcomeUnauthorized {
 		rw.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
@@ -137,7 +142,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)
 	_, _ = io.WriteString(rw, string(res.outcome)+"\n")
-	w.finish(r.Context(), res, status, time.Since(start))
+	w.finish(r.Context(), res, status, w.cfg.Clock.Since(start))
 }
 
 // result is what serve decided about one request.
@@ -146,9 +151,12 @@ type result struct {
 	delivery   Delivery
 	err        error
 	retryAfter time.Duration
+	// record is the delivery's started record in Config.Outbox, nil when
+	// it has none.
+	record *outbox.Record
 }
 
-func (w *Worker) serve(rw http.ResponseWriter, r *http.Request) result {
+func (w *Worker) serve(rw http.ResponseWriter, r *http.Request, arrived time.Time) result {
 	ctx := r.Context()
 	var account string
 	if w.verify != nil {
@@ -182,19 +190,27 @@ func (w *Worker) serve(rw http.ResponseWriter, r *http.Request) result {
 		err := w.call(ctx, &d)
 		return w.classify(d, OutcomeDone, err)
 	}
+	rec := w.recordStart(ctx, &d, arrived)
+	res := w.process(ctx, &d)
+	res.record = rec
+	return res
+}
+
+// process runs a keyed delivery through the inbox.
+func (w *Worker) process(ctx context.Context, d *Delivery) result {
 	key := d.ID.String()
 	// Deliveries of one key wait here, not each on a database connection.
 	unlock, err := w.locks.lock(ctx, key, w.cfg.LockTimeout)
 	if err != nil {
-		return w.classify(d, "", err)
+		return w.classify(*d, "", err)
 	}
 	defer unlock()
 	outcome, err := w.cfg.Inbox.Process(ctx, key, w.cfg.LockTimeout, func(ctx context.Context, tx *sql.Tx) error {
 		d.tx = tx
 		defer func() { d.tx = nil }()
-		return w.call(ctx, &d)
+		return w.call(ctx, d)
 	})
-	return w.classify(d, outcome, err)
+	return w.classify(*d, outcome, err)
 }
 
 // call runs the handler, turning a panic into an error so the inbox rolls

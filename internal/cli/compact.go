@@ -57,6 +57,9 @@ func (p *progressBar) finish() {
 // totals.
 func printTableTotals(w io.Writer, stats parquetbox.CompactStats) {
 	for _, s := range stats.Tables {
+		if s.Table == outbox.TableDeliveries && s.FilesIn == 0 && len(s.Partitions) == 0 && len(s.Skipped) == 0 && len(s.Kept) == 0 {
+			continue // a dispatcher's outbox: workers record deliveries in their own
+		}
 		for _, fe := range s.Skipped {
 			fmt.Fprintf(w, "%s: skipped %s: %s\n", s.Table, fe.Path, fe.Reason)
 		}

@@ -19,7 +19,7 @@ func newConsoleCmd(env *Env) *cobra.Command {
 		addr string
 	)
 	cmd := &cobra.Command{
-		Use:   "console [--emulator ADDR] [--outbox DIR] [--addr 127.0.0.1:8090]",
+		Use:   "console [--emulator ADDR] [--outbox DIR] [--worker-outbox DIR] [--addr 127.0.0.1:8090]",
 		Short: "Serve a web console over an emulator and an outbox",
 		Long: `Serve a web console that shows a Cloud Tasks emulator and an outbox.
 
@@ -32,7 +32,12 @@ by internal ID, Cloud Tasks ID or run); a run's dispatches and timers on a
 timeline; and the outbox's files, damaged or foreign files, stale pending
 records and outcomes over time.
 
-Either source may be left out. --emulator is the emulator's gRPC address,
+--worker-outbox is a worker's outbox (package cloudtasks/worker): the
+audit trail of an ID and a run's page then list the deliveries it
+recorded, one line per delivery with its outcome, HTTP status, retry and
+execution counts and latency.
+
+Any source may be left out. --emulator is the emulator's gRPC address,
 and is enough: the console asks the emulator for every location holding a
 queue (ListLocations on the emulator-only wildcard project "projects/-")
 and for the address of its HTTP server, which adds exact task counts and
@@ -59,8 +64,8 @@ embedded script refreshes them while "live" is ticked.`,
   ctdispatch demo --keep`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Emulator == "" && cfg.Outbox == "" {
-				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both")
+			if cfg.Emulator == "" && cfg.Outbox == "" && cfg.WorkerOutbox == "" {
+				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both (and --worker-outbox DIR for deliveries)")
 			}
 			cfg.Logger = env.Logger
 			c, err := startConsole(cmd.Context(), cfg, consoleFlags{addr: "--addr", allowHost: "--allow-host"}, addr, env)
@@ -77,6 +82,7 @@ embedded script refreshes them while "live" is ticked.`,
 	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries (default: the one the emulator reports)")
 	f.StringArrayVar(&cfg.Locations, "location", nil, "also show the queues of this location, projects/P/locations/L, for an endpoint that does not list its locations (repeatable)")
 	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
+	f.StringVar(&cfg.WorkerOutbox, "worker-outbox", "", "a worker's outbox directory, opened read-only: deliveries on the ID and run pages")
 	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
 	f.StringArrayVar(&cfg.AllowHosts, "allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required with an --addr on every interface (repeatable)")
 	f.BoolVar(&cfg.AllowActions, "allow-actions", false, "offer pause, resume, purge, run now and recover")

@@ -70,7 +70,7 @@ func TestConsoleNeedsASource(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, "console")
 	require.Equal(t, 2, res.code)
-	require.Equal(t, "ctdispatch: nothing to show: give --emulator ADDR, --outbox DIR or both\n", res.stderr)
+	require.Equal(t, "ctdispatch: nothing to show: give --emulator ADDR, --outbox DIR or both (and --worker-outbox DIR for deliveries)\n", res.stderr)
 }
 
 func TestConsoleServesAnOutboxUntilInterrupted(t *testing.T) {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -73,42 +75,66 @@ type recordJSON struct {
 	CreatedAt     string `json:"created_at"`
 	UpdatedAt     string `json:"updated_at"`
 	DueAt         string `json:"due_at,omitempty"`
+	// The deliveries table's own columns, only in its records.
+	RetryCount     *int32 `json:"retry_count,omitempty"`
+	ExecutionCount *int32 `json:"execution_count,omitempty"`
+	HTTPStatus     *int32 `json:"http_status,omitempty"`
+	LatencyMicros  *int64 `json:"latency_us,omitempty"`
 }
 
 func toRecordJSON(r outbox.Record) recordJSON {
-	return recordJSON{
+	j := recordJSON{
 		Table: string(r.Table), ID: r.ID, CloudTaskID: r.CloudTaskID, TaskName: r.TaskName, Queue: r.Queue,
 		RunID: r.RunID, TaskKey: r.TaskKey, Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status),
 		ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256,
 		ProcessorUUID: r.ProcessorUUID, CreatedAt: formatTime(r.CreatedAt), UpdatedAt: formatTime(r.UpdatedAt),
 		DueAt: formatTime(r.DueAt),
 	}
+	if r.Table == outbox.TableDeliveries {
+		d := r.Delivery
+		latency := d.Latency.Microseconds()
+		j.RetryCount, j.ExecutionCount, j.HTTPStatus, j.LatencyMicros = &d.RetryCount, &d.ExecutionCount, &d.HTTPStatus, &latency
+	}
+	return j
 }
 
 var csvHeader = []string{"table", "id", "cloud_task_id", "task_name", "queue", "run_id", "task_key", "attempt",
 	"kind", "status", "error_code", "create_calls", "payload_sha256", "processor_uuid", "created_at", "updated_at", "due_at"}
 
-func (j recordJSON) csvRow() []string {
-	return []string{j.Table, j.ID, j.CloudTaskID, j.TaskName, j.Queue, j.RunID, j.TaskKey, j.Attempt, j.Kind,
+// csvDeliveryHeader are the columns added when deliveries are asked for.
+var csvDeliveryHeader = []string{"retry_count", "execution_count", "http_status", "latency_us"}
+
+func (j recordJSON) csvRow(deliveries bool) []string {
+	row := []string{j.Table, j.ID, j.CloudTaskID, j.TaskName, j.Queue, j.RunID, j.TaskKey, j.Attempt, j.Kind,
 		j.Status, j.ErrorCode, strconv.Itoa(int(j.CreateCalls)), j.PayloadSHA256, j.ProcessorUUID,
 		j.CreatedAt, j.UpdatedAt, j.DueAt}
+	if !deliveries {
+		return row
+	}
+	if j.HTTPStatus == nil {
+		return append(row, "", "", "", "")
+	}
+	return append(row, strconv.Itoa(int(*j.RetryCount)), strconv.Itoa(int(*j.ExecutionCount)),
+		strconv.Itoa(int(*j.HTTPStatus)), strconv.FormatInt(*j.LatencyMicros, 10))
 }
 
-// writeRecords prints recs in format. The output is buffered and written
-// at once: the table writer alone would make a write call per cell.
-func writeRecords(w io.Writer, format string, recs []outbox.Record) error {
+// writeRecords prints recs and then, when deliveries is set (the command
+// was given a worker's outbox), dels, in format. The output is buffered
+// and written at once: the table writer alone would make a write call per
+// cell.
+func writeRecords(w io.Writer, format string, recs []outbox.Record, deliveries bool, dels []outbox.Record) error {
 	bw := bufio.NewWriter(w)
-	if err := formatRecords(bw, format, recs); err != nil {
+	if err := formatRecords(bw, format, recs, deliveries, dels); err != nil {
 		return err
 	}
 	return bw.Flush()
 }
 
-func formatRecords(w io.Writer, format string, recs []outbox.Record) error {
+func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries bool, dels []outbox.Record) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
-		for _, r := range recs {
+		for _, r := range append(recs[:len(recs):len(recs)], dels...) {
 			if err := enc.Encode(toRecordJSON(r)); err != nil {
 				return err
 			}
@@ -116,22 +142,48 @@ func formatRecords(w io.Writer, format string, recs []outbox.Record) error {
 		return nil
 	case "csv":
 		cw := csv.NewWriter(w)
-		if err := cw.Write(csvHeader); err != nil {
+		header := csvHeader
+		if deliveries {
+			header = append(header[:len(header):len(header)], csvDeliveryHeader...)
+		}
+		if err := cw.Write(header); err != nil {
 			return err
 		}
-		for _, r := range recs {
-			if err := cw.Write(toRecordJSON(r).csvRow()); err != nil {
+		for _, r := range append(recs[:len(recs):len(recs)], dels...) {
+			if err := cw.Write(toRecordJSON(r).csvRow(deliveries)); err != nil {
 				return err
 			}
 		}
 		cw.Flush()
 		return cw.Error()
 	}
+	if len(recs) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATUS\tCLOUD TASK ID\tERROR\tCALLS\tUPDATED AT\tDUE AT\tPROCESSOR")
+		for _, r := range recs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.CloudTaskID, dash(r.ErrorCode),
+				r.CreateCalls, formatTime(r.UpdatedAt), dash(formatTime(r.DueAt)), r.ProcessorUUID)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	if len(recs) > 0 {
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tCLOUD TASK ID\tERROR\tCALLS\tUPDATED AT\tDUE AT\tPROCESSOR")
-	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.CloudTaskID, dash(r.ErrorCode),
-			r.CreateCalls, formatTime(r.UpdatedAt), dash(formatTime(r.DueAt)), r.ProcessorUUID)
+	fmt.Fprintln(tw, "DELIVERY ID\tSTATUS\tHTTP\tRETRY\tEXEC\tLATENCY\tARRIVED AT\tUPDATED AT\tPROCESSOR")
+	for _, r := range dels {
+		d := r.Delivery
+		status := "-"
+		if d.HTTPStatus != 0 {
+			status = strconv.Itoa(int(d.HTTPStatus))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Status, status, d.RetryCount, d.ExecutionCount,
+			d.Latency, formatTime(r.CreatedAt), formatTime(r.UpdatedAt), r.ProcessorUUID)
 	}
 	return tw.Flush()
 }
@@ -145,12 +197,12 @@ func dash(s string) string {
 
 func newQueryCmd(env *Env) *cobra.Command {
 	var (
-		dir, dispatchID, timerID, cloudTaskID, run, format string
-		history                                            bool
+		dir, workerDir, dispatchID, timerID, cloudTaskID, run, format string
+		history                                                       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "query --outbox DIR (--dispatch-id ID | --timer-id ID | --cloud-task-id ID | --run RUN) [--history] [--format table|json|csv]",
-		Short: "Show the outbox records of a dispatch, a timer, a Cloud Tasks task or a run",
+		Use:   "query [--outbox DIR] [--worker-outbox DIR] (--dispatch-id ID | --timer-id ID | --cloud-task-id ID | --run RUN) [--history] [--format table|json|csv]",
+		Short: "Show the outbox records of a dispatch, a timer, a Cloud Tasks task or a run, and their deliveries",
 		Long: `Show the outbox records of a dispatch, a timer, a Cloud Tasks task or a run.
 
 The search covers every Parquet file of the outbox and the write-ahead logs of
@@ -158,6 +210,14 @@ running dispatchers, using the files' bloom filters and page indexes, so a
 lookup by ID reads a small part of even a large table. By default each ID shows
 its latest state; --history shows every recorded state not yet folded by
 compaction.
+
+--worker-outbox names the outbox a worker (package cloudtasks/worker)
+records its deliveries in; the deliveries of what was asked for follow the
+dispatcher's records: one line per delivery (its outcome, or started when
+its worker never answered; --history shows both). Either outbox may be
+given alone; at least one is required. The two are separate flags because
+they are different stores: a dispatcher's outbox holds dispatch_outbox and
+timers, a worker's holds deliveries, and each is written by its own fleet.
 
 Formats: table (aligned columns, the default), json (JSON Lines: one object
 per line, keys as the Parquet columns) and csv (with a header). Exits 1 when
@@ -169,7 +229,8 @@ are then listed on stderr (one line), added to the json output as lines
 exit status is 3.`,
 		Example: `  ctdispatch query --outbox ./outbox --dispatch-id dispatch:run1:extract:1
   ctdispatch query --outbox ./outbox --cloud-task-id d_cxtoltqhbncw6nevn7hy53kqn6 --history
-  ctdispatch query --outbox ./outbox --run run1 --format csv`,
+  ctdispatch query --outbox ./outbox --run run1 --format csv
+  ctdispatch query --outbox ./outbox --worker-outbox ./worker-outbox --dispatch-id dispatch:run1:extract:1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var q outbox.Query
@@ -198,31 +259,57 @@ exit status is 3.`,
 			default:
 				return usagef("--format %q unknown; allowed: table, json, csv", format)
 			}
-			q.History = history
-			q.Summary = format == "table" // the table shows no more than a summary
-			ctx := cmd.Context()
-			o, err := openOutbox(ctx, env, dir, true)
-			if err != nil {
-				return err
+			if dir == "" && workerDir == "" {
+				return usagef("--outbox DIR is required (or --worker-outbox DIR for deliveries only)")
 			}
-			defer o.Close()
-			recs, err := o.Lookup(ctx, q)
-			if err != nil {
-				return err
+			q.History = history
+			ctx := cmd.Context()
+			var (
+				recs, dels []outbox.Record
+				skipped    []*parquetbox.FileError
+				where      []string
+			)
+			if dir != "" {
+				o, err := openOutbox(ctx, env, dir, true)
+				if err != nil {
+					return err
+				}
+				defer o.Close()
+				sq := q
+				sq.Summary = format == "table" // the table shows no more than a summary
+				if recs, err = o.Lookup(ctx, sq); err != nil {
+					return err
+				}
+				// A worker's outbox given as --outbox shows its
+				// deliveries below, not among the dispatches.
+				recs = slices.DeleteFunc(recs, func(r outbox.Record) bool { return r.Table == outbox.TableDeliveries })
+				skipped, where = append(skipped, skippedFiles(o)...), append(where, dir)
+			}
+			if workerDir != "" {
+				w, err := openOutbox(ctx, env, workerDir, true)
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				if dels, err = outbox.LookupDeliveries(ctx, w, q); err != nil {
+					return err
+				}
+				skipped, where = append(skipped, skippedFiles(w)...), append(where, workerDir)
 			}
 			out := cmd.OutOrStdout()
-			if len(recs) == 0 {
+			if len(recs) == 0 && len(dels) == 0 {
 				// Exit 1, or 3 when the record may be in a skipped file.
-				return reportSkipped(out, format == "json", skippedFiles(o), "no record with "+what+" in "+dir)
+				return reportSkipped(out, format == "json", skipped, "no record with "+what+" in "+strings.Join(where, " or "))
 			}
-			if err := writeRecords(out, format, recs); err != nil {
+			if err := writeRecords(out, format, recs, workerDir != "", dels); err != nil {
 				return err
 			}
-			return reportSkipped(out, format == "json", skippedFiles(o), "")
+			return reportSkipped(out, format == "json", skipped, "")
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "outbox", "", "outbox directory or bucket URL, gs://BUCKET?prefix=P/ (required)")
+	f.StringVar(&dir, "outbox", "", "the dispatchers' outbox: a directory or bucket URL, gs://BUCKET?prefix=P/")
+	f.StringVar(&workerDir, "worker-outbox", "", "a worker's outbox, whose deliveries table shows how each task was delivered: a directory or bucket URL")
 	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
 	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
 	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")

@@ -120,7 +120,7 @@ func TestQueryCommand(t *testing.T) {
 			name:       "missing outbox flag",
 			args:       []string{"query", "--run", "a"},
 			wantCode:   2,
-			wantStderr: "ctdispatch: --outbox DIR is required\n",
+			wantStderr: "ctdispatch: --outbox DIR is required (or --worker-outbox DIR for deliveries only)\n",
 		},
 		{
 			name:       "outbox does not exist",
@@ -196,7 +196,7 @@ func TestQueryOutputIsOneWrite(t *testing.T) {
 	}
 	for _, format := range []string{"table", "json", "csv"} {
 		var w countingWriter
-		require.NoError(t, writeRecords(&w, format, recs))
+		require.NoError(t, writeRecords(&w, format, recs, false, nil))
 		require.Equal(t, 1, w.calls, format)
 		require.Contains(t, w.String(), "dispatch:run1:load:1", format)
 	}

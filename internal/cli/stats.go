@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"text/tabwriter"
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // statsJSON is the --format json form of one table's statistics.
@@ -89,6 +92,10 @@ exit status is 3.`,
 			if err != nil {
 				return err
 			}
+			// Deliveries are in a worker's outbox, not a dispatcher's.
+			stats = slices.DeleteFunc(stats, func(s parquetbox.TableStats) bool {
+				return s.Table == outbox.TableDeliveries && s.Absent()
+			})
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, s := range stats {

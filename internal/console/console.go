@@ -77,6 +77,11 @@ type Config struct {
 	// Outbox is the outbox root directory, opened read-only. Empty: no
 	// outbox pages.
 	Outbox string
+	// WorkerOutbox is the root of a worker's outbox (package
+	// cloudtasks/worker's Config.Outbox), opened read-only: its
+	// deliveries table fills a Deliveries section on the audit trail of
+	// an ID and on a run's page. Empty: no deliveries shown.
+	WorkerOutbox string
 	// AllowHosts names the hosts, besides the bound address and (for a
 	// loopback or all-interfaces bind) localhost, 127.0.0.1 and [::1], by
 	// which the console may be addressed: "name" allows that name with any
@@ -151,7 +156,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case c.Emulator == "" && c.Outbox == "":
+	case c.Emulator == "" && c.Outbox == "" && c.WorkerOutbox == "":
 		return ErrNoSource
 	case c.StaleAfter < 0:
 		return fmt.Errorf("console: StaleAfter %s is negative; allowed: 0 or more", c.StaleAfter)
@@ -186,6 +191,9 @@ type Server struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closing sync.Once
+
+	// workerBox is the worker's outbox, for its deliveries table.
+	workerBox *parquetbox.Outbox
 }
 
 // New opens the configured sources (a client for the emulator, the outbox
@@ -219,6 +227,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.health = newHealthCache(s.ctx, s.box, cfg)
 	}
+	if cfg.WorkerOutbox != "" {
+		s.workerBox, err = parquetbox.Open(ctx, parquetbox.Options{Root: cfg.WorkerOutbox, ReadOnly: true, Logger: cfg.Logger})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("console: worker outbox %s: %w", cfg.WorkerOutbox, err)
+		}
+	}
 	s.mux = s.routes()
 	return s, nil
 }
@@ -237,6 +252,9 @@ func (s *Server) Close() error {
 		}
 		if s.box != nil {
 			errs = append(errs, s.box.Close())
+		}
+		if s.workerBox != nil {
+			errs = append(errs, s.workerBox.Close())
 		}
 	})
 	return errors.Join(errs...)

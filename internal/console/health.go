@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -92,8 +93,15 @@ func (h *healthCache) refresh() {
 	snap := healthSnapshot{At: start}
 	stats, err := h.box.Stats(h.ctx)
 	if err == nil {
-		snap.Stats = stats
+		// A dispatcher's outbox has no deliveries (workers record them
+		// in their own); an empty table there is no news.
+		snap.Stats = slices.DeleteFunc(stats, func(st parquetbox.TableStats) bool {
+			return st.Table == outbox.TableDeliveries && st.Absent()
+		})
 		for _, t := range outbox.Tables() {
+			if t == outbox.TableDeliveries {
+				continue // nothing re-drives a delivery: never pending
+			}
 			var recs []outbox.Record
 			if recs, err = h.box.Pending(h.ctx, t, h.cfg.StaleAfter); err != nil {
 				break
@@ -150,6 +158,9 @@ func listFiles(root string) ([]tableFiles, error) {
 		tf := tableFiles{Table: t}
 		parts := map[string]*partition{}
 		dir := filepath.Join(root, string(t))
+		if _, err := os.Stat(dir); t == outbox.TableDeliveries && os.IsNotExist(err) {
+			continue // a dispatcher's outbox: workers record deliveries in their own
+		}
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if os.IsNotExist(err) && p == dir {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ type layout struct {
 }
 
 type sources struct {
-	Emulator, EmulatorHTTP, Outbox string
+	Emulator, EmulatorHTTP, Outbox, WorkerOutbox string
 }
 
 // pageError is an error with the HTTP status it deserves.
@@ -65,7 +66,7 @@ func (s *Server) page(name string, build builder) http.HandlerFunc {
 		l := &layout{
 			Nav: name, Refresh: int(s.cfg.Refresh / time.Second), Actions: s.cfg.AllowActions, CSRF: s.csrf,
 			Here: r.URL.RequestURI(), Note: r.URL.Query().Get("note"),
-			Sources: sources{Emulator: s.cfg.Emulator, EmulatorHTTP: s.cfg.EmulatorHTTP, Outbox: s.cfg.Outbox},
+			Sources: sources{Emulator: s.cfg.Emulator, EmulatorHTTP: s.cfg.EmulatorHTTP, Outbox: s.cfg.Outbox, WorkerOutbox: s.cfg.WorkerOutbox},
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		defer cancel()
@@ -195,6 +196,53 @@ func (s *Server) needOutbox() error {
 		return &pageError{code: http.StatusNotFound, msg: "no outbox configured: start the console with --outbox DIR"}
 	}
 	return nil
+}
+
+// needRecords is needOutbox for the pages that a worker's outbox alone
+// can fill (an ID's and a run's).
+func (s *Server) needRecords() error {
+	if s.box == nil && s.workerBox == nil {
+		return &pageError{code: http.StatusNotFound, msg: "no outbox configured: start the console with --outbox DIR or --worker-outbox DIR"}
+	}
+	return nil
+}
+
+// workerDelivery is one delivery as the ID and run pages show it: its latest
+// record (the outcome, or started when its worker never answered).
+type workerDelivery struct {
+	ID, Internal, Processor    string
+	Status                     outbox.Status
+	HTTPStatus                 int32
+	RetryCount, ExecutionCount int32
+	Latency                    time.Duration
+	Arrived                    time.Time
+}
+
+// deliveries looks up in the worker's outbox the deliveries of what q
+// selects; nil without a worker's outbox.
+func (s *Server) deliveries(ctx context.Context, q outbox.Query) ([]workerDelivery, error) {
+	if s.workerBox == nil {
+		return nil, nil
+	}
+	q.History = false
+	recs, err := outbox.LookupDeliveries(ctx, s.workerBox, q)
+	if err != nil {
+		return nil, fmt.Errorf("worker outbox lookup: %w", err)
+	}
+	rows := make([]workerDelivery, len(recs))
+	for i, r := range recs {
+		internal, _, _ := outbox.SplitDeliveryID(r.ID)
+		d := r.Delivery
+		rows[i] = workerDelivery{ID: r.ID, Internal: internal, Processor: r.ProcessorUUID, Status: r.Status, HTTPStatus: d.HTTPStatus,
+			RetryCount: d.RetryCount, ExecutionCount: d.ExecutionCount, Latency: d.Latency, Arrived: r.CreatedAt}
+	}
+	return rows, nil
+}
+
+// dispatchRecords drops what a worker's outbox given as the dispatchers'
+// would add: its deliveries are shown from WorkerOutbox only.
+func dispatchRecords(recs []outbox.Record) []outbox.Record {
+	return slices.DeleteFunc(recs, func(r outbox.Record) bool { return r.Table == outbox.TableDeliveries })
 }
 
 // ---- Queues ----
@@ -535,9 +583,11 @@ func (s *Server) deliveriesPage(r *http.Request, l *layout) error {
 // ---- Audit trail of an ID ----
 
 type auditBody struct {
-	Q, By  string
-	Trails []trail
-	Tried  bool
+	Q, By      string
+	Trails     []trail
+	Tried      bool
+	HasWorker  bool
+	Deliveries []workerDelivery
 }
 
 type trail struct {
@@ -573,7 +623,7 @@ func searchKind(q string) (by, value string) {
 }
 
 func (s *Server) auditPage(r *http.Request, l *layout) error {
-	if err := s.needOutbox(); err != nil {
+	if err := s.needRecords(); err != nil {
 		return err
 	}
 	l.Title = "Audit trail"
@@ -582,7 +632,7 @@ func (s *Server) auditPage(r *http.Request, l *layout) error {
 	if v := r.URL.Query().Get("by"); v == "id" || v == "task" || v == "run" {
 		by, value = v, q
 	}
-	body := auditBody{Q: q, By: by}
+	body := auditBody{Q: q, By: by, HasWorker: s.workerBox != nil}
 	l.Body = &body
 	if q == "" {
 		return nil
@@ -595,12 +645,16 @@ func (s *Server) auditPage(r *http.Request, l *layout) error {
 	if by == "task" {
 		query = outbox.Query{CloudTaskID: value, History: true}
 	}
-	recs, err := s.box.Lookup(r.Context(), query)
-	if err != nil {
-		return fmt.Errorf("outbox lookup: %w", err)
+	if s.box != nil {
+		recs, err := s.box.Lookup(r.Context(), query)
+		if err != nil {
+			return fmt.Errorf("outbox lookup: %w", err)
+		}
+		body.Trails = trails(dispatchRecords(recs))
 	}
-	body.Trails = trails(recs)
-	return nil
+	var err error
+	body.Deliveries, err = s.deliveries(r.Context(), query)
+	return err
 }
 
 // trails groups records (sorted by table, ID and time) into one trail per
@@ -632,10 +686,12 @@ func (r *redirect) Error() string { return "redirect to " + r.to }
 // ---- A run ----
 
 type runBody struct {
-	RunID    string
-	Records  []outbox.Record
-	Counts   []statusCount
-	Timeline *timeline
+	RunID      string
+	Records    []outbox.Record
+	Counts     []statusCount
+	Timeline   *timeline
+	HasWorker  bool
+	Deliveries []workerDelivery
 }
 
 type statusCount struct {
@@ -644,7 +700,7 @@ type statusCount struct {
 }
 
 func (s *Server) runPage(r *http.Request, l *layout) error {
-	if err := s.needOutbox(); err != nil {
+	if err := s.needRecords(); err != nil {
 		return err
 	}
 	id := r.URL.Query().Get("id")
@@ -652,12 +708,19 @@ func (s *Server) runPage(r *http.Request, l *layout) error {
 		return badRequest("run page needs ?id=RUN")
 	}
 	l.Title, l.Nav = "Run "+id, "audit"
-	body := runBody{RunID: id}
+	body := runBody{RunID: id, HasWorker: s.workerBox != nil}
 	l.Body = &body
-	recs, err := s.box.Lookup(r.Context(), outbox.Query{RunID: id})
-	if err != nil {
-		return fmt.Errorf("outbox lookup of run %s: %w", id, err)
+	var err error
+	if body.Deliveries, err = s.deliveries(r.Context(), outbox.Query{RunID: id}); err != nil {
+		return err
 	}
+	var recs []outbox.Record
+	if s.box != nil {
+		if recs, err = s.box.Lookup(r.Context(), outbox.Query{RunID: id}); err != nil {
+			return fmt.Errorf("outbox lookup of run %s: %w", id, err)
+		}
+	}
+	recs = dispatchRecords(recs)
 	body.Records = recs
 	counts := map[outbox.Status]int{}
 	for _, rec := range recs {

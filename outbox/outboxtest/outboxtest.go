@@ -24,7 +24,9 @@
 // table, ID and time; Pending returns the IDs whose latest state is
 // pending and old enough, oldest first, then by ID; invalid and foreign
 // records (outbox.ErrForeignRecord) and calls on a cancelled context are
-// refused and leave nothing behind.
+// refused and leave nothing behind; the deliveries table keeps each
+// delivery of a task apart, with its own columns, and refuses a record
+// whose status or status code does not fit.
 package outboxtest
 
 import (
@@ -278,5 +280,82 @@ var tests = []struct {
 		got, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "cancelled"})
 		require.NoError(t, err)
 		require.Empty(t, got)
+	}},
+	{"DeliveriesOfOneTaskStayApart", func(t *testing.T, b *bundle) {
+		// Two deliveries of one dispatch (started, then the outcome), one
+		// of a timer: each delivery folds to its outcome, never the two
+		// deliveries of one task into one.
+		id, err := naming.NewDispatch("run1", "extract", "1")
+		require.NoError(t, err)
+		timer, err := naming.NewRetryTimer("run1", "extract", "1", T0.Add(time.Hour))
+		require.NoError(t, err)
+		deliver := func(id naming.ID, suffix string, retries int32, st outbox.Status, code int32) {
+			r := outbox.DeliveryRecordOf(id, suffix)
+			r.Queue, r.Status, r.CreatedAt = "q", outbox.StatusStarted, b.clock.Now()
+			r.Delivery = outbox.DeliveryFields{RetryCount: retries, ExecutionCount: retries / 2}
+			require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
+			b.clock.Advance(1500 * time.Microsecond)
+			r.Status, r.Delivery.HTTPStatus, r.Delivery.Latency = st, code, 1500*time.Microsecond+999*time.Nanosecond
+			require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
+		}
+		deliver(id, "a1", 0, outbox.StatusRetry, 500)
+		deliver(id, "b2", 1, outbox.StatusDone, 200)
+		deliver(timer, "c3", 0, outbox.StatusDuplicate, 200)
+
+		got, err := b.s.Lookup(b.ctx, outbox.Query{Table: outbox.TableDeliveries, CloudTaskID: id.CloudTaskID()})
+		require.NoError(t, err)
+		at := func(d time.Duration) time.Time { return T0.Add(d) }
+		want := func(suffix string, st outbox.Status, created, updated time.Duration, f outbox.DeliveryFields) outbox.Record {
+			return outbox.Record{Table: outbox.TableDeliveries, ID: outbox.DeliveryID(id, suffix), CloudTaskID: id.CloudTaskID(),
+				Queue: "q", RunID: "run1", TaskKey: "extract", Attempt: "1",
+				Kind: "dispatch", Status: st, ProcessorUUID: b.s.ProcessorUUID(), CreatedAt: at(created), UpdatedAt: at(updated), Delivery: f}
+		}
+		require.Equal(t, []outbox.Record{
+			want("a1", outbox.StatusRetry, 0, 1500*time.Microsecond, outbox.DeliveryFields{HTTPStatus: 500, Latency: 1500 * time.Microsecond}),
+			want("b2", outbox.StatusDone, 1500*time.Microsecond, 3000*time.Microsecond,
+				outbox.DeliveryFields{RetryCount: 1, HTTPStatus: 200, Latency: 1500 * time.Microsecond}),
+		}, got)
+		hist, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "run1", History: true})
+		require.NoError(t, err)
+		var states []string
+		for _, r := range hist {
+			states = append(states, fmt.Sprintf("%s %s %s %d", r.Table, r.ID, r.Status, r.Delivery.HTTPStatus))
+		}
+		require.Equal(t, []string{
+			"deliveries dispatch:run1:extract:1#a1 started 0", "deliveries dispatch:run1:extract:1#a1 retry 500",
+			"deliveries dispatch:run1:extract:1#b2 started 0", "deliveries dispatch:run1:extract:1#b2 done 200",
+			"deliveries " + timer.String() + "#c3 started 0", "deliveries " + timer.String() + "#c3 duplicate 200",
+		}, states)
+		pending, err := b.s.Pending(b.ctx, outbox.TableDeliveries, 0)
+		require.NoError(t, err)
+		require.Empty(t, pending, "nothing re-drives a delivery")
+
+		for _, c := range []struct {
+			name  string
+			edit  func(*outbox.Record)
+			field string
+			is    error
+		}{
+			{"a dispatch status", func(r *outbox.Record) { r.Status = outbox.StatusCreated }, "Status", outbox.ErrInvalidRecord},
+			{"a started record with a status code", func(r *outbox.Record) { r.Delivery.HTTPStatus = 200 }, "Delivery.HTTPStatus", outbox.ErrInvalidRecord},
+			{"an outcome without a status code", func(r *outbox.Record) { r.Status = outbox.StatusDone }, "Delivery.HTTPStatus", outbox.ErrInvalidRecord},
+			{"a negative retry count", func(r *outbox.Record) { r.Delivery.RetryCount = -1 }, "Delivery.RetryCount", outbox.ErrInvalidRecord},
+			{"no suffix", func(r *outbox.Record) { r.ID = id.String() }, "", outbox.ErrForeignRecord},
+			{"another task's hash", func(r *outbox.Record) { r.CloudTaskID = timer.CloudTaskID() }, "", outbox.ErrForeignRecord},
+		} {
+			r := outbox.DeliveryRecordOf(id, "bad")
+			r.Queue, r.Status, r.RunID = queue, outbox.StatusStarted, "refused"
+			c.edit(&r)
+			err := outbox.AppendAndWait(b.ctx, b.s, r)
+			require.ErrorIs(t, err, c.is, c.name)
+			var re *outbox.RecordError
+			if c.field != "" {
+				require.ErrorAs(t, err, &re, c.name)
+				require.Equal(t, c.field, re.Field, c.name)
+			}
+		}
+		refused, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "refused"})
+		require.NoError(t, err)
+		require.Empty(t, refused)
 	}},
 }

@@ -9,8 +9,14 @@ import (
 )
 
 // recordVersion is the first byte of every encoded record, so a later format
-// can be told apart.
-const recordVersion = 1
+// can be told apart. deliveryVersion marks a record of the deliveries
+// table: version 1's fields, then the four delivery columns. Records of the
+// other tables keep version 1, so logs written before the deliveries table
+// existed read as they did.
+const (
+	recordVersion   = 1
+	deliveryVersion = 2
+)
 
 var errBadRecord = errors.New("malformed record")
 
@@ -18,7 +24,11 @@ var errBadRecord = errors.New("malformed record")
 // uvarint length and bytes (strings) or a varint (numbers, times in
 // microseconds since the epoch, 0 for the zero time).
 func appendRecord(dst []byte, r *outbox.Record) []byte {
-	dst = append(dst, recordVersion)
+	version := byte(recordVersion)
+	if r.Table == outbox.TableDeliveries {
+		version = deliveryVersion
+	}
+	dst = append(dst, version)
 	for _, s := range [...]string{string(r.Table), r.ID, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey,
 		r.Attempt, r.Kind, string(r.Status), r.ErrorCode, r.PayloadSHA256, r.ProcessorUUID} {
 		dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -28,15 +38,22 @@ func appendRecord(dst []byte, r *outbox.Record) []byte {
 	for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.DueAt} {
 		dst = binary.AppendVarint(dst, micros(t))
 	}
+	if version == deliveryVersion {
+		d := &r.Delivery
+		for _, v := range [...]int64{int64(d.RetryCount), int64(d.ExecutionCount), int64(d.HTTPStatus), d.Latency.Microseconds()} {
+			dst = binary.AppendVarint(dst, v)
+		}
+	}
 	return dst
 }
 
 // decodeRecord is the inverse of appendRecord.
 func decodeRecord(b []byte) (outbox.Record, error) {
 	var r outbox.Record
-	if len(b) == 0 || b[0] != recordVersion {
+	if len(b) == 0 || (b[0] != recordVersion && b[0] != deliveryVersion) {
 		return r, errBadRecord
 	}
+	version := b[0]
 	b = b[1:]
 	var strs [12]string
 	for i := range strs {
@@ -47,8 +64,12 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		strs[i] = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
-	var nums [4]int64
-	for i := range nums {
+	var nums [8]int64
+	n := 4
+	if version == deliveryVersion {
+		n = 8
+	}
+	for i := range nums[:n] {
 		v, k := binary.Varint(b)
 		if k <= 0 {
 			return r, errBadRecord
@@ -64,6 +85,8 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		TaskKey: strs[5], Attempt: strs[6], Kind: strs[7], Status: outbox.Status(strs[8]), ErrorCode: strs[9],
 		PayloadSHA256: strs[10], ProcessorUUID: strs[11], CreateCalls: int32(nums[0]),
 		CreatedAt: fromMicros(nums[1]), UpdatedAt: fromMicros(nums[2]), DueAt: fromMicros(nums[3]),
+		Delivery: outbox.DeliveryFields{RetryCount: int32(nums[4]), ExecutionCount: int32(nums[5]),
+			HTTPStatus: int32(nums[6]), Latency: time.Duration(nums[7]) * time.Microsecond},
 	}
 	r.Normalize()
 	return r, nil

@@ -211,7 +211,9 @@ func TestStats(t *testing.T) {
 	require.NoError(t, outbox.AppendAndWait(ctx, bb, timerRec("r", "x", t0, outbox.StatusCreated)))
 	st, err := a.Stats(ctx)
 	require.NoError(t, err)
-	require.Len(t, st, 2)
+	require.Len(t, st, 3)
+	require.Equal(t, TableStats{Table: outbox.TableDeliveries, ByStatus: map[string]int64{}, ByQueue: map[string]int64{},
+		ByKind: map[string]int64{}, ByProcessor: map[string]int64{}, Skipped: []*FileError{}}, st[2], "a dispatcher's outbox has no deliveries")
 	d := st[0]
 	require.Equal(t, outbox.TableDispatch, d.Table)
 	require.Equal(t, 1, d.Files)

@@ -139,7 +139,7 @@ func crashAndRecover(t *testing.T, mode string) {
 	require.Empty(t, o.Damaged())
 	left, _ := filepath.Glob(filepath.Join(dir, walDirName, "*.wal"))
 	require.Empty(t, left, "every dead log converted")
-	for _, tb := range outbox.Tables() {
+	for _, tb := range []outbox.Table{outbox.TableDispatch, outbox.TableTimers} { // what the child writes
 		n := 0
 		require.NoError(t, o.scanAll(ctx, tb, func(*outbox.Record) { n++ }))
 		require.Positive(t, n)

@@ -9,6 +9,7 @@
 //
 //	<root>/dispatch_outbox/created_date=YYYY-MM-DD/*.parquet   one row per state of a task attempt
 //	<root>/timers/created_date=YYYY-MM-DD/*.parquet            one row per state of a retry or heartbeat timer
+//	<root>/deliveries/created_date=YYYY-MM-DD/*.parquet        a worker's outbox: one row per state of a delivery
 //	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
 //	<root>/wal/<processor>.lock                                held while the process lives
 //	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
@@ -78,7 +79,8 @@
 // to, reads just that block of each row group the bounds admit, and opens
 // only the files (and reads only the row groups) a filter admits. In a
 // compacted file, which holds one state per ID, a lookup by cloud_task_id
-// stops at its first match.
+// stops at its first match (not in the deliveries table, where the
+// deliveries of one task are as many IDs).
 //
 // A manifest can never make an answer wrong: an entry is used only for a
 // listed file of the same name, size and modification time; files it does

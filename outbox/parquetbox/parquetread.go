@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
@@ -74,6 +75,8 @@ func (p *pqFile) record(r *pqtable.Row) outbox.Record {
 		Attempt: r.Attempt, Kind: r.Kind, Status: outbox.Status(r.Status), ErrorCode: r.ErrorCode,
 		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
 		CreatedAt: fromMicros(r.CreatedAt), UpdatedAt: fromMicros(r.UpdatedAt), DueAt: fromMicros(r.DueAt),
+		Delivery: outbox.DeliveryFields{RetryCount: r.RetryCount, ExecutionCount: r.ExecutionCount,
+			HTTPStatus: r.HTTPStatus, Latency: time.Duration(r.LatencyMicros) * time.Microsecond},
 	}
 }
 

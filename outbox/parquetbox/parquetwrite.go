@@ -20,6 +20,8 @@ func toRow(r *outbox.Record) pqtable.Row {
 		Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status), ErrorCode: r.ErrorCode,
 		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
 		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt), DueAt: micros(r.DueAt),
+		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
+		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(),
 	}
 }
 
@@ -50,7 +52,7 @@ type rowWriter struct {
 }
 
 func newRowWriter(w io.Writer, t outbox.Table, l pqfile.Layout) *rowWriter {
-	return &rowWriter{table: t, w: pqtable.NewWriter(w, t == outbox.TableTimers, t.IDColumn(), l)}
+	return &rowWriter{table: t, w: pqtable.NewWriter(w, string(t), t.IDColumn(), l)}
 }
 
 func (rw *rowWriter) write(r *outbox.Record) error {

@@ -150,8 +150,10 @@ func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own
 			CacheBloom: fs.cacheBloom,
 			Admit:      a.admit(f.NumRowGroups()),
 			// A compacted file holds one state per ID, and a cloud_task_id
-			// names one ID: the first match is the only one.
-			Unique: fld == fieldCloudTaskID && isCompacted(f),
+			// names one ID: the first match is the only one. Not in the
+			// deliveries table, where one task's deliveries are as many
+			// IDs with one cloud_task_id.
+			Unique: fld == fieldCloudTaskID && t != outbox.TableDeliveries && isCompacted(f),
 			Fields: fields,
 		})
 		recs = slices.DeleteFunc(recs, func(r outbox.Record) bool { return !r.Trusted() })

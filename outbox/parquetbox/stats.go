@@ -33,6 +33,14 @@ type TableStats struct {
 	Skipped []*FileError
 }
 
+// Absent reports whether the outbox holds nothing of the table: no files,
+// no log records, nothing skipped. A dispatcher's outbox has no
+// deliveries (workers record them in outboxes of their own), and
+// summaries leave such a table out.
+func (s *TableStats) Absent() bool {
+	return s.Files == 0 && s.LogRecords == 0 && s.Rows == 0 && len(s.Skipped) == 0
+}
+
 // Stats summarizes every table. It reads everything, streaming: memory
 // stays proportional to the number of files and unconverted log records.
 func (o *Outbox) Stats(ctx context.Context) ([]TableStats, error) {

@@ -1,17 +1,20 @@
-// Package pqtable is the Parquet schema of the outbox's two tables, the
-// writer that streams sorted rows into a file of either, and the reader
+// Package pqtable is the Parquet schema of the outbox's tables, the
+// writer that streams sorted rows into a file of any of them, and the reader
 // that finds, scans and decodes rows of such files.
 //
 // # Rows
 //
-// Row is one state of a dispatch or a timer in the columns' own terms:
-// strings and microsecond timestamps. Package outbox converts its records
-// to rows at this boundary; Kind and DueAt are written for timers only.
+// Row is one state of a dispatch, a timer or a delivery in the columns'
+// own terms: strings, integers and microsecond timestamps. Package outbox
+// converts its records to rows at this boundary; DueAt is written for
+// timers only, the counts, HTTP status and latency for deliveries only.
 //
 // # Schema
 //
-// DispatchRow and TimerRow give the column names, types and encodings of
-// the dispatch_outbox and timers tables: plain strings (never the uuid tag,
+// DispatchRow, TimerRow and DeliveryRow give the column names, types and
+// encodings of the dispatch_outbox, timers and deliveries tables (the
+// last also writes the internal ID as dispatch_id or timer_id, for
+// joins, which readers ignore): plain strings (never the uuid tag,
 // which parquet-go mis-encodes for string fields), dictionaries for columns
 // with few distinct values, DELTA_BYTE_ARRAY for the sorted ID column, and
 // TIMESTAMP(isAdjustedToUTC=true, MICROS) times.

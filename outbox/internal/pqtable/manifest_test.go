@@ -17,7 +17,7 @@ import (
 func tableFile(t *testing.T, n int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w := NewWriter(&buf, false, "dispatch_id", pqfile.CompactLayout)
+	w := NewWriter(&buf, "dispatch_outbox", "dispatch_id", pqfile.CompactLayout)
 	for i := range n {
 		r := Row{ID: fmt.Sprintf("dispatch:r%06d:t:1", i), CloudTaskID: fmt.Sprintf("d_%026x", uint64(i)*0x9E3779B97F4A7C15), Status: "created"}
 		require.NoError(t, w.Write(&r))

@@ -2,13 +2,15 @@ package pqtable
 
 import (
 	"io"
+	"strings"
 
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
-// Row is one state of a dispatch or a timer as its columns store it.
+// Row is one state of a dispatch, a timer or a delivery as its columns
+// store it.
 type Row struct {
 	ID            string
 	CloudTaskID   string
@@ -25,6 +27,10 @@ type Row struct {
 	// CreatedAt, UpdatedAt and DueAt (timers only) are microseconds since
 	// the Unix epoch, UTC.
 	CreatedAt, UpdatedAt, DueAt int64
+	// RetryCount, ExecutionCount, HTTPStatus and LatencyMicros are stored
+	// by the deliveries table only.
+	RetryCount, ExecutionCount, HTTPStatus int32
+	LatencyMicros                          int64
 }
 
 // DispatchRow is the Parquet layout of the dispatch_outbox table. Strings
@@ -68,6 +74,49 @@ type TimerRow struct {
 	DueAt         int64  `parquet:"due_at,timestamp(microsecond:utc)"`
 }
 
+// DeliveryRow is the Parquet layout of the deliveries table: one row per
+// state of one delivery a worker received. delivery_id (the internal ID,
+// '#', a per-delivery suffix) is the sorted ID column, so an ID's
+// deliveries lie together; dispatch_id or timer_id (the other one empty)
+// repeats the internal ID under the name the other tables give it, so
+// that a join reads `USING (dispatch_id)`. They are written from the
+// delivery ID and never read back.
+type DeliveryRow struct {
+	DeliveryID     string `parquet:"delivery_id,delta"`
+	DispatchID     string `parquet:"dispatch_id,delta"`
+	TimerID        string `parquet:"timer_id,delta"`
+	CloudTaskID    string `parquet:"cloud_task_id"`
+	Queue          string `parquet:"queue,dict"`
+	RunID          string `parquet:"run_id,dict"`
+	TaskKey        string `parquet:"task_key,dict"`
+	Attempt        string `parquet:"attempt,dict"`
+	Kind           string `parquet:"kind,dict"`
+	Status         string `parquet:"status,dict"`
+	RetryCount     int32  `parquet:"retry_count,dict"`
+	ExecutionCount int32  `parquet:"execution_count,dict"`
+	HTTPStatus     int32  `parquet:"http_status,dict"`
+	LatencyMicros  int64  `parquet:"latency_us"`
+	ProcessorUUID  string `parquet:"processor_uuid,dict"`
+	CreatedAt      int64  `parquet:"created_at,timestamp(microsecond:utc)"`
+	UpdatedAt      int64  `parquet:"updated_at,timestamp(microsecond:utc)"`
+}
+
+func (r *Row) delivery() DeliveryRow {
+	d := DeliveryRow{
+		DeliveryID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
+		Attempt: r.Attempt, Kind: r.Kind, Status: r.Status, RetryCount: r.RetryCount,
+		ExecutionCount: r.ExecutionCount, HTTPStatus: r.HTTPStatus, LatencyMicros: r.LatencyMicros,
+		ProcessorUUID: r.ProcessorUUID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+	internal, _, _ := strings.Cut(r.ID, "#")
+	if r.Kind == "dispatch" {
+		d.DispatchID = internal
+	} else {
+		d.TimerID = internal
+	}
+	return d
+}
+
 func (r *Row) dispatch() DispatchRow {
 	return DispatchRow{
 		DispatchID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
@@ -88,19 +137,31 @@ func (r *Row) timer() TimerRow {
 
 // Writer streams sorted rows of one table into a Parquet file.
 type Writer struct {
-	dw   *parquet.GenericWriter[DispatchRow]
-	tw   *parquet.GenericWriter[TimerRow]
-	dbuf []DispatchRow
-	tbuf []TimerRow
+	dw    *parquet.GenericWriter[DispatchRow]
+	tw    *parquet.GenericWriter[TimerRow]
+	vw    *parquet.GenericWriter[DeliveryRow]
+	dbuf  []DispatchRow
+	tbuf  []TimerRow
+	vbuf  []DeliveryRow
+	table string
 }
 
-// NewWriter returns a writer of the timers table when timers is set, else
-// of the dispatch_outbox table, whose ID column is idColumn, in layout l.
-func NewWriter(w io.Writer, timers bool, idColumn string, l pqfile.Layout) *Writer {
-	if timers {
-		return &Writer{tw: parquet.NewGenericWriter[TimerRow](w, pqfile.WriterOptions(idColumn, l)...)}
+// The table names NewWriter knows besides dispatch_outbox.
+const (
+	TableTimers     = "timers"
+	TableDeliveries = "deliveries"
+)
+
+// NewWriter returns a writer of the named table (timers, deliveries, or
+// else dispatch_outbox), whose ID column is idColumn, in layout l.
+func NewWriter(w io.Writer, table, idColumn string, l pqfile.Layout) *Writer {
+	switch table {
+	case TableTimers:
+		return &Writer{tw: parquet.NewGenericWriter[TimerRow](w, pqfile.WriterOptions(idColumn, l)...), table: table}
+	case TableDeliveries:
+		return &Writer{vw: parquet.NewGenericWriter[DeliveryRow](w, pqfile.WriterOptions(idColumn, l)...), table: table}
 	}
-	return &Writer{dw: parquet.NewGenericWriter[DispatchRow](w, pqfile.WriterOptions(idColumn, l)...)}
+	return &Writer{dw: parquet.NewGenericWriter[DispatchRow](w, pqfile.WriterOptions(idColumn, l)...), table: table}
 }
 
 // writeBatch is how many rows are handed to parquet-go at once.
@@ -108,6 +169,13 @@ const writeBatch = 1024
 
 // Write adds r after the rows written before it.
 func (w *Writer) Write(r *Row) error {
+	if w.vw != nil {
+		w.vbuf = append(w.vbuf, r.delivery())
+		if len(w.vbuf) >= writeBatch {
+			return w.flushBuf()
+		}
+		return nil
+	}
 	if w.tw != nil {
 		w.tbuf = append(w.tbuf, r.timer())
 		if len(w.tbuf) >= writeBatch {
@@ -124,10 +192,14 @@ func (w *Writer) Write(r *Row) error {
 
 func (w *Writer) flushBuf() error {
 	var err error
-	if w.tw != nil {
+	switch {
+	case w.vw != nil:
+		_, err = w.vw.Write(w.vbuf)
+		w.vbuf = w.vbuf[:0]
+	case w.tw != nil:
 		_, err = w.tw.Write(w.tbuf)
 		w.tbuf = w.tbuf[:0]
-	} else {
+	default:
 		_, err = w.dw.Write(w.dbuf)
 		w.dbuf = w.dbuf[:0]
 	}
@@ -139,7 +211,10 @@ func (w *Writer) Close() error {
 	if err := w.flushBuf(); err != nil {
 		return err
 	}
-	if w.tw != nil {
+	switch {
+	case w.vw != nil:
+		return w.vw.Close()
+	case w.tw != nil:
 		return w.tw.Close()
 	}
 	return w.dw.Close()

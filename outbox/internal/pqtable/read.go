@@ -63,6 +63,10 @@ const (
 	FieldCreatedAt
 	FieldUpdatedAt
 	FieldDueAt
+	FieldRetryCount
+	FieldExecutionCount
+	FieldHTTPStatus
+	FieldLatency
 )
 
 var columnFields = map[string]Field{
@@ -70,6 +74,8 @@ var columnFields = map[string]Field{
 	"attempt": FieldAttempt, "kind": FieldKind, "status": FieldStatus, "error_code": FieldErrorCode,
 	"create_calls": FieldCreateCalls, "payload_sha256": FieldPayload, "processor_uuid": FieldProcessor,
 	"created_at": FieldCreatedAt, "updated_at": FieldUpdatedAt, "due_at": FieldDueAt,
+	"retry_count": FieldRetryCount, "execution_count": FieldExecutionCount, "http_status": FieldHTTPStatus,
+	"latency_us": FieldLatency,
 }
 
 // column describes how one leaf column of a file maps onto a Row.
@@ -169,7 +175,7 @@ func checkColumn(fld Field, n parquet.Node) error {
 		lt = l.Value
 	}
 	switch fld {
-	case FieldCreateCalls:
+	case FieldCreateCalls, FieldRetryCount, FieldExecutionCount, FieldHTTPStatus, FieldLatency:
 		if typ.Kind() != parquet.Int32 && typ.Kind() != parquet.Int64 {
 			return errors.New("want INT32 or INT64")
 		}
@@ -275,12 +281,15 @@ func (p *File) set(r *Row, ci int, v parquet.Value) {
 	switch c.field {
 	case FieldNone:
 	case FieldCreateCalls:
-		switch v.Kind() {
-		case parquet.Int32:
-			r.CreateCalls = v.Int32()
-		case parquet.Int64:
-			r.CreateCalls = int32(v.Int64())
-		}
+		r.CreateCalls = int32(intValue(v))
+	case FieldRetryCount:
+		r.RetryCount = int32(intValue(v))
+	case FieldExecutionCount:
+		r.ExecutionCount = int32(intValue(v))
+	case FieldHTTPStatus:
+		r.HTTPStatus = int32(intValue(v))
+	case FieldLatency:
+		r.LatencyMicros = intValue(v)
 	case FieldCreatedAt:
 		r.CreatedAt = v.Int64() / c.timeDiv * c.timeMul
 	case FieldUpdatedAt:
@@ -290,6 +299,18 @@ func (p *File) set(r *Row, ci int, v parquet.Value) {
 	default:
 		*r.str(c.field) = string(v.ByteArray())
 	}
+}
+
+// intValue returns an INT32 or INT64 value as an int64 (checkColumn
+// allows either for integer columns), 0 for any other kind.
+func intValue(v parquet.Value) int64 {
+	switch v.Kind() {
+	case parquet.Int32:
+		return int64(v.Int32())
+	case parquet.Int64:
+		return v.Int64()
+	}
+	return 0
 }
 
 // str returns the string field fld of r.
