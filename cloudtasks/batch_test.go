@@ -63,7 +63,7 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	emu := startEmulator(t)
 	client := emu.client(t)
 	gate := newGate(badIndex{Client: client, index: 7}, "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch = gate, true })
 	ctx := context.Background()
 	// Task 3's name is taken already.
@@ -176,7 +176,7 @@ func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
 	emu := startEmulator(t)
 	clock := clockwork.NewFakeClock()
 	gate := newGate(slowBatch{Client: emu.client(t), clock: clock}, "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch, c.Clock = gate, true, clock })
 	ctx := context.Background()
 

@@ -97,7 +97,7 @@ func TestDispatchAlreadyExistsIsSuccess(t *testing.T) {
 	require.Equal(t, OutcomeCreated, res.Outcome)
 
 	// Wipe what the outbox knows by using a fresh root: the service answers.
-	fresh := &testBundle{be: b.be, root: t.TempDir()}
+	fresh := &testBundle{emu: b.emu, root: t.TempDir()}
 	d3, box3, _ := fresh.newDispatcher(t, nil)
 	res, err = d3.Dispatch(ctx, request("run1", "extract", 1, "x"))
 	require.NoError(t, err)
@@ -106,60 +106,82 @@ func TestDispatchAlreadyExistsIsSuccess(t *testing.T) {
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(history(t, box3, res.ID)))
 }
 
+// failAll is a fault plan under which every call of method fails with code;
+// commit makes each call take effect first (the answer is lost).
+func failAll(method string, code codes.Code, commit bool) emulator.Faults {
+	return emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{method}, Rate: 1, Code: code, CommitThenFail: commit}}}
+}
+
 func TestDispatchPermanentErrorThenRetry(t *testing.T) {
 	t.Parallel()
-	b := setupFake(t, nil)
+	b := setup(t, nil)
 	ctx := context.Background()
-	b.fake.setFault(func(method string, n int) (error, bool) {
-		if n == 1 {
-			return status.Error(codes.PermissionDenied, "no"), false
-		}
-		return nil, true
-	})
+	require.NoError(t, b.emu.SetFaults(failAll("CreateTask", codes.PermissionDenied, false)))
 	req := request("run1", "load", 1, "x")
 	_, err := b.d.Dispatch(ctx, req)
 	require.ErrorIs(t, err, ErrCreateFailed)
 	var ce *CallError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, codes.PermissionDenied, ce.Code)
+	require.Equal(t, 1, ce.Calls, "a permanent code is not retried")
+	require.False(t, ce.Transient)
 	require.Equal(t, codes.PermissionDenied, status.Code(err))
 	st, ok := status.FromError(err)
 	require.True(t, ok)
-	require.Equal(t, "no", st.Message())
+	require.Equal(t, "CreateTask: injected fault", st.Message())
+	require.Zero(t, b.emu.TaskCount())
 
 	recs := history(t, b.box, "dispatch:run1:load:1")
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusFailed}, statuses(recs))
 	require.Equal(t, "PermissionDenied", recs[1].ErrorCode)
 
 	// A failed ID may be dispatched again, even with another payload.
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{}))
 	req.Task.Body = []byte("y")
 	res, err := b.d.Dispatch(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, 1, res.Calls)
 	recs = history(t, b.box, res.ID)
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusFailed, outbox.StatusPending, outbox.StatusCreated}, statuses(recs))
 	require.Equal(t, int32(2), recs[3].CreateCalls)
 	require.Equal(t, recs[0].CreatedAt, recs[3].CreatedAt)
+	require.Equal(t, 1, b.emu.TaskCount())
 	require.Equal(t, int64(1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "failed")))
+	require.Equal(t, int64(1), counter(t, b.reader, MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "PermissionDenied")))
+	require.Equal(t, int64(1), counter(t, b.reader, MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
 }
 
+// The first call of each task takes effect and its answer is lost
+// (Unavailable for even attempts, DeadlineExceeded for odd ones); the fault
+// plan is lifted before the retry, which meets AlreadyExists.
 func TestDispatchCommitThenFail(t *testing.T) {
 	t.Parallel()
-	b := setupFake(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1} })
-	ctx := context.Background()
-	// Every first call of a task commits and then answers Unavailable or
-	// DeadlineExceeded; the repeat gets AlreadyExists.
-	b.fake.setFault(func(method string, n int) (error, bool) {
-		if method == "CreateTask" && n%2 == 1 {
-			code := codes.Unavailable
-			if n%4 == 3 {
-				code = codes.DeadlineExceeded
+	var emu *emulator.Server
+	var mu sync.Mutex
+	var retries []RetryEvent
+	b := setup(t, func(c *Config) {
+		c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1}
+		c.OnRetry = func(ev RetryEvent) {
+			if err := emu.SetFaults(emulator.Faults{}); err != nil {
+				t.Error(err)
 			}
-			return status.Error(code, "lost answer"), true
+			ev.Err = nil
+			mu.Lock()
+			retries = append(retries, ev)
+			mu.Unlock()
 		}
-		return nil, true
 	})
+	emu = b.emu
+	ctx := context.Background()
+	var want []RetryEvent
 	for i := range 20 {
+		code := codes.Unavailable
+		if i%2 == 1 {
+			code = codes.DeadlineExceeded
+		}
+		require.NoError(t, emu.SetFaults(failAll("CreateTask", code, true)))
+		want = append(want, RetryEvent{Method: "CreateTask", Call: 1, MaxCalls: DefaultRetryMaxCalls, Code: code, Delay: 1})
 		res, err := b.d.Dispatch(ctx, request("run1", "t", uint64(i), "x"))
 		require.NoError(t, err)
 		require.Equal(t, OutcomeAlreadyExisted, res.Outcome)
@@ -168,11 +190,13 @@ func TestDispatchCommitThenFail(t *testing.T) {
 		require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(recs))
 		require.Equal(t, int32(2), recs[1].CreateCalls)
 	}
-	stored, created := b.be.counts()
-	require.Equal(t, 20, stored)
-	require.Equal(t, 20, created)
+	require.Equal(t, want, retries)
+	require.Equal(t, 20, b.emu.TaskCount())
+	require.Empty(t, b.emu.RememberedNames())
 	require.Equal(t, int64(10), counter(t, b.reader, MetricCalls, attribute.String("code", "Unavailable")))
 	require.Equal(t, int64(10), counter(t, b.reader, MetricCalls, attribute.String("code", "DeadlineExceeded")))
+	require.Equal(t, int64(20), counter(t, b.reader, MetricCalls, attribute.String("code", "AlreadyExists")))
+	require.Equal(t, int64(0), counter(t, b.reader, MetricCalls, attribute.String("code", "OK")))
 }
 
 // The emulator's fault plan: half of all CreateTask calls take effect and
@@ -211,14 +235,17 @@ func TestDispatchCommitThenFailEmulator(t *testing.T) {
 
 func TestDispatchGivesUpWithinContext(t *testing.T) {
 	t.Parallel()
-	b := setupFake(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 3} })
-	b.fake.setFault(func(string, int) (error, bool) { return status.Error(codes.Unavailable, "down"), false })
+	b := setup(t, func(c *Config) { c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 3} })
+	require.NoError(t, b.emu.SetFaults(failAll("CreateTask", codes.Unavailable, false)))
 	_, err := b.d.Dispatch(context.Background(), request("run1", "t", 1, "x"))
 	require.ErrorIs(t, err, ErrGaveUp)
 	require.Equal(t, codes.Unavailable, status.Code(err))
 	var ce *CallError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, 3, ce.Calls)
+	require.True(t, ce.Transient)
+	require.Zero(t, b.emu.TaskCount())
+	require.Equal(t, int64(3), counter(t, b.reader, MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "Unavailable")))
 	// The outcome is unknown: the record stays pending for Recover.
 	recs := history(t, b.box, "dispatch:run1:t:1")
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending}, statuses(recs))
@@ -228,7 +255,8 @@ func TestDispatchGivesUpWithinContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = b.d.Dispatch(ctx, request("run1", "t", 2, "x"))
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrNotStarted)
+	require.Equal(t, int64(3), counter(t, b.reader, MetricCalls, attribute.String("method", "CreateTask")), "no call for an ended context")
 }
 
 // The thundering herd: many identical calls at once make one task, and one
@@ -241,9 +269,8 @@ func TestDispatchThunderingHerd(t *testing.T) {
 		return b.d.Dispatch(context.Background(), request("run1", "herd", 1, `{"k":"v"}`))
 	})
 	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
-	stored, created := b.be.counts()
-	require.Equal(t, 1, stored)
-	require.Equal(t, 1, created)
+	require.Equal(t, 1, b.emu.TaskCount())
+	require.Equal(t, int64(1), counter(t, b.reader, MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
 	require.Equal(t, int64(1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "created")))
 	require.Equal(t, int64(n-1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "already_existed")))
 }
@@ -262,9 +289,7 @@ func TestDispatchThunderingHerdThreeDispatchers(t *testing.T) {
 		return ds[i%3].Dispatch(context.Background(), request("run1", "herd3", 1, `{"k":"v"}`))
 	})
 	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
-	stored, created := b.be.counts()
-	require.Equal(t, 1, stored)
-	require.Equal(t, 1, created)
+	require.Equal(t, 1, b.emu.TaskCount())
 }
 
 func herd(t *testing.T, n int, call func(i int) (DispatchResult, error)) map[Outcome]int {

@@ -75,7 +75,7 @@ func gatedCreate(t *testing.T) (emuBackend, *gateClient, *Dispatcher, *parquetbo
 	t.Helper()
 	emu := startEmulator(t)
 	gate := newGate(emu.client(t), "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Client = gate })
 	return emu, gate, d, box
 }
@@ -121,7 +121,7 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 	require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
 		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: true},
 	}}))
-	b := &testBundle{be: emu, emu: emu.Server, root: root}
+	b := &testBundle{emu: emu.Server, root: root}
 	first, _, _ := b.newDispatcher(t, func(c *Config) { c.Clock, c.Retry.MaxCalls = clock, 1 })
 	req := request("run1", "a", 1, "x")
 	_, err := first.Dispatch(context.Background(), req)

@@ -20,9 +20,7 @@ import (
 )
 
 type testBundle struct {
-	be     backend
-	fake   *fakeServer      // set by setupFake
-	emu    *emulator.Server // set by setup
+	emu    *emulator.Server
 	root   string
 	box    *parquetbox.Outbox
 	d      *Dispatcher
@@ -34,17 +32,12 @@ func testConfig() Config {
 	return Config{Project: "proj", Location: "europe-west1", Queue: "default"}
 }
 
-// backend is the Cloud Tasks server of a test: the in-repo emulator, or the
-// scripted fake for tests that decide each call's answer.
-type backend interface {
-	client(t testing.TB) *ctapi.Client
-	address() string
-	counts() (stored, created int)
-}
-
 // testQueue is the queue every test uses.
 const testQueue = "projects/proj/locations/europe-west1/queues/default"
 
+// emuBackend is the in-repo emulator with a helper that opens the official
+// client on it. Tests that script the service's answers do it with fault
+// rules (emulator.Faults), changed between calls with SetFaults.
 type emuBackend struct{ *emulator.Server }
 
 // startEmulator starts the in-repo emulator, store-only, with the test queue.
@@ -64,26 +57,12 @@ func (e emuBackend) client(t testing.TB) *ctapi.Client {
 	return c
 }
 
-func (e emuBackend) address() string { return e.Addr() }
-
-// counts returns the tasks stored; the emulator creates each name once.
-func (e emuBackend) counts() (int, int) { n := e.TaskCount(); return n, n }
-
 // setup starts the emulator and a dispatcher with a durable outbox in a
 // temporary directory. edit may change the config first.
 func setup(t testing.TB, edit func(*Config)) *testBundle {
 	t.Helper()
 	emu := startEmulator(t)
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
-	b.d, b.box, b.reader = b.newDispatcher(t, edit)
-	return b
-}
-
-// setupFake is setup over the scripted fake server.
-func setupFake(t testing.TB, edit func(*Config)) *testBundle {
-	t.Helper()
-	f := startFake(t)
-	b := &testBundle{be: f, fake: f, root: t.TempDir()}
+	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	b.d, b.box, b.reader = b.newDispatcher(t, edit)
 	return b
 }
@@ -96,7 +75,7 @@ func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatche
 	cfg := testConfig()
 	reader := sdkmetric.NewManualReader()
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	cfg.Client = b.be.client(t)
+	cfg.Client = emuBackend{b.emu}.client(t)
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -16,12 +16,14 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
+	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/google/uuid"
 	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -43,13 +45,14 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("runs only as a child process")
 	}
 	ctx := context.Background()
-	fake := &fakeServer{addr: os.Getenv(envAddr)}
+	// The parent started the emulator; the child reaches it by address.
+	addr := os.Getenv(envAddr)
 	cfg := testConfig()
 	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	switch mode {
 	case "herd":
-		cfg.Client = fake.client(t)
+		cfg.EmulatorAddr = addr
 		d, err := NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		n, _ := strconv.Atoi(os.Getenv(envCount))
@@ -62,7 +65,7 @@ func TestHelperProcess(t *testing.T) {
 	case "answers":
 		// Dispatch distinct IDs from 16 callers and print each answered ID
 		// at once, until the parent kills the process.
-		cfg.Client, cfg.Durability = fake.client(t), Durability(os.Getenv(envMode))
+		cfg.EmulatorAddr, cfg.Durability = addr, Durability(os.Getenv(envMode))
 		cfg.Batch = os.Getenv(envBatch) != ""
 		d, err := NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
@@ -86,7 +89,9 @@ func TestHelperProcess(t *testing.T) {
 		wg.Wait()
 		t.Fatal("the process should have been killed before it answered every call")
 	case "kill":
-		cfg.Client = exitAfterCreate{fake.client(t)}
+		client, err := ctapi.NewClient(ctx, emulator.ClientOptions(addr)...)
+		require.NoError(t, err)
+		cfg.Client = exitAfterCreate{client}
 		d, err := NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		_, err = d.Dispatch(ctx, request("run1", "killed", 1, "x"))
@@ -169,7 +174,7 @@ func TestRecoverAfterKill(t *testing.T) {
 
 	// Recovery runs an hour later, so the record is stale.
 	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
-	b := &testBundle{be: emu, emu: emu.Server, root: root}
+	b := &testBundle{emu: emu.Server, root: root}
 	d, box, reader := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
 	const id = "dispatch:run1:killed:1"
 	before := history(t, box, id)
@@ -249,7 +254,7 @@ func answeredCallsSurviveKill(t *testing.T, mode Durability, batch bool) {
 	require.GreaterOrEqual(t, len(answered), 300)
 
 	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
-	b := &testBundle{be: emu, emu: emu.Server, root: root}
+	b := &testBundle{emu: emu.Server, root: root}
 	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
 	allowed := map[outbox.Status]bool{outbox.StatusCreated: true, outbox.StatusAlreadyExisted: true}
 	if mode != DurabilityStrict {

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -25,10 +25,10 @@ import (
 // stays pending, and returns the ID.
 func leavePending(t *testing.T, b *testBundle, task string) string {
 	t.Helper()
-	b.fake.setFault(func(string, int) (error, bool) { return status.Error(codes.Unavailable, "down"), false })
+	require.NoError(t, b.emu.SetFaults(failAll("CreateTask", codes.Unavailable, false)))
 	_, err := b.d.Dispatch(context.Background(), request("run1", task, 1, "x"))
 	require.ErrorIs(t, err, ErrGaveUp)
-	b.fake.setFault(nil)
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{}))
 	settle(b.d) // the record is written before the test moves the clock
 	return "dispatch:run1:" + task + ":1"
 }
@@ -37,7 +37,7 @@ func TestDispatchFinishesStalePendingAsRecovered(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	fast := func(c *Config) { c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1} }
-	b := setupFake(t, fast)
+	b := setup(t, fast)
 	leavePending(t, b, "a")
 	other, box2, reader2 := b.newDispatcher(t, fast)
 
@@ -65,7 +65,7 @@ func TestRecoverOwnershipAndNotFound(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	fast := func(c *Config) { c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1} }
-	b := setupFake(t, fast)
+	b := setup(t, fast)
 	id := leavePending(t, b, "a")
 	clock.Advance(2 * DefaultStaleAfter)
 
@@ -111,23 +111,30 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func TestLogsCarryIDAndNoPayload(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
-	b := setupFake(t, func(c *Config) {
+	var emu *emulator.Server
+	b := setup(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.Retry = RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 2} // 1ns waits on the real clock
+		// The first call takes effect and its answer is lost; the retry
+		// meets AlreadyExists.
+		c.OnRetry = func(RetryEvent) {
+			if err := emu.SetFaults(emulator.Faults{}); err != nil {
+				t.Error(err)
+			}
+		}
 	})
+	emu = b.emu
 	ctx := context.Background()
 	req := request("run1", "a", 1, `{"secret":"BODY-SECRET"}`)
 	req.Task.Headers = map[string]string{"X-Api-Key": "HEADER-SECRET"}
-	b.fake.setFault(func(_ string, n int) (error, bool) {
-		if n == 1 {
-			return status.Error(codes.Unavailable, "down"), true
-		}
-		return nil, true
-	})
-	_, err := b.d.Dispatch(ctx, req)
+	require.NoError(t, emu.SetFaults(failAll("CreateTask", codes.Unavailable, true)))
+	res, err := b.d.Dispatch(ctx, req)
 	require.NoError(t, err)
-	_, err = b.d.Dispatch(ctx, req)
+	require.Equal(t, OutcomeAlreadyExisted, res.Outcome)
+	require.Equal(t, 2, res.Calls)
+	res, err = b.d.Dispatch(ctx, req)
 	require.NoError(t, err)
+	require.True(t, res.Skipped)
 	req.Task.Body = []byte(`{"secret":"OTHER"}`)
 	_, err = b.d.Dispatch(ctx, req)
 	require.ErrorIs(t, err, ErrPayloadConflict)

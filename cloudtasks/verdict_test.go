@@ -67,7 +67,7 @@ func TestRecoverVerdicts(t *testing.T) {
 				Queues: []emulator.QueueConfig{{Name: testQueue}}})
 			require.NoError(t, err)
 			t.Cleanup(func() { emu.Close() })
-			b := &testBundle{be: emuBackend{emu}, emu: emu, root: t.TempDir()}
+			b := &testBundle{emu: emu, root: t.TempDir()}
 			d, box, _ := b.newDispatcher(t, func(c *Config) {
 				c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1}
 			})
