@@ -2,9 +2,7 @@ package cloudtasks
 
 import (
 	"context"
-	"log/slog"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
-
-	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
 // queued waits until n calls wait for the next batch of the test queue.
@@ -101,58 +97,6 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
 	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
 	require.Equal(t, 50, emu.TaskCount())
-}
-
-// 1,000 identical concurrent calls under batching: one task, one created.
-func TestBatchThunderingHerd(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *Config) { c.Batch = true })
-	const n = 1000
-	outcomes := herd(t, n, func(int) (DispatchResult, error) {
-		return b.d.Dispatch(context.Background(), request("run1", "herd", 1, `{"k":"v"}`))
-	})
-	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
-	require.Equal(t, 1, b.emu.TaskCount())
-	require.Equal(t, int64(1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "created")))
-}
-
-// Distinct concurrent calls while half of the batch requests commit and
-// then fail: each caller retries alone, and every ID ends with one task.
-func TestBatchCommitThenFail(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *Config) {
-		c.Batch, c.Retry = true, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 50}
-	})
-	require.NoError(t, b.emu.SetFaults(emulator.Faults{Seed: 3, Rules: []emulator.FaultRule{
-		{Methods: []string{"BatchCreateTasks", "CreateTask"}, Rate: 0.5, Code: codes.Unavailable, CommitThenFail: true},
-	}}))
-	const n = 300
-	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
-		return b.d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
-	})
-	require.Equal(t, n, outcomes[OutcomeCreated]+outcomes[OutcomeAlreadyExisted])
-	require.Equal(t, n, b.emu.TaskCount())
-}
-
-// A service without BatchCreateTasks: calls fall back to CreateTask, and
-// the log says so once.
-func TestBatchFallsBackWhenUnimplemented(t *testing.T) {
-	t.Parallel()
-	var logs syncBuffer
-	b := setup(t, func(c *Config) {
-		c.Batch = true
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	})
-	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
-		{Methods: []string{"BatchCreateTasks"}, Rate: 1, Code: codes.Unimplemented},
-	}}))
-	const n = 300
-	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
-		return b.d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
-	})
-	require.Equal(t, map[Outcome]int{OutcomeCreated: n}, outcomes)
-	require.Equal(t, n, b.emu.TaskCount())
-	require.Equal(t, 1, strings.Count(logs.b.String(), "batching off"))
 }
 
 // slowBatch makes every BatchCreateTasks request take an hour on a fake

@@ -190,6 +190,7 @@ func leavePending(t *testing.T, b *door, key string) string {
 	_, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "r", TaskKey: key, Identity: naming.Attempt(1), Task: task()})
 	require.ErrorIs(t, err, cloudtasks.ErrGaveUp)
 	require.NoError(t, b.emu.SetFaults(emulator.Faults{}))
+	b.settle(t) // the record is written before the test moves the clock
 	return "dispatch:r:" + key + ":1"
 }
 
@@ -211,7 +212,7 @@ func TestStaleAfterDecidesWhatRecoverTakes(t *testing.T) {
 			b := openDoor(t, func(c *cloudtasks.Config) {
 				c.StaleAfter, c.Retry.MaxCalls = tt.staleAfter, 1
 			})
-			id := leavePending(t, &b, "a")
+			id := leavePending(t, b, "a")
 			pending, ok, err := b.d.Latest(context.Background(), id)
 			require.NoError(t, err)
 			require.True(t, ok)

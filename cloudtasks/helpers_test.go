@@ -2,6 +2,7 @@ package cloudtasks
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -16,15 +17,15 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
+// testBundle is an emulator and a parquetbox root that the dispatchers of
+// an internal test share.
 type testBundle struct {
-	emu    *emulator.Server
-	root   string
-	box    *parquetbox.Outbox
-	d      *Dispatcher
-	reader *sdkmetric.ManualReader
+	emu  *emulator.Server
+	root string
 }
 
 // testConfig is the config every test starts from.
@@ -55,16 +56,6 @@ func (e emuBackend) client(t testing.TB) *ctapi.Client {
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// setup starts the emulator and a dispatcher with a durable outbox in a
-// temporary directory. edit may change the config first.
-func setup(t testing.TB, edit func(*Config)) *testBundle {
-	t.Helper()
-	emu := startEmulator(t)
-	b := &testBundle{emu: emu.Server, root: t.TempDir()}
-	b.d, b.box, b.reader = b.newDispatcher(t, edit)
-	return b
 }
 
 // newDispatcher opens another dispatcher (its own processor UUID and outbox
@@ -142,4 +133,39 @@ func statuses(recs []outbox.Record) []outbox.Status {
 		out[i] = r.Status
 	}
 	return out
+}
+
+func request(run, task string, attempt uint64, body string) DispatchRequest {
+	return DispatchRequest{
+		RunID: run, TaskKey: task, Identity: naming.Attempt(attempt),
+		Task: Task{URL: "https://worker.example/run", Body: []byte(body)},
+	}
+}
+
+// herd makes n calls at once and counts their outcomes; every call must
+// succeed.
+func herd(t testing.TB, n int, call func(i int) (DispatchResult, error)) map[Outcome]int {
+	t.Helper()
+	start := make(chan struct{})
+	var mu sync.Mutex
+	outcomes := map[Outcome]int{}
+	var errs []error
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			res, err := call(i)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			outcomes[res.Outcome]++
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	return outcomes
 }

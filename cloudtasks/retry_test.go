@@ -47,7 +47,7 @@ func TestOnRetryReportsEachRetry(t *testing.T) {
 			require.Equal(t, cloudtasks.RecoverStats{Stale: 1, Errors: 1}, st, "the record stays pending for the next pass")
 		}},
 		{"DeleteTask", func(t *testing.T, b *door) string {
-			res, err := b.d.ScheduleTimer(context.Background(), heartbeat(*b, ""))
+			res, err := b.d.ScheduleTimer(context.Background(), heartbeat(b, ""))
 			require.NoError(t, err)
 			return res.TimerID
 		}, func(t *testing.T, b *door, id string) {
@@ -68,10 +68,10 @@ func TestOnRetryReportsEachRetry(t *testing.T) {
 					}
 				}
 			})
-			id := tt.before(t, &b)
+			id := tt.before(t, b)
 			start := b.clock.Now()
 			require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{tt.method}, Rate: 1, Code: codes.Internal}}}))
-			tt.call(t, &b, id)
+			tt.call(t, b, id)
 			require.Equal(t, []cloudtasks.RetryEvent{
 				{Method: tt.method, Call: 1, MaxCalls: 3, Code: codes.Internal, Delay: time.Second},
 				{Method: tt.method, Call: 2, MaxCalls: 3, Code: codes.Internal, Delay: time.Second},
