@@ -2,7 +2,6 @@ package cloudtasks
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 
@@ -140,32 +139,4 @@ func request(run, task string, attempt uint64, body string) DispatchRequest {
 		RunID: run, TaskKey: task, Identity: naming.Attempt(attempt),
 		Task: Task{URL: "https://worker.example/run", Body: []byte(body)},
 	}
-}
-
-// herd makes n calls at once and counts their outcomes; every call must
-// succeed.
-func herd(t testing.TB, n int, call func(i int) (DispatchResult, error)) map[Outcome]int {
-	t.Helper()
-	start := make(chan struct{})
-	var mu sync.Mutex
-	outcomes := map[Outcome]int{}
-	var errs []error
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			res, err := call(i)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			outcomes[res.Outcome]++
-		})
-	}
-	close(start)
-	wg.Wait()
-	require.NoError(t, errors.Join(errs...))
-	return outcomes
 }
