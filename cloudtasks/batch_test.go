@@ -150,3 +150,82 @@ func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
 	require.Equal(t, int64(2), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
 	require.Equal(t, 2*n+1, emu.TaskCount())
 }
+
+// gateClient holds every call of one method at a gate until it is opened
+// or the call's context ends, and reports each call that reaches the gate.
+type gateClient struct {
+	Client
+	method  string
+	entered chan string
+	open    chan struct{}
+}
+
+func newGate(c Client, method string) *gateClient {
+	return &gateClient{Client: c, method: method, entered: make(chan string, 16), open: make(chan struct{})}
+}
+
+func (g *gateClient) hold(ctx context.Context, method string) error {
+	if method != g.method {
+		return nil
+	}
+	g.entered <- method
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gateClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if err := g.hold(ctx, "CreateTask"); err != nil {
+		return nil, err
+	}
+	return g.Client.CreateTask(ctx, req, opts...)
+}
+
+func (g *gateClient) GetTask(ctx context.Context, req *cloudtaskspb.GetTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if err := g.hold(ctx, "GetTask"); err != nil {
+		return nil, err
+	}
+	return g.Client.GetTask(ctx, req, opts...)
+}
+
+// reached waits until a call reached the gate, failing the test instead of
+// hanging when none does.
+func (g *gateClient) reached(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s call reached the gate", g.method)
+	}
+}
+
+// answer is one call's result, sent from the goroutine that made it.
+type answer struct {
+	res DispatchResult
+	err error
+}
+
+func dispatchAsync(ctx context.Context, d *Dispatcher, req DispatchRequest) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := d.Dispatch(ctx, req)
+		ch <- answer{res, err}
+	}()
+	return ch
+}
+
+// receive returns the answer, failing the test instead of hanging when a
+// call that should have returned is stuck.
+func receive(t *testing.T, ch <-chan answer, what string) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not return", what)
+		return answer{}
+	}
+}

@@ -2,7 +2,6 @@ package cloudtasks
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // testBundle is an emulator and a parquetbox root that the dispatchers of
@@ -75,13 +73,8 @@ func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatche
 	d, err := NewDispatcher(ctx, box, &cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(context.Background()) })
-	writers.Store(box, d)
 	return d, box, reader
 }
-
-// writers maps each test outbox to the dispatcher writing it, so history
-// can wait for outcome records that were appended after the answer.
-var writers sync.Map
 
 // settle waits until d has no work in flight: every answered call's
 // records are then in the outbox.
@@ -113,25 +106,6 @@ func counter(t testing.TB, r *sdkmetric.ManualReader, name string, want ...attri
 		}
 	}
 	return total
-}
-
-// history returns every record of an ID, oldest first.
-func history(t testing.TB, box *parquetbox.Outbox, id string) []outbox.Record {
-	t.Helper()
-	if d, ok := writers.Load(box); ok {
-		settle(d.(*Dispatcher))
-	}
-	recs, err := box.Lookup(context.Background(), outbox.Query{ID: id, History: true})
-	require.NoError(t, err)
-	return recs
-}
-
-func statuses(recs []outbox.Record) []outbox.Status {
-	out := make([]outbox.Status, len(recs))
-	for i, r := range recs {
-		out[i] = r.Status
-	}
-	return out
 }
 
 func request(run, task string, attempt uint64, body string) DispatchRequest {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
@@ -167,6 +168,9 @@ type slowCommitOutbox struct {
 	*outbox.Memory
 	mu   sync.Mutex
 	held []func(error)
+	// holding hears of each outcome record held: the dispatcher appends
+	// it after answering, so a test waits for it before releasing.
+	holding chan struct{}
 }
 
 func (s *slowCommitOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
@@ -179,6 +183,7 @@ func (s *slowCommitOutbox) Append(ctx context.Context, r outbox.Record, done fun
 	s.mu.Lock()
 	s.held = append(s.held, done)
 	s.mu.Unlock()
+	s.holding <- struct{}{}
 	return nil
 }
 
@@ -198,7 +203,7 @@ func (s *slowCommitOutbox) release() {
 func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
-	box := &slowCommitOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock())}
+	box := &slowCommitOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock()), holding: make(chan struct{}, 1)}
 	reader := sdkmetric.NewManualReader()
 	cfg := testConfig()
 	cfg.Client = emu.client(t)
@@ -223,6 +228,11 @@ func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	closing, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorContains(t, d.Close(closing), "1 calls still in flight")
+	select {
+	case <-box.holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the outcome record was never appended")
+	}
 	box.release()
 	settle(d)
 	require.Equal(t, 0, d.flights.inFlight())

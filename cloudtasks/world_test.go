@@ -51,6 +51,16 @@ func startEmulator(t testing.TB, clock clockwork.Clock) *emulator.Server {
 	return emu
 }
 
+// client opens the official client on w's emulator, for a test that wraps
+// it (Config.Client) to hold or observe calls.
+func (w *world) client(t *testing.T) cloudtasks.Client {
+	t.Helper()
+	c, err := w.emu.NewClient(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // proc is one dispatcher process of a world: its own outbox handle (and so
 // processor UUID) on the world's root, and its own metrics.
 type proc struct {
