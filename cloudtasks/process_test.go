@@ -216,7 +216,7 @@ func TestAnsweredCallsSurviveKill(t *testing.T) {
 	}
 	t.Parallel()
 	for _, batch := range []bool{false, true} {
-		for _, mode := range []cloudtasks.Durability{cloudtasks.DurabilityOverlapped, cloudtasks.DurabilityStrict} {
+		for _, mode := range outboxModes {
 			name := string(mode)
 			if batch {
 				name += "-batched"

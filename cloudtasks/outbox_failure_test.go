@@ -1,0 +1,177 @@
+package cloudtasks_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// errDiskFull stands for an outbox that cannot make records durable.
+var errDiskFull = errors.New("write wal: no space left on device")
+
+// brokenOutbox is an in-memory outbox whose appends fail while broken.
+type brokenOutbox struct {
+	*outbox.Memory
+	broken atomic.Bool
+	// refusing makes every append fail at once, the way an outbox that
+	// already knows its log is unwritable refuses records.
+	refusing atomic.Bool
+	// outcomes hears of each outcome (not pending) record kept; the
+	// dispatcher appends it after answering.
+	outcomes chan struct{}
+}
+
+// Append fails the way a group commit does while broken: the record is
+// taken and its commit fails (done hears it; without done, the error is
+// returned at once, as nobody would hear it otherwise). While refusing, it
+// fails at once.
+func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	switch {
+	case b.refusing.Load():
+		return errDiskFull
+	case b.broken.Load() && done == nil:
+		return errDiskFull
+	case b.broken.Load():
+		done(errDiskFull)
+		return nil
+	}
+	if err := b.Memory.Append(ctx, r, done); err != nil {
+		return err
+	}
+	if r.Status != outbox.StatusPending {
+		select {
+		case b.outcomes <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// outboxModes are the modes that record in an outbox.
+var outboxModes = []cloudtasks.Durability{cloudtasks.DurabilityOverlapped, cloudtasks.DurabilityStrict}
+
+func newBrokenSetup(t *testing.T, mode cloudtasks.Durability) (*cloudtasks.Dispatcher, *brokenOutbox, *emulator.Server, *sdkmetric.ManualReader) {
+	t.Helper()
+	w := newWorld(t)
+	box := &brokenOutbox{Memory: outbox.NewMemory(w.clock), outcomes: make(chan struct{}, 1)}
+	reader := sdkmetric.NewManualReader()
+	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(),
+		Durability: mode, Clock: w.clock, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}
+	d, err := cloudtasks.NewDispatcher(context.Background(), box, &cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	return d, box, w.emu, reader
+}
+
+// An outbox that cannot record from the start stops every call before
+// Cloud Tasks is asked, in every mode.
+func TestOutboxUnavailableFailsClosed(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu, reader := newBrokenSetup(t, mode)
+			box.broken.Store(true)
+			for i := range 5 {
+				_, err := d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
+				require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+				require.ErrorIs(t, err, errDiskFull)
+				var oe *cloudtasks.OutboxError
+				require.ErrorAs(t, err, &oe)
+				require.True(t, oe.BeforeCall)
+			}
+			require.Equal(t, 0, emu.TaskCount())
+			require.Empty(t, emu.RememberedNames())
+			require.Equal(t, int64(0), counter(t, reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")))
+			require.Equal(t, int64(5), counter(t, reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "outbox_unavailable")))
+		})
+	}
+}
+
+// setupRecorded is newBrokenSetup after one call whose records the outbox
+// made durable, so the dispatcher trusts the outbox.
+func setupRecorded(t *testing.T, mode cloudtasks.Durability) (*cloudtasks.Dispatcher, *brokenOutbox, *emulator.Server) {
+	t.Helper()
+	d, box, emu, _ := newBrokenSetup(t, mode)
+	_, err := d.Dispatch(context.Background(), request("run1", "t", 0, "x"))
+	require.NoError(t, err)
+	select {
+	case <-box.outcomes:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the outcome record was never kept")
+	}
+	return d, box, emu
+}
+
+// An outbox that breaks while calls run: after the first failure is seen,
+// no call reaches Cloud Tasks until the outbox records again. In the
+// overlapped modes the call whose pending record failed beside the create
+// call may have created its task; it is not answered, and its repeat after
+// the outbox heals is answered already_existed.
+func TestOutboxBreaksThenHeals(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu := setupRecorded(t, mode)
+			ctx := context.Background()
+			box.broken.Store(true)
+
+			_, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			var oe *cloudtasks.OutboxError
+			require.ErrorAs(t, err, &oe)
+			wantTasks := 1
+			if mode != cloudtasks.DurabilityStrict {
+				require.False(t, oe.BeforeCall)
+				wantTasks = 2
+			} else {
+				require.True(t, oe.BeforeCall)
+			}
+			_, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
+			require.ErrorAs(t, err, &oe)
+			require.True(t, oe.BeforeCall)
+			require.Equal(t, wantTasks, emu.TaskCount())
+
+			box.broken.Store(false)
+			res, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			require.NoError(t, err)
+			want := map[cloudtasks.Durability]cloudtasks.Outcome{cloudtasks.DurabilityStrict: cloudtasks.OutcomeCreated, cloudtasks.DurabilityOverlapped: cloudtasks.OutcomeAlreadyExisted}
+			require.Equal(t, want[mode], res.Outcome)
+			res, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
+			require.NoError(t, err)
+			require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
+			require.Equal(t, 3, emu.TaskCount())
+		})
+	}
+}
+
+// An outbox that refuses the pending record at once stops the call before
+// Cloud Tasks is asked in every mode, even once it had recorded: no task
+// is created that the outbox was known unable to record.
+func TestOutboxRefusingStopsTheCall(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu := setupRecorded(t, mode)
+			box.refusing.Store(true)
+
+			_, err := d.Dispatch(context.Background(), request("run1", "t", 1, "x"))
+			require.ErrorIs(t, err, errDiskFull)
+			var oe *cloudtasks.OutboxError
+			require.ErrorAs(t, err, &oe)
+			require.True(t, oe.BeforeCall)
+			require.Equal(t, 1, emu.TaskCount())
+		})
+	}
+}
