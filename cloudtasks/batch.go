@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -65,7 +64,10 @@ type queueBatch struct {
 	until    time.Time
 	answered time.Time
 	window   time.Duration
-	timer    clockwork.Timer // flushes the gathered calls at until
+	// timer flushes the gathered calls at until. The window is measured
+	// in real time, not on Config.Clock: it follows the service's round
+	// trips, and a test's fake clock would never end it.
+	timer *time.Timer
 }
 
 // batchItem is one call in a batch; err is its own answer.
@@ -87,7 +89,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 	if b.off.Load() {
 		return b.d.createOne(ctx, key, req)
 	}
-	now := b.d.clock.Now()
+	now := time.Now()
 	b.mu.Lock()
 	q := b.queues[req.Parent]
 	if q == nil {
@@ -114,7 +116,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 		q.sending++
 		b.mu.Unlock()
 		if len(items) == 1 {
-			start := b.d.clock.Now()
+			start := time.Now()
 			err := b.d.createOne(ctx, key, req)
 			b.finish(q, items, start)
 			return err
@@ -131,7 +133,7 @@ func (b *batcher) create(ctx context.Context, key string, req *cloudtaskspb.Crea
 	case len(q.waiting) >= maxBatch && q.sending < b.limit:
 		b.startLocked(q)
 	case q.expect > 0 && q.timer == nil:
-		q.timer = b.d.clock.AfterFunc(q.until.Sub(now), func() { b.expire(q) })
+		q.timer = time.AfterFunc(q.until.Sub(now), func() { b.expire(q) })
 	}
 	b.mu.Unlock()
 	// A call that stops waiting may still be sent: the task name makes
@@ -182,7 +184,7 @@ func (b *batcher) expire(q *queueBatch) {
 // run sends items in one request, answers every waiting item, and
 // settles the queue.
 func (b *batcher) run(q *queueBatch, items []*batchItem) {
-	start := b.d.clock.Now()
+	start := time.Now()
 	b.send(q.parent, items)
 	for _, it := range items {
 		if it.done != nil {
@@ -196,7 +198,7 @@ func (b *batcher) run(q *queueBatch, items []*batchItem) {
 // answered: a shared request's callers are expected back, and waiting
 // calls that expect nobody go.
 func (b *batcher) finish(q *queueBatch, items []*batchItem, start time.Time) {
-	now := b.d.clock.Now()
+	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q.sending--
@@ -215,7 +217,7 @@ func (b *batcher) finish(q *queueBatch, items []*batchItem, start time.Time) {
 			q.timer = nil
 		}
 		if len(q.waiting) > 0 {
-			q.timer = b.d.clock.AfterFunc(win, func() { b.expire(q) })
+			q.timer = time.AfterFunc(win, func() { b.expire(q) })
 		}
 		return
 	}

@@ -2,22 +2,17 @@ package cloudtasks
 
 import (
 	"context"
-	"log/slog"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/googleapis/gax-go/v2"
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
 
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
-
-	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
 // queued waits until n calls wait for the next batch of the test queue.
@@ -63,7 +58,7 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	emu := startEmulator(t)
 	client := emu.client(t)
 	gate := newGate(badIndex{Client: client, index: 7}, "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
+	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch = gate, true })
 	ctx := context.Background()
 	// Task 3's name is taken already.
@@ -103,68 +98,16 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	require.Equal(t, 50, emu.TaskCount())
 }
 
-// 1,000 identical concurrent calls under batching: one task, one created.
-func TestBatchThunderingHerd(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *Config) { c.Batch = true })
-	const n = 1000
-	outcomes := herd(t, n, func(int) (DispatchResult, error) {
-		return b.d.Dispatch(context.Background(), request("run1", "herd", 1, `{"k":"v"}`))
-	})
-	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: n - 1}, outcomes)
-	require.Equal(t, 1, b.emu.TaskCount())
-	require.Equal(t, int64(1), counter(t, b.reader, MetricOutcomes, attribute.String("outcome", "created")))
-}
-
-// Distinct concurrent calls while half of the batch requests commit and
-// then fail: each caller retries alone, and every ID ends with one task.
-func TestBatchCommitThenFail(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *Config) {
-		c.Batch, c.Retry = true, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 50}
-	})
-	require.NoError(t, b.emu.SetFaults(emulator.Faults{Seed: 3, Rules: []emulator.FaultRule{
-		{Methods: []string{"BatchCreateTasks", "CreateTask"}, Rate: 0.5, Code: codes.Unavailable, CommitThenFail: true},
-	}}))
-	const n = 300
-	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
-		return b.d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
-	})
-	require.Equal(t, n, outcomes[OutcomeCreated]+outcomes[OutcomeAlreadyExisted])
-	require.Equal(t, n, b.emu.TaskCount())
-}
-
-// A service without BatchCreateTasks: calls fall back to CreateTask, and
-// the log says so once.
-func TestBatchFallsBackWhenUnimplemented(t *testing.T) {
-	t.Parallel()
-	var logs syncBuffer
-	b := setup(t, func(c *Config) {
-		c.Batch = true
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	})
-	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
-		{Methods: []string{"BatchCreateTasks"}, Rate: 1, Code: codes.Unimplemented},
-	}}))
-	const n = 300
-	outcomes := herd(t, n, func(i int) (DispatchResult, error) {
-		return b.d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
-	})
-	require.Equal(t, map[Outcome]int{OutcomeCreated: n}, outcomes)
-	require.Equal(t, n, b.emu.TaskCount())
-	require.Equal(t, 1, strings.Count(logs.b.String(), "batching off"))
-}
-
 // slowBatch makes every BatchCreateTasks request take an hour on a fake
 // clock, so the window a shared request's callers get to come back is an
 // hour whatever the machine's speed.
-type slowBatch struct {
-	Client
-	clock *clockwork.FakeClock
-}
+// slowBatch stands for a service whose BatchCreateTasks takes half a
+// second: the window in which answered callers gather again is that round
+// trip, in real time, and the callers come back well within it.
+type slowBatch struct{ Client }
 
 func (c slowBatch) BatchCreateTasks(ctx context.Context, req *cloudtaskspb.BatchCreateTasksRequest, opts ...gax.CallOption) (*ctapi.BatchCreateTasksOperation, error) {
-	c.clock.Advance(time.Hour)
+	time.Sleep(500 * time.Millisecond) // latency, not synchronisation
 	return c.Client.BatchCreateTasks(ctx, req, opts...)
 }
 
@@ -174,10 +117,9 @@ func (c slowBatch) BatchCreateTasks(ctx context.Context, req *cloudtaskspb.Batch
 func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
-	clock := clockwork.NewFakeClock()
-	gate := newGate(slowBatch{Client: emu.client(t), clock: clock}, "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
-	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch, c.Clock = gate, true, clock })
+	gate := newGate(slowBatch{Client: emu.client(t)}, "CreateTask")
+	b := &testBundle{emu: emu.Server, root: t.TempDir()}
+	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch = gate, true })
 	ctx := context.Background()
 
 	first := dispatchAsync(ctx, d, request("run1", "t", 0, "x"))
@@ -205,4 +147,83 @@ func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
 	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
 	require.Equal(t, int64(2), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
 	require.Equal(t, 2*n+1, emu.TaskCount())
+}
+
+// gateClient holds every call of one method at a gate until it is opened
+// or the call's context ends, and reports each call that reaches the gate.
+type gateClient struct {
+	Client
+	method  string
+	entered chan string
+	open    chan struct{}
+}
+
+func newGate(c Client, method string) *gateClient {
+	return &gateClient{Client: c, method: method, entered: make(chan string, 16), open: make(chan struct{})}
+}
+
+func (g *gateClient) hold(ctx context.Context, method string) error {
+	if method != g.method {
+		return nil
+	}
+	g.entered <- method
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gateClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if err := g.hold(ctx, "CreateTask"); err != nil {
+		return nil, err
+	}
+	return g.Client.CreateTask(ctx, req, opts...)
+}
+
+func (g *gateClient) GetTask(ctx context.Context, req *cloudtaskspb.GetTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if err := g.hold(ctx, "GetTask"); err != nil {
+		return nil, err
+	}
+	return g.Client.GetTask(ctx, req, opts...)
+}
+
+// reached waits until a call reached the gate, failing the test instead of
+// hanging when none does.
+func (g *gateClient) reached(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s call reached the gate", g.method)
+	}
+}
+
+// answer is one call's result, sent from the goroutine that made it.
+type answer struct {
+	res DispatchResult
+	err error
+}
+
+func dispatchAsync(ctx context.Context, d *Dispatcher, req DispatchRequest) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := d.Dispatch(ctx, req)
+		ch <- answer{res, err}
+	}()
+	return ch
+}
+
+// receive returns the answer, failing the test instead of hanging when a
+// call that should have returned is stuck.
+func receive(t *testing.T, ch <-chan answer, what string) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not return", what)
+		return answer{}
+	}
 }

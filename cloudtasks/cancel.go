@@ -92,14 +92,20 @@ func (d *Dispatcher) cancelID(ctx context.Context, id naming.ID, queue string) (
 	if err := ctx.Err(); err != nil {
 		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Err: err}
 	}
-	f, _, err := d.flights.do(ctx, key, opCancel, func(f *flight) { d.cancel(ctx, f, id, queue) })
+	f, how, err := d.flights.do(ctx, key, opCancel, func(f *flight) { d.cancel(ctx, f, id, queue) })
 	switch {
 	case errors.Is(err, ErrClosed):
 		return CancelResult{}, err
 	case err != nil:
 		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Started: f != nil, Err: err}
 	}
-	return f.cancelled, f.err
+	res := f.cancelled
+	if how != ledFlight && res.Outcome == CancelDeleted {
+		// Another call's delete answered this one: this call deleted
+		// nothing, and found the task gone.
+		res.Outcome = CancelAlreadyGone
+	}
+	return res, f.err
 }
 
 // cancel is the work of one cancel flight.

@@ -1,4 +1,4 @@
-package cloudtasks
+package cloudtasks_test
 
 import (
 	"bufio"
@@ -16,12 +16,15 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
+	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/google/uuid"
 	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -43,17 +46,18 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("runs only as a child process")
 	}
 	ctx := context.Background()
-	fake := &fakeServer{addr: os.Getenv(envAddr)}
-	cfg := testConfig()
+	// The parent started the emulator; the child reaches it by address.
+	addr := os.Getenv(envAddr)
+	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default"}
 	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	switch mode {
 	case "herd":
-		cfg.Client = fake.client(t)
-		d, err := NewDispatcher(ctx, box, &cfg)
+		cfg.EmulatorAddr = addr
+		d, err := cloudtasks.NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		n, _ := strconv.Atoi(os.Getenv(envCount))
-		outcomes := herd(t, n, func(int) (DispatchResult, error) {
+		outcomes := herd(t, n, func(int) (cloudtasks.DispatchResult, error) {
 			return d.Dispatch(ctx, request("run1", "procs", 1, `{"k":"v"}`))
 		})
 		require.NoError(t, d.Close(context.Background()))
@@ -62,9 +66,9 @@ func TestHelperProcess(t *testing.T) {
 	case "answers":
 		// Dispatch distinct IDs from 16 callers and print each answered ID
 		// at once, until the parent kills the process.
-		cfg.Client, cfg.Durability = fake.client(t), Durability(os.Getenv(envMode))
+		cfg.EmulatorAddr, cfg.Durability = addr, cloudtasks.Durability(os.Getenv(envMode))
 		cfg.Batch = os.Getenv(envBatch) != ""
-		d, err := NewDispatcher(ctx, box, &cfg)
+		d, err := cloudtasks.NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		n, _ := strconv.Atoi(os.Getenv(envCount))
 		var next atomic.Int64
@@ -86,8 +90,10 @@ func TestHelperProcess(t *testing.T) {
 		wg.Wait()
 		t.Fatal("the process should have been killed before it answered every call")
 	case "kill":
-		cfg.Client = exitAfterCreate{fake.client(t)}
-		d, err := NewDispatcher(ctx, box, &cfg)
+		client, err := ctapi.NewClient(ctx, emulator.ClientOptions(addr)...)
+		require.NoError(t, err)
+		cfg.Client = exitAfterCreate{client}
+		d, err := cloudtasks.NewDispatcher(ctx, box, &cfg)
 		require.NoError(t, err)
 		_, err = d.Dispatch(ctx, request("run1", "killed", 1, "x"))
 		t.Fatalf("the process should have died; Dispatch returned %v", err)
@@ -97,7 +103,7 @@ func TestHelperProcess(t *testing.T) {
 // exitAfterCreate ends the process as soon as CreateTask has succeeded,
 // before the dispatcher can record the outcome: a kill -9 at the worst
 // moment.
-type exitAfterCreate struct{ Client }
+type exitAfterCreate struct{ cloudtasks.Client }
 
 func (e exitAfterCreate) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
 	task, err := e.Client.CreateTask(ctx, req, opts...)
@@ -121,10 +127,10 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	t.Parallel()
-	emu := startEmulator(t)
+	emu := startEmulator(t, nil)
 	root := t.TempDir()
 	const procs, each = 3, 334
-	total := map[Outcome]int{}
+	total := map[cloudtasks.Outcome]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range procs {
@@ -134,7 +140,7 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 			if !assertNoError(t, err, out) {
 				return
 			}
-			var got map[Outcome]int
+			var got map[cloudtasks.Outcome]int
 			// The test framework prints "PASS" after the child's line.
 			if err := json.NewDecoder(bytes.NewReader(out)).Decode(&got); err != nil {
 				t.Errorf("child output %q: %v", out, err)
@@ -148,7 +154,7 @@ func TestDispatchThunderingHerdProcesses(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeAlreadyExisted: procs*each - 1}, total)
+	require.Equal(t, map[cloudtasks.Outcome]int{cloudtasks.OutcomeCreated: 1, cloudtasks.OutcomeAlreadyExisted: procs*each - 1}, total)
 	require.Equal(t, 1, emu.TaskCount())
 }
 
@@ -160,7 +166,7 @@ func TestRecoverAfterKill(t *testing.T) {
 		t.Skip("starts a process")
 	}
 	t.Parallel()
-	emu := startEmulator(t)
+	emu := startEmulator(t, nil)
 	root := t.TempDir()
 	out, err := child(t, "kill", emu.Addr(), root).CombinedOutput()
 	var exit *exec.ExitError
@@ -169,35 +175,35 @@ func TestRecoverAfterKill(t *testing.T) {
 
 	// Recovery runs an hour later, so the record is stale.
 	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
-	b := &testBundle{be: emu, emu: emu.Server, root: root}
-	d, box, reader := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
+	w := &world{emu: emu, clock: clock, root: root}
+	p := w.open(t, nil)
 	const id = "dispatch:run1:killed:1"
-	before := history(t, box, id)
+	before := p.history(t, id)
 	require.Equal(t, []outbox.Status{outbox.StatusPending}, statuses(before))
 	dead := before[0].ProcessorUUID
 
-	st, err := d.Recover(context.Background())
+	st, err := p.d.Recover(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
+	require.Equal(t, cloudtasks.RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
 
-	recs := history(t, box, id)
+	recs := p.history(t, id)
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(recs))
-	require.Equal(t, []string{dead, d.ProcessorUUID()}, []string{recs[0].ProcessorUUID, recs[1].ProcessorUUID})
-	require.NotEqual(t, dead, d.ProcessorUUID())
-	require.Equal(t, int64(1), counter(t, reader, MetricHandovers))
-	require.Equal(t, int64(1), counter(t, reader, MetricRecoveries))
+	require.Equal(t, []string{dead, p.d.ProcessorUUID()}, []string{recs[0].ProcessorUUID, recs[1].ProcessorUUID})
+	require.NotEqual(t, dead, p.d.ProcessorUUID())
+	require.Equal(t, int64(1), counter(t, p.reader, cloudtasks.MetricHandovers))
+	require.Equal(t, int64(1), counter(t, p.reader, cloudtasks.MetricRecoveries))
 
 	// The caller's repeat is answered from the outbox.
-	res, err := d.Dispatch(context.Background(), request("run1", "killed", 1, "x"))
+	res, err := p.d.Dispatch(context.Background(), request("run1", "killed", 1, "x"))
 	require.NoError(t, err)
-	require.Equal(t, OutcomeAlreadyExisted, res.Outcome)
+	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, res.Outcome)
 	require.True(t, res.Skipped)
 	require.Equal(t, 1, emu.TaskCount())
 
 	// A second pass finds nothing to do.
-	st, err = d.Recover(context.Background())
+	st, err = p.d.Recover(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, RecoverStats{}, st)
+	require.Equal(t, cloudtasks.RecoverStats{}, st)
 }
 
 // A process SIGKILLed while it answers calls, in every mode that records in
@@ -223,8 +229,8 @@ func TestAnsweredCallsSurviveKill(t *testing.T) {
 	}
 }
 
-func answeredCallsSurviveKill(t *testing.T, mode Durability, batch bool) {
-	emu := startEmulator(t)
+func answeredCallsSurviveKill(t *testing.T, mode cloudtasks.Durability, batch bool) {
+	emu := startEmulator(t, nil)
 	root := t.TempDir()
 	env := []string{envCount + "=100000", envMode + "=" + string(mode)}
 	if batch {
@@ -249,23 +255,23 @@ func answeredCallsSurviveKill(t *testing.T, mode Durability, batch bool) {
 	require.GreaterOrEqual(t, len(answered), 300)
 
 	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
-	b := &testBundle{be: emu, emu: emu.Server, root: root}
-	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock = clock })
+	w := &world{emu: emu, clock: clock, root: root}
+	p := w.open(t, nil)
 	allowed := map[outbox.Status]bool{outbox.StatusCreated: true, outbox.StatusAlreadyExisted: true}
-	if mode != DurabilityStrict {
+	if mode != cloudtasks.DurabilityStrict {
 		allowed[outbox.StatusPending] = true
 	}
 	ctx := context.Background()
 	for _, id := range answered {
-		rec, found, err := box.Latest(ctx, outbox.TableDispatch, id)
+		rec, found, err := p.d.Latest(ctx, id)
 		require.NoError(t, err)
 		require.True(t, found, "answered %s has no record", id)
 		require.True(t, allowed[rec.Status], "answered %s is %s", id, rec.Status)
 	}
-	_, err = d.Recover(ctx)
+	_, err = p.d.Recover(ctx)
 	require.NoError(t, err)
 	for _, id := range answered {
-		rec, _, err := box.Latest(ctx, outbox.TableDispatch, id)
+		rec, _, err := p.d.Latest(ctx, id)
 		require.NoError(t, err)
 		require.Contains(t, []outbox.Status{outbox.StatusCreated, outbox.StatusAlreadyExisted}, rec.Status, id)
 	}

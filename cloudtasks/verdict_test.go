@@ -1,4 +1,4 @@
-package cloudtasks
+package cloudtasks_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -29,32 +30,32 @@ func TestRecoverVerdicts(t *testing.T) {
 		ran bool
 		// later is how long after Recover the caller repeats.
 		later       time.Duration
-		wantStats   RecoverStats
+		wantStats   cloudtasks.RecoverStats
 		wantStatus  outbox.Status
-		wantRepeat  Outcome
+		wantRepeat  cloudtasks.Outcome
 		wantHistory []outbox.Status
 		wantTasks   int // tasks created over the test
 	}{
 		{
-			name: "never created", wantStats: RecoverStats{Stale: 1, NotFound: 1},
-			wantStatus: outbox.StatusNotFound, wantRepeat: OutcomeCreated, wantTasks: 1,
+			name: "never created", wantStats: cloudtasks.RecoverStats{Stale: 1, NotFound: 1},
+			wantStatus: outbox.StatusNotFound, wantRepeat: cloudtasks.OutcomeCreated, wantTasks: 1,
 			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound, outbox.StatusPending, outbox.StatusCreated},
 		},
 		{
-			name: "exists", committed: true, wantStats: RecoverStats{Stale: 1, Found: 1},
-			wantStatus: outbox.StatusAlreadyExisted, wantRepeat: OutcomeAlreadyExisted, wantTasks: 1,
+			name: "exists", committed: true, wantStats: cloudtasks.RecoverStats{Stale: 1, Found: 1},
+			wantStatus: outbox.StatusAlreadyExisted, wantRepeat: cloudtasks.OutcomeAlreadyExisted, wantTasks: 1,
 			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusAlreadyExisted},
 		},
 		{
 			name: "ran and was deleted, repeat within the reuse window", committed: true, ran: true,
-			wantStats: RecoverStats{Stale: 1, NotFound: 1}, wantStatus: outbox.StatusNotFound,
-			wantRepeat: OutcomeAlreadyExisted, wantTasks: 1,
+			wantStats: cloudtasks.RecoverStats{Stale: 1, NotFound: 1}, wantStatus: outbox.StatusNotFound,
+			wantRepeat: cloudtasks.OutcomeAlreadyExisted, wantTasks: 1,
 			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound, outbox.StatusPending, outbox.StatusAlreadyExisted},
 		},
 		{
 			name: "ran and was deleted, repeat after the reuse window", committed: true, ran: true, later: 2 * window,
-			wantStats: RecoverStats{Stale: 1, NotFound: 1}, wantStatus: outbox.StatusNotFound,
-			wantRepeat: OutcomeCreated, wantTasks: 2,
+			wantStats: cloudtasks.RecoverStats{Stale: 1, NotFound: 1}, wantStatus: outbox.StatusNotFound,
+			wantRepeat: cloudtasks.OutcomeCreated, wantTasks: 2,
 			wantHistory: []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound, outbox.StatusPending, outbox.StatusCreated},
 		},
 	} {
@@ -64,13 +65,11 @@ func TestRecoverVerdicts(t *testing.T) {
 			t.Cleanup(worker.Close)
 			clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 			emu, err := emulator.New(emulator.Config{ManualDelivery: true, Clock: clock, NameReuseWindow: window,
-				Queues: []emulator.QueueConfig{{Name: testQueue}}})
+				Queues: []emulator.QueueConfig{{Name: worldQueue}}})
 			require.NoError(t, err)
 			t.Cleanup(func() { emu.Close() })
-			b := &testBundle{be: emuBackend{emu}, emu: emu, root: t.TempDir()}
-			d, box, _ := b.newDispatcher(t, func(c *Config) {
-				c.Clock, c.Retry = clock, RetryPolicy{Initial: 1, Max: 1, Jitter: -1, MaxCalls: 1}
-			})
+			w := &world{emu: emu, clock: clock, root: t.TempDir()}
+			p := w.open(t, func(c *cloudtasks.Config) { c.Retry = fast(1) })
 			ctx := context.Background()
 			req := request("run1", "a", 1, "x")
 			req.Task.URL = worker.URL
@@ -79,9 +78,9 @@ func TestRecoverVerdicts(t *testing.T) {
 			require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
 				{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: tt.committed},
 			}}))
-			_, err = d.Dispatch(ctx, req)
-			require.ErrorIs(t, err, ErrGaveUp)
-			settle(d)
+			_, err = p.d.Dispatch(ctx, req)
+			require.ErrorIs(t, err, cloudtasks.ErrGaveUp)
+			p.settle(t)
 			require.NoError(t, emu.SetFaults(emulator.Faults{}))
 			if tt.ran {
 				n, err := emu.RunDue(ctx)
@@ -89,20 +88,20 @@ func TestRecoverVerdicts(t *testing.T) {
 				require.Equal(t, 1, n)
 			}
 
-			clock.Advance(2 * DefaultStaleAfter)
-			st, err := d.Recover(ctx)
+			clock.Advance(2 * cloudtasks.DefaultStaleAfter)
+			st, err := p.d.Recover(ctx)
 			require.NoError(t, err)
 			require.Equal(t, tt.wantStats, st)
-			latest, found, err := box.Latest(ctx, outbox.TableDispatch, "dispatch:run1:a:1")
+			latest, found, err := p.d.Latest(ctx, "dispatch:run1:a:1")
 			require.NoError(t, err)
 			require.True(t, found)
 			require.Equal(t, tt.wantStatus, latest.Status)
 
 			clock.Advance(tt.later)
-			res, err := d.Dispatch(ctx, req)
+			res, err := p.d.Dispatch(ctx, req)
 			require.NoError(t, err)
 			require.Equal(t, tt.wantRepeat, res.Outcome)
-			require.Equal(t, tt.wantHistory, statuses(history(t, box, res.ID)))
+			require.Equal(t, tt.wantHistory, statuses(p.history(t, res.ID)))
 			created := emu.TaskCount()
 			if tt.ran {
 				created++ // the executed one is gone from the store

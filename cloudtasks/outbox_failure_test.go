@@ -1,17 +1,18 @@
-package cloudtasks
+package cloudtasks_test
 
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -25,6 +26,9 @@ type brokenOutbox struct {
 	// refusing makes every append fail at once, the way an outbox that
 	// already knows its log is unwritable refuses records.
 	refusing atomic.Bool
+	// outcomes hears of each outcome (not pending) record kept; the
+	// dispatcher appends it after answering.
+	outcomes chan struct{}
 }
 
 // Append fails the way a group commit does while broken: the record is
@@ -41,24 +45,32 @@ func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record, done func(er
 		done(errDiskFull)
 		return nil
 	}
-	return b.Memory.Append(ctx, r, done)
+	if err := b.Memory.Append(ctx, r, done); err != nil {
+		return err
+	}
+	if r.Status != outbox.StatusPending {
+		select {
+		case b.outcomes <- struct{}{}:
+		default:
+		}
+	}
+	return nil
 }
 
 // outboxModes are the modes that record in an outbox.
-var outboxModes = []Durability{DurabilityOverlapped, DurabilityStrict}
+var outboxModes = []cloudtasks.Durability{cloudtasks.DurabilityOverlapped, cloudtasks.DurabilityStrict}
 
-func newBrokenSetup(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend, *sdkmetric.ManualReader) {
+func newBrokenSetup(t *testing.T, mode cloudtasks.Durability) (*cloudtasks.Dispatcher, *brokenOutbox, *emulator.Server, *sdkmetric.ManualReader) {
 	t.Helper()
-	emu := startEmulator(t)
-	box := &brokenOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock())}
+	w := newWorld(t)
+	box := &brokenOutbox{Memory: outbox.NewMemory(w.clock), outcomes: make(chan struct{}, 1)}
 	reader := sdkmetric.NewManualReader()
-	cfg := testConfig()
-	cfg.Client, cfg.Durability = emu.client(t), mode
-	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	d, err := NewDispatcher(context.Background(), box, &cfg)
+	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(),
+		Durability: mode, Clock: w.clock, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}
+	d, err := cloudtasks.NewDispatcher(context.Background(), box, &cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(context.Background()) })
-	return d, box, emu, reader
+	return d, box, w.emu, reader
 }
 
 // An outbox that cannot record from the start stops every call before
@@ -72,28 +84,32 @@ func TestOutboxUnavailableFailsClosed(t *testing.T) {
 			box.broken.Store(true)
 			for i := range 5 {
 				_, err := d.Dispatch(context.Background(), request("run1", "t", uint64(i), "x"))
-				require.ErrorIs(t, err, ErrOutboxUnavailable)
+				require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
 				require.ErrorIs(t, err, errDiskFull)
-				var oe *OutboxError
+				var oe *cloudtasks.OutboxError
 				require.ErrorAs(t, err, &oe)
 				require.True(t, oe.BeforeCall)
 			}
 			require.Equal(t, 0, emu.TaskCount())
 			require.Empty(t, emu.RememberedNames())
-			require.Equal(t, int64(0), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
-			require.Equal(t, int64(5), counter(t, reader, MetricOutcomes, attribute.String("outcome", "outbox_unavailable")))
+			require.Equal(t, int64(0), counter(t, reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")))
+			require.Equal(t, int64(5), counter(t, reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "outbox_unavailable")))
 		})
 	}
 }
 
 // setupRecorded is newBrokenSetup after one call whose records the outbox
 // made durable, so the dispatcher trusts the outbox.
-func setupRecorded(t *testing.T, mode Durability) (*Dispatcher, *brokenOutbox, emuBackend) {
+func setupRecorded(t *testing.T, mode cloudtasks.Durability) (*cloudtasks.Dispatcher, *brokenOutbox, *emulator.Server) {
 	t.Helper()
 	d, box, emu, _ := newBrokenSetup(t, mode)
 	_, err := d.Dispatch(context.Background(), request("run1", "t", 0, "x"))
 	require.NoError(t, err)
-	settle(d)
+	select {
+	case <-box.outcomes:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the outcome record was never kept")
+	}
 	return d, box, emu
 }
 
@@ -112,10 +128,10 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 			box.broken.Store(true)
 
 			_, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
-			var oe *OutboxError
+			var oe *cloudtasks.OutboxError
 			require.ErrorAs(t, err, &oe)
 			wantTasks := 1
-			if mode != DurabilityStrict {
+			if mode != cloudtasks.DurabilityStrict {
 				require.False(t, oe.BeforeCall)
 				wantTasks = 2
 			} else {
@@ -129,11 +145,11 @@ func TestOutboxBreaksThenHeals(t *testing.T) {
 			box.broken.Store(false)
 			res, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
 			require.NoError(t, err)
-			want := map[Durability]Outcome{DurabilityStrict: OutcomeCreated, DurabilityOverlapped: OutcomeAlreadyExisted}
+			want := map[cloudtasks.Durability]cloudtasks.Outcome{cloudtasks.DurabilityStrict: cloudtasks.OutcomeCreated, cloudtasks.DurabilityOverlapped: cloudtasks.OutcomeAlreadyExisted}
 			require.Equal(t, want[mode], res.Outcome)
 			res, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
 			require.NoError(t, err)
-			require.Equal(t, OutcomeCreated, res.Outcome)
+			require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
 			require.Equal(t, 3, emu.TaskCount())
 		})
 	}
@@ -152,78 +168,10 @@ func TestOutboxRefusingStopsTheCall(t *testing.T) {
 
 			_, err := d.Dispatch(context.Background(), request("run1", "t", 1, "x"))
 			require.ErrorIs(t, err, errDiskFull)
-			var oe *OutboxError
+			var oe *cloudtasks.OutboxError
 			require.ErrorAs(t, err, &oe)
 			require.True(t, oe.BeforeCall)
 			require.Equal(t, 1, emu.TaskCount())
 		})
 	}
-}
-
-// slowCommitOutbox is an in-memory outbox that records at once but
-// reports an outcome record (not a pending one) kept only when the test
-// says so, like a group commit still syncing.
-type slowCommitOutbox struct {
-	*outbox.Memory
-	mu   sync.Mutex
-	held []func(error)
-}
-
-func (s *slowCommitOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
-	if r.Status == outbox.StatusPending || done == nil {
-		return s.Memory.Append(ctx, r, done)
-	}
-	if err := s.Memory.Append(ctx, r, nil); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.held = append(s.held, done)
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *slowCommitOutbox) release() {
-	s.mu.Lock()
-	held := s.held
-	s.held = nil
-	s.mu.Unlock()
-	for _, then := range held {
-		then(nil)
-	}
-}
-
-// An overlapped call is answered before its outcome record is written,
-// and its flight stays until the record is: a repeat meanwhile shares the
-// answer without a Cloud Tasks call, and Close waits for the record.
-func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
-	t.Parallel()
-	emu := startEmulator(t)
-	box := &slowCommitOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock())}
-	reader := sdkmetric.NewManualReader()
-	cfg := testConfig()
-	cfg.Client = emu.client(t)
-	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	d, err := NewDispatcher(context.Background(), box, &cfg)
-	require.NoError(t, err)
-	ctx := context.Background()
-
-	req := request("run1", "t", 1, "x")
-	first, err := d.Dispatch(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, OutcomeCreated, first.Outcome)
-	require.Equal(t, 1, d.flights.inFlight())
-
-	again, err := d.Dispatch(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, OutcomeAlreadyExisted, again.Outcome)
-	require.True(t, again.Skipped)
-	require.Equal(t, 0, again.Calls)
-	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
-
-	closing, cancel := context.WithCancel(ctx)
-	cancel()
-	require.ErrorContains(t, d.Close(closing), "1 calls still in flight")
-	box.release()
-	settle(d)
-	require.Equal(t, 0, d.flights.inFlight())
 }

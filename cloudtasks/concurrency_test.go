@@ -1,4 +1,4 @@
-package cloudtasks
+package cloudtasks_test
 
 import (
 	"context"
@@ -6,28 +6,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
-
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/googleapis/gax-go/v2"
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
+// Concurrent calls of one ID share one call to Cloud Tasks, each waiting on
+// its own context; seen from outside through a client that holds calls at
+// a gate.
+
 // gateClient holds every call of one method at a gate until it is opened
 // or the call's context ends, and reports each call that reaches the gate.
 type gateClient struct {
-	Client
+	cloudtasks.Client
 	method  string
 	entered chan string
 	open    chan struct{}
 }
 
-func newGate(c Client, method string) *gateClient {
+func newGate(c cloudtasks.Client, method string) *gateClient {
 	return &gateClient{Client: c, method: method, entered: make(chan string, 16), open: make(chan struct{})}
 }
 
@@ -69,24 +71,23 @@ func (g *gateClient) reached(t *testing.T) {
 	}
 }
 
-// gatedCreate starts the emulator and a dispatcher whose CreateTask calls
-// wait at a gate.
-func gatedCreate(t *testing.T) (emuBackend, *gateClient, *Dispatcher, *parquetbox.Outbox) {
+// gatedCreate opens a world and a processor whose CreateTask calls wait at
+// a gate.
+func gatedCreate(t *testing.T) (*world, *gateClient, *proc) {
 	t.Helper()
-	emu := startEmulator(t)
-	gate := newGate(emu.client(t), "CreateTask")
-	b := &testBundle{be: emu, emu: emu.Server, root: t.TempDir()}
-	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Client = gate })
-	return emu, gate, d, box
+	w := newWorld(t)
+	gate := newGate(w.client(t), "CreateTask")
+	p := w.open(t, func(c *cloudtasks.Config) { c.EmulatorAddr, c.Client = "", gate })
+	return w, gate, p
 }
 
 // answer is one call's result, sent from the goroutine that made it.
 type answer struct {
-	res DispatchResult
+	res cloudtasks.DispatchResult
 	err error
 }
 
-func dispatchAsync(ctx context.Context, d *Dispatcher, req DispatchRequest) <-chan answer {
+func dispatchAsync(ctx context.Context, d *cloudtasks.Dispatcher, req cloudtasks.DispatchRequest) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
 		res, err := d.Dispatch(ctx, req)
@@ -113,26 +114,22 @@ func receive(t *testing.T, ch <-chan answer, what string) answer {
 // Recover's result (which once panicked with an interface conversion).
 func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 	t.Parallel()
-	emu := startEmulator(t)
-	root := t.TempDir()
-	clock := clockwork.NewFakeClock()
+	w := newWorld(t)
 	// A first dispatcher creates the task but hears Unavailable: its record
 	// stays pending.
-	require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
-		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: true},
-	}}))
-	b := &testBundle{be: emu, emu: emu.Server, root: root}
-	first, _, _ := b.newDispatcher(t, func(c *Config) { c.Clock, c.Retry.MaxCalls = clock, 1 })
+	require.NoError(t, w.emu.SetFaults(failAll("CreateTask", codes.Unavailable, true)))
+	first := w.open(t, func(c *cloudtasks.Config) { c.Retry.MaxCalls = 1 })
 	req := request("run1", "a", 1, "x")
-	_, err := first.Dispatch(context.Background(), req)
-	require.ErrorIs(t, err, ErrGaveUp)
-	settle(first)
-	require.NoError(t, emu.SetFaults(emulator.Faults{}))
-	clock.Advance(2 * DefaultStaleAfter)
+	_, err := first.d.Dispatch(context.Background(), req)
+	require.ErrorIs(t, err, cloudtasks.ErrGaveUp)
+	first.settle(t)
+	require.NoError(t, w.emu.SetFaults(emulator.Faults{}))
+	w.clock.Advance(2 * cloudtasks.DefaultStaleAfter)
 
-	gate := newGate(emu.client(t), "GetTask")
-	d, box, _ := b.newDispatcher(t, func(c *Config) { c.Clock, c.Client = clock, gate })
-	stats := make(chan RecoverStats, 1)
+	gate := newGate(w.client(t), "GetTask")
+	p := w.open(t, func(c *cloudtasks.Config) { c.EmulatorAddr, c.Client = "", gate })
+	d := p.d
+	stats := make(chan cloudtasks.RecoverStats, 1)
 	go func() {
 		st, err := d.Recover(context.Background())
 		require.NoError(t, err)
@@ -144,17 +141,17 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 
 	got := receive(t, call, "Dispatch")
 	require.NoError(t, got.err)
-	require.Equal(t, OutcomeAlreadyExisted, got.res.Outcome)
+	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, got.res.Outcome)
 	require.True(t, got.res.Skipped)
 	require.Equal(t, 0, got.res.Calls)
 	select {
 	case st := <-stats:
-		require.Equal(t, RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
+		require.Equal(t, cloudtasks.RecoverStats{Stale: 1, Found: 1, HandedOver: 1}, st)
 	case <-time.After(30 * time.Second):
 		t.Fatal("Recover did not return")
 	}
-	require.Equal(t, 1, emu.TaskCount())
-	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(history(t, box, got.res.ID)))
+	require.Equal(t, 1, w.emu.TaskCount())
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(p.history(t, got.res.ID)))
 }
 
 // A caller that joins another caller's call waits on its own context: it
@@ -162,7 +159,8 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 // first caller still gets the outcome.
 func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 	t.Parallel()
-	_, gate, d, box := gatedCreate(t)
+	_, gate, p := gatedCreate(t)
+	d := p.d
 	req := request("run1", "a", 1, "x")
 
 	leader := dispatchAsync(context.Background(), d, req)
@@ -172,17 +170,17 @@ func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 	cancel()
 	got := receive(t, follower, "the cancelled follower")
 	// Its context may end before or after it joined the leader's call.
-	require.True(t, errors.Is(got.err, ErrStoppedWaiting) || errors.Is(got.err, ErrNotStarted), "%v", got.err)
+	require.True(t, errors.Is(got.err, cloudtasks.ErrStoppedWaiting) || errors.Is(got.err, cloudtasks.ErrNotStarted), "%v", got.err)
 	require.ErrorIs(t, got.err, context.Canceled)
-	var we *WaitError
+	var we *cloudtasks.WaitError
 	require.ErrorAs(t, got.err, &we)
 	require.Equal(t, "dispatch:run1:a:1", we.ID)
 
 	close(gate.open)
 	lead := receive(t, leader, "the leader")
 	require.NoError(t, lead.err)
-	require.Equal(t, OutcomeCreated, lead.res.Outcome)
-	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(history(t, box, lead.res.ID)))
+	require.Equal(t, cloudtasks.OutcomeCreated, lead.res.Outcome)
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(p.history(t, lead.res.ID)))
 }
 
 // When the first caller's context ends, its call goes on for the callers
@@ -190,7 +188,8 @@ func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 // the outcome is recorded.
 func TestLeaderCancellationDoesNotEndSharedCall(t *testing.T) {
 	t.Parallel()
-	emu, gate, d, box := gatedCreate(t)
+	w, gate, p := gatedCreate(t)
+	d := p.d
 	req := request("run1", "a", 1, "x")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,13 +198,13 @@ func TestLeaderCancellationDoesNotEndSharedCall(t *testing.T) {
 	follower := dispatchAsync(context.Background(), d, req)
 	cancel()
 	lead := receive(t, leader, "the cancelled leader")
-	require.ErrorIs(t, lead.err, ErrStoppedWaiting)
+	require.ErrorIs(t, lead.err, cloudtasks.ErrStoppedWaiting)
 	require.ErrorIs(t, lead.err, context.Canceled)
 
 	close(gate.open)
 	got := receive(t, follower, "the follower")
 	require.NoError(t, got.err)
-	require.Equal(t, OutcomeAlreadyExisted, got.res.Outcome)
-	require.Equal(t, 1, emu.TaskCount())
-	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(history(t, box, got.res.ID)))
+	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, got.res.Outcome)
+	require.Equal(t, 1, w.emu.TaskCount())
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses(p.history(t, got.res.ID)))
 }
