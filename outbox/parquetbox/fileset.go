@@ -318,13 +318,6 @@ func (fs *fileSet) evictLocked() {
 	}
 }
 
-// openFiles counts the files open now.
-func (fs *fileSet) openFiles() int {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return len(fs.files)
-}
-
 // damaged returns the files currently skipped.
 func (fs *fileSet) damaged() []*FileError {
 	fs.mu.Lock()

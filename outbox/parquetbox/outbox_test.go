@@ -440,7 +440,7 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-func TestSegmentRollsBySizeAndAge(t *testing.T) {
+func TestSegmentRollsBySizeAndPublishInterval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -459,9 +459,9 @@ func TestSegmentRollsBySizeAndAge(t *testing.T) {
 	b2 := setup(t)
 	o2 := b2.open(t, procA)
 	require.NoError(t, outbox.AppendAndWait(ctx, o2, dispatchRec("r", "t", "1", outbox.StatusCreated)))
-	b2.clock.BlockUntilContext(ctx, 1) // the writer's ticker
-	b2.clock.Advance(5 * time.Minute)
-	require.NoError(t, o2.Flush(ctx)) // waits for the age roll queued before it
+	require.NoError(t, b2.clock.BlockUntilContext(ctx, 1)) // the writer's publish ticker
+	b2.clock.Advance(DefaultPublishInterval)
+	require.NoError(t, o2.Flush(ctx)) // waits for the roll queued before it
 	files, _ = filepath.Glob(filepath.Join(b2.root, string(outbox.TableDispatch), "*", "*.parquet"))
 	require.Len(t, files, 1)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,16 +233,12 @@ func countRows(t *testing.T, opts Options) (rows, ids int64) {
 
 const compactChildEnv = "CTDISPATCH_OUTBOX_COMPACT_CHILD"
 
-// compactChild compacts the outbox at dir once the file dir/go appears,
-// and prints its report as JSON.
+// compactChild compacts the outbox at dir once its standard input ends
+// (the parent closes it to start every child at once), and prints its
+// report as JSON.
 func compactChild(dir string) {
 	ctx := context.Background()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	o, err := Open(ctx, Options{Root: dir, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -268,11 +265,15 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 	require.Equal(t, int64(3000), ids)
 
 	var cmds []*exec.Cmd
+	var starts []io.Closer
 	for range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run", "^$")
 		cmd.Env = append(os.Environ(), compactChildEnv+"="+b.root)
 		cmd.Stderr = os.Stderr
+		start, err := cmd.StdinPipe()
+		require.NoError(t, err)
 		cmds = append(cmds, cmd)
+		starts = append(starts, start)
 	}
 	outs := make([][]byte, 2)
 	var wg sync.WaitGroup
@@ -285,7 +286,9 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 			outs[i] = out
 		}()
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(b.root, "go"), nil, 0o600))
+	for _, start := range starts {
+		require.NoError(t, start.Close())
+	}
 	wg.Wait()
 	rows, ids = countRows(t, Options{Root: b.root})
 	require.Equal(t, int64(3000), rows, "each ID once")

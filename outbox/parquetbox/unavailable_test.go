@@ -174,14 +174,23 @@ func TestRealFullDiskHeals(t *testing.T) {
 	require.ErrorIs(t, o.Append(ctx, dispatchRec("tmpfs", "refused", "1", outbox.StatusCreated), nil), ErrUnavailable)
 
 	// The log's conversions retry on the same clock, so the number of
-	// timers varies: advance until the writer reports a retry.
+	// timers varies: advance whenever the writer's publish ticker has
+	// company, until the writer reports a retry.
 	retry := func() error {
 		for {
-			b.clock.Advance(10 * time.Second)
+			waitCtx, cancel := context.WithCancel(ctx)
+			more := make(chan struct{})
+			go func() {
+				defer close(more)
+				_ = b.clock.BlockUntilContext(waitCtx, 2)
+			}()
 			select {
 			case err := <-retries:
+				cancel()
 				return err
-			case <-time.After(time.Millisecond):
+			case <-more:
+				cancel()
+				b.clock.Advance(10 * time.Second)
 			}
 		}
 	}
