@@ -434,6 +434,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Root: "gs://b/p"}, "outbox: Options.LogDir is empty; a bucket root (gs://b/p) needs a local directory for the log"},
 		{Options{Root: "x", Durability: 7}, "outbox: Options.Durability 7 unknown; allowed: Durable, Interval"},
 		{Options{Root: "x", FlushInterval: -1}, "outbox: Options.FlushInterval -1ns is negative"},
+		{Options{Root: "x", PublishInterval: -time.Second}, "outbox: Options.PublishInterval -1s is negative"},
+		{Options{Root: "x", PublishInterval: 500 * time.Millisecond}, "outbox: Options.PublishInterval 500ms is below the minimum 1s"},
 	} {
 		_, err := Open(context.Background(), tc.opts)
 		require.EqualError(t, err, tc.want)
