@@ -274,7 +274,11 @@ type Outbox struct {
 	closeErr   error
 
 	// writer-goroutine state
-	cur     *segment
+	cur *segment
+	// publish is armed when cur takes its first record and fires
+	// PublishInterval later, rolling cur into Parquet: a record waits at
+	// most one interval, and an idle writer has no timer.
+	publish clockwork.Timer
 	nextSeq uint64
 	buf     []byte
 
@@ -687,10 +691,6 @@ func (o *Outbox) releaseLock() {
 // them all.
 func (o *Outbox) runWriter() {
 	defer close(o.writerDone)
-	// Records are published on a ticker of their own, so a record waits
-	// at most one interval, whenever in it it came.
-	publish := o.clock.NewTicker(o.opts.PublishInterval)
-	defer publish.Stop()
 	var syncC <-chan time.Time
 	if o.opts.Durability == Interval {
 		syncTicker := o.clock.NewTicker(o.opts.FlushInterval)
@@ -701,10 +701,15 @@ func (o *Outbox) runWriter() {
 	backoff := newHealBackoff()
 	var retry clockwork.Timer
 	var retryC <-chan time.Time
+	defer o.stopPublishTimer()
 	for {
 		if o.unavail.Load() != nil && retry == nil {
 			retry = o.clock.NewTimer(backoff.Pause())
 			retryC = retry.Chan()
+		}
+		var publishC <-chan time.Time
+		if o.publish != nil {
+			publishC = o.publish.Chan()
 		}
 		select {
 		case <-retryC:
@@ -726,7 +731,8 @@ func (o *Outbox) runWriter() {
 			o.commit(batch)
 		case <-syncC:
 			o.syncDirty()
-		case <-publish.Chan():
+		case <-publishC:
+			o.publish = nil
 			o.publishNow()
 		case <-o.quit:
 			if retry != nil {
@@ -832,6 +838,9 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		}
 		o.trimIndexLocked()
 		o.mu.Unlock()
+		if o.publish == nil {
+			o.publish = o.clock.NewTimer(o.opts.PublishInterval)
+		}
 	}
 	for _, req := range reqs {
 		req.answer(err)
@@ -936,6 +945,15 @@ func (o *Outbox) syncDirty() {
 	seg.dirty = false
 }
 
+// stopPublishTimer disarms the publish timer (the segment it was armed
+// for is being sealed).
+func (o *Outbox) stopPublishTimer() {
+	if o.publish != nil {
+		o.publish.Stop()
+		o.publish = nil
+	}
+}
+
 // publishNow rolls the current segment into Parquet if it holds records
 // (seal syncs it first in Interval mode).
 func (o *Outbox) publishNow() {
@@ -948,6 +966,7 @@ func (o *Outbox) publishNow() {
 // Parquet; done (if any) is answered once it and every earlier segment are
 // converted.
 func (o *Outbox) seal(done chan error) error {
+	o.stopPublishTimer()
 	seg := o.cur
 	if seg != nil {
 		var err error

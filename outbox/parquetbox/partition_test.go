@@ -107,52 +107,6 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	require.Len(t, left, 2)
 }
 
-// Tables written in the flat layout of earlier versions are read as they
-// are, and the next compaction moves their rows into partitions.
-func TestFlatTablesAreReadAndMovedIntoPartitions(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	dir := filepath.Join(b.root, string(outbox.TableDispatch))
-	require.NoError(t, os.MkdirAll(dir, 0o700))
-	f, err := os.Create(filepath.Join(dir, "old.parquet"))
-	require.NoError(t, err)
-	fw, err := NewFileWriter(f, outbox.TableDispatch)
-	require.NoError(t, err)
-	for i, task := range []string{"a", "b", "c"} {
-		r := dispatchRec("flat", task, "1", outbox.StatusCreated)
-		r.CreatedAt = t0.Add(time.Duration(i) * 24 * time.Hour)
-		r.UpdatedAt = r.CreatedAt.Add(time.Second)
-		require.NoError(t, fw.Write(r))
-	}
-	require.NoError(t, fw.Close())
-	require.NoError(t, f.Close())
-
-	o := b.open(t, procA)
-	got, ok, err := o.Latest(ctx, outbox.TableDispatch, "dispatch:flat:b:1")
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, t0.Add(24*time.Hour), got.CreatedAt)
-
-	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
-	require.NoError(t, err)
-	require.Equal(t, []string{
-		" moved in=1 out=3 dropped=0",
-		"created_date=2026-03-01 compacted in=1 out=1 dropped=0",
-		"created_date=2026-03-02 compacted in=1 out=1 dropped=0",
-		"created_date=2026-03-03 compacted in=1 out=1 dropped=0",
-	}, actions(cs.Tables[0]))
-	require.Equal(t, int64(3), cs.Tables[0].RowsOut)
-	files := partitionFiles(t, b.root, outbox.TableDispatch)
-	require.Len(t, files, 3)
-	for i, f := range files {
-		require.Contains(t, f, fmt.Sprintf("created_date=2026-03-0%d/compacted-", i+1))
-	}
-	all, err := o.Lookup(ctx, outbox.Query{RunID: "flat"})
-	require.NoError(t, err)
-	require.Len(t, all, 3)
-}
-
 // A lease is taken by one holder at a time, can be taken over once it
 // expires (its holder crashed), and its old holder then learns it lost it.
 func TestLeaseExpiryAndTakeOver(t *testing.T) {

@@ -39,7 +39,7 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 	const bound = int(24 * time.Hour / DefaultPublishInterval)
 	require.Equal(t, 2880, bound)
 	ids := 0
-	for step := range bound {
+	for range bound {
 		for range 3 {
 			r := dispatchRec("busy", fmt.Sprintf("t%05d", ids), "1", outbox.StatusPending)
 			require.NoError(t, outbox.AppendAndWait(ctx, o, r))
@@ -47,8 +47,9 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 			require.NoError(t, outbox.AppendAndWait(ctx, o, r))
 			ids++
 		}
-		require.NoError(t, b.clock.BlockUntilContext(ctx, 2), "step %d: the publish and sync tickers", step)
-		b.clock.Advance(DefaultPublishInterval - time.Millisecond) // the last step stays on the day
+		// The appends armed the publish timer (or met one that fired
+		// and is still to be handled, which seals them the same).
+		b.clock.Advance(DefaultPublishInterval)
 	}
 	require.NoError(t, o.Close())
 

@@ -103,7 +103,7 @@ func TestFullDiskFailsClosedAndHeals(t *testing.T) {
 
 	// Retries fail while the disk is full, each on a new segment name.
 	for i := range 3 {
-		require.NoError(t, b.clock.BlockUntilContext(ctx, 2)) // the ticker and the retry timer
+		require.NoError(t, b.clock.BlockUntilContext(ctx, 1)) // the retry timer
 		b.clock.Advance(10 * time.Second)
 		err := <-retries
 		require.ErrorIs(t, err, syscall.ENOSPC, "retry %d", i)
@@ -112,7 +112,7 @@ func TestFullDiskFailsClosedAndHeals(t *testing.T) {
 	}
 
 	fs.full.Store(false)
-	require.NoError(t, b.clock.BlockUntilContext(ctx, 2))
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
 	b.clock.Advance(10 * time.Second)
 	require.NoError(t, <-retries)
 	require.NoError(t, outbox.AppendAndWait(ctx, o, rec("after-1")))
@@ -174,15 +174,15 @@ func TestRealFullDiskHeals(t *testing.T) {
 	require.ErrorIs(t, o.Append(ctx, dispatchRec("tmpfs", "refused", "1", outbox.StatusCreated), nil), ErrUnavailable)
 
 	// The log's conversions retry on the same clock, so the number of
-	// timers varies: advance whenever the writer's publish ticker has
-	// company, until the writer reports a retry.
+	// timers varies: advance whenever a timer waits, until the writer
+	// reports a retry.
 	retry := func() error {
 		for {
 			waitCtx, cancel := context.WithCancel(ctx)
 			more := make(chan struct{})
 			go func() {
 				defer close(more)
-				_ = b.clock.BlockUntilContext(waitCtx, 2)
+				_ = b.clock.BlockUntilContext(waitCtx, 1)
 			}()
 			select {
 			case err := <-retries:
