@@ -91,9 +91,6 @@ func manifestLine(t outbox.Table, m parquetbox.ManifestReport) string {
 // partitionLine says what compaction did with one partition.
 func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 	where := string(t) + "/" + p.Partition
-	if p.Partition == "" {
-		where = string(t) + " (flat layout)"
-	}
 	switch p.Action {
 	case parquetbox.PartitionUntouched:
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
@@ -101,8 +98,6 @@ func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
 	case parquetbox.PartitionDropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
-	case parquetbox.PartitionMoved:
-		return fmt.Sprintf("%s: moved into partitions: %d files, %d rows -> %d files", where, p.FilesIn, p.RowsIn, p.FilesOut)
 	}
 	line := fmt.Sprintf("%s: %s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention",
 		where, p.Action, p.FilesIn, p.RowsIn, p.BytesIn, p.FilesOut, p.RowsOut, p.BytesOut, p.Dropped)
@@ -153,9 +148,8 @@ each ID keeps only its latest state (its history is folded), and terminal
 records (created, already_existed, failed, cancelled) older than their
 queue's retention are dropped; pending records never are. A partition
 compacted and not written since is left untouched (not even read); one
-whose every row is past retention is removed whole. Files of the flat
-layout of earlier versions are moved into partitions first. Logs left by
-stopped dispatchers are converted first. Running dispatchers keep appending
+whose every row is past retention is removed whole. Logs left by stopped
+dispatchers are converted first. Running dispatchers keep appending
 meanwhile, and an interrupted compaction leaves the outbox as it was.
 
 Each partition is compacted under a lease (a small object under
@@ -171,9 +165,13 @@ bounds and where their bloom filters lie, so that query --dispatch-id and
 after it are read as usual; it is never trusted over the files.
 
 One line per partition says what was done (compacted, untouched, dropped,
-moved, busy), then files skipped as damaged or foreign, files kept because
-they hold foreign rows, a total per table, and what became of its
-manifest.
+busy), then what was skipped (damaged or foreign files, and entries
+outside the layout: files directly under a table, directories that are
+not created_date=YYYY-MM-DD, symbolic links, partitions the process
+cannot read), files kept because they hold foreign rows, a total per
+table, and what became of its manifest. When anything was skipped the
+exit status is 3, as for query and stats: what it holds was not
+compacted.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of
@@ -214,6 +212,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			}
 			// A table at a time, so each table's total follows its
 			// partitions.
+			var skipped []*parquetbox.FileError
 			for _, t := range outbox.Tables() {
 				opts.Tables = []outbox.Table{t}
 				var st parquetbox.CompactStats
@@ -222,6 +221,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
 					bar.finish()
 				}
 				printTableTotals(w, st)
+				for _, ts := range st.Tables {
+					skipped = append(skipped, ts.Skipped...)
+				}
 				if err != nil {
 					break
 				}
@@ -229,7 +231,13 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if err != nil {
 				return err
 			}
-			return o.Close()
+			if err := o.Close(); err != nil {
+				return err
+			}
+			if len(skipped) > 0 {
+				return &incompleteError{skipped: skipped, compaction: true}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
