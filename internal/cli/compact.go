@@ -136,6 +136,7 @@ func isTerminal(w io.Writer) bool {
 
 func newCompactCmd(env *Env) *cobra.Command {
 	var dir, retention, target string
+	var leaseTTL time.Duration
 	cmd := &cobra.Command{
 		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE]",
 		Short: "Merge each partition's new files into sorted files, applying retention",
@@ -156,7 +157,7 @@ Each partition is compacted under a lease (a small object under
 _leases/ in the outbox), so two compactions of one outbox at once (two
 machines, or a cron overlapping a slow run) never write a row twice: a
 partition the other one holds is reported busy and skipped; run again
-later to finish it. A crashed compaction's lease expires after 10 minutes.
+later to finish it. A crashed compaction's lease expires after --lease-ttl (10 minutes).
 
 Last, each table's manifest (_manifests/<table> in the outbox) is
 written or found up to date: it lists every file with its row groups' ID
@@ -198,7 +199,10 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return usagef("--target-size: %v", err)
 			}
 			w := cmd.OutOrStdout()
-			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes}
+			if leaseTTL < time.Second {
+				return usagef("--lease-ttl %s is below the minimum 1s", leaseTTL)
+			}
+			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL}
 			var bar *progressBar
 			if isTerminal(env.Err) {
 				bar = &progressBar{w: env.Err, now: time.Now}
@@ -243,5 +247,6 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
 	cmd.Flags().StringVar(&target, "target-size", "256MiB", "size past which a partition's output goes on in another file (KiB, MiB, GiB)")
+	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a partition's lease outlives a crashed compaction (a running one renews it)")
 	return cmd
 }
