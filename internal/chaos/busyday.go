@@ -218,13 +218,13 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seeds[busyWriters+c], 2))
 			for dayCtx.Err() == nil {
-				// One run in three is killed 20 to 400 ms in: a small
-				// day's compaction takes about that long, start-up
-				// included, so kills land before, during and after its
-				// writes.
+				// One run in two is killed 5 to 150 ms in: a day's
+				// compaction here takes about that long, start-up
+				// included, so kills land in start-up, reading, writing
+				// and removing; a run that ends first is not counted.
 				var killAfter time.Duration
-				if rng.IntN(3) == 0 {
-					killAfter = 20*time.Millisecond + time.Duration(rng.Int64N(int64(380*time.Millisecond)))
+				if rng.IntN(2) == 0 {
+					killAfter = 5*time.Millisecond + time.Duration(rng.Int64N(int64(145*time.Millisecond)))
 				}
 				cmd := child(ctx, compactArgs...)
 				var out bytes.Buffer
@@ -315,6 +315,9 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 		st.compactedBytes += compactedBytes(out)
 	}
 
+	if r.opts.afterRun != nil {
+		r.opts.afterRun(ScenarioBusyDay, emu)
+	}
 	problems = append(problems, checkTasks(emu, b)...)
 	ob, err := root.open(ctx)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/stretchr/testify/require"
@@ -115,12 +116,13 @@ func TestScenarioCanFail(t *testing.T) {
 			require.NoError(t, emu.SetFaults(emulator.Faults{}))
 			require.NoError(t, c.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: tasks[0].GetName()}))
 		}, []string{"FAIL faults: ", "61 tasks in the queue, want 62", "1 requested tasks do not exist"}},
+		{ScenarioBusyDay, plantTask, []string{"FAIL busy-day: ", "local directory: 51 tasks in the queue, want 50", "local directory: 1 tasks that no request names"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.scenario, func(t *testing.T) {
 			t.Parallel()
 			var out bytes.Buffer
-			opts := Options{Seed: 7, Binary: binary, Out: &out, Only: []string{tt.scenario}, Requests: 50, Dir: t.TempDir()}
+			opts := Options{Seed: 7, Binary: binary, Out: &out, Only: []string{tt.scenario}, Requests: 50, DayLength: 2 * time.Second, Dir: t.TempDir()}
 			opts.afterRun = func(_ string, emu *emulator.Server) { tt.plant(t, emu) }
 			rep, err := Run(context.Background(), opts)
 			require.NoError(t, err)
