@@ -203,8 +203,9 @@ type PartitionCompaction struct {
 	Outputs []string
 }
 
-// Compact compacts each table partition by partition: each partition written since its last compaction is merged into files
-// sorted by ID with only the latest state of each ID, of at most about
+// Compact compacts each table partition by partition: each partition
+// written since its last compaction is merged into files sorted by ID
+// with only the latest state of each ID, of at most about
 // TargetFileBytes each; terminal records past their queue's retention are
 // dropped, a partition whose rows all are is removed whole, and a partition
 // compacted and not written since is not read at all. Each partition is
