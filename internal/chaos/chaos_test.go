@@ -144,10 +144,11 @@ func TestOptionsErrors(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full`},
-		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash, bad-input, recover-herd, disk-full scenarios start ctdispatch processes`},
+		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day`},
+		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash, bad-input, recover-herd, disk-full, busy-day scenarios start ctdispatch processes`},
 		{Options{Only: []string{ScenarioFaults}, Requests: -1}, `chaos: Options.Requests "-1" is negative`},
 		{Options{Only: []string{ScenarioFaults}, Kills: -2}, `chaos: Options.Kills "-2" is negative`},
+		{Options{Only: []string{ScenarioFaults}, DayLength: -time.Second}, `chaos: Options.DayLength "-1s" is negative`},
 	}
 	for _, tt := range tests {
 		_, err := Run(context.Background(), tt.opts)
