@@ -134,9 +134,6 @@ type Options struct {
 
 	// fs is the filesystem of the log (tests inject faults through it).
 	fs logFS
-	// onHeal, if set, is told the outcome of every retry of an
-	// unavailable log.
-	onHeal func(error)
 }
 
 // WithDefaults returns a copy of o with every unset field at its default.

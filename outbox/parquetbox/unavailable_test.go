@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +63,39 @@ func (f *faultFile) Sync() error {
 
 func (f *faultFile) Close() error { return f.f.Close() }
 
+// healWatcher passes every log record on to next, and reports the
+// outcome of each retry of an unavailable log, which the outbox logs, on
+// retries: nil when it healed, else the cause.
+type healWatcher struct {
+	next    slog.Handler
+	retries chan<- error
+}
+
+func (h healWatcher) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h healWatcher) Handle(ctx context.Context, r slog.Record) error {
+	switch r.Message {
+	case msgHealed:
+		h.retries <- nil
+	case msgStillFailed:
+		var cause error = errors.New("no err attribute")
+		r.Attrs(func(a slog.Attr) bool {
+			if e, ok := a.Value.Any().(error); ok && a.Key == "err" {
+				cause = e
+			}
+			return true
+		})
+		h.retries <- cause
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h healWatcher) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h healWatcher) WithGroup(string) slog.Handler      { return h }
+
 // A full disk makes the writer refuse appends at once, with an error that
 // says why and where, and retry until space returns; then appends resume
 // in the same process and nothing accepted is lost. It used to jam: the
@@ -75,7 +109,7 @@ func TestFullDiskFailsClosedAndHeals(t *testing.T) {
 	retries := make(chan error, 16)
 	opts := b.options(procA)
 	opts.fs = fs
-	opts.onHeal = func(err error) { retries <- err }
+	opts.Logger = slog.New(healWatcher{next: opts.Logger.Handler(), retries: retries})
 	o, err := Open(ctx, opts)
 	require.NoError(t, err)
 	defer o.Close()
@@ -152,7 +186,7 @@ func TestRealFullDiskHeals(t *testing.T) {
 	retries := make(chan error, 64)
 	opts := b.options(procA)
 	opts.SegmentMaxBytes = 64 << 10
-	opts.onHeal = func(err error) { retries <- err }
+	opts.Logger = slog.New(healWatcher{next: opts.Logger.Handler(), retries: retries})
 	o, err := Open(ctx, opts)
 	require.NoError(t, err)
 	defer o.Close()
