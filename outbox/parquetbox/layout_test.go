@@ -30,6 +30,8 @@ func writeRecordsFile(t *testing.T, path string, recs ...outbox.Record) {
 // are reported: Damaged, Stats' and Compact's Skipped. Compaction leaves
 // them where they are. (A partition the process cannot read is tested
 // through the binary, as another user: see internal/cli.)
+//
+// Time budget: well under a second, like the bucket test below.
 func TestEntriesOutsideTheLayoutAreReportedNeverRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
