@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/stretchr/testify/require"
@@ -50,24 +52,31 @@ func buildAndRun(m *testing.M) int {
 	return m.Run()
 }
 
-// TestSuite runs every scenario at the default sizes (the long ones with
-// CTDISPATCH_CHAOS_LONG=1) and requires that all held.
+// TestSuite runs every scenario at the default sizes and requires that
+// all held; the busy day runs short in TestBusyDayShort instead. With
+// CTDISPATCH_CHAOS_LONG=1 it runs every scenario at the long sizes, the
+// busy day included (on a directory and on fake-gcs-server).
 func TestSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite starts many processes")
 	}
+	long := os.Getenv("CTDISPATCH_CHAOS_LONG") == "1"
+	opts := Options{Seed: 20260601, Binary: binary, Long: long, Dir: t.TempDir()}
+	opts.Only = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == ScenarioBusyDay })
+	if long {
+		opts.Only, opts.GCSEmulator = Scenarios, startFakeGCS(t)
+	}
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
-		Seed: 20260601, Binary: binary, Out: &out, Long: os.Getenv("CTDISPATCH_CHAOS_LONG") == "1", Dir: t.TempDir(),
-	})
+	opts.Out = &out
+	rep, err := Run(context.Background(), opts)
 	t.Log("\n" + out.String())
 	require.NoError(t, err)
-	require.Len(t, rep.Results, len(Scenarios))
+	require.Len(t, rep.Results, len(opts.Only))
 	for _, res := range rep.Results {
 		require.True(t, res.Passed, res.Line())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Equal(t, fmt.Sprintf("%d passed, 0 failed", len(Scenarios)), lines[len(lines)-1])
+	require.Equal(t, fmt.Sprintf("%d passed, 0 failed", len(opts.Only)), lines[len(lines)-1])
 }
 
 // plantTask creates a task that no request names.
@@ -107,12 +116,13 @@ func TestScenarioCanFail(t *testing.T) {
 			require.NoError(t, emu.SetFaults(emulator.Faults{}))
 			require.NoError(t, c.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: tasks[0].GetName()}))
 		}, []string{"FAIL faults: ", "61 tasks in the queue, want 62", "1 requested tasks do not exist"}},
+		{ScenarioBusyDay, plantTask, []string{"FAIL busy-day: ", "local directory: 51 tasks in the queue, want 50", "local directory: 1 tasks that no request names"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.scenario, func(t *testing.T) {
 			t.Parallel()
 			var out bytes.Buffer
-			opts := Options{Seed: 7, Binary: binary, Out: &out, Only: []string{tt.scenario}, Requests: 50, Dir: t.TempDir()}
+			opts := Options{Seed: 7, Binary: binary, Out: &out, Only: []string{tt.scenario}, Requests: 50, DayLength: 2 * time.Second, Dir: t.TempDir()}
 			opts.afterRun = func(_ string, emu *emulator.Server) { tt.plant(t, emu) }
 			rep, err := Run(context.Background(), opts)
 			require.NoError(t, err)
@@ -134,10 +144,11 @@ func TestOptionsErrors(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full`},
-		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash, bad-input, recover-herd, disk-full scenarios start ctdispatch processes`},
+		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day`},
+		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash, bad-input, recover-herd, disk-full, busy-day scenarios start ctdispatch processes`},
 		{Options{Only: []string{ScenarioFaults}, Requests: -1}, `chaos: Options.Requests "-1" is negative`},
 		{Options{Only: []string{ScenarioFaults}, Kills: -2}, `chaos: Options.Kills "-2" is negative`},
+		{Options{Only: []string{ScenarioFaults}, DayLength: -time.Second}, `chaos: Options.DayLength "-1s" is negative`},
 	}
 	for _, tt := range tests {
 		_, err := Run(context.Background(), tt.opts)

@@ -273,14 +273,9 @@ func checkTasks(emu *emulator.Server, batches ...batch) []string {
 }
 
 // outboxFiles lists the Parquet files of the dispatch table, in its
-// partitions (created_date=…/) and, from older versions, flat.
+// partitions (created_date=…/).
 func outboxFiles(root string) ([]string, error) {
-	parts, err := filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*", "*.parquet"))
-	if err != nil {
-		return nil, err
-	}
-	flat, err := filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*.parquet"))
-	return append(parts, flat...), err
+	return filepath.Glob(filepath.Join(root, string(outbox.TableDispatch), "*", "*.parquet"))
 }
 
 // settled runs the planted-fault hook, then lists what breaks "one task per

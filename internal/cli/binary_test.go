@@ -96,6 +96,8 @@ func TestBinaryExitCodes(t *testing.T) {
 		{"bad flag value", []string{"dispatch", "--concurrency", "many"}, 2, "ctdispatch: invalid argument \"many\" for \"--concurrency\" flag: strconv.ParseInt: parsing \"many\": invalid syntax\n", nil},
 		{"bad duration", []string{"recover", "--outbox", "x", "--stale-after", "soon"}, 2, "ctdispatch: invalid argument \"soon\" for \"--stale-after\" flag: time: invalid duration \"soon\"\n", nil},
 		{"negative stale-after", []string{"recover", "--outbox", "x", "--stale-after", "-1s"}, 2, "ctdispatch: --stale-after -1s is negative; allowed: 0 (every pending record) or more\n", nil},
+		{"publish interval below the minimum", []string{"dispatch", "--project", "p", "--location", "l", "--queue", "q",
+			"--run", "r", "--task", "t", "--attempt", "1", "--url", "https://w/x", "--outbox", "x", "--publish-interval", "100ms"}, 2, "ctdispatch: --publish-interval 100ms is below the minimum 1s\n", nil},
 		{"bad format", []string{"stats", "--outbox", "x", "--format", "xml"}, 2, "ctdispatch: --format \"xml\" unknown; allowed: table, json\n", nil},
 		{"emulator with a scheme", []string{"dispatch", "--emulator", "http://127.0.0.1:8123", "--project", "p", "--location", "l", "--queue", "q",
 			"--run", "r", "--task", "t", "--attempt", "1", "--url", "https://w/x"}, 2,

@@ -68,5 +68,5 @@ func TestChaosUsage(t *testing.T) {
 	var errb bytes.Buffer
 	code := Run(context.Background(), []string{"chaos", "--only", "nope"}, Env{Err: &errb})
 	require.Equal(t, 2, code)
-	require.Equal(t, "ctdispatch: chaos: Options.Only \"nope\" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full\n", errb.String())
+	require.Equal(t, "ctdispatch: chaos: Options.Only \"nope\" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day\n", errb.String())
 }

@@ -94,9 +94,6 @@ func manifestLine(t outbox.Table, m parquetbox.ManifestReport) string {
 // partitionLine says what compaction did with one partition.
 func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 	where := string(t) + "/" + p.Partition
-	if p.Partition == "" {
-		where = string(t) + " (flat layout)"
-	}
 	switch p.Action {
 	case parquetbox.PartitionUntouched:
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
@@ -104,8 +101,6 @@ func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
 	case parquetbox.PartitionDropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
-	case parquetbox.PartitionMoved:
-		return fmt.Sprintf("%s: moved into partitions: %d files, %d rows -> %d files", where, p.FilesIn, p.RowsIn, p.FilesOut)
 	}
 	line := fmt.Sprintf("%s: %s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention",
 		where, p.Action, p.FilesIn, p.RowsIn, p.BytesIn, p.FilesOut, p.RowsOut, p.BytesOut, p.Dropped)
@@ -144,6 +139,7 @@ func isTerminal(w io.Writer) bool {
 
 func newCompactCmd(env *Env) *cobra.Command {
 	var dir, retention, target string
+	var leaseTTL time.Duration
 	cmd := &cobra.Command{
 		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE]",
 		Short: "Merge each partition's new files into sorted files, applying retention",
@@ -156,16 +152,15 @@ each ID keeps only its latest state (its history is folded), and terminal
 records (created, already_existed, failed, cancelled) older than their
 queue's retention are dropped; pending records never are. A partition
 compacted and not written since is left untouched (not even read); one
-whose every row is past retention is removed whole. Files of the flat
-layout of earlier versions are moved into partitions first. Logs left by
-stopped dispatchers are converted first. Running dispatchers keep appending
+whose every row is past retention is removed whole. Logs left by stopped
+dispatchers are converted first. Running dispatchers keep appending
 meanwhile, and an interrupted compaction leaves the outbox as it was.
 
 Each partition is compacted under a lease (a small object under
 _leases/ in the outbox), so two compactions of one outbox at once (two
 machines, or a cron overlapping a slow run) never write a row twice: a
 partition the other one holds is reported busy and skipped; run again
-later to finish it. A crashed compaction's lease expires after 10 minutes.
+later to finish it. A crashed compaction's lease expires after --lease-ttl (10 minutes).
 
 Last, each table's manifest (_manifests/<table> in the outbox) is
 written or found up to date: it lists every file with its row groups' ID
@@ -174,9 +169,13 @@ bounds and where their bloom filters lie, so that query --dispatch-id and
 after it are read as usual; it is never trusted over the files.
 
 One line per partition says what was done (compacted, untouched, dropped,
-moved, busy), then files skipped as damaged or foreign, files kept because
-they hold foreign rows, a total per table, and what became of its
-manifest.
+busy), then what was skipped (damaged or foreign files, and entries
+outside the layout: files directly under a table, directories that are
+not created_date=YYYY-MM-DD, symbolic links, partitions the process
+cannot read), files kept because they hold foreign rows, a total per
+table, and what became of its manifest. When anything was skipped the
+exit status is 3, as for query and stats: what it holds was not
+compacted.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of
@@ -203,7 +202,10 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return usagef("--target-size: %v", err)
 			}
 			w := cmd.OutOrStdout()
-			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes}
+			if leaseTTL < time.Second {
+				return usagef("--lease-ttl %s is below the minimum 1s", leaseTTL)
+			}
+			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL}
 			var bar *progressBar
 			if isTerminal(env.Err) {
 				bar = &progressBar{w: env.Err, now: time.Now}
@@ -217,6 +219,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			}
 			// A table at a time, so each table's total follows its
 			// partitions.
+			var skipped []*parquetbox.FileError
 			for _, t := range outbox.Tables() {
 				opts.Tables = []outbox.Table{t}
 				var st parquetbox.CompactStats
@@ -225,6 +228,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
 					bar.finish()
 				}
 				printTableTotals(w, st)
+				for _, ts := range st.Tables {
+					skipped = append(skipped, ts.Skipped...)
+				}
 				if err != nil {
 					break
 				}
@@ -232,11 +238,18 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if err != nil {
 				return err
 			}
-			return o.Close()
+			if err := o.Close(); err != nil {
+				return err
+			}
+			if len(skipped) > 0 {
+				return &incompleteError{skipped: skipped, compaction: true}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
 	cmd.Flags().StringVar(&target, "target-size", "256MiB", "size past which a partition's output goes on in another file (KiB, MiB, GiB)")
+	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a partition's lease outlives a crashed compaction (a running one renews it)")
 	return cmd
 }

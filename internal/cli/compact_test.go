@@ -40,8 +40,9 @@ func TestCompactCommand(t *testing.T) {
 	garbage := filepath.Join(dir, "dispatch_outbox", "created_date=2026-03-01", "garbage.parquet")
 	require.NoError(t, os.WriteFile(garbage, []byte("not parquet"), 0o600))
 	code, stdout, stderr = runCLI(t, "compact", "--outbox", dir)
-	require.Equal(t, "", stderr, "the skipped file is named on stdout; log lines only with -v")
-	require.Equal(t, 0, code)
+	require.Equal(t, "ctdispatch: compaction is incomplete: 1 file skipped (damaged or foreign): "+garbage+" (not a readable Parquet file)\n", stderr,
+		"the skipped file is named on stdout and in the error; log lines only with -v")
+	require.Equal(t, 3, code, "what was skipped was not compacted")
 	require.Equal(t, "dispatch_outbox/created_date=2026-03-01: untouched: compacted and not written since\n"+
 		"dispatch_outbox: skipped "+garbage+": not a readable Parquet file\n"+
 		"dispatch_outbox: 0 files, 0 rows, 0 bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n"+

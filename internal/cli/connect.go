@@ -170,6 +170,9 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		if err := checkLogDir(c.outbox, c.logDir); err != nil {
 			return nil, err
 		}
+		if c.publishInterval < parquetbox.MinPublishInterval {
+			return nil, usagef("--publish-interval %s is below the minimum %s", c.publishInterval, parquetbox.MinPublishInterval)
+		}
 		limitDispatcherMemory(env)
 	}
 	cfg.Durability = mode.Dispatcher()
@@ -206,7 +209,7 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		cfg.OnRetry = retryPrinter(env.Err)
 	}
 	cfg.Logger = env.Logger
-	box, closeBox, err := durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger})
+	box, closeBox, err := durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
 	if err != nil {
 		return fail(fmt.Errorf("open outbox: %w", err))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // emulatorEnv names the variable that points the CLI at an emulator, as the
@@ -36,6 +37,8 @@ type connFlags struct {
 	durability      string
 	batch           bool
 	batchInFlight   int
+	// publishInterval is how often the outbox's log reaches Parquet.
+	publishInterval time.Duration
 }
 
 // registerModes adds the flags that choose how calls are recorded and
@@ -66,6 +69,7 @@ func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f.StringVar(&c.queue, "queue", "", "queue ID (required)")
 	f.StringVar(&c.outbox, "outbox", "", "outbox that records every request: a directory or a bucket URL, gs://BUCKET?prefix=P/ (default: none, records kept in memory)")
 	f.StringVar(&c.logDir, "log-dir", "", "local directory of the write-ahead log; required with a bucket --outbox")
+	f.DurationVar(&c.publishInterval, "publish-interval", parquetbox.DefaultPublishInterval, "with --outbox: most time a record waits in the log before it is in a Parquet file that DuckDB and BigQuery read (at least "+parquetbox.MinPublishInterval.String()+")")
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object per request")
 	if recovering {
 		for _, name := range []string{"project", "location", "queue"} {

@@ -16,6 +16,9 @@ type incompleteError struct {
 	skipped []*parquetbox.FileError
 	// prefix is what else went wrong, if anything ("no record with …").
 	prefix string
+	// compaction marks the error of compact, which skipped what it did
+	// not fold rather than answering.
+	compaction bool
 }
 
 func (e *incompleteError) Error() string {
@@ -23,7 +26,19 @@ func (e *incompleteError) Error() string {
 	if e.prefix != "" {
 		b.WriteString(e.prefix + "; ")
 	}
-	fmt.Fprintf(&b, "the answer may be incomplete: %d %s skipped (damaged or foreign):", len(e.skipped), plural(len(e.skipped), "file", "files"))
+	what := "the answer may be incomplete"
+	if e.compaction {
+		what = "compaction is incomplete"
+	}
+	outside := false
+	for _, f := range e.skipped {
+		outside = outside || errors.Is(f, parquetbox.ErrOutsideLayout)
+	}
+	if outside {
+		fmt.Fprintf(&b, "%s: %d %s skipped (damaged, foreign or outside the table layout):", what, len(e.skipped), plural(len(e.skipped), "entry", "entries"))
+	} else {
+		fmt.Fprintf(&b, "%s: %d %s skipped (damaged or foreign):", what, len(e.skipped), plural(len(e.skipped), "file", "files"))
+	}
 	for i, f := range e.skipped {
 		if i > 0 {
 			b.WriteString(";")
@@ -44,10 +59,11 @@ func plural(n int, one, many string) string {
 // place the query and stats commands learn about them.
 func skippedFiles(o *parquetbox.Outbox) []*parquetbox.FileError { return o.Damaged() }
 
-// skippedJSON is the --format json line that lists one skipped file, after
-// the answer's own lines.
+// skippedJSON is the --format json line that lists one skipped file (or
+// directory, outside the table layout), after the answer's own lines.
 type skippedJSON struct {
-	SkippedFile string `json:"skipped_file"`
+	SkippedFile string `json:"skipped_file,omitempty"`
+	SkippedDir  string `json:"skipped_dir,omitempty"`
 	Reason      string `json:"reason"`
 	Damaged     bool   `json:"damaged"`
 }
@@ -64,14 +80,22 @@ func reportSkipped(w io.Writer, asJSON bool, skipped []*parquetbox.FileError, pr
 	if asJSON {
 		enc := json.NewEncoder(w)
 		for _, f := range skipped {
-			reason := f.Reason
-			if f.Err != nil && errors.Is(f, parquetbox.ErrDamaged) {
-				reason += ": " + f.Err.Error()
-			}
-			if err := enc.Encode(skippedJSON{SkippedFile: f.Path, Reason: reason, Damaged: errors.Is(f, parquetbox.ErrDamaged)}); err != nil {
+			if err := enc.Encode(skippedLine(f)); err != nil {
 				return err
 			}
 		}
 	}
 	return &incompleteError{skipped: skipped, prefix: prefix}
+}
+
+// skippedLine is the JSON line of one skipped entry.
+func skippedLine(f *parquetbox.FileError) skippedJSON {
+	line := skippedJSON{SkippedFile: f.Path, Reason: f.Reason, Damaged: errors.Is(f, parquetbox.ErrDamaged)}
+	if f.Dir {
+		line.SkippedFile, line.SkippedDir = "", f.Path
+	}
+	if f.Err != nil && line.Damaged {
+		line.Reason += ": " + f.Err.Error()
+	}
+	return line
 }

@@ -143,7 +143,7 @@ func TestQueryCommand(t *testing.T) {
 func TestQueryReportsDamagedFilesAndGoesOn(t *testing.T) {
 	t.Parallel()
 	dir := seedOutbox(t)
-	bad := filepath.Join(dir, "dispatch_outbox", "broken.parquet")
+	bad := filepath.Join(dir, "dispatch_outbox", "created_date=2026-03-01", "broken.parquet")
 	require.NoError(t, os.WriteFile(bad, []byte("PAR1 not really"), 0o600))
 	code, stdout, stderr := runCLI(t, "query", "--outbox", dir, "--dispatch-id", "dispatch:run1:load:2", "--format", "json")
 	require.Equal(t, 3, code, "an answer that may be incomplete exits 3")

@@ -47,7 +47,7 @@ func trimRight(lines []string) []string {
 func TestStatsReportsSkippedFiles(t *testing.T) {
 	t.Parallel()
 	dir := seedOutbox(t)
-	bad := filepath.Join(dir, "timers", "broken.parquet")
+	bad := filepath.Join(dir, "timers", "created_date=2026-03-01", "broken.parquet")
 	require.NoError(t, os.WriteFile(bad, []byte("PAR1 not really"), 0o600))
 	code, stdout, stderr := runCLI(t, "stats", "--outbox", dir, "--format", "json")
 	require.Equal(t, 3, code)

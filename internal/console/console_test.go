@@ -176,26 +176,29 @@ func TestRunPageListsEveryDispatchAndTimerOnATimeline(t *testing.T) {
 func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{StaleAfter: time.Minute})
-	// A foreign file and a truncated one sit among the outbox's files.
+	// A file outside the layout, and a truncated one among the outbox's files.
 	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "dispatch_outbox", "notes.txt"), []byte("hello"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "dispatch_outbox", "broken.parquet"), []byte("PAR1 and then nothing"), 0o600))
+	broken := filepath.Join(b.dir, "dispatch_outbox", "created_date=2026-11-23", "broken.parquet")
+	require.NoError(t, os.WriteFile(broken, []byte("PAR1 and then nothing"), 0o600))
 	_, page := b.get(t, "/outbox")
 	require.Contains(t, page, "Counting every record")
 	b.srv.health.wait()
 	code, page := b.get(t, "/outbox")
 	require.Equal(t, http.StatusOK, code)
 	files := rows(t, page, "files")
-	// The records sit in their day's partition; the planted files at the
-	// table's top level, where a flat table's files would be.
+	// The records and the truncated file sit in their day's partition;
+	// the notes at the table's top level.
 	require.Len(t, files, 3)
-	require.Equal(t, []string{"dispatch_outbox", "(top level)", "1"}, files[0][:3])
+	require.Equal(t, []string{"dispatch_outbox", "(top level)", "0"}, files[0][:3])
 	require.Equal(t, "1", files[0][4])
-	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "2"}, files[1][:3])
+	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "3"}, files[1][:3])
 	require.Equal(t, "0", files[1][4])
 	require.Equal(t, []string{"timers", "created_date=2026-11-23", "1"}, files[2][:3])
-	damaged := rows(t, page, "damaged")
-	require.Len(t, damaged, 1)
-	require.Equal(t, filepath.Join(b.dir, "dispatch_outbox", "broken.parquet"), damaged[0][0])
+	require.Equal(t, [][]string{
+		{broken, "not a readable Parquet file"},
+		{filepath.Join(b.dir, "dispatch_outbox", "notes.txt"), "not in a partition directory; table files are read only under created_date=YYYY-MM-DD/"},
+	}, rows(t, page, "damaged"))
+	require.Contains(t, page, `<p class="error" id="skipped-notice">2 entries of the outbox skipped (damaged, foreign or outside the table layout; listed below): every answer on these pages may miss the records they hold.</p>`)
 	require.Equal(t, [][]string{
 		{"dispatch_outbox", "2", "5", "0", "3", "already_existed 1 created 1 pending 1"},
 		{"timers", "1", "1", "0", "1", "created 1"},

@@ -149,9 +149,10 @@ type partition struct {
 	Other int
 }
 
-// listFiles walks each table directory: the layout may be flat or hive
-// partitioned (key=value/ directories), so files are grouped by the
-// directory they sit in.
+// listFiles walks each table directory and groups files by the directory
+// they sit in, so that entries outside the layout (files directly under a
+// table, other directories) show where they are too. A directory it cannot
+// read is left out here; the outbox reports it among the skipped entries.
 func listFiles(root string) ([]tableFiles, error) {
 	var out []tableFiles
 	for _, t := range outbox.Tables() {
@@ -163,10 +164,10 @@ func listFiles(root string) ([]tableFiles, error) {
 		}
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
-				if os.IsNotExist(err) && p == dir {
-					return fs.SkipDir
+				if p == dir && !os.IsNotExist(err) {
+					return err
 				}
-				return err
+				return fs.SkipDir // no table yet, or a directory this process cannot read
 			}
 			if d.IsDir() || strings.HasPrefix(d.Name(), ".") {
 				return nil

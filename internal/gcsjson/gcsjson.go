@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,11 +78,17 @@ type bucket struct {
 	name string
 }
 
-var errNotImplemented = errors.New("gcsjson: not implemented")
+var (
+	errNotImplemented = errors.New("gcsjson: not implemented")
+	errEmptyKey       = errors.New("gcsjson: an object key must not be empty")
+)
 
 func (b *bucket) ErrorCode(err error) gcerrors.ErrorCode {
-	if errors.Is(err, errNotImplemented) {
+	switch {
+	case errors.Is(err, errNotImplemented):
 		return gcerrors.Unimplemented
+	case errors.Is(err, errEmptyKey):
+		return gcerrors.InvalidArgument
 	}
 	var ge *googleapi.Error
 	if !errors.As(err, &ge) {
@@ -132,6 +139,15 @@ func (b *bucket) ErrorAs(err error, i any) bool {
 	return errors.As(err, p)
 }
 
+// quoteETag makes an ETag what HTTP and gocloud.dev/blob expect, a
+// quoted string; the JSON API gives it bare.
+func quoteETag(etag string) string {
+	if etag == "" || strings.HasPrefix(etag, `W/"`) || strings.HasPrefix(etag, `"`) {
+		return etag
+	}
+	return strconv.Quote(etag)
+}
+
 func parseTime(s string) time.Time {
 	t, _ := time.Parse(time.RFC3339Nano, s)
 	return t
@@ -143,6 +159,9 @@ func decodeMD5(s string) []byte {
 }
 
 func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
+	if key == "" {
+		return nil, errEmptyKey // the JSON API would read the bucket's path instead
+	}
 	obj, err := b.svc.Objects.Get(b.name, key).Context(ctx).Do()
 	if err != nil {
 		return nil, err
@@ -151,11 +170,19 @@ func (b *bucket) Attributes(ctx context.Context, key string) (*driver.Attributes
 		CacheControl: obj.CacheControl, ContentDisposition: obj.ContentDisposition, ContentEncoding: obj.ContentEncoding,
 		ContentLanguage: obj.ContentLanguage, ContentType: obj.ContentType, Metadata: obj.Metadata,
 		CreateTime: parseTime(obj.TimeCreated), ModTime: parseTime(obj.Updated), Size: int64(obj.Size),
-		MD5: decodeMD5(obj.Md5Hash), ETag: obj.Etag,
+		MD5: decodeMD5(obj.Md5Hash), ETag: quoteETag(obj.Etag),
 		AsFunc: asFunc(obj),
 	}, nil
 }
 
+// afterToken starts the page tokens this driver makes itself: Cloud
+// Storage counts prefixes and objects together against maxResults, but
+// an emulator may return all the prefixes beside maxResults objects; the
+// driver then cuts the page and resumes after its last key (startOffset).
+const afterToken = "gcsjson-after:"
+
+// ListPaged lists one page, objects and prefixes merged in key order, as
+// gocloud.dev/blob requires.
 func (b *bucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*driver.ListPage, error) {
 	call := b.svc.Objects.List(b.name).Context(ctx).Prefix(opts.Prefix)
 	if opts.Delimiter != "" {
@@ -164,7 +191,11 @@ func (b *bucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*driv
 	if opts.PageSize > 0 {
 		call = call.MaxResults(int64(opts.PageSize))
 	}
-	if len(opts.PageToken) > 0 {
+	after, resumed := strings.CutPrefix(string(opts.PageToken), afterToken)
+	switch {
+	case resumed:
+		call = call.StartOffset(after)
+	case len(opts.PageToken) > 0:
 		call = call.PageToken(string(opts.PageToken))
 	}
 	if opts.BeforeList != nil {
@@ -176,14 +207,23 @@ func (b *bucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*driv
 	if err != nil {
 		return nil, err
 	}
-	page := &driver.ListPage{NextPageToken: []byte(res.NextPageToken)}
+	var objs []*driver.ListObject
 	for _, obj := range res.Items {
-		page.Objects = append(page.Objects, &driver.ListObject{
+		objs = append(objs, &driver.ListObject{
 			Key: obj.Name, ModTime: parseTime(obj.Updated), Size: int64(obj.Size), MD5: decodeMD5(obj.Md5Hash),
 		})
 	}
 	for _, p := range res.Prefixes {
-		page.Objects = append(page.Objects, &driver.ListObject{Key: p, IsDir: true})
+		objs = append(objs, &driver.ListObject{Key: p, IsDir: true})
+	}
+	if resumed {
+		objs = slices.DeleteFunc(objs, func(o *driver.ListObject) bool { return o.Key <= after })
+	}
+	slices.SortFunc(objs, func(a, b *driver.ListObject) int { return strings.Compare(a.Key, b.Key) })
+	page := &driver.ListPage{Objects: objs, NextPageToken: []byte(res.NextPageToken)}
+	if opts.PageSize > 0 && len(objs) > opts.PageSize {
+		page.Objects = objs[:opts.PageSize]
+		page.NextPageToken = []byte(afterToken + objs[opts.PageSize-1].Key)
 	}
 	return page, nil
 }
@@ -201,6 +241,9 @@ func (r *reader) Attributes() *driver.ReaderAttributes { return &r.attrs }
 func (r *reader) As(i any) bool                        { return asFunc(r.resp)(i) }
 
 func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64, _ *driver.ReaderOptions) (driver.Reader, error) {
+	if key == "" {
+		return nil, errEmptyKey
+	}
 	if length == 0 {
 		// Nothing to read; the attributes still have to be right.
 		attrs, err := b.Attributes(ctx, key)
@@ -248,6 +291,9 @@ func (w *writer) Close() error {
 }
 
 func (b *bucket) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
+	if key == "" {
+		return nil, errEmptyKey // Cloud Storage refuses it too; an emulator may not
+	}
 	obj := &storage.Object{
 		Name: key, ContentType: contentType, Metadata: opts.Metadata, CacheControl: opts.CacheControl,
 		ContentDisposition: opts.ContentDisposition, ContentEncoding: opts.ContentEncoding, ContentLanguage: opts.ContentLanguage,

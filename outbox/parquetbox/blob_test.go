@@ -66,7 +66,7 @@ func TestBucketStorage(t *testing.T) {
 				"dispatch_outbox/created_date=2026-03-01/" + procA + "-0000000000000001.parquet",
 				"timers/created_date=2026-03-01/" + procA + "-0000000000000001.parquet",
 			}, keys)
-			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/broken.parquet", []byte("no"), nil))
+			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/created_date=2026-03-01/broken.parquet", []byte("no"), nil))
 
 			// Another process reads the same bucket.
 			ro, err := Open(ctx, Options{Bucket: bkt, ReadOnly: true})
@@ -82,8 +82,8 @@ func TestBucketStorage(t *testing.T) {
 				require.Len(t, hist, 7)
 			}
 			require.Len(t, ro.Damaged(), 1)
-			require.Equal(t, "bucket:/dispatch_outbox/broken.parquet", ro.Damaged()[0].Path)
-			require.NoError(t, bkt.Delete(ctx, "dispatch_outbox/broken.parquet"))
+			require.Equal(t, "bucket:/dispatch_outbox/created_date=2026-03-01/broken.parquet", ro.Damaged()[0].Path)
+			require.NoError(t, bkt.Delete(ctx, "dispatch_outbox/created_date=2026-03-01/broken.parquet"))
 
 			st, err := ro.Compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
 			require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestBucketStorage(t *testing.T) {
 			require.NoError(t, writeParquet(other, outbox.TableDispatch, []outbox.Record{rec}))
 			data, err := os.ReadFile(other)
 			require.NoError(t, err)
-			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/other.parquet", data, nil))
+			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/created_date=2026-03-01/other.parquet", data, nil))
 			_, ok, err := o.Latest(ctx, outbox.TableDispatch, rec.ID)
 			require.NoError(t, err)
 			require.False(t, ok, "listing still cached")

@@ -162,8 +162,7 @@ type TableCompaction struct {
 	Kept []string
 	// Skipped lists damaged or foreign files left out.
 	Skipped []*FileError
-	// Partitions reports each partition, in order ("" first: the flat
-	// layout moved into partitions).
+	// Partitions reports each partition, in order.
 	Partitions []PartitionCompaction
 	// Manifest reports the table's manifest, refreshed after the
 	// partitions (also when every partition was untouched).
@@ -185,14 +184,11 @@ const (
 	PartitionDropped PartitionAction = "dropped"
 	// PartitionBusy: another compaction holds its lease; skipped.
 	PartitionBusy PartitionAction = "busy"
-	// PartitionMoved: files of the flat layout were moved into partitions.
-	PartitionMoved PartitionAction = "moved"
 )
 
 // PartitionCompaction reports one partition of a compaction.
 type PartitionCompaction struct {
-	// Partition is the partition directory (created_date=2026-11-23), or
-	// "" for the files of the flat layout.
+	// Partition is the partition directory (created_date=2026-11-23).
 	Partition string
 	// Action says what was done; Reason says why when it was skipped.
 	Action PartitionAction
@@ -207,10 +203,9 @@ type PartitionCompaction struct {
 	Outputs []string
 }
 
-// Compact compacts each table partition by partition. Files of the flat
-// layout are first moved into the partitions their rows belong to. Then
-// each partition written since its last compaction is merged into files
-// sorted by ID with only the latest state of each ID, of at most about
+// Compact compacts each table partition by partition: each partition
+// written since its last compaction is merged into files sorted by ID
+// with only the latest state of each ID, of at most about
 // TargetFileBytes each; terminal records past their queue's retention are
 // dropped, a partition whose rows all are is removed whole, and a partition
 // compacted and not written since is not read at all. Each partition is
@@ -257,21 +252,9 @@ func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactO
 	if err != nil {
 		return st, err
 	}
-	if len(parts[""]) > 0 {
-		pc, err := c.run(ctx, "", c.move)
-		c.report(pc)
-		if err != nil {
-			return st, err
-		}
-		if parts, err = c.listPartitions(ctx); err != nil {
-			return st, err
-		}
-	}
 	names := make([]string, 0, len(parts))
 	for p := range parts {
-		if p != "" {
-			names = append(names, p)
-		}
+		names = append(names, p)
 	}
 	sort.Strings(names)
 	for _, p := range names {
@@ -318,15 +301,11 @@ func (c *compaction) report(pc PartitionCompaction) {
 	st.Dropped += pc.Dropped
 	st.ForeignRows += pc.ForeignRows
 	st.BytesIn += pc.BytesIn
-	// What the move writes is read again by the partitions' compaction
-	// in the same run: only the final files count as output.
-	if pc.Action != PartitionMoved {
-		st.FilesOut += pc.FilesOut
-		st.RowsOut += pc.RowsOut
-		st.BytesOut += pc.BytesOut
-		if st.Output == "" && len(pc.Outputs) > 0 {
-			st.Output = pc.Outputs[0]
-		}
+	st.FilesOut += pc.FilesOut
+	st.RowsOut += pc.RowsOut
+	st.BytesOut += pc.BytesOut
+	if st.Output == "" && len(pc.Outputs) > 0 {
+		st.Output = pc.Outputs[0]
 	}
 	st.Partitions = append(st.Partitions, pc)
 	if c.opts.OnPartition != nil {
@@ -338,18 +317,14 @@ func (c *compaction) report(pc PartitionCompaction) {
 // files as they are once the lease is held.
 func (c *compaction) run(ctx context.Context, part string, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) (PartitionCompaction, error) {
 	pc := PartitionCompaction{Partition: part}
-	name := part
-	if name == "" {
-		name = "flat"
-	}
-	l, err := acquireLease(ctx, c.o.store, path.Join(leaseDir, string(c.t), name)+".", c.holder, c.o.clock.Now(), c.opts.LeaseTTL)
+	l, err := acquireLease(ctx, c.o.store, path.Join(leaseDir, string(c.t), part)+".", c.holder, c.o.clock.Now(), c.opts.LeaseTTL)
 	var busy *BusyError
 	if errors.As(err, &busy) {
 		pc.Action, pc.Reason = PartitionBusy, busy.Error()
 		return pc, nil
 	}
 	if err != nil {
-		return pc, fmt.Errorf("outbox: lease %s/%s: %w", c.t, name, err)
+		return pc, fmt.Errorf("outbox: lease %s/%s: %w", c.t, part, err)
 	}
 	defer l.release(context.WithoutCancel(ctx))
 	// Listed again under the lease: a compaction that held it before may
@@ -406,15 +381,6 @@ func (c *compaction) compactPartition(ctx context.Context, l *lease, files []*op
 	pc.Action = PartitionCompacted
 	out := newPartWriters(c, pc)
 	return c.fold(ctx, l, files, pc, out, func(r *outbox.Record) string { return pc.Partition })
-}
-
-// move folds the files of the flat layout into the partitions their rows
-// belong to.
-func (c *compaction) move(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction) error {
-	pc.Action = PartitionMoved
-	out := newPartWriters(c, pc)
-	out.prefix = "moved-"
-	return c.fold(ctx, l, files, pc, out, partitionOf)
 }
 
 // scanRetention reads the columns retention needs and reports whether

@@ -18,9 +18,12 @@
 // Tables are partitioned the Hive way by the UTC day an ID was first
 // recorded (its created_at, which Append keeps for every later state of
 // the ID), so all states of an ID share a partition and DuckDB, BigQuery,
-// Spark and Trino prune by date. Files directly under <table>/ (the flat
-// layout of earlier versions) are read like the others and moved into
-// partitions by the next Compact.
+// Spark and Trino prune by date. An entry under <table>/ outside this
+// layout (a file directly under it, a directory not named
+// created_date=<a real date>, a symbolic link, a partition the process
+// cannot read) is never read, and reported where damaged files are
+// (Damaged, Stats' and Compact's Skipped, matching ErrOutsideLayout), so an
+// answer that may miss its records never looks complete.
 //
 // Each process (named by its processor UUID) writes only files of its own,
 // so any number of processes share one root without coordinating. Parquet

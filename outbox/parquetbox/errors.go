@@ -15,6 +15,15 @@ var (
 	// ErrForeignFile marks a readable Parquet file that is not an outbox
 	// table (no ID column, or an ID column that is not a string).
 	ErrForeignFile = errors.New("outbox: foreign file")
+	// ErrOutsideLayout marks an entry under a table directory that is not
+	// read because it is outside the layout
+	// <table>/created_date=YYYY-MM-DD/<file>.parquet: a file directly under
+	// the table, a directory with another name or an impossible date, a
+	// symbolic link, or a partition directory the process cannot read
+	// (then the FileError also matches the cause, fs.ErrPermission). It is
+	// skipped and reported like a damaged file: an answer may miss what
+	// it holds.
+	ErrOutsideLayout = errors.New("outbox: outside the table layout")
 	// ErrForeignRecord marks a record this system cannot have written: its
 	// cloud_task_id is not the hash of its ID, its ID is not an internal ID,
 	// or its status is unknown. Append refuses one; reads leave one out
@@ -36,21 +45,25 @@ var (
 	ErrReadOnly = errors.New("outbox: opened read-only")
 )
 
-// FileError reports a file that was skipped: its path and why. It matches
-// ErrForeignFile when the file is valid Parquet but not an outbox table, and
-// ErrDamaged otherwise.
+// FileError reports a file (or directory) that was skipped: its path and
+// why. It matches ErrForeignFile when the file is valid Parquet but not an
+// outbox table, ErrOutsideLayout for an entry outside the table layout,
+// and ErrDamaged otherwise.
 type FileError struct {
 	// Path is the file's path.
 	Path string
 	// Reason says what is wrong, in words.
 	Reason string
+	// Dir is true when the entry skipped is a directory (or a link to
+	// one), with everything under it.
+	Dir bool
 	// Err is the underlying cause, if any.
 	Err error
 }
 
 // Error says which file, what is wrong with it, and the cause.
 func (e *FileError) Error() string {
-	if e.Err != nil && !errors.Is(e.Err, ErrForeignFile) {
+	if e.Err != nil && !errors.Is(e.Err, ErrForeignFile) && !errors.Is(e.Err, ErrOutsideLayout) {
 		return fmt.Sprintf("outbox: %s: %s: %v", e.Path, e.Reason, e.Err)
 	}
 	return fmt.Sprintf("outbox: %s: %s", e.Path, e.Reason)
@@ -59,7 +72,8 @@ func (e *FileError) Error() string {
 // Unwrap returns the cause.
 func (e *FileError) Unwrap() error { return e.Err }
 
-// Is makes a FileError match ErrDamaged unless it is a foreign file.
+// Is makes a FileError match ErrDamaged unless it is a foreign file or
+// outside the layout.
 func (e *FileError) Is(target error) bool {
-	return target == ErrDamaged && !errors.Is(e.Err, ErrForeignFile)
+	return target == ErrDamaged && !errors.Is(e.Err, ErrForeignFile) && !errors.Is(e.Err, ErrOutsideLayout)
 }

@@ -37,10 +37,12 @@ type fileSet struct {
 	maxOpen    int
 	cacheBytes int64
 
-	mu       sync.Mutex
-	listed   []storeEntry // the last listing
-	files    map[string]*openFile
-	bad      map[string]badFile
+	mu     sync.Mutex
+	listed []storeEntry // the last listing
+	files  map[string]*openFile
+	bad    map[string]badFile
+	// odd are the entries of the last listing outside the layout.
+	odd      []*FileError
 	listedAt time.Time
 	stale    bool
 	// manifest is the table's manifest as of the last listing (nil: none
@@ -162,8 +164,10 @@ func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
 	if err != nil {
 		return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
 	}
+	entries, odd := splitOdd(entries)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.reportOddLocked(odd)
 	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m
 	seen := map[string]bool{}
 	for _, e := range entries {
@@ -180,6 +184,35 @@ func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
 		}
 	}
 	return nil
+}
+
+// splitOdd separates a listing's data files from its entries outside the
+// layout.
+func splitOdd(listed []storeEntry) (files []storeEntry, odd []*FileError) {
+	files = listed[:0:0]
+	for _, e := range listed {
+		if e.skip != nil {
+			odd = append(odd, e.skip)
+		} else {
+			files = append(files, e)
+		}
+	}
+	return files, odd
+}
+
+// reportOddLocked keeps the entries outside the layout for damaged, and
+// logs those the last listing did not have.
+func (fs *fileSet) reportOddLocked(odd []*FileError) {
+	known := make(map[string]bool, len(fs.odd))
+	for _, fe := range fs.odd {
+		known[fe.Path+"\x00"+fe.Reason] = true
+	}
+	for _, fe := range odd {
+		if !known[fe.Path+"\x00"+fe.Reason] {
+			fs.log.Warn("outbox: skipped entry outside the table layout", "path", fe.Path, "reason", fe.Reason, "err", fe.Err)
+		}
+	}
+	fs.odd = odd
 }
 
 // loadManifest reads the table's manifest. One that cannot be used is
@@ -318,22 +351,16 @@ func (fs *fileSet) evictLocked() {
 	}
 }
 
-// openFiles counts the files open now.
-func (fs *fileSet) openFiles() int {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return len(fs.files)
-}
-
-// damaged returns the files currently skipped.
+// damaged returns the files currently skipped, and the entries outside
+// the layout.
 func (fs *fileSet) damaged() []*FileError {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	out := make([]*FileError, 0, len(fs.bad))
+	out := make([]*FileError, 0, len(fs.bad)+len(fs.odd))
 	for _, b := range fs.bad {
 		out = append(out, b.err)
 	}
-	return out
+	return append(out, fs.odd...)
 }
 
 // markBad takes a file that failed while being read out of service. A

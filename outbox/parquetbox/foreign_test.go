@@ -22,7 +22,8 @@ func copyTestdata(t *testing.T, root string, table outbox.Table, name string) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", name))
 	require.NoError(t, err)
-	dir := filepath.Join(root, string(table))
+	// The rows' first day: the partition they belong in.
+	dir := filepath.Join(root, string(table), "created_date=2026-02-01")
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
 }
@@ -121,7 +122,7 @@ func TestReadsAnotherParquetGoLayout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	dir := filepath.Join(b.root, string(outbox.TableDispatch))
+	dir := filepath.Join(b.root, string(outbox.TableDispatch), "created_date=2026-03-01")
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	var rows []otherLayout
 	for i := range 50 {

@@ -40,15 +40,21 @@ func (o *Outbox) markUnavailable(path string, cause error) *UnavailableError {
 	return ue
 }
 
-// heal tries to open a fresh segment. On success appends are taken again.
+// The log lines of the retries of an unavailable log.
+const (
+	msgHealed      = "outbox: log writable again; appends resume"
+	msgStillFailed = "outbox: log still not writable; retrying"
+)
+
+// heal tries to open a fresh segment. On success appends are taken again;
+// a failure is logged at debug level, with its cause.
 func (o *Outbox) heal() error {
 	err := o.ensureSegment()
-	if err == nil {
-		o.unavail.Store(nil)
-		o.log.Info("outbox: log writable again; appends resume", "path", o.cur.path)
+	if err != nil {
+		o.log.Debug(msgStillFailed, "path", o.walDir, "err", err)
+		return err
 	}
-	if o.opts.onHeal != nil {
-		o.opts.onHeal(err)
-	}
-	return err
+	o.unavail.Store(nil)
+	o.log.Info(msgHealed, "path", o.cur.path)
+	return nil
 }

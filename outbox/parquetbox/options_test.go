@@ -2,6 +2,7 @@ package parquetbox
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -16,4 +17,5 @@ func TestOptionsDefaultBudgets(t *testing.T) {
 	require.Equal(t, 256, o.MaxOpenFiles)
 	require.Equal(t, int64(64<<20), o.FileCacheBytes)
 	require.Equal(t, int64(16<<20), o.SegmentMaxBytes)
+	require.Equal(t, 30*time.Second, o.PublishInterval, "docs/outbox.md promises DuckDB sees a record within a minute")
 }

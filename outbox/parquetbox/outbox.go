@@ -18,6 +18,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/google/uuid"
+	gax "github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 	"gocloud.dev/blob"
 
@@ -49,6 +50,15 @@ func (d Durability) String() string {
 	return fmt.Sprintf("Durability(%d)", int(d))
 }
 
+// DefaultPublishInterval is Options.PublishInterval's default: a running
+// dispatcher's records are in Parquet within 30 seconds.
+const DefaultPublishInterval = 30 * time.Second
+
+// MinPublishInterval is the shortest Options.PublishInterval: each
+// publication writes a file per partition, so shorter would only multiply
+// small files.
+const MinPublishInterval = time.Second
+
 // Options configures Open.
 type Options struct {
 	// Root is where the tables live: a local directory (created 0700 if
@@ -78,9 +88,16 @@ type Options struct {
 	// SegmentMaxBytes rolls the write-ahead log into Parquet files once a
 	// segment reaches this size. Defaults to 16 MiB.
 	SegmentMaxBytes int64
-	// SegmentMaxAge rolls a non-empty segment once it is this old, so data
-	// reaches Parquet (and analysts) within this delay. Defaults to 5m.
-	SegmentMaxAge time.Duration
+	// PublishInterval is how long a record may wait in the log before it
+	// is in a Parquet file that DuckDB, BigQuery and other processes'
+	// Parquet readers see: every interval, a log segment holding records
+	// is rolled and converted, so a record reaches Parquet within this
+	// delay plus one conversion. Each roll writes one small file per
+	// table partition it touched, so a writer busy all day leaves at most
+	// ⌈24h / PublishInterval⌉ files per partition (2,880 at the default),
+	// plus one per SegmentMaxBytes of log, until a compaction folds them.
+	// Defaults to 30s; at least 1s.
+	PublishInterval time.Duration
 	// IndexLimit bounds the in-memory index of this process's own records
 	// (latest state per ID). Past it, IDs already in Parquet files are
 	// forgotten and found through the files instead. Defaults to 1,000,000.
@@ -117,9 +134,6 @@ type Options struct {
 
 	// fs is the filesystem of the log (tests inject faults through it).
 	fs logFS
-	// onHeal, if set, is told the outcome of every retry of an
-	// unavailable log.
-	onHeal func(error)
 }
 
 // WithDefaults returns a copy of o with every unset field at its default.
@@ -133,8 +147,8 @@ func (o Options) WithDefaults() Options {
 	if o.SegmentMaxBytes == 0 {
 		o.SegmentMaxBytes = 16 << 20
 	}
-	if o.SegmentMaxAge == 0 {
-		o.SegmentMaxAge = 5 * time.Minute
+	if o.PublishInterval == 0 {
+		o.PublishInterval = DefaultPublishInterval
 	}
 	if o.IndexLimit == 0 {
 		o.IndexLimit = 1_000_000
@@ -181,8 +195,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("outbox: Options.FlushInterval %s is negative", o.FlushInterval)
 	case o.SegmentMaxBytes < 0:
 		return fmt.Errorf("outbox: Options.SegmentMaxBytes %d is negative", o.SegmentMaxBytes)
-	case o.SegmentMaxAge < 0:
-		return fmt.Errorf("outbox: Options.SegmentMaxAge %s is negative", o.SegmentMaxAge)
+	case o.PublishInterval < 0:
+		return fmt.Errorf("outbox: Options.PublishInterval %s is negative", o.PublishInterval)
+	case o.PublishInterval != 0 && o.PublishInterval < MinPublishInterval:
+		return fmt.Errorf("outbox: Options.PublishInterval %s is below the minimum %s", o.PublishInterval, MinPublishInterval)
 	case o.IndexLimit < 0:
 		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
 	case o.IndexBytes < 0:
@@ -207,7 +223,6 @@ type segment struct {
 	seq     uint64
 	f       logFile
 	size    int64
-	opened  time.Time
 	dirty   bool // written since the last sync (Interval mode)
 	records recordLog
 }
@@ -256,7 +271,11 @@ type Outbox struct {
 	closeErr   error
 
 	// writer-goroutine state
-	cur     *segment
+	cur *segment
+	// publish is armed when cur takes its first record and fires
+	// PublishInterval later, rolling cur into Parquet: a record waits at
+	// most one interval, and an idle writer has no timer.
+	publish clockwork.Timer
 	nextSeq uint64
 	buf     []byte
 
@@ -672,20 +691,25 @@ func (o *Outbox) releaseLock() {
 // them all.
 func (o *Outbox) runWriter() {
 	defer close(o.writerDone)
-	period := o.opts.SegmentMaxAge
-	if o.opts.Durability == Interval && o.opts.FlushInterval < period {
-		period = o.opts.FlushInterval
+	var syncC <-chan time.Time
+	if o.opts.Durability == Interval {
+		syncTicker := o.clock.NewTicker(o.opts.FlushInterval)
+		defer syncTicker.Stop()
+		syncC = syncTicker.Chan()
 	}
-	ticker := o.clock.NewTicker(period)
-	defer ticker.Stop()
 	batch := make([]*request, 0, 256)
 	backoff := newHealBackoff()
 	var retry clockwork.Timer
 	var retryC <-chan time.Time
+	defer o.stopPublishTimer()
 	for {
 		if o.unavail.Load() != nil && retry == nil {
 			retry = o.clock.NewTimer(backoff.Pause())
 			retryC = retry.Chan()
+		}
+		var publishC <-chan time.Time
+		if o.publish != nil {
+			publishC = o.publish.Chan()
 		}
 		select {
 		case <-retryC:
@@ -705,8 +729,11 @@ func (o *Outbox) runWriter() {
 				}
 			}
 			o.commit(batch)
-		case <-ticker.Chan():
-			o.tick()
+		case <-syncC:
+			o.syncDirty()
+		case <-publishC:
+			o.publish = nil
+			o.publishNow()
 		case <-o.quit:
 			if retry != nil {
 				retry.Stop()
@@ -811,6 +838,9 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		}
 		o.trimIndexLocked()
 		o.mu.Unlock()
+		if o.publish == nil {
+			o.publish = o.clock.NewTimer(o.opts.PublishInterval)
+		}
 	}
 	for _, req := range reqs {
 		req.answer(err)
@@ -888,40 +918,46 @@ func (o *Outbox) ensureSegment() error {
 		return fail(err)
 	}
 	o.mu.Lock() // readers look at cur
-	o.cur = &segment{path: path, seq: seq, f: f, size: int64(len(walMagic)), opened: o.clock.Now()}
+	o.cur = &segment{path: path, seq: seq, f: f, size: int64(len(walMagic))}
 	o.mu.Unlock()
 	return nil
 }
 
-// healBackoff spaces the writer's retries of an unwritable log: soon at
-// first (a disk freed by an operator), doubling up to every 10s. No
-// jitter: one process retries one local disk, there is no herd to spread.
-type healBackoff struct{ next time.Duration }
-
-func newHealBackoff() healBackoff { return healBackoff{next: 100 * time.Millisecond} }
-
-// Pause returns the wait before the next retry.
-func (b *healBackoff) Pause() time.Duration {
-	d := b.next
-	b.next = min(2*b.next, 10*time.Second)
-	return d
+// newHealBackoff spaces the writer's retries of an unwritable log: soon
+// at first (a disk freed by an operator), doubling up to every 10s. gax
+// draws each pause at random up to the current bound, which does no harm
+// here and spreads processes that share a disk.
+func newHealBackoff() *gax.Backoff {
+	return &gax.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2}
 }
 
-// tick syncs the log in Interval mode and rolls a segment that is too old.
-func (o *Outbox) tick() {
+// syncDirty syncs the log in Interval mode.
+func (o *Outbox) syncDirty() {
 	seg := o.cur
-	if seg == nil {
+	if seg == nil || !seg.dirty {
 		return
 	}
-	if seg.dirty {
-		if err := seg.f.Sync(); err != nil {
-			o.markUnavailable(seg.path, err)
-			o.seal(nil)
-			return
-		}
-		seg.dirty = false
+	if err := seg.f.Sync(); err != nil {
+		o.markUnavailable(seg.path, err)
+		o.seal(nil)
+		return
 	}
-	if seg.records.len() > 0 && o.clock.Since(seg.opened) >= o.opts.SegmentMaxAge {
+	seg.dirty = false
+}
+
+// stopPublishTimer disarms the publish timer (the segment it was armed
+// for is being sealed).
+func (o *Outbox) stopPublishTimer() {
+	if o.publish != nil {
+		o.publish.Stop()
+		o.publish = nil
+	}
+}
+
+// publishNow rolls the current segment into Parquet if it holds records
+// (seal syncs it first in Interval mode).
+func (o *Outbox) publishNow() {
+	if seg := o.cur; seg != nil && seg.records.len() > 0 {
 		o.seal(nil)
 	}
 }
@@ -930,6 +966,7 @@ func (o *Outbox) tick() {
 // Parquet; done (if any) is answered once it and every earlier segment are
 // converted.
 func (o *Outbox) seal(done chan error) error {
+	o.stopPublishTimer()
 	seg := o.cur
 	if seg != nil {
 		var err error

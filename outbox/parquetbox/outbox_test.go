@@ -81,7 +81,8 @@ func (b *testBundle) open(t *testing.T, proc string) *Outbox {
 }
 
 // openWith opens procA's outbox with recs appended and in a Parquet file,
-// and returns it with the dispatch table's directory.
+// and returns it with the directory of the dispatch table's partition of
+// t0's day, where foreign files are planted.
 func (b *testBundle) openWith(t *testing.T, recs ...outbox.Record) (*Outbox, string) {
 	t.Helper()
 	o := b.open(t, procA)
@@ -89,7 +90,9 @@ func (b *testBundle) openWith(t *testing.T, recs ...outbox.Record) (*Outbox, str
 		require.NoError(t, outbox.AppendAndWait(context.Background(), o, r))
 	}
 	require.NoError(t, o.Flush(context.Background()))
-	return o, filepath.Join(b.root, string(outbox.TableDispatch))
+	dir := filepath.Join(b.root, string(outbox.TableDispatch), "created_date="+t0.Format(time.DateOnly))
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	return o, dir
 }
 
 const (
@@ -336,7 +339,7 @@ func TestDamagedAndForeignFilesAreSkippedAndReported(t *testing.T) {
 	rec := dispatchRec("r", "t", "1", outbox.StatusCreated)
 	o, dir := b.openWith(t, rec)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "garbage.parquet"), []byte("not parquet at all"), 0o600))
-	good, _ := filepath.Glob(filepath.Join(dir, "*", procA+"-*.parquet"))
+	good, _ := filepath.Glob(filepath.Join(dir, procA+"-*.parquet"))
 	require.Len(t, good, 1)
 	data, err := os.ReadFile(good[0])
 	require.NoError(t, err)
@@ -434,13 +437,15 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Root: "gs://b/p"}, "outbox: Options.LogDir is empty; a bucket root (gs://b/p) needs a local directory for the log"},
 		{Options{Root: "x", Durability: 7}, "outbox: Options.Durability 7 unknown; allowed: Durable, Interval"},
 		{Options{Root: "x", FlushInterval: -1}, "outbox: Options.FlushInterval -1ns is negative"},
+		{Options{Root: "x", PublishInterval: -time.Second}, "outbox: Options.PublishInterval -1s is negative"},
+		{Options{Root: "x", PublishInterval: 500 * time.Millisecond}, "outbox: Options.PublishInterval 500ms is below the minimum 1s"},
 	} {
 		_, err := Open(context.Background(), tc.opts)
 		require.EqualError(t, err, tc.want)
 	}
 }
 
-func TestSegmentRollsBySizeAndAge(t *testing.T) {
+func TestSegmentRollsBySizeAndPublishInterval(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -459,9 +464,9 @@ func TestSegmentRollsBySizeAndAge(t *testing.T) {
 	b2 := setup(t)
 	o2 := b2.open(t, procA)
 	require.NoError(t, outbox.AppendAndWait(ctx, o2, dispatchRec("r", "t", "1", outbox.StatusCreated)))
-	b2.clock.BlockUntilContext(ctx, 1) // the writer's ticker
-	b2.clock.Advance(5 * time.Minute)
-	require.NoError(t, o2.Flush(ctx)) // waits for the age roll queued before it
+	require.NoError(t, b2.clock.BlockUntilContext(ctx, 1)) // the publish timer, armed by the append
+	b2.clock.Advance(DefaultPublishInterval)
+	require.NoError(t, o2.Flush(ctx)) // waits for the roll queued before it
 	files, _ = filepath.Glob(filepath.Join(b2.root, string(outbox.TableDispatch), "*", "*.parquet"))
 	require.Len(t, files, 1)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -134,23 +133,4 @@ func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg i
 type readerAtCloser interface {
 	io.ReaderAt
 	io.Closer
-}
-
-// openLocalParquet opens a file on disk.
-func openLocalParquet(path string, t outbox.Table) (*pqFile, error) {
-	f, st, err := openRegular(path)
-	if err != nil {
-		var fe *FileError
-		if errors.As(err, &fe) {
-			return nil, fe
-		}
-		return nil, &FileError{Path: path, Reason: "cannot open", Err: err}
-	}
-	p, err := openParquet(path, t, f, st.Size())
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	p.name = filepath.Base(path)
-	return p, nil
 }

@@ -128,23 +128,6 @@ func writeRecords(w storeWriter, t outbox.Table, recs []*outbox.Record) error {
 	return w.commit()
 }
 
-// writeParquet writes recs (sorted by sortRecords) as one Parquet file at
-// a local path, atomically.
-func writeParquet(path string, t outbox.Table, recs []outbox.Record) error {
-	af, err := createAtomic(path)
-	if err != nil {
-		return fmt.Errorf("outbox: create %s: %w", path, err)
-	}
-	ptrs := make([]*outbox.Record, len(recs))
-	for i := range recs {
-		ptrs[i] = &recs[i]
-	}
-	if err := writeRecords(af, t, ptrs); err != nil {
-		return fmt.Errorf("outbox: write %s: %w", path, err)
-	}
-	return nil
-}
-
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,52 +107,6 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	require.Len(t, left, 2)
 }
 
-// Tables written in the flat layout of earlier versions are read as they
-// are, and the next compaction moves their rows into partitions.
-func TestFlatTablesAreReadAndMovedIntoPartitions(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	dir := filepath.Join(b.root, string(outbox.TableDispatch))
-	require.NoError(t, os.MkdirAll(dir, 0o700))
-	f, err := os.Create(filepath.Join(dir, "old.parquet"))
-	require.NoError(t, err)
-	fw, err := NewFileWriter(f, outbox.TableDispatch)
-	require.NoError(t, err)
-	for i, task := range []string{"a", "b", "c"} {
-		r := dispatchRec("flat", task, "1", outbox.StatusCreated)
-		r.CreatedAt = t0.Add(time.Duration(i) * 24 * time.Hour)
-		r.UpdatedAt = r.CreatedAt.Add(time.Second)
-		require.NoError(t, fw.Write(r))
-	}
-	require.NoError(t, fw.Close())
-	require.NoError(t, f.Close())
-
-	o := b.open(t, procA)
-	got, ok, err := o.Latest(ctx, outbox.TableDispatch, "dispatch:flat:b:1")
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, t0.Add(24*time.Hour), got.CreatedAt)
-
-	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
-	require.NoError(t, err)
-	require.Equal(t, []string{
-		" moved in=1 out=3 dropped=0",
-		"created_date=2026-03-01 compacted in=1 out=1 dropped=0",
-		"created_date=2026-03-02 compacted in=1 out=1 dropped=0",
-		"created_date=2026-03-03 compacted in=1 out=1 dropped=0",
-	}, actions(cs.Tables[0]))
-	require.Equal(t, int64(3), cs.Tables[0].RowsOut)
-	files := partitionFiles(t, b.root, outbox.TableDispatch)
-	require.Len(t, files, 3)
-	for i, f := range files {
-		require.Contains(t, f, fmt.Sprintf("created_date=2026-03-0%d/compacted-", i+1))
-	}
-	all, err := o.Lookup(ctx, outbox.Query{RunID: "flat"})
-	require.NoError(t, err)
-	require.Len(t, all, 3)
-}
-
 // A lease is taken by one holder at a time, can be taken over once it
 // expires (its holder crashed), and its old holder then learns it lost it.
 func TestLeaseExpiryAndTakeOver(t *testing.T) {
@@ -232,16 +187,12 @@ func countRows(t *testing.T, opts Options) (rows, ids int64) {
 
 const compactChildEnv = "CTDISPATCH_OUTBOX_COMPACT_CHILD"
 
-// compactChild compacts the outbox at dir once the file dir/go appears,
-// and prints its report as JSON.
+// compactChild compacts the outbox at dir once its standard input ends
+// (the parent closes it to start every child at once), and prints its
+// report as JSON.
 func compactChild(dir string) {
 	ctx := context.Background()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	o, err := Open(ctx, Options{Root: dir, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -268,11 +219,15 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 	require.Equal(t, int64(3000), ids)
 
 	var cmds []*exec.Cmd
+	var starts []io.Closer
 	for range 2 {
 		cmd := exec.Command(os.Args[0], "-test.run", "^$")
 		cmd.Env = append(os.Environ(), compactChildEnv+"="+b.root)
 		cmd.Stderr = os.Stderr
+		start, err := cmd.StdinPipe()
+		require.NoError(t, err)
 		cmds = append(cmds, cmd)
+		starts = append(starts, start)
 	}
 	outs := make([][]byte, 2)
 	var wg sync.WaitGroup
@@ -285,7 +240,9 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 			outs[i] = out
 		}()
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(b.root, "go"), nil, 0o600))
+	for _, start := range starts {
+		require.NoError(t, start.Close())
+	}
 	wg.Wait()
 	rows, ids = countRows(t, Options{Root: b.root})
 	require.Equal(t, int64(3000), rows, "each ID once")

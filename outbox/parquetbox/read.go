@@ -164,21 +164,13 @@ func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own
 	})
 }
 
-// eachFile calls read for every table file. A file that turns out damaged
-// is reported and skipped; if one vanished (another process compacted it
-// away after a cached listing), the files are listed again and read once
-// more, so its data is found in the file that replaced it. Records read
-// twice are harmless to every caller (they fold or deduplicate).
-func (o *Outbox) eachFile(ctx context.Context, t outbox.Table, read func(*openFile) error) error {
-	acquire := func(ctx context.Context) ([]*openFile, map[string]*admission, error) {
-		files, err := o.files[t].acquire(ctx)
-		return files, nil, err
-	}
-	return o.eachFileOf(ctx, t, acquire, func(f *openFile, _ *admission) error { return read(f) })
-}
-
-// eachFileOf is eachFile over the files acquire returns.
-// Each file comes with its admission (the row groups to read; nil: all).
+// eachFileOf calls read for every file acquire returns, each with its
+// admission (the row groups to read; nil: all). A file that turns out
+// damaged is reported and skipped; if one vanished (another process
+// compacted it away after a cached listing), the files are acquired again
+// and read once more, so its data is found in the file that replaced it.
+// Records read twice are harmless to every caller (they fold or
+// deduplicate).
 func (o *Outbox) eachFileOf(ctx context.Context, t outbox.Table, acquire func(context.Context) ([]*openFile, map[string]*admission, error), read func(*openFile, *admission) error) error {
 	fs := o.files[t]
 	for attempt := 0; ; attempt++ {
@@ -213,27 +205,6 @@ func (o *Outbox) liveRecords() ([][]outbox.Record, error) {
 		return nil, fmt.Errorf("outbox: read logs: %w", err)
 	}
 	return append(live, tails...), nil
-}
-
-// scanAll feeds fn every record of table t from every source, file by
-// file, listing the files afresh. Used by Pending and tools; it reads
-// everything.
-func (o *Outbox) scanAll(ctx context.Context, t outbox.Table, fn func(*outbox.Record)) error {
-	o.files[t].invalidate()
-	live, err := o.liveRecords()
-	if err != nil {
-		return err
-	}
-	for _, recs := range live {
-		for i := range recs {
-			if recs[i].Table == t {
-				fn(&recs[i])
-			}
-		}
-	}
-	return o.eachFile(ctx, t, func(f *openFile) error {
-		return f.scan(func(r outbox.Record) error { fn(&r); return nil })
-	})
 }
 
 // ownRecords returns this process's records not yet in Parquet files (its

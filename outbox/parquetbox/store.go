@@ -26,10 +26,11 @@ import (
 // tableStore holds the Parquet files of the tables: a local directory or a
 // bucket. Writes are atomic in both: a file is either complete or absent.
 // A file's name is relative to its table's directory and uses "/":
-// "created_date=2026-11-23/x.parquet", or "x.parquet" in the flat layout.
+// "created_date=2026-11-23/x.parquet".
 type tableStore interface {
-	// list returns the table's data files (hidden temporaries excluded),
-	// flat and in partitions.
+	// list returns the table's data files in partitions (hidden
+	// temporaries excluded), and the entries outside the layout as entries
+	// whose skip is set.
 	list(ctx context.Context, t outbox.Table) ([]storeEntry, error)
 	// open opens a file for random access.
 	open(ctx context.Context, t outbox.Table, name string) (readerAtCloser, int64, error)
@@ -54,6 +55,9 @@ type storeEntry struct {
 	name    string
 	size    int64
 	modTime time.Time
+	// skip, when set, makes this an entry outside the layout (name is
+	// then the entry's own name, never a data file's): reported, not read.
+	skip *FileError
 }
 
 type storeWriter interface {
@@ -68,37 +72,59 @@ type localStore struct{ root string }
 func (s localStore) dir(t outbox.Table) string { return filepath.Join(s.root, string(t)) }
 
 func (s localStore) list(_ context.Context, t outbox.Table) ([]storeEntry, error) {
+	root := s.dir(t)
+	top, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // no table yet
+	}
+	if err != nil {
+		return nil, err
+	}
 	var out []storeEntry
-	var walk func(rel string) error
-	walk = func(rel string) error {
-		entries, err := os.ReadDir(filepath.Join(s.dir(t), rel))
-		if err != nil {
-			if rel != "" || errors.Is(err, os.ErrNotExist) {
-				return nil // a partition removed while listing, or no table yet
-			}
-			return err
+	odd := func(name, reason string, dir bool, cause error) {
+		where := filepath.Join(root, name)
+		if dir {
+			where += string(filepath.Separator)
 		}
-		for _, e := range entries {
-			if e.IsDir() {
-				if rel == "" && isPartitionDir(e.Name()) {
-					if err := walk(e.Name()); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			if !isDataFile(e.Name()) {
-				continue
-			}
-			info, err := e.Info() // lstat: a named pipe is listed, never opened
-			if err != nil {
+		out = append(out, storeEntry{name: name, skip: outsideLayout(where, reason, dir, cause)})
+	}
+	for _, d := range top {
+		name := d.Name()
+		switch {
+		case strings.HasPrefix(name, "."):
+			// Hidden names are work files (temporaries), not data.
+		case d.Type()&os.ModeSymlink != 0:
+			// Not followed: a link may lead outside the outbox, or to a
+			// partition twice (its rows then counted twice, and a
+			// compaction through one name removing what the other lists);
+			// buckets have no links, and the layout is real directories.
+			odd(name, reasonSymlink, true, nil)
+		case !d.IsDir():
+			odd(name, reasonNotInPartition, false, nil)
+		case !isPartitionDir(name):
+			odd(name, reasonNotPartition, true, nil)
+		default:
+			entries, err := os.ReadDir(filepath.Join(root, name))
+			if errors.Is(err, os.ErrNotExist) {
 				continue // removed while listing
 			}
-			out = append(out, storeEntry{name: path.Join(rel, e.Name()), size: info.Size(), modTime: info.ModTime()})
+			if err != nil {
+				odd(name, reasonUnreadable, true, err)
+				// What ReadDir read before the error is listed still.
+			}
+			for _, e := range entries {
+				if e.IsDir() || !isDataFile(e.Name()) {
+					continue
+				}
+				info, err := e.Info() // lstat: a named pipe is listed, never opened
+				if err != nil {
+					continue // removed while listing
+				}
+				out = append(out, storeEntry{name: path.Join(name, e.Name()), size: info.Size(), modTime: info.ModTime()})
+			}
 		}
-		return nil
 	}
-	return out, walk("")
+	return out, nil
 }
 
 func (s localStore) open(_ context.Context, t outbox.Table, name string) (readerAtCloser, int64, error) {
@@ -166,10 +192,10 @@ func (s localStore) sync(t outbox.Table) error { return syncDir(s.dir(t)) }
 func (s localStore) where(t outbox.Table, name string) string { return filepath.Join(s.dir(t), name) }
 
 func (s localStore) cleanTemps(_ context.Context, t outbox.Table, before time.Time) {
-	dirs := []string{s.dir(t)}
+	var dirs []string
 	if entries, err := os.ReadDir(s.dir(t)); err == nil {
 		for _, e := range entries {
-			if e.IsDir() && isPartitionDir(e.Name()) {
+			if e.Type().IsDir() && isPartitionDir(e.Name()) {
 				dirs = append(dirs, filepath.Join(s.dir(t), e.Name()))
 			}
 		}
@@ -188,7 +214,7 @@ func (s localStore) cleanTemps(_ context.Context, t outbox.Table, before time.Ti
 }
 
 // removeEmptyPartition removes a partition directory left empty (by
-// retention or a move); a directory still in use is left alone.
+// retention); a directory still in use is left alone.
 func (s localStore) removeEmptyPartition(t outbox.Table, partition string) {
 	if partition != "" {
 		_ = os.Remove(filepath.Join(s.dir(t), partition))
@@ -233,10 +259,29 @@ func (s *blobStore) key(t outbox.Table, name string) string { return path.Join(s
 
 func (s *blobStore) list(ctx context.Context, t outbox.Table) ([]storeEntry, error) {
 	var out []storeEntry
+	reported := map[string]bool{}
 	err := s.each(ctx, string(t)+"/", func(obj *blob.ListObject) {
 		name := strings.TrimPrefix(obj.Key, string(t)+"/")
-		if _, _, ok := splitName(name); !obj.IsDir && ok {
-			out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+		if obj.IsDir {
+			return
+		}
+		dir, base, _ := strings.Cut(name, "/")
+		switch {
+		case strings.HasPrefix(dir, "."):
+			// Hidden names are work files, not data.
+		case base == "":
+			out = append(out, storeEntry{name: name, skip: outsideLayout(s.where(t, name), reasonNotInPartition, false, nil)})
+		case !isPartitionDir(dir):
+			// An object store has no directories: the prefix is reported
+			// once, as the directory a listing shows.
+			if !reported[dir] {
+				reported[dir] = true
+				out = append(out, storeEntry{name: dir, skip: outsideLayout(s.where(t, dir)+"/", reasonNotPartition, true, nil)})
+			}
+		default:
+			if _, _, ok := splitName(name); ok {
+				out = append(out, storeEntry{name: name, size: obj.Size, modTime: obj.ModTime})
+			}
 		}
 	})
 	return out, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +63,39 @@ func (f *faultFile) Sync() error {
 
 func (f *faultFile) Close() error { return f.f.Close() }
 
+// healWatcher passes every log record on to next, and reports the
+// outcome of each retry of an unavailable log, which the outbox logs, on
+// retries: nil when it healed, else the cause.
+type healWatcher struct {
+	next    slog.Handler
+	retries chan<- error
+}
+
+func (h healWatcher) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h healWatcher) Handle(ctx context.Context, r slog.Record) error {
+	switch r.Message {
+	case msgHealed:
+		h.retries <- nil
+	case msgStillFailed:
+		var cause error = errors.New("no err attribute")
+		r.Attrs(func(a slog.Attr) bool {
+			if e, ok := a.Value.Any().(error); ok && a.Key == "err" {
+				cause = e
+			}
+			return true
+		})
+		h.retries <- cause
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h healWatcher) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h healWatcher) WithGroup(string) slog.Handler      { return h }
+
 // A full disk makes the writer refuse appends at once, with an error that
 // says why and where, and retry until space returns; then appends resume
 // in the same process and nothing accepted is lost. It used to jam: the
@@ -75,7 +109,7 @@ func TestFullDiskFailsClosedAndHeals(t *testing.T) {
 	retries := make(chan error, 16)
 	opts := b.options(procA)
 	opts.fs = fs
-	opts.onHeal = func(err error) { retries <- err }
+	opts.Logger = slog.New(healWatcher{next: opts.Logger.Handler(), retries: retries})
 	o, err := Open(ctx, opts)
 	require.NoError(t, err)
 	defer o.Close()
@@ -103,7 +137,7 @@ func TestFullDiskFailsClosedAndHeals(t *testing.T) {
 
 	// Retries fail while the disk is full, each on a new segment name.
 	for i := range 3 {
-		require.NoError(t, b.clock.BlockUntilContext(ctx, 2)) // the ticker and the retry timer
+		require.NoError(t, b.clock.BlockUntilContext(ctx, 1)) // the retry timer
 		b.clock.Advance(10 * time.Second)
 		err := <-retries
 		require.ErrorIs(t, err, syscall.ENOSPC, "retry %d", i)
@@ -112,7 +146,7 @@ func TestFullDiskFailsClosedAndHeals(t *testing.T) {
 	}
 
 	fs.full.Store(false)
-	require.NoError(t, b.clock.BlockUntilContext(ctx, 2))
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
 	b.clock.Advance(10 * time.Second)
 	require.NoError(t, <-retries)
 	require.NoError(t, outbox.AppendAndWait(ctx, o, rec("after-1")))
@@ -152,7 +186,7 @@ func TestRealFullDiskHeals(t *testing.T) {
 	retries := make(chan error, 64)
 	opts := b.options(procA)
 	opts.SegmentMaxBytes = 64 << 10
-	opts.onHeal = func(err error) { retries <- err }
+	opts.Logger = slog.New(healWatcher{next: opts.Logger.Handler(), retries: retries})
 	o, err := Open(ctx, opts)
 	require.NoError(t, err)
 	defer o.Close()
@@ -174,14 +208,23 @@ func TestRealFullDiskHeals(t *testing.T) {
 	require.ErrorIs(t, o.Append(ctx, dispatchRec("tmpfs", "refused", "1", outbox.StatusCreated), nil), ErrUnavailable)
 
 	// The log's conversions retry on the same clock, so the number of
-	// timers varies: advance until the writer reports a retry.
+	// timers varies: advance whenever a timer waits, until the writer
+	// reports a retry.
 	retry := func() error {
 		for {
-			b.clock.Advance(10 * time.Second)
+			waitCtx, cancel := context.WithCancel(ctx)
+			more := make(chan struct{})
+			go func() {
+				defer close(more)
+				_ = b.clock.BlockUntilContext(waitCtx, 1)
+			}()
 			select {
 			case err := <-retries:
+				cancel()
 				return err
-			case <-time.After(time.Millisecond):
+			case <-more:
+				cancel()
+				b.clock.Advance(10 * time.Second)
 			}
 		}
 	}

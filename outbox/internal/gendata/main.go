@@ -5,8 +5,7 @@
 // has history to fold). IDs are first recorded evenly over -days UTC days
 // from -start, and rows are dealt round-robin into several files per daily
 // partition (created_date=YYYY-MM-DD/), each sorted by ID, as dispatchers'
-// log conversions produce them; -days 0 writes the flat layout of earlier
-// versions instead.
+// log conversions produce them.
 //
 //	go run ./outbox/internal/gendata -rows 5000000 -days 30 -files 10 -out /tmp/outbox5m
 //	ctdispatch compact --outbox /tmp/outbox5m
@@ -39,13 +38,13 @@ func main() {
 	pendingShare := flag.Float64("pending-history", 0.1, "share of IDs that also get an earlier pending row")
 	out := flag.String("out", "", "outbox root to create (required)")
 	seed := flag.Uint64("seed", 1, "random seed")
-	days := flag.Int("days", 30, "UTC days (daily partitions) the IDs are first recorded over; 0: flat layout")
+	days := flag.Int("days", 30, "UTC days (daily partitions) the IDs are first recorded over (at least 1)")
 	start := flag.String("start", "2026-01-01", "first day")
 	first := flag.Int("first", 0, "number of the first ID (to add a day to an existing table)")
 	flag.Parse()
 	base, err := time.Parse(time.DateOnly, *start)
-	if err != nil || *days < 0 || *first < 0 {
-		fmt.Fprintln(os.Stderr, "gendata: -start must be YYYY-MM-DD; -days and -first must not be negative")
+	if err != nil || *days < 1 || *first < 0 {
+		fmt.Fprintln(os.Stderr, "gendata: -start must be YYYY-MM-DD; -days must be at least 1 and -first not negative")
 		os.Exit(2)
 	}
 	if *out == "" || *rows <= 0 || *files <= 0 {
@@ -84,11 +83,8 @@ type gen struct {
 }
 
 // created is when the i-th of the generated IDs is first recorded: evenly
-// over the days (20ms apart in the flat layout).
+// over the days.
 func (g gen) created(i int) time.Time {
-	if g.days == 0 {
-		return g.base.Add(time.Duration(i) * 20 * time.Millisecond)
-	}
 	step := time.Duration(g.days) * 24 * time.Hour / time.Duration(g.rows)
 	return g.base.Add(time.Duration(i) * step)
 }
@@ -134,10 +130,7 @@ func (g gen) write(root string) error {
 			if err != nil {
 				return err
 			}
-			part := ""
-			if g.days > 0 {
-				part = "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly)
-			}
+			part := "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly)
 			if r.Status != outbox.StatusPending && rng.Float64() < g.pendingShare {
 				p := r
 				p.Status, p.ErrorCode, p.CreateCalls, p.UpdatedAt = outbox.StatusPending, "", 0, r.CreatedAt
