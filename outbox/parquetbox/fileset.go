@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/jonboulle/clockwork"
@@ -110,12 +111,16 @@ func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*
 		return nil, nil, err
 	}
 	fs.mu.Lock()
-	listed, m := fs.listed, fs.manifest
+	listed, m := inBucket(fs.listed, fld, value), fs.manifest
 	if m == nil {
 		defer fs.mu.Unlock()
 		pre.close()
-		fs.openListedLocked(ctx, nil)
-		return fs.holdLocked(nil), nil, nil
+		want := make(map[string]*admission, len(listed))
+		for _, e := range listed {
+			want[e.name] = nil
+		}
+		fs.openListedLocked(ctx, want)
+		return fs.holdLocked(want), nil, nil
 	}
 	open := make(map[string]bool, len(fs.files))
 	for _, e := range listed {
@@ -130,6 +135,26 @@ func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*
 	fs.adoptLocked(pre, want)
 	fs.openListedLocked(ctx, want)
 	return fs.holdLocked(want), want, nil
+}
+
+// inBucket returns the listed files that may hold value in column fld:
+// for an ID or a cloud_task_id, only its bucket's (and files without a
+// bucket), so a lookup opens one unit per day.
+func inBucket(listed []storeEntry, fld field, value string) []storeEntry {
+	cloudID := value
+	if fld == fieldID {
+		var err error
+		if cloudID, err = naming.CloudTaskID(value); err != nil {
+			return listed // not an ID this system writes: any file may hold it
+		}
+	}
+	out := make([]storeEntry, 0, len(listed))
+	for _, e := range listed {
+		if mayHold(e.name, cloudID) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // relist lists the files again unless the last listing is recent enough,

@@ -1,7 +1,9 @@
 package parquetbox
 
 import (
+	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,4 +42,90 @@ func splitName(name string) (partition, base string, ok bool) {
 		return "", "", false
 	}
 	return dir, base, isDataFile(base)
+}
+
+// Within a partition, a writer configured with Options.Buckets > 1 splits
+// its rows into hash buckets of the cloud_task_id, one file per bucket,
+// named b<k>of<n>-<name>.parquet. A bucket of a day is the unit a
+// compaction's lease covers (see ADR 0011): two compactions share a day by
+// taking different buckets, and a lookup by ID opens only the files of the
+// ID's bucket (and any file without a bucket). The bucket is in the file
+// name, not a directory level, so the Hive layout DuckDB and BigQuery read
+// is unchanged. Files without the prefix form the unit "" of their day.
+const bucketPrefix = "b"
+
+// maxBuckets bounds Options.Buckets: each bucket is a file per converted
+// log segment and day.
+const maxBuckets = 256
+
+// unitName is a lease unit within a table: the partition and, for a
+// bucketed file, "/b<k>of<n>".
+type unitName = string
+
+// bucketOf returns the bucket, of n, of a cloud_task_id: FNV-1a of the
+// ID, modulo n. Cloud Tasks IDs are hashes, so buckets fill evenly.
+func bucketOf(cloudTaskID string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(cloudTaskID); i++ {
+		h ^= uint32(cloudTaskID[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// bucketName is the file name prefix of bucket k of n.
+func bucketName(k, n int) string { return fmt.Sprintf("%s%dof%d", bucketPrefix, k, n) }
+
+// splitBucket parses the bucket prefix of a file's base name: k of n and
+// the rest of the name. ok is false for a name without one.
+func splitBucket(base string) (k, n int, rest string, ok bool) {
+	s, ok := strings.CutPrefix(base, bucketPrefix)
+	if !ok {
+		return 0, 0, base, false
+	}
+	ks, s, ok1 := strings.Cut(s, "of")
+	ns, rest, ok2 := strings.Cut(s, "-")
+	if !ok1 || !ok2 {
+		return 0, 0, base, false
+	}
+	k, err1 := strconv.Atoi(ks)
+	n, err2 := strconv.Atoi(ns)
+	if err1 != nil || err2 != nil || n < 2 || n > maxBuckets || k < 0 || k >= n || ks != strconv.Itoa(k) || ns != strconv.Itoa(n) {
+		return 0, 0, base, false
+	}
+	return k, n, rest, true
+}
+
+// unitOf names the lease unit of a file within a table (see splitName):
+// its partition, followed by "/b<k>of<n>" when the file is bucketed.
+func unitOf(name string) unitName {
+	part, base, _ := splitName(name)
+	if k, n, _, ok := splitBucket(base); ok {
+		return part + "/" + bucketName(k, n)
+	}
+	return part
+}
+
+// unitPartition returns the partition of a unit.
+func unitPartition(u unitName) string {
+	p, _, _ := strings.Cut(u, "/")
+	return p
+}
+
+// unitBucket returns the file name prefix of a unit's outputs ("" for an
+// unbucketed unit).
+func unitBucket(u unitName) string {
+	_, b, ok := strings.Cut(u, "/")
+	if !ok {
+		return ""
+	}
+	return b + "-"
+}
+
+// mayHold reports whether a file may hold rows of the Cloud Tasks ID
+// cloudID: a file without a bucket may hold any.
+func mayHold(name, cloudID string) bool {
+	_, base, _ := splitName(name)
+	k, n, _, ok := splitBucket(base)
+	return !ok || bucketOf(cloudID, n) == k
 }
