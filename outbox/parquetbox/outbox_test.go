@@ -71,8 +71,8 @@ func (b *testBundle) options(proc string) Options {
 		// files and compactions here count them; bucket_test.go covers
 		// buckets.
 		Buckets: 1,
-		Clock:           b.clock,
-		Logger:          slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Clock:   b.clock,
+		Logger:  slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
 
