@@ -190,7 +190,8 @@ func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	require.Len(t, files, 3)
 	require.Equal(t, []string{"dispatch_outbox", "(top level)", "1"}, files[0][:3])
 	require.Equal(t, "1", files[0][4])
-	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "2"}, files[1][:3])
+	// Two log conversions, each one file per bucket its IDs hash to.
+	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "4"}, files[1][:3])
 	require.Equal(t, "0", files[1][4])
 	require.Equal(t, []string{"timers", "created_date=2026-11-23", "1"}, files[2][:3])
 	damaged := rows(t, page, "damaged")
