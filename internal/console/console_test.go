@@ -198,7 +198,7 @@ func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	require.Len(t, damaged, 1)
 	require.Equal(t, filepath.Join(b.dir, "dispatch_outbox", "broken.parquet"), damaged[0][0])
 	require.Equal(t, [][]string{
-		{"dispatch_outbox", "2", "5", "0", "3", "already_existed 1 created 1 pending 1"},
+		{"dispatch_outbox", "4", "5", "0", "3", "already_existed 1 created 1 pending 1"},
 		{"timers", "1", "1", "0", "1", "created 1"},
 	}, rows(t, page, "stats"))
 	require.Equal(t, [][]string{{"dispatch:run-1:load:1", "2026-11-23 10:00:03.000", procA.String()}}, rows(t, page, "stale"))
