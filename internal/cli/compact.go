@@ -157,8 +157,8 @@ func newCompactCmd(env *Env) *cobra.Command {
 		Long: `Merge each unit's runs of similar size into sorted files, applying retention.
 
 Tables are partitioned by the UTC day each ID was first recorded
-(created_date=YYYY-MM-DD), and a day's files by hash bucket of the
-cloud_task_id (b3of8-… in file names): a bucket of a day is a unit. Within
+(created_date=YYYY-MM-DD), and a day's files by hash bucket of the ID's
+task (b3of8-… in file names): a bucket of a day is a unit. Within
 a unit, each converted log segment is a run, and so is the output of each
 merge; runs merge size-tiered, four of a tier into one of the next, so a
 row is rewritten about log4(runs) times over a day rather than at every

@@ -27,7 +27,7 @@ func TestBinaryQueryWithAStaleManifest(t *testing.T) {
 	res := runBinary(t, nil, "", "compact", "--outbox", dir)
 	require.Equal(t, 0, res.code, res.stderr)
 	manifest := filepath.Join(dir, "_manifests", "dispatch_outbox")
-	require.Contains(t, res.stdout, "dispatch_outbox: manifest written: 1 files, 1 row groups ("+manifest+")\n")
+	require.Contains(t, res.stdout, "dispatch_outbox: manifest written: 2 files, 2 row groups ("+manifest+")\n")
 	first, err := os.ReadFile(manifest)
 	require.NoError(t, err)
 

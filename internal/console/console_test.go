@@ -190,15 +190,15 @@ func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	require.Len(t, files, 3)
 	require.Equal(t, []string{"dispatch_outbox", "(top level)", "1"}, files[0][:3])
 	require.Equal(t, "1", files[0][4])
-	// Two log conversions, each one file per bucket its IDs hash to.
-	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "4"}, files[1][:3])
+	// Two log conversions, each one file per bucket its tasks hash to.
+	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "3"}, files[1][:3])
 	require.Equal(t, "0", files[1][4])
 	require.Equal(t, []string{"timers", "created_date=2026-11-23", "1"}, files[2][:3])
 	damaged := rows(t, page, "damaged")
 	require.Len(t, damaged, 1)
 	require.Equal(t, filepath.Join(b.dir, "dispatch_outbox", "broken.parquet"), damaged[0][0])
 	require.Equal(t, [][]string{
-		{"dispatch_outbox", "4", "5", "0", "3", "already_existed 1 created 1 pending 1"},
+		{"dispatch_outbox", "3", "5", "0", "3", "already_existed 1 created 1 pending 1"},
 		{"timers", "1", "1", "0", "1", "created 1"},
 	}, rows(t, page, "stats"))
 	require.Equal(t, [][]string{{"dispatch:run-1:load:1", "2026-11-23 10:00:03.000", procA.String()}}, rows(t, page, "stale"))

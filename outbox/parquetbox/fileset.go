@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/jonboulle/clockwork"
@@ -138,19 +137,16 @@ func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*
 }
 
 // inBucket returns the listed files that may hold value in column fld:
-// for an ID or a cloud_task_id, only its bucket's (and files without a
-// bucket), so a lookup opens one unit per day.
+// for an ID, only its bucket's (and files without a bucket), so a lookup
+// by ID opens one unit per day. A cloud_task_id does not tell its task,
+// so its lookups rely on the manifest's bloom filters instead.
 func inBucket(listed []storeEntry, fld field, value string) []storeEntry {
-	cloudID := value
-	if fld == fieldID {
-		var err error
-		if cloudID, err = naming.CloudTaskID(value); err != nil {
-			return listed // not an ID this system writes: any file may hold it
-		}
+	if fld != fieldID {
+		return listed
 	}
 	out := make([]storeEntry, 0, len(listed))
 	for _, e := range listed {
-		if mayHold(e.name, cloudID) {
+		if mayHold(e.name, value) {
 			out = append(out, e)
 		}
 	}

@@ -81,8 +81,8 @@ type Options struct {
 	// SegmentMaxAge rolls a non-empty segment once it is this old, so data
 	// reaches Parquet (and analysts) within this delay. Defaults to 5m.
 	SegmentMaxAge time.Duration
-	// Buckets splits each day's rows into this many hash buckets of the
-	// cloud_task_id when a log segment is converted, one file per bucket,
+	// Buckets splits each day's rows into this many hash buckets of their
+	// task (the ID without its attempt) when a log segment is converted, one file per bucket,
 	// so that compactions on several machines share a day (a lease covers
 	// one bucket of one day) and a lookup by ID opens one bucket per day
 	// (see ADR 0011). Defaults to 8; 1 writes one file per day. At most
@@ -510,7 +510,7 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 			}
 			p := part{r.Table, partitionOf(r)}
 			if n := o.opts.Buckets; n > 1 {
-				p.name += "/" + bucketName(bucketOf(r.CloudTaskID, n), n) + "-"
+				p.name += "/" + bucketName(bucketOf(r.ID, n), n) + "-"
 			} else {
 				p.name += "/"
 			}
