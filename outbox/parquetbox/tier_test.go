@@ -319,3 +319,23 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 200)
 }
+
+// Once its day is over, a unit holding more runs than ⌈log₄ rounds⌉ + 1
+// is folded whole at its next compaction; during the day the tiers alone
+// decide.
+func TestPastDayIsFoldedToTheRunBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o := b.open(t, procA)
+	_, _, runs := aDay(t, b, o, 7, 10)
+	require.Equal(t, map[string]int{"created_date=2026-03-01/": 4}, runs, "weights 4, 1, 1, 1 within the day")
+
+	b.clock.Advance(24 * time.Hour)
+	st, err := o.Compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	require.NoError(t, err)
+	p := st.Tables[0].Partitions[0]
+	require.Equal(t, []any{PartitionCompacted, 4, 1, true}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full}, "bound for 7 rounds: 3")
+	st, err = o.Compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	require.NoError(t, err)
+	require.Equal(t, PartitionUntouched, st.Tables[0].Partitions[0].Action)
+}
