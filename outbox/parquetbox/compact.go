@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -273,6 +274,9 @@ type compaction struct {
 	now    time.Time
 	holder string
 	st     *TableCompaction
+	// runsSeen is how many runs the unit being compacted held at its
+	// last step.
+	runsSeen int
 }
 
 func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions) (TableCompaction, error) {
@@ -381,13 +385,35 @@ func (c *compaction) run(ctx context.Context, unit unitName, step func(context.C
 		return pc, fmt.Errorf("outbox: lease %s/%s: %w", c.t, name, err)
 	}
 	defer l.release(context.WithoutCancel(ctx))
+	c.runsSeen = -1
+	for {
+		seen := c.runsSeen
+		err := c.step(ctx, l, unit, &pc, step)
+		// Runs it cannot remove (files with foreign rows are kept) may
+		// leave a step without progress: the rest waits for the next
+		// compaction.
+		if !errors.Is(err, errMoreRuns) || (seen >= 0 && c.runsSeen >= seen) {
+			if errors.Is(err, errMoreRuns) {
+				err = nil
+			}
+			return pc, err
+		}
+	}
+}
+
+// errMoreRuns is a step's answer when it merged some of the runs a merge
+// called for (see maxFanIn) and the rest are to merge with its output.
+var errMoreRuns = errors.New("more runs to merge")
+
+// step does step once, with the unit's files as they are now.
+func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *PartitionCompaction, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) error {
 	// Listed again under the lease: a compaction that held it before may
 	// have replaced these files.
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	all, err := fs.acquire(ctx)
 	if err != nil {
-		return pc, err
+		return err
 	}
 	defer fs.release(all)
 	var files []*openFile
@@ -398,9 +424,9 @@ func (c *compaction) run(ctx context.Context, unit unitName, step func(context.C
 	}
 	if len(files) == 0 {
 		pc.Action, pc.Reason = PartitionUntouched, "no readable files"
-		return pc, nil
+		return nil
 	}
-	return pc, step(ctx, l, files, &pc)
+	return step(ctx, l, files, pc)
 }
 
 // droppable reports whether retention removes r in a merge of every run
@@ -413,10 +439,21 @@ func (c *compaction) droppable(r *outbox.Record) bool {
 	return ok && !r.UpdatedAt.After(c.now.Add(-keep))
 }
 
+// maxFanIn bounds the runs one merge reads at once: each holds a page of
+// every column and a batch of rows in memory (about 2 MiB), so a merge of
+// more (a day never compacted, folded whole) merges its smallest
+// maxFanIn runs first, without retention, and goes on with the rest.
+const maxFanIn = 32
+
 // compactUnit merges a unit's runs as the tiers call for (see Compact).
+// It answers errMoreRuns when a merge took only maxFanIn of its runs.
 func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction) error {
 	runs := groupRuns(files)
-	pc.RunsBefore, pc.RunsAfter = len(runs), len(runs)
+	c.runsSeen = len(runs)
+	if pc.Merges == 0 {
+		pc.RunsBefore = len(runs)
+	}
+	pc.RunsAfter = len(runs)
 	full := c.opts.Full || (c.dayOver(pc.Partition) && len(runs) > runBound(totalWeight(runs)))
 	drops := false
 	if len(c.opts.Retention) > 0 {
@@ -424,7 +461,7 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 		if err != nil {
 			return err
 		}
-		if all {
+		if all && pc.Merges == 0 {
 			pc.RunsAfter = 0
 			return c.dropWhole(ctx, l, files, pc)
 		}
@@ -440,10 +477,20 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 		merges = planMerges(runs)
 	}
 	if len(merges) == 0 {
-		pc.Action, pc.Reason = PartitionUntouched, "runs within the tiers' bounds"
+		if pc.Merges == 0 {
+			pc.Action, pc.Reason = PartitionUntouched, "runs within the tiers' bounds"
+		}
 		return nil
 	}
 	pc.Action = PartitionCompacted
+	more := false
+	for i, m := range merges {
+		if len(m) > maxFanIn {
+			m = slices.Clone(m)
+			sort.SliceStable(m, func(a, b int) bool { return m[a].weight < m[b].weight })
+			merges[i], more = m[:maxFanIn], true
+		}
+	}
 	pc.Full = len(merges) == 1 && len(merges[0]) == len(runs)
 	for _, m := range merges {
 		var in []*openFile
@@ -460,6 +507,9 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 		}
 		pc.Merges++
 		pc.RunsAfter -= len(m) - 1
+	}
+	if more {
+		return errMoreRuns
 	}
 	return nil
 }

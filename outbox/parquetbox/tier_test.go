@@ -339,3 +339,39 @@ func TestPastDayIsFoldedToTheRunBound(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PartitionUntouched, st.Tables[0].Partitions[0].Action)
 }
+
+// A merge never reads more than maxFanIn runs at once: a day of 40 log
+// conversions never compacted, folded whole, merges its 32 smallest runs,
+// then the rest with that output, and retention applies only in the last
+// merge, which takes every run.
+func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	o := b.open(t, procA)
+	const rounds = maxFanIn + 8
+	for round := range rounds {
+		r := dispatchRec("many", fmt.Sprint(round), "1", outbox.StatusPending)
+		require.NoError(t, outbox.AppendAndWait(ctx, o, r))
+		if round == 0 {
+			r.Status = outbox.StatusCreated // x: pending in run 0, created in run 1
+			require.NoError(t, o.Flush(ctx))
+			b.clock.Advance(time.Minute)
+			require.NoError(t, outbox.AppendAndWait(ctx, o, r))
+		}
+		require.NoError(t, o.Flush(ctx))
+	}
+	b.clock.Advance(2 * time.Hour)
+	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
+	require.NoError(t, err)
+	p := st.Tables[0].Partitions[0]
+	require.Equal(t, []any{PartitionCompacted, rounds + 1, 1, 2, true, int64(1)},
+		[]any{p.Action, p.RunsBefore, p.RunsAfter, p.Merges, p.Full, p.Dropped})
+	got, err := o.Lookup(ctx, outbox.Query{RunID: "many"})
+	require.NoError(t, err)
+	require.Len(t, got, rounds-1, "every pending ID but the dropped one")
+	for _, r := range got {
+		require.Equal(t, outbox.StatusPending, r.Status)
+		require.NotEqual(t, "dispatch:many:0:1", r.ID)
+	}
+}
