@@ -440,10 +440,11 @@ func (c *compaction) droppable(r *outbox.Record) bool {
 }
 
 // maxFanIn bounds the runs one merge reads at once: each holds a page of
-// every column and a batch of rows in memory (about 2 MiB), so a merge of
-// more (a day never compacted, folded whole) merges its smallest
-// maxFanIn runs first, without retention, and goes on with the rest.
-const maxFanIn = 32
+// every column and a batch of rows in memory (about 2 MiB; 48 runs peaked
+// at 165 MiB), so a merge of more (a day never compacted, folded whole)
+// first merges just enough of its smallest runs, without retention, that
+// maxFanIn are left, and then goes on with those.
+const maxFanIn = 48
 
 // compactUnit merges a unit's runs as the tiers call for (see Compact).
 // It answers errMoreRuns when a merge took only maxFanIn of its runs.
@@ -488,7 +489,7 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 		if len(m) > maxFanIn {
 			m = slices.Clone(m)
 			sort.SliceStable(m, func(a, b int) bool { return m[a].weight < m[b].weight })
-			merges[i], more = m[:maxFanIn], true
+			merges[i], more = m[:min(maxFanIn, len(m)-maxFanIn+1)], true
 		}
 	}
 	pc.Full = len(merges) == 1 && len(merges[0]) == len(runs)

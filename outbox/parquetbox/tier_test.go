@@ -340,10 +340,11 @@ func TestPastDayIsFoldedToTheRunBound(t *testing.T) {
 	require.Equal(t, PartitionUntouched, st.Tables[0].Partitions[0].Action)
 }
 
-// A merge never reads more than maxFanIn runs at once: a day of 40 log
-// conversions never compacted, folded whole, merges its 32 smallest runs,
-// then the rest with that output, and retention applies only in the last
-// merge, which takes every run.
+// A merge never reads more than maxFanIn runs at once: a day of
+// maxFanIn + 8 log conversions never compacted, folded whole, first
+// merges its 10 smallest runs (leaving maxFanIn), then the rest with that
+// output, and retention applies only in the last merge, which takes every
+// run.
 func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -365,8 +366,8 @@ func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
 	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
-	require.Equal(t, []any{PartitionCompacted, rounds + 1, 1, 2, true, int64(1)},
-		[]any{p.Action, p.RunsBefore, p.RunsAfter, p.Merges, p.Full, p.Dropped})
+	require.Equal(t, []any{PartitionCompacted, rounds + 1, 1, 2, true, int64(1), rounds + 1 + 1},
+		[]any{p.Action, p.RunsBefore, p.RunsAfter, p.Merges, p.Full, p.Dropped, p.FilesIn})
 	got, err := o.Lookup(ctx, outbox.Query{RunID: "many"})
 	require.NoError(t, err)
 	require.Len(t, got, rounds-1, "every pending ID but the dropped one")
