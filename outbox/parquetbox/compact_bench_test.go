@@ -78,7 +78,7 @@ func writeRounds(tb testing.TB, root string, rounds, perRound, buckets int) {
 // buckets), never compacted, into one run per bucket: the work DuckDB's
 // fold is compared with in scripts/compaction-bench. Profile it with
 //
-//	go test ./outbox/parquetbox/ -run '^$' -bench CompactDay -benchtime 3x -cpuprofile /tmp/cpu.out
+//	go test ./outbox/parquetbox/ -run '^$' -bench CompactDay -benchtime 3x -cpuprofile /tmp/cpu.out -o /tmp/parquetbox.test
 func BenchmarkCompactDay(b *testing.B) {
 	src := b.TempDir()
 	writeRounds(b, src, 16, 20_000, 8)
