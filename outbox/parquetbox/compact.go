@@ -503,7 +503,7 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 		out := newPartWriters(c, pc)
 		out.prefix = unitBucket(unitOf(in[0].name)) + "compacted-"
 		out.weight = w
-		if err := c.fold(ctx, l, in, pc, out, pc.Full, func(r *outbox.Record) string { return pc.Partition }); err != nil {
+		if err := c.fold(ctx, l, in, pc, out, pc.Full, pc.Partition); err != nil {
 			return err
 		}
 		pc.Merges++
@@ -533,7 +533,7 @@ func (c *compaction) move(ctx context.Context, l *lease, files []*openFile, pc *
 	pc.Action = PartitionMoved
 	out := newPartWriters(c, pc)
 	out.prefix = "moved-"
-	return c.fold(ctx, l, files, pc, out, false, partitionOf)
+	return c.fold(ctx, l, files, pc, out, false, "")
 }
 
 // scanRetention reads the columns retention needs and reports whether
@@ -567,11 +567,11 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 	return c.removeInputs(ctx, l, files, nil, pc)
 }
 
-// fold merges files into out, routing each ID's latest state to the
-// partition route names, and then removes the inputs. Retention drops
-// records only when drop is set: when the files are every run of their
-// unit.
-func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, out *partWriters, drop bool, route func(*outbox.Record) string) error {
+// fold merges files into out, writing each ID's latest state to the
+// partition part (to its own partition when part is ""), and then
+// removes the inputs. Retention drops records only when drop is set: when
+// the files are every run of their unit.
+func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, out *partWriters, drop bool, part string) error {
 	var total, done int64
 	for _, f := range files {
 		total += f.NumRows()
@@ -629,7 +629,11 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 			renewed = now
 		}
 		pc.RowsOut++
-		return out.write(ctx, route(&r), &r)
+		p := part
+		if p == "" {
+			p = partitionOf(&r)
+		}
+		return out.write(ctx, p, &r)
 	})
 	pc.RowsIn = rowsIn + done
 	if err != nil {
