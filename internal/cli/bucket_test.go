@@ -101,7 +101,7 @@ func TestBinaryBucketOutbox(t *testing.T) {
 
 	res = runBinary(t, env, "", "stats", "--outbox", root, "--format", "json")
 	require.Equal(t, 0, res.code, res.stderr)
-	require.Contains(t, res.stdout, `"table":"dispatch_outbox","files":2,`, "the compacted file and recover's")
+	require.Contains(t, res.stdout, `"table":"dispatch_outbox","files":3,`, "a run in each of the two IDs' buckets (one run each is within the tiers' bounds: left as it is) and recover's")
 	require.Contains(t, res.stdout, `"ids":2,"by_status":{"created":1,"not_found":1}`)
 }
 

@@ -91,9 +91,13 @@ func manifestLine(t outbox.Table, m parquetbox.ManifestReport) string {
 	return ""
 }
 
-// partitionLine says what compaction did with one partition.
+// partitionLine says what compaction did with one unit: a partition, or
+// one bucket of it.
 func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 	where := string(t) + "/" + p.Partition
+	if p.Bucket != "" {
+		where += " " + p.Bucket
+	}
 	switch p.Action {
 	case parquetbox.PartitionUntouched:
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
@@ -107,6 +111,11 @@ func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 	if p.ForeignRows > 0 {
 		line += fmt.Sprintf("; %d foreign rows left out", p.ForeignRows)
 	}
+	merge := "tiered"
+	if p.Full {
+		merge = "full"
+	}
+	line += fmt.Sprintf("; runs %d -> %d (%s)", p.RunsBefore, p.RunsAfter, merge)
 	return line
 }
 
@@ -140,27 +149,35 @@ func isTerminal(w io.Writer) bool {
 func newCompactCmd(env *Env) *cobra.Command {
 	var dir, retention, target string
 	var leaseTTL time.Duration
+	var full bool
 	cmd := &cobra.Command{
-		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE]",
-		Short: "Merge each partition's new files into sorted files, applying retention",
-		Long: `Merge each partition's new files into sorted files, applying retention.
+		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE] [--full]",
+		Short: "Merge each unit's runs of similar size into sorted files, applying retention",
+		Long: `Merge each unit's runs of similar size into sorted files, applying retention.
 
 Tables are partitioned by the UTC day each ID was first recorded
-(created_date=YYYY-MM-DD). Each partition written since it was last
-compacted is merged into files sorted by ID of at most --target-size each;
-each ID keeps only its latest state (its history is folded), and terminal
-records (created, already_existed, failed, cancelled) older than their
-queue's retention are dropped; pending records never are. A partition
-compacted and not written since is left untouched (not even read); one
-whose every row is past retention is removed whole. Logs left by stopped
-dispatchers are converted first. Running dispatchers keep appending
-meanwhile, and an interrupted compaction leaves the outbox as it was.
+(created_date=YYYY-MM-DD), and a day's files by hash bucket of the ID's
+task (b3of8-… in file names): a bucket of a day is a unit. Within
+a unit, each converted log segment is a run, and so is the output of each
+merge; runs merge size-tiered, four of a tier into one of the next, so a
+row is rewritten about log4(runs) times over a day rather than at every
+compaction, and a past day keeps at most ceil(log4 segments)+1 runs
+(--full folds every unit into one run now). A merge writes files sorted
+by ID of at most --target-size each; each ID keeps only its latest state
+(its history is folded), and terminal records (created, already_existed,
+failed, cancelled) older than their queue's retention are dropped, only
+by a merge of every run of their unit; pending records never are. A unit
+whose runs are within the tiers' bounds is left untouched; one whose every
+row is past retention is removed whole. Logs left by stopped dispatchers
+are converted first. Running dispatchers keep appending meanwhile, and an
+interrupted compaction leaves the outbox as it was.
 
-Each partition is compacted under a lease (a small object under
-_leases/ in the outbox), so two compactions of one outbox at once (two
-machines, or a cron overlapping a slow run) never write a row twice: a
-partition the other one holds is reported busy and skipped; run again
-later to finish it. A crashed compaction's lease expires after --lease-ttl (10 minutes).
+Each unit is compacted under a lease (a small object under _leases/ in
+the outbox), so two compactions of one outbox at once (two machines, or a
+cron overlapping a slow run) never write a row twice: a unit the other
+one holds is reported busy and skipped, so two compactions started
+together share a day's units. A crashed compaction's lease expires after
+--lease-ttl (10 minutes).
 
 Last, each table's manifest (_manifests/<table> in the outbox) is
 written or found up to date: it lists every file with its row groups' ID
@@ -168,14 +185,14 @@ bounds and where their bloom filters lie, so that query --dispatch-id and
 --cloud-task-id open only the files that may hold the ID. Files written
 after it are read as usual; it is never trusted over the files.
 
-One line per partition says what was done (compacted, untouched, dropped,
-busy), then what was skipped (damaged or foreign files, and entries
-outside the layout: files directly under a table, directories that are
-not created_date=YYYY-MM-DD, symbolic links, partitions the process
-cannot read), files kept because they hold foreign rows, a total per
-table, and what became of its manifest. When anything was skipped the
-exit status is 3, as for query and stats: what it holds was not
-compacted.
+One line per unit says what was done (compacted, untouched, dropped,
+busy) and, for a merge, its runs before and after, then what was skipped
+(damaged or foreign files, and entries outside the layout: files directly
+under a table, directories that are not created_date=YYYY-MM-DD, symbolic
+links, partitions the process cannot read), files kept because they hold
+foreign rows, a total per table, and what became of its manifest. When
+anything was skipped the exit status is 3, as for query and stats: what
+it holds was not compacted.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of
@@ -205,7 +222,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if leaseTTL < time.Second {
 				return usagef("--lease-ttl %s is below the minimum 1s", leaseTTL)
 			}
-			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL}
+			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}
 			var bar *progressBar
 			if isTerminal(env.Err) {
 				bar = &progressBar{w: env.Err, now: time.Now}
@@ -250,6 +267,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
 	cmd.Flags().StringVar(&target, "target-size", "256MiB", "size past which a partition's output goes on in another file (KiB, MiB, GiB)")
-	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a partition's lease outlives a crashed compaction (a running one renews it)")
+	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a unit's lease outlives a crashed compaction (a running one renews it)")
+	cmd.Flags().BoolVar(&full, "full", false, "fold every run of each unit into one, instead of merging runs of similar size")
 	return cmd
 }

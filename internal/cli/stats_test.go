@@ -18,7 +18,7 @@ func TestStatsCommand(t *testing.T) {
 	require.Equal(t, 0, code)
 	lines := strings.Split(stdout, "\n")
 	require.Regexp(t, `^TABLE\s+IDS\s+FILES\s+BYTES\s+ROWS\s+LOG RECORDS$`, lines[0])
-	require.Regexp(t, `^dispatch_outbox\s+2\s+1\s+\d+\s+3\s+0$`, lines[1])
+	require.Regexp(t, `^dispatch_outbox\s+2\s+2\s+\d+\s+3\s+0$`, lines[1]) // the two IDs' tasks hash to two buckets
 	require.Regexp(t, `^timers\s+1\s+1\s+\d+\s+1\s+0$`, lines[2])
 	require.Equal(t, []string{
 		"",

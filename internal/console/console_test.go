@@ -191,7 +191,9 @@ func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	require.Len(t, files, 3)
 	require.Equal(t, []string{"dispatch_outbox", "(top level)", "0"}, files[0][:3])
 	require.Equal(t, "1", files[0][4])
-	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "3"}, files[1][:3])
+	// Two log conversions, each one file per bucket its tasks hash to (3
+	// files), and the truncated file.
+	require.Equal(t, []string{"dispatch_outbox", "created_date=2026-11-23", "4"}, files[1][:3])
 	require.Equal(t, "0", files[1][4])
 	require.Equal(t, []string{"timers", "created_date=2026-11-23", "1"}, files[2][:3])
 	require.Equal(t, [][]string{
@@ -200,7 +202,7 @@ func TestOutboxPageShowsFilesDamageAndStaleRecords(t *testing.T) {
 	}, rows(t, page, "damaged"))
 	require.Contains(t, page, `<p class="error" id="skipped-notice">2 entries of the outbox skipped (damaged, foreign or outside the table layout; listed below): every answer on these pages may miss the records they hold.</p>`)
 	require.Equal(t, [][]string{
-		{"dispatch_outbox", "2", "5", "0", "3", "already_existed 1 created 1 pending 1"},
+		{"dispatch_outbox", "3", "5", "0", "3", "already_existed 1 created 1 pending 1"},
 		{"timers", "1", "1", "0", "1", "created 1"},
 	}, rows(t, page, "stats"))
 	require.Equal(t, [][]string{{"dispatch:run-1:load:1", "2026-11-23 10:00:03.000", procA.String()}}, rows(t, page, "stale"))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -114,9 +115,13 @@ type CompactOptions struct {
 	// Progress, if set, is called as rows are read, with the rows read so
 	// far and the total of the partition being compacted.
 	Progress func(t outbox.Table, done, total int64)
-	// OnPartition, if set, is called when a partition is done (or skipped),
-	// with what happened to it.
+	// OnPartition, if set, is called when a unit (a partition's bucket)
+	// is done (or skipped), with what happened to it.
 	OnPartition func(t outbox.Table, p PartitionCompaction)
+	// Full folds every run of each unit written since its last compaction
+	// into one, instead of merging runs of similar size (see Compact).
+	// Defaults to tiered merges.
+	Full bool
 }
 
 func (c CompactOptions) withDefaults() CompactOptions {
@@ -162,7 +167,8 @@ type TableCompaction struct {
 	Kept []string
 	// Skipped lists damaged or foreign files left out.
 	Skipped []*FileError
-	// Partitions reports each partition, in order.
+	// Partitions reports each unit (a partition, or a bucket of one), in
+	// order.
 	Partitions []PartitionCompaction
 	// Manifest reports the table's manifest, refreshed after the
 	// partitions (also when every partition was untouched).
@@ -176,8 +182,8 @@ type PartitionAction string
 const (
 	// PartitionCompacted: its files were merged into sorted files.
 	PartitionCompacted PartitionAction = "compacted"
-	// PartitionUntouched: compacted already and not written since (and
-	// nothing to drop), so not read.
+	// PartitionUntouched: its runs are within the tiers' bounds (and
+	// nothing is to drop), so nothing was rewritten.
 	PartitionUntouched PartitionAction = "untouched"
 	// PartitionDropped: every row was past retention; its files were
 	// removed without being rewritten.
@@ -186,10 +192,19 @@ const (
 	PartitionBusy PartitionAction = "busy"
 )
 
-// PartitionCompaction reports one partition of a compaction.
+// PartitionCompaction reports one unit of a compaction: a partition, or
+// one bucket of a partition (see Options.Buckets).
 type PartitionCompaction struct {
 	// Partition is the partition directory (created_date=2026-11-23).
 	Partition string
+	// Bucket is the unit's bucket within the partition (b3of8), or "" for
+	// the partition's files without a bucket.
+	Bucket string
+	// RunsBefore and RunsAfter count the unit's runs (sorted files, or
+	// sets of files one merge wrote) before and after; Merges counts the
+	// merges done, and Full says whether one of them took every run.
+	RunsBefore, RunsAfter, Merges int
+	Full                          bool
 	// Action says what was done; Reason says why when it was skipped.
 	Action PartitionAction
 	Reason string
@@ -203,15 +218,28 @@ type PartitionCompaction struct {
 	Outputs []string
 }
 
-// Compact compacts each table partition by partition: each partition
-// written since its last compaction is merged into files sorted by ID
-// with only the latest state of each ID, of at most about
-// TargetFileBytes each; terminal records past their queue's retention are
-// dropped, a partition whose rows all are is removed whole, and a partition
-// compacted and not written since is not read at all. Each partition is
-// done under a lease, so concurrent compactions of one root (on one disk
-// or one bucket) never fold the same files twice; a partition another
-// compaction holds is reported busy and skipped. Outputs are written
+// Compact compacts each table unit by unit: a unit is one bucket of a
+// partition (see Options.Buckets), or a partition's files without a
+// bucket.
+//
+// Within a unit, each file a log conversion wrote is a run of weight 1,
+// and the files one merge wrote are a run whose weight is the sum of its
+// inputs'. Runs are merged size-tiered (see ADR 0011): a run of weight w
+// is in tier ⌊log₄ w⌋, and whenever a tier holds 4 runs they are merged
+// into one of the next tier (cascading, in one merge), so each row is
+// rewritten about log₄(runs) times. A unit of a past day (by the clock)
+// holding more than ⌈log₄ W⌉ + 1 runs (W its total weight) is folded
+// whole, as is every unit with Full. A merge writes files sorted by ID
+// with only the latest state of each ID, of at most about TargetFileBytes
+// each. Terminal records past their queue's retention are dropped only by
+// a merge of every run of the unit, so that no older state of a dropped
+// ID survives in a run left out: a unit holding such records is folded
+// whole, and one whose rows all are is removed whole.
+//
+// Each unit is done under a lease, so concurrent compactions of one root
+// (on one disk or one bucket) never fold the same files twice; a unit
+// another compaction holds is reported busy and skipped, so two
+// compactions started together share a day's units. Outputs are written
 // atomically before the inputs are removed: appends continue meanwhile,
 // and an interrupted compaction leaves at worst a duplicate of some data,
 // folded on read and at the next compaction.
@@ -242,13 +270,16 @@ type compaction struct {
 	now    time.Time
 	holder string
 	st     *TableCompaction
+	// runsSeen is how many runs the unit being compacted held at its
+	// last step.
+	runsSeen int
 }
 
 func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions) (TableCompaction, error) {
 	st := TableCompaction{Table: t}
 	c := &compaction{o: o, t: t, opts: opts, now: o.clock.Now(), holder: o.leaseHolder(), st: &st}
 	o.store.cleanTemps(ctx, t, c.now.Add(-time.Hour))
-	parts, err := c.listPartitions(ctx)
+	parts, err := c.listUnits(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -258,7 +289,7 @@ func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactO
 	}
 	sort.Strings(names)
 	for _, p := range names {
-		pc, err := c.run(ctx, p, c.compactPartition)
+		pc, err := c.run(ctx, p, c.compactUnit)
 		c.report(pc)
 		if err != nil {
 			return st, err
@@ -279,16 +310,17 @@ func (o *Outbox) leaseHolder() string {
 	return fmt.Sprintf("%s (pid %d on %s, %s)", id, os.Getpid(), host, randomHex(4))
 }
 
-// listPartitions lists the table's files afresh, by partition.
-func (c *compaction) listPartitions(ctx context.Context) (map[string][]storeEntry, error) {
+// listUnits lists the table's files afresh, by unit.
+func (c *compaction) listUnits(ctx context.Context) (map[unitName][]storeEntry, error) {
 	entries, err := c.o.store.list(ctx, c.t)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list %s: %w", c.o.store.where(c.t, ""), err)
 	}
 	out := map[string][]storeEntry{}
 	for _, e := range entries {
-		if p, _, ok := splitName(e.name); ok {
-			out[p] = append(out[p], e)
+		if _, _, ok := splitName(e.name); ok {
+			u := unitOf(e.name)
+			out[u] = append(out[u], e)
 		}
 	}
 	return out, nil
@@ -313,43 +345,69 @@ func (c *compaction) report(pc PartitionCompaction) {
 	}
 }
 
-// run does step for one partition under its lease, with the partition's
-// files as they are once the lease is held.
-func (c *compaction) run(ctx context.Context, part string, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) (PartitionCompaction, error) {
-	pc := PartitionCompaction{Partition: part}
-	l, err := acquireLease(ctx, c.o.store, path.Join(leaseDir, string(c.t), part)+".", c.holder, c.o.clock.Now(), c.opts.LeaseTTL)
+// run does step for one unit under its lease, with the unit's files as
+// they are once the lease is held.
+func (c *compaction) run(ctx context.Context, unit unitName, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) (PartitionCompaction, error) {
+	pc := PartitionCompaction{Partition: unitPartition(unit), Bucket: strings.TrimSuffix(unitBucket(unit), "-")}
+	// A bucket's lease is <partition>~<bucket>, which no other unit's
+	// lease prefix (<partition>.) matches.
+	name := strings.Replace(unit, "/", "~", 1)
+	l, err := acquireLease(ctx, c.o.store, path.Join(leaseDir, string(c.t), name)+".", c.holder, c.o.clock.Now(), c.opts.LeaseTTL)
 	var busy *BusyError
 	if errors.As(err, &busy) {
 		pc.Action, pc.Reason = PartitionBusy, busy.Error()
 		return pc, nil
 	}
 	if err != nil {
-		return pc, fmt.Errorf("outbox: lease %s/%s: %w", c.t, part, err)
+		return pc, fmt.Errorf("outbox: lease %s/%s: %w", c.t, unit, err)
 	}
 	defer l.release(context.WithoutCancel(ctx))
+	c.runsSeen = -1
+	for {
+		seen := c.runsSeen
+		err := c.step(ctx, l, unit, &pc, step)
+		// Runs it cannot remove (files with foreign rows are kept) may
+		// leave a step without progress: the rest waits for the next
+		// compaction.
+		if !errors.Is(err, errMoreRuns) || (seen >= 0 && c.runsSeen >= seen) {
+			if errors.Is(err, errMoreRuns) {
+				err = nil
+			}
+			return pc, err
+		}
+	}
+}
+
+// errMoreRuns is a step's answer when it merged some of the runs a merge
+// called for (see maxFanIn) and the rest are to merge with its output.
+var errMoreRuns = errors.New("more runs to merge")
+
+// step does step once, with the unit's files as they are now.
+func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *PartitionCompaction, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) error {
 	// Listed again under the lease: a compaction that held it before may
 	// have replaced these files.
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	all, err := fs.acquire(ctx)
 	if err != nil {
-		return pc, err
+		return err
 	}
 	defer fs.release(all)
 	var files []*openFile
 	for _, f := range all {
-		if p, _, _ := splitName(f.name); p == part {
+		if unitOf(f.name) == unit {
 			files = append(files, f)
 		}
 	}
 	if len(files) == 0 {
 		pc.Action, pc.Reason = PartitionUntouched, "no readable files"
-		return pc, nil
+		return nil
 	}
-	return pc, step(ctx, l, files, &pc)
+	return step(ctx, l, files, pc)
 }
 
-// droppable reports whether retention removes r.
+// droppable reports whether retention removes r in a merge of every run
+// of its unit.
 func (c *compaction) droppable(r *outbox.Record) bool {
 	if !r.Status.Terminal() {
 		return false
@@ -358,29 +416,92 @@ func (c *compaction) droppable(r *outbox.Record) bool {
 	return ok && !r.UpdatedAt.After(c.now.Add(-keep))
 }
 
-// compactPartition merges one partition's files, unless nothing changed.
-func (c *compaction) compactPartition(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction) error {
-	compacted := true
-	for _, f := range files {
-		compacted = compacted && isCompacted(f)
+// maxFanIn bounds the runs one merge reads at once: each holds a page of
+// every column and a batch of rows in memory (about 2 MiB; 48 runs peaked
+// at 165 MiB), so a merge of more (a day never compacted, folded whole)
+// first merges just enough of its smallest runs, without retention, that
+// maxFanIn are left, and then goes on with those.
+const maxFanIn = 48
+
+// compactUnit merges a unit's runs as the tiers call for (see Compact).
+// It answers errMoreRuns when a merge took only maxFanIn of its runs.
+func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction) error {
+	runs := groupRuns(files)
+	c.runsSeen = len(runs)
+	if pc.Merges == 0 {
+		pc.RunsBefore = len(runs)
 	}
+	pc.RunsAfter = len(runs)
+	full := c.opts.Full || (c.dayOver(pc.Partition) && len(runs) > runBound(totalWeight(runs)))
+	drops := false
 	if len(c.opts.Retention) > 0 {
 		all, any, err := c.scanRetention(ctx, files)
 		if err != nil {
 			return err
 		}
-		if all {
+		if all && pc.Merges == 0 {
+			pc.RunsAfter = 0
 			return c.dropWhole(ctx, l, files, pc)
 		}
-		compacted = compacted && !any
+		full = full || any
+		drops = any
 	}
-	if compacted {
-		pc.Action, pc.Reason = PartitionUntouched, "compacted and not written since"
+	var merges [][]run
+	if full {
+		if len(runs) > 1 || !runs[0].compacted() || drops {
+			merges = [][]run{runs}
+		}
+	} else {
+		merges = planMerges(runs)
+	}
+	if len(merges) == 0 {
+		if pc.Merges == 0 {
+			pc.Action, pc.Reason = PartitionUntouched, "runs within the tiers' bounds"
+		}
 		return nil
 	}
 	pc.Action = PartitionCompacted
-	out := newPartWriters(c, pc)
-	return c.fold(ctx, l, files, pc, out, func(r *outbox.Record) string { return pc.Partition })
+	more := false
+	for i, m := range merges {
+		if len(m) > maxFanIn {
+			m = slices.Clone(m)
+			sort.SliceStable(m, func(a, b int) bool { return m[a].weight < m[b].weight })
+			merges[i], more = m[:min(maxFanIn, len(m)-maxFanIn+1)], true
+		}
+	}
+	pc.Full = len(merges) == 1 && len(merges[0]) == len(runs)
+	for _, m := range merges {
+		var in []*openFile
+		w := 0
+		for _, r := range m {
+			in = append(in, r.files...)
+			w += r.weight
+		}
+		out := newPartWriters(c, pc)
+		out.prefix = unitBucket(unitOf(in[0].name)) + "compacted-"
+		out.weight = w
+		if err := c.fold(ctx, l, in, pc, out, pc.Full, pc.Partition); err != nil {
+			return err
+		}
+		pc.Merges++
+		pc.RunsAfter -= len(m) - 1
+	}
+	if more {
+		return errMoreRuns
+	}
+	return nil
+}
+
+// dayOver reports whether a partition's day ended before the compaction
+// began (by the clock): its last compaction of the day has passed, and
+// the run bound applies.
+func (c *compaction) dayOver(part string) bool {
+	d, ok := strings.CutPrefix(part, partitionKey)
+	if !ok {
+		return false
+	}
+	day, err := time.Parse(time.DateOnly, d)
+	return err == nil && c.now.UTC().Sub(day) >= 24*time.Hour
 }
 
 // scanRetention reads the columns retention needs and reports whether
@@ -414,15 +535,18 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 	return c.removeInputs(ctx, l, files, nil, pc)
 }
 
-// fold merges files into out, routing each ID's latest state to the
-// partition route names, and then removes the inputs.
-func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, out *partWriters, route func(*outbox.Record) string) error {
+// fold merges files into out, writing each ID's latest state to the
+// partition part (to its own partition when part is ""), and then
+// removes the inputs. Retention drops records only when drop is set: when
+// the files are every run of their unit.
+func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, out *partWriters, drop bool, part string) error {
 	var total, done int64
 	for _, f := range files {
 		total += f.NumRows()
 		pc.BytesIn += f.size
 	}
-	pc.FilesIn = len(files)
+	rowsIn := pc.RowsIn
+	pc.FilesIn += len(files)
 	if total >= pqfile.BestCodecMinRows {
 		out.layout = pqfile.CompactLayout
 	}
@@ -462,7 +586,7 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	}
 	renewed := c.o.clock.Now()
 	err := mergeLatest(ctx, streams, func(r outbox.Record) error {
-		if c.droppable(&r) {
+		if drop && c.droppable(&r) {
 			pc.Dropped++
 			return nil
 		}
@@ -473,9 +597,13 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 			renewed = now
 		}
 		pc.RowsOut++
-		return out.write(ctx, route(&r), &r)
+		p := part
+		if p == "" {
+			p = partitionOf(&r)
+		}
+		return out.write(ctx, p, &r)
 	})
-	pc.RowsIn = done
+	pc.RowsIn = rowsIn + done
 	if err != nil {
 		out.abort()
 		return fmt.Errorf("outbox: compact %s/%s: %w", c.t, pc.Partition, err)
@@ -522,9 +650,11 @@ func (c *compaction) removeInputs(ctx context.Context, l *lease, files []*openFi
 	return nil
 }
 
-// isCompacted reports whether a file is already the output of a compaction.
+// isCompacted reports whether a file is already the output of a
+// compaction.
 func isCompacted(f *openFile) bool {
-	return f.Ours() && strings.HasPrefix(path.Base(f.name), "compacted-")
+	_, _, rest, _ := splitBucket(path.Base(f.name))
+	return f.Ours() && strings.HasPrefix(rest, "compacted-")
 }
 
 // partWriters writes a compaction's output: per partition, sorted files
@@ -533,6 +663,11 @@ type partWriters struct {
 	c      *compaction
 	pc     *PartitionCompaction
 	prefix string
+	// weight, when not 0, is the weight of the run written (see
+	// parseRun), which its files' names carry; id names the run.
+	weight int
+	id     string
+	seq    int
 	layout pqfile.Layout
 	open   map[string]*partFile
 	done   []*partFile
@@ -546,7 +681,7 @@ type partFile struct {
 }
 
 func newPartWriters(c *compaction, pc *PartitionCompaction) *partWriters {
-	return &partWriters{c: c, pc: pc, prefix: "compacted-", layout: pqfile.FlushLayout, open: map[string]*partFile{}}
+	return &partWriters{c: c, pc: pc, prefix: "compacted-", id: fmt.Sprintf("%d-%s", c.now.UnixMicro(), randomHex(4)), layout: pqfile.FlushLayout, open: map[string]*partFile{}}
 }
 
 func (w *partWriters) write(ctx context.Context, part string, r *outbox.Record) error {
@@ -560,6 +695,10 @@ func (w *partWriters) write(ctx context.Context, part string, r *outbox.Record) 
 	}
 	if f == nil {
 		name := fmt.Sprintf("%s/%s%d-%s.parquet", part, w.prefix, w.c.now.UnixMicro(), randomHex(4))
+		if w.weight > 0 {
+			name = fmt.Sprintf("%s/%s%s-w%d-%d.parquet", part, w.prefix, w.id, w.weight, w.seq)
+			w.seq++
+		}
 		sw, err := w.c.o.store.create(ctx, w.c.t, name)
 		if err != nil {
 			return fmt.Errorf("create %s: %w", w.c.o.store.where(w.c.t, name), err)

@@ -141,7 +141,7 @@ func TestCompactInterruptedLeavesInputs(t *testing.T) {
 	}
 	dir := filepath.Join(b.root, string(outbox.TableDispatch))
 	before, _ := filepath.Glob(filepath.Join(dir, "*"))
-	_, err := o.Compact(ctx, CompactOptions{Progress: func(_ outbox.Table, done, _ int64) {
+	_, err := o.Compact(ctx, CompactOptions{Full: true, Progress: func(_ outbox.Table, done, _ int64) {
 		if done > 3000 {
 			cancel()
 		}

@@ -161,19 +161,24 @@
 //
 // # Compaction and retention
 //
-// Compact works partition by partition, so its work follows new data, not
-// total data: a partition compacted and not written since is not read; the
-// others are merged into files sorted by ID holding only the latest state
-// of each ID, split at CompactOptions.TargetFileBytes. Terminal records
-// older than their queue's retention are dropped, and a partition whose
-// every row is past retention is removed whole, without a rewrite. Each
-// partition is compacted under a lease (an object created only if absent:
-// O_EXCL on a disk, WriterOptions.IfNotExist on a bucket), with expiry for
-// a crashed holder, so two compactions of one root at once never write a
-// row twice; a partition held by another is reported busy and skipped.
-// Outputs are written before inputs are removed, so appends continue
-// meanwhile and an interrupted compaction loses nothing. Last, the table's
-// manifest is refreshed (see Manifests).
+// Compact works unit by unit: a unit is one hash bucket (Options.Buckets,
+// in each file's name) of one partition. Within a unit, each converted
+// log segment is a sorted run, and runs of similar size are merged,
+// size-tiered with a fan-out of 4 (ADR 0011), into files sorted by ID
+// holding only the latest state of each ID, split at
+// CompactOptions.TargetFileBytes; so a row is rewritten about log₄(runs)
+// times over a day, and a unit within its tiers' bounds is not rewritten.
+// Terminal records older than their queue's retention are dropped only
+// by a merge of every run of their unit (so no older pending state of a
+// dropped ID survives), and a unit whose every row is past retention is
+// removed whole, without a rewrite. Each unit is compacted under a lease
+// (an object created only if absent: O_EXCL on a disk,
+// WriterOptions.IfNotExist on a bucket), with expiry for a crashed
+// holder, so two compactions of one root at once never write a row twice
+// and share a day's buckets; a unit held by another is reported busy and
+// skipped. Outputs are written before inputs are removed, so appends
+// continue meanwhile and an interrupted compaction loses nothing. Last,
+// the table's manifest is refreshed (see Manifests).
 //
 // # Other stores
 //

@@ -40,13 +40,18 @@ func duckDB(t *testing.T, sql ...string) []string {
 }
 
 // DuckDB reads the partitioned tables with the README's queries: hive
-// partitioning turns created_date=… into a column it prunes on, and the
-// latest state per ID comes out the same as Lookup's.
+// partitioning turns created_date=… into a column it prunes on, the
+// buckets in file names change nothing for it, and the latest state per
+// ID comes out the same as Lookup's.
 func TestDuckDBReadsPartitionedTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	o := b.open(t, procA)
+	opts := b.options(procA)
+	opts.Buckets = 0 // the default, 8
+	o, err := Open(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
 	for day := range 3 {
 		for _, task := range []string{"a", "b"} {
 			r := dispatchRec("duck", task+string(rune('0'+day)), "1", outbox.StatusPending)
@@ -60,9 +65,14 @@ func TestDuckDBReadsPartitionedTables(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(24 * time.Hour)
 	}
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
+	units := map[string]bool{}
+	for _, p := range st.Tables[0].Partitions {
+		units[p.Partition+" "+p.Bucket] = true
+	}
+	require.Len(t, units, 6, "tasks a and b of each of 3 days, in buckets of their own")
 	require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("duck", "c2", "1", outbox.StatusPending))) // day 4, not compacted
 	require.NoError(t, o.Flush(ctx))
 

@@ -112,12 +112,16 @@ func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*
 		return nil, nil, err
 	}
 	fs.mu.Lock()
-	listed, m := fs.listed, fs.manifest
+	listed, m := inBucket(fs.listed, fld, value), fs.manifest
 	if m == nil {
 		defer fs.mu.Unlock()
 		pre.close()
-		fs.openListedLocked(ctx, nil)
-		return fs.holdLocked(nil), nil, nil
+		want := make(map[string]*admission, len(listed))
+		for _, e := range listed {
+			want[e.name] = nil
+		}
+		fs.openListedLocked(ctx, want)
+		return fs.holdLocked(want), nil, nil
 	}
 	open := make(map[string]bool, len(fs.files))
 	for _, e := range listed {
@@ -132,6 +136,23 @@ func (fs *fileSet) acquireFor(ctx context.Context, fld field, value string) ([]*
 	fs.adoptLocked(pre, want)
 	fs.openListedLocked(ctx, want)
 	return fs.holdLocked(want), want, nil
+}
+
+// inBucket returns the listed files that may hold value in column fld:
+// for an ID, only its bucket's (and files without a bucket), so a lookup
+// by ID opens one unit per day. A cloud_task_id does not tell its task,
+// so its lookups rely on the manifest's bloom filters instead.
+func inBucket(listed []storeEntry, fld field, value string) []storeEntry {
+	if fld != fieldID {
+		return listed
+	}
+	out := make([]storeEntry, 0, len(listed))
+	for _, e := range listed {
+		if mayHold(e.name, value) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // relist lists the files again unless the last listing is recent enough,

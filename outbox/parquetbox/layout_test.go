@@ -79,7 +79,7 @@ func TestEntriesOutsideTheLayoutAreReportedNeverRead(t *testing.T) {
 	require.Equal(t, int64(1), st[0].IDs)
 	require.Equal(t, want, reported(st[0].Skipped))
 
-	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"created_date=2026-03-01 compacted in=1 out=1 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, want, reported(cs.Tables[0].Skipped))

@@ -98,6 +98,14 @@ type Options struct {
 	// plus one per SegmentMaxBytes of log, until a compaction folds them.
 	// Defaults to 30s; at least 1s.
 	PublishInterval time.Duration
+	// Buckets splits each day's rows into this many hash buckets of their
+	// task (the ID without its attempt) when a log segment is converted, one file per bucket,
+	// so that compactions on several machines share a day (a lease covers
+	// one bucket of one day) and a lookup by ID opens one bucket per day
+	// (see ADR 0011). Defaults to 8; 1 writes one file per day. At most
+	// 256. Readers and compaction take the bucket from each file's name,
+	// so processes with different settings may share a root.
+	Buckets int
 	// IndexLimit bounds the in-memory index of this process's own records
 	// (latest state per ID). Past it, IDs already in Parquet files are
 	// forgotten and found through the files instead. Defaults to 1,000,000.
@@ -150,6 +158,9 @@ func (o Options) WithDefaults() Options {
 	if o.PublishInterval == 0 {
 		o.PublishInterval = DefaultPublishInterval
 	}
+	if o.Buckets == 0 {
+		o.Buckets = 8
+	}
 	if o.IndexLimit == 0 {
 		o.IndexLimit = 1_000_000
 	}
@@ -199,6 +210,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("outbox: Options.PublishInterval %s is negative", o.PublishInterval)
 	case o.PublishInterval != 0 && o.PublishInterval < MinPublishInterval:
 		return fmt.Errorf("outbox: Options.PublishInterval %s is below the minimum %s", o.PublishInterval, MinPublishInterval)
+	case o.Buckets < 0 || o.Buckets > maxBuckets:
+		return fmt.Errorf("outbox: Options.Buckets %d out of range; allowed: 1 to %d (0 for the default, 8)", o.Buckets, maxBuckets)
 	case o.IndexLimit < 0:
 		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
 	case o.IndexBytes < 0:
@@ -494,7 +507,9 @@ func (o *Outbox) adopt(ctx context.Context, segs []walSegment) error {
 }
 
 // writeSegmentParquet writes a segment's records as one Parquet file per
-// table and partition, <table>/created_date=<day>/<processor>-<seq>.parquet.
+// table, partition and bucket,
+// <table>/created_date=<day>/b<k>of<n>-<processor>-<seq>.parquet (without
+// the bucket prefix when Options.Buckets is 1).
 // Writing the same segment twice produces the same files, so a crash
 // between this and the segment's removal is harmless. The records are
 // sorted through pointers, leaving the segment's own order (which readers
@@ -513,6 +528,11 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 				continue
 			}
 			p := part{r.Table, partitionOf(r)}
+			if n := o.opts.Buckets; n > 1 {
+				p.name += "/" + bucketName(bucketOf(r.ID, n), n) + "-"
+			} else {
+				p.name += "/"
+			}
 			if _, ok := groups[p]; !ok {
 				order = append(order, p)
 			}
@@ -528,7 +548,7 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 	for _, p := range order {
 		rs := groups[p]
 		sortRecordPtrs(rs)
-		name := fmt.Sprintf("%s/%s-%016d.parquet", p.name, processor, seq)
+		name := fmt.Sprintf("%s%s-%016d.parquet", p.name, processor, seq)
 		w, err := o.store.create(ctx, p.t, name)
 		if err != nil {
 			return fmt.Errorf("outbox: create %s: %w", o.store.where(p.t, name), err)

@@ -67,8 +67,12 @@ func (b *testBundle) options(proc string) Options {
 		Root:            b.root,
 		ProcessorUUID:   u,
 		RefreshInterval: -1, // see other processes' writes at once
-		Clock:           b.clock,
-		Logger:          slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// One file per day and log segment, as the specifications of
+		// files and compactions here count them; bucket_test.go covers
+		// buckets.
+		Buckets: 1,
+		Clock:   b.clock,
+		Logger:  slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
 

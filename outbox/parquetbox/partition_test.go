@@ -74,23 +74,23 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, t0, got.CreatedAt)
 
-	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " compacted in=2 out=3 dropped=0", day2 + " compacted in=1 out=1 dropped=0"}, actions(cs.Tables[0]))
 	compacted := partitionFiles(t, b.root, outbox.TableDispatch)
 	require.Len(t, compacted, 2)
 
 	// Nothing written since: nothing read, nothing rewritten.
-	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " untouched in=0 out=0 dropped=0", day2 + " untouched in=0 out=0 dropped=0"}, actions(cs.Tables[0]))
-	require.Equal(t, "compacted and not written since", cs.Tables[0].Partitions[0].Reason)
+	require.Equal(t, "runs within the tiers' bounds", cs.Tables[0].Partitions[0].Reason)
 	require.Equal(t, compacted, partitionFiles(t, b.root, outbox.TableDispatch))
 
 	// One more record on day 2: only day 2 is compacted.
 	require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("r", "e", "1", outbox.StatusCreated)))
 	require.NoError(t, o.Flush(ctx))
-	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " untouched in=0 out=0 dropped=0", day2 + " compacted in=2 out=2 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, compacted[0], partitionFiles(t, b.root, outbox.TableDispatch)[0], "day 1's file is the same file")
@@ -198,7 +198,7 @@ func compactChild(dir string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(4)
@@ -292,7 +292,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+			st, err := c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 			require.NoError(t, err)
 			results[i] = st
 		}()

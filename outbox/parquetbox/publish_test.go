@@ -65,10 +65,14 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 	r, err := Open(ctx, ro)
 	require.NoError(t, err)
 	defer r.Close()
-	st, err := r.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := r.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
-	require.Equal(t, int64(2*ids), st.Tables[0].RowsIn)
-	require.Equal(t, int64(ids), st.Tables[0].RowsOut)
+	// A full fold of 2,880 runs merges at most 48 at a time, so it reads
+	// some rows more than once.
+	require.GreaterOrEqual(t, st.Tables[0].RowsIn, int64(2*ids))
+	latest, err := r.Lookup(ctx, outbox.Query{Table: outbox.TableDispatch, RunID: "busy"})
+	require.NoError(t, err)
+	require.Len(t, latest, ids, "one latest state per ID")
 	files, err = filepath.Glob(filepath.Join(partition, "*.parquet"))
 	require.NoError(t, err)
 	require.Len(t, files, 1)

@@ -17,6 +17,9 @@ func (s trustedStream) next() (outbox.Record, error) {
 		if err != nil || r.Trusted() {
 			return r, err
 		}
-		s.foreign(&r)
+		// A copy, so that only a foreign record escapes to the heap, not
+		// every record read.
+		f := r
+		s.foreign(&f)
 	}
 }

@@ -5,7 +5,9 @@
 // has history to fold). IDs are first recorded evenly over -days UTC days
 // from -start, and rows are dealt round-robin into several files per daily
 // partition (created_date=YYYY-MM-DD/), each sorted by ID, as dispatchers'
-// log conversions produce them.
+// log conversions produce them. With -buckets n, each file set is split
+// further into one file per hash bucket of the task (b3of8-gen-….parquet),
+// as a dispatcher with Options.Buckets = n writes them.
 //
 //	go run ./outbox/internal/gendata -rows 5000000 -days 30 -files 10 -out /tmp/outbox5m
 //	ctdispatch compact --outbox /tmp/outbox5m
@@ -41,17 +43,18 @@ func main() {
 	days := flag.Int("days", 30, "UTC days (daily partitions) the IDs are first recorded over (at least 1)")
 	start := flag.String("start", "2026-01-01", "first day")
 	first := flag.Int("first", 0, "number of the first ID (to add a day to an existing table)")
+	buckets := flag.Int("buckets", 1, "hash buckets of the task per partition, one file each (as Options.Buckets)")
 	flag.Parse()
 	base, err := time.Parse(time.DateOnly, *start)
 	if err != nil || *days < 1 || *first < 0 {
 		fmt.Fprintln(os.Stderr, "gendata: -start must be YYYY-MM-DD; -days must be at least 1 and -first not negative")
 		os.Exit(2)
 	}
-	if *out == "" || *rows <= 0 || *files <= 0 {
-		fmt.Fprintln(os.Stderr, "gendata: -out is required; -rows and -files must be positive")
+	if *out == "" || *rows <= 0 || *files <= 0 || *buckets <= 0 {
+		fmt.Fprintln(os.Stderr, "gendata: -out is required; -rows, -files and -buckets must be positive")
 		os.Exit(2)
 	}
-	g := gen{rows: *rows, first: *first, files: *files, days: *days, pendingShare: *pendingShare, seed: *seed, base: base}
+	g := gen{rows: *rows, first: *first, files: *files, days: *days, buckets: *buckets, pendingShare: *pendingShare, seed: *seed, base: base}
 	if err := g.write(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "gendata:", err)
 		os.Exit(1)
@@ -77,6 +80,7 @@ const tasksPerRun, attemptsPerTask = 500, 2
 // gen says what to generate.
 type gen struct {
 	rows, first, files, days int
+	buckets                  int
 	pendingShare             float64
 	seed                     uint64
 	base                     time.Time
@@ -130,7 +134,7 @@ func (g gen) write(root string) error {
 			if err != nil {
 				return err
 			}
-			part := "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly)
+			part := "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly) + "/" + parquetbox.BucketPrefix(r.ID, g.buckets)
 			if r.Status != outbox.StatusPending && rng.Float64() < g.pendingShare {
 				p := r
 				p.Status, p.ErrorCode, p.CreateCalls, p.UpdatedAt = outbox.StatusPending, "", 0, r.CreatedAt
@@ -141,11 +145,13 @@ func (g gen) write(root string) error {
 		n := 0
 		for part, recs := range byPart {
 			sort.SliceStable(recs, func(a, b int) bool { return recs[a].ID < recs[b].ID })
-			dir := filepath.Join(table, part)
+			// part is <partition>/<bucket prefix>.
+			dir, prefix := filepath.Split(part)
+			dir = filepath.Join(table, dir)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
 			}
-			if err := writeFile(filepath.Join(dir, fmt.Sprintf("gen-%d-%04d.parquet", g.first, f)), recs); err != nil {
+			if err := writeFile(filepath.Join(dir, fmt.Sprintf("%sgen-%d-%04d.parquet", prefix, g.first, f)), recs); err != nil {
 				return err
 			}
 			n += len(recs)

@@ -263,15 +263,6 @@ func (p *File) CachedBytes() int64 {
 	return n
 }
 
-// decode turns a row of this file into a Row.
-func (p *File) decode(row parquet.Row) Row {
-	var r Row
-	for _, v := range row {
-		p.set(&r, v.Column(), v)
-	}
-	return r
-}
-
 // set stores the value of leaf column ci in the field it maps to.
 func (p *File) set(r *Row, ci int, v parquet.Value) {
 	if ci < 0 || ci >= len(p.cols) || v.IsNull() {
@@ -368,12 +359,21 @@ type RowReader struct {
 	buf   []parquet.Row
 	n, i  int
 	count func(int)
+	// intern holds the values of the dictionary-encoded columns seen so
+	// far, so that a row allocates only its unique strings (the IDs and
+	// the payload hash): a compaction reads millions of rows, and a
+	// string per column and row was most of its garbage.
+	intern map[string]string
 }
+
+// maxInterned bounds a RowReader's interned strings; past it they are
+// forgotten and collected again.
+const maxInterned = 1 << 16
 
 // NewRowReader returns a reader of the file's rows; count, when not nil,
 // is told how many rows each batch read holds.
 func (p *File) NewRowReader(count func(int)) *RowReader {
-	return &RowReader{f: p, buf: make([]parquet.Row, 256), count: count}
+	return &RowReader{f: p, buf: make([]parquet.Row, 256), count: count, intern: map[string]string{}}
 }
 
 // Next returns the next row, or io.EOF after the last.
@@ -403,7 +403,40 @@ func (s *RowReader) Next() (_ Row, err error) {
 		}
 	}
 	s.i++
-	return s.f.decode(s.buf[s.i-1]), nil
+	var r Row
+	for _, v := range s.buf[s.i-1] {
+		ci := v.Column()
+		if ci >= 0 && ci < len(s.f.cols) && !v.IsNull() && s.f.cols[ci].field.dictionary() {
+			*r.str(s.f.cols[ci].field) = s.internBytes(v.ByteArray())
+			continue
+		}
+		s.f.set(&r, ci, v)
+	}
+	return r, nil
+}
+
+// internBytes returns b as a string, shared with the earlier values equal
+// to it.
+func (s *RowReader) internBytes(b []byte) string {
+	if v, ok := s.intern[string(b)]; ok {
+		return v
+	}
+	if len(s.intern) >= maxInterned {
+		clear(s.intern)
+	}
+	v := string(b)
+	s.intern[v] = v
+	return v
+}
+
+// dictionary reports whether a field's column is a string column with
+// few distinct values (dictionary-encoded in the outbox's layout).
+func (f Field) dictionary() bool {
+	switch f {
+	case FieldQueue, FieldRunID, FieldTaskKey, FieldAttempt, FieldKind, FieldStatus, FieldErrorCode, FieldProcessor:
+		return true
+	}
+	return false
 }
 
 // Close releases the row group being read.
