@@ -57,7 +57,7 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
 	client := emu.client(t)
-	gate := newGate(badIndex{Client: client, index: 7}, "CreateTask")
+	gate := NewGate(badIndex{Client: client, index: 7}, "CreateTask")
 	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch = gate, true })
 	ctx := context.Background()
@@ -69,13 +69,13 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	require.NoError(t, err)
 
 	first := dispatchAsync(ctx, d, request("run1", "t", 0, "x"))
-	gate.reached(t)
+	gate.Reached(t)
 	var rest []<-chan answer
 	for i := 1; i <= 50; i++ {
 		rest = append(rest, dispatchAsync(ctx, d, request("run1", "t", uint64(i), "x")))
 	}
 	queued(t, d, 50)
-	close(gate.open)
+	close(gate.Open)
 	require.NoError(t, receive(t, first, "the first call").err)
 	got := map[Outcome]int{}
 	var failed []string
@@ -93,8 +93,8 @@ func TestBatchEachCallItsOwnOutcome(t *testing.T) {
 	}
 	require.Equal(t, map[Outcome]int{OutcomeCreated: 48, OutcomeAlreadyExisted: 1}, got)
 	require.Len(t, failed, 1)
-	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
-	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
+	require.Equal(t, int64(1), Counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+	require.Equal(t, int64(1), Counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
 	require.Equal(t, 50, emu.TaskCount())
 }
 
@@ -117,20 +117,20 @@ func (c slowBatch) BatchCreateTasks(ctx context.Context, req *cloudtaskspb.Batch
 func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
-	gate := newGate(slowBatch{Client: emu.client(t)}, "CreateTask")
+	gate := NewGate(slowBatch{Client: emu.client(t)}, "CreateTask")
 	b := &testBundle{emu: emu.Server, root: t.TempDir()}
 	d, _, reader := b.newDispatcher(t, func(c *Config) { c.Client, c.Batch = gate, true })
 	ctx := context.Background()
 
 	first := dispatchAsync(ctx, d, request("run1", "t", 0, "x"))
-	gate.reached(t)
+	gate.Reached(t)
 	const n = 10
 	var herd []<-chan answer
 	for i := 1; i <= n; i++ {
 		herd = append(herd, dispatchAsync(ctx, d, request("run1", "t", uint64(i), "x")))
 	}
 	queued(t, d, n)
-	close(gate.open)
+	close(gate.Open)
 	require.NoError(t, receive(t, first, "the first call").err)
 	var next []<-chan answer
 	for i, ch := range herd {
@@ -144,60 +144,9 @@ func TestBatchAnsweredCallersGatherAgain(t *testing.T) {
 		require.NoError(t, a.err)
 		require.Equal(t, OutcomeCreated, a.res.Outcome)
 	}
-	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
-	require.Equal(t, int64(2), counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
+	require.Equal(t, int64(1), Counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+	require.Equal(t, int64(2), Counter(t, reader, MetricCalls, attribute.String("method", "BatchCreateTasks")))
 	require.Equal(t, 2*n+1, emu.TaskCount())
-}
-
-// gateClient holds every call of one method at a gate until it is opened
-// or the call's context ends, and reports each call that reaches the gate.
-type gateClient struct {
-	Client
-	method  string
-	entered chan string
-	open    chan struct{}
-}
-
-func newGate(c Client, method string) *gateClient {
-	return &gateClient{Client: c, method: method, entered: make(chan string, 16), open: make(chan struct{})}
-}
-
-func (g *gateClient) hold(ctx context.Context, method string) error {
-	if method != g.method {
-		return nil
-	}
-	g.entered <- method
-	select {
-	case <-g.open:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (g *gateClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
-	if err := g.hold(ctx, "CreateTask"); err != nil {
-		return nil, err
-	}
-	return g.Client.CreateTask(ctx, req, opts...)
-}
-
-func (g *gateClient) GetTask(ctx context.Context, req *cloudtaskspb.GetTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
-	if err := g.hold(ctx, "GetTask"); err != nil {
-		return nil, err
-	}
-	return g.Client.GetTask(ctx, req, opts...)
-}
-
-// reached waits until a call reached the gate, failing the test instead of
-// hanging when none does.
-func (g *gateClient) reached(t *testing.T) {
-	t.Helper()
-	select {
-	case <-g.entered:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no %s call reached the gate", g.method)
-	}
 }
 
 // answer is one call's result, sent from the goroutine that made it.

@@ -38,7 +38,7 @@ func TestBatchThunderingHerd(t *testing.T) {
 	})
 	require.Equal(t, map[cloudtasks.Outcome]int{cloudtasks.OutcomeCreated: 1, cloudtasks.OutcomeAlreadyExisted: n - 1}, outcomes)
 	require.Equal(t, 1, w.emu.TaskCount())
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "created")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "created")))
 }
 
 // Distinct concurrent calls while half of the batch requests commit and

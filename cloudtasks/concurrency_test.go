@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"github.com/googleapis/gax-go/v2"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
@@ -20,63 +18,12 @@ import (
 // its own context; seen from outside through a client that holds calls at
 // a gate.
 
-// gateClient holds every call of one method at a gate until it is opened
-// or the call's context ends, and reports each call that reaches the gate.
-type gateClient struct {
-	cloudtasks.Client
-	method  string
-	entered chan string
-	open    chan struct{}
-}
-
-func newGate(c cloudtasks.Client, method string) *gateClient {
-	return &gateClient{Client: c, method: method, entered: make(chan string, 16), open: make(chan struct{})}
-}
-
-func (g *gateClient) hold(ctx context.Context, method string) error {
-	if method != g.method {
-		return nil
-	}
-	g.entered <- method
-	select {
-	case <-g.open:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (g *gateClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
-	if err := g.hold(ctx, "CreateTask"); err != nil {
-		return nil, err
-	}
-	return g.Client.CreateTask(ctx, req, opts...)
-}
-
-func (g *gateClient) GetTask(ctx context.Context, req *cloudtaskspb.GetTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
-	if err := g.hold(ctx, "GetTask"); err != nil {
-		return nil, err
-	}
-	return g.Client.GetTask(ctx, req, opts...)
-}
-
-// reached waits until a call reached the gate, failing the test instead of
-// hanging when none does.
-func (g *gateClient) reached(t *testing.T) {
-	t.Helper()
-	select {
-	case <-g.entered:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no %s call reached the gate", g.method)
-	}
-}
-
 // gatedCreate opens a world and a processor whose CreateTask calls wait at
 // a gate.
-func gatedCreate(t *testing.T) (*world, *gateClient, *proc) {
+func gatedCreate(t *testing.T) (*world, *cloudtasks.GateClient, *proc) {
 	t.Helper()
 	w := newWorld(t)
-	gate := newGate(w.client(t), "CreateTask")
+	gate := cloudtasks.NewGate(w.client(t), "CreateTask")
 	p := w.open(t, func(c *cloudtasks.Config) { c.EmulatorAddr, c.Client = "", gate })
 	return w, gate, p
 }
@@ -126,7 +73,7 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 	require.NoError(t, w.emu.SetFaults(emulator.Faults{}))
 	w.clock.Advance(2 * cloudtasks.DefaultStaleAfter)
 
-	gate := newGate(w.client(t), "GetTask")
+	gate := cloudtasks.NewGate(w.client(t), "GetTask")
 	p := w.open(t, func(c *cloudtasks.Config) { c.EmulatorAddr, c.Client = "", gate })
 	d := p.d
 	stats := make(chan cloudtasks.RecoverStats, 1)
@@ -135,9 +82,9 @@ func TestDispatchDuringRecoverOfSameID(t *testing.T) {
 		require.NoError(t, err)
 		stats <- st
 	}()
-	gate.reached(t) // Recover is asking Cloud Tasks about the ID
+	gate.Reached(t) // Recover is asking Cloud Tasks about the ID
 	call := dispatchAsync(context.Background(), d, req)
-	close(gate.open)
+	close(gate.Open)
 
 	got := receive(t, call, "Dispatch")
 	require.NoError(t, got.err)
@@ -164,7 +111,7 @@ func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 	req := request("run1", "a", 1, "x")
 
 	leader := dispatchAsync(context.Background(), d, req)
-	gate.reached(t)
+	gate.Reached(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	follower := dispatchAsync(ctx, d, req)
 	cancel()
@@ -176,7 +123,7 @@ func TestFollowerWaitsOnItsOwnContext(t *testing.T) {
 	require.ErrorAs(t, got.err, &we)
 	require.Equal(t, "dispatch:run1:a:1", we.ID)
 
-	close(gate.open)
+	close(gate.Open)
 	lead := receive(t, leader, "the leader")
 	require.NoError(t, lead.err)
 	require.Equal(t, cloudtasks.OutcomeCreated, lead.res.Outcome)
@@ -194,14 +141,14 @@ func TestLeaderCancellationDoesNotEndSharedCall(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	leader := dispatchAsync(ctx, d, req)
-	gate.reached(t)
+	gate.Reached(t)
 	follower := dispatchAsync(context.Background(), d, req)
 	cancel()
 	lead := receive(t, leader, "the cancelled leader")
 	require.ErrorIs(t, lead.err, cloudtasks.ErrStoppedWaiting)
 	require.ErrorIs(t, lead.err, context.Canceled)
 
-	close(gate.open)
+	close(gate.Open)
 	got := receive(t, follower, "the follower")
 	require.NoError(t, got.err)
 	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, got.res.Outcome)

@@ -53,10 +53,10 @@ func TestDispatchCreatesThenSkips(t *testing.T) {
 	require.Equal(t, naming.PayloadFingerprint(req.Task.Body), recs[1].PayloadSHA256)
 	require.Equal(t, b.d.ProcessorUUID(), recs[1].ProcessorUUID)
 
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricIdempotentSkips, attribute.String("kind", "dispatch")))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "created")))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "already_existed")))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricIdempotentSkips, attribute.String("kind", "dispatch")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "created")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "already_existed")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
 }
 
 func TestDispatchPayloadConflict(t *testing.T) {
@@ -73,8 +73,8 @@ func TestDispatchPayloadConflict(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "dispatch:run1:extract:1", ce.ID)
 	require.Equal(t, naming.PayloadFingerprint([]byte(`{"a":1}`)), ce.Recorded)
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricPayloadConflicts))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricPayloadConflicts))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")))
 }
 
 func TestDispatchAlreadyExistsIsSuccess(t *testing.T) {
@@ -138,9 +138,9 @@ func TestDispatchPermanentErrorThenRetry(t *testing.T) {
 	require.Equal(t, int32(2), recs[3].CreateCalls)
 	require.Equal(t, recs[0].CreatedAt, recs[3].CreatedAt)
 	require.Equal(t, 1, w.emu.TaskCount())
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "failed")))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "PermissionDenied")))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "failed")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "PermissionDenied")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
 }
 
 // The first call of each task takes effect and its answer is lost
@@ -183,10 +183,10 @@ func TestDispatchCommitThenFail(t *testing.T) {
 	require.Equal(t, want, retries)
 	require.Equal(t, 20, w.emu.TaskCount())
 	require.Empty(t, w.emu.RememberedNames())
-	require.Equal(t, int64(10), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "Unavailable")))
-	require.Equal(t, int64(10), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "DeadlineExceeded")))
-	require.Equal(t, int64(20), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "AlreadyExists")))
-	require.Equal(t, int64(0), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "OK")))
+	require.Equal(t, int64(10), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "Unavailable")))
+	require.Equal(t, int64(10), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "DeadlineExceeded")))
+	require.Equal(t, int64(20), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "AlreadyExists")))
+	require.Equal(t, int64(0), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("code", "OK")))
 }
 
 // The emulator's fault plan: half of all CreateTask calls take effect and
@@ -237,7 +237,7 @@ func TestDispatchGivesUpWithinContext(t *testing.T) {
 	require.Equal(t, 3, ce.Calls)
 	require.True(t, ce.Transient)
 	require.Zero(t, w.emu.TaskCount())
-	require.Equal(t, int64(3), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "Unavailable")))
+	require.Equal(t, int64(3), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "Unavailable")))
 	// The outcome is unknown: the record stays pending for Recover.
 	recs := b.history(t, "dispatch:run1:t:1")
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending}, statuses(recs))
@@ -248,7 +248,7 @@ func TestDispatchGivesUpWithinContext(t *testing.T) {
 	cancel()
 	_, err = b.d.Dispatch(ctx, request("run1", "t", 2, "x"))
 	require.ErrorIs(t, err, cloudtasks.ErrNotStarted)
-	require.Equal(t, int64(3), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")), "no call for an ended context")
+	require.Equal(t, int64(3), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")), "no call for an ended context")
 }
 
 // The thundering herd: many identical calls at once make one task, and one
@@ -263,9 +263,9 @@ func TestDispatchThunderingHerd(t *testing.T) {
 	})
 	require.Equal(t, map[cloudtasks.Outcome]int{cloudtasks.OutcomeCreated: 1, cloudtasks.OutcomeAlreadyExisted: n - 1}, outcomes)
 	require.Equal(t, 1, w.emu.TaskCount())
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "created")))
-	require.Equal(t, int64(n-1), counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "already_existed")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask"), attribute.String("code", "OK")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "created")))
+	require.Equal(t, int64(n-1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "already_existed")))
 }
 
 // Three dispatchers (three processors) share one outbox root and one server.

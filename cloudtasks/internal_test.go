@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -92,34 +91,6 @@ func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatche
 // records are then in the outbox.
 func settle(d *Dispatcher) { <-d.flights.quiet() }
 
-// counter sums the data points of an Int64 counter whose attributes include
-// every pair of want.
-func counter(t testing.TB, r *sdkmetric.ManualReader, name string, want ...attribute.KeyValue) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, r.Collect(context.Background(), &rm))
-	var total int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			require.True(t, ok, "%s is not an int64 sum", name)
-		points:
-			for _, dp := range sum.DataPoints {
-				for _, kv := range want {
-					if v, ok := dp.Attributes.Value(kv.Key); !ok || v != kv.Value {
-						continue points
-					}
-				}
-				total += dp.Value
-			}
-		}
-	}
-	return total
-}
-
 func request(run, task string, attempt uint64, body string) DispatchRequest {
 	return DispatchRequest{
 		RunID: run, TaskKey: task, Identity: naming.Attempt(attempt),
@@ -189,7 +160,7 @@ func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	require.Equal(t, OutcomeAlreadyExisted, again.Outcome)
 	require.True(t, again.Skipped)
 	require.Equal(t, 0, again.Calls)
-	require.Equal(t, int64(1), counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+	require.Equal(t, int64(1), Counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
 
 	closing, cancel := context.WithCancel(ctx)
 	cancel()

@@ -92,8 +92,8 @@ func TestOutboxUnavailableFailsClosed(t *testing.T) {
 			}
 			require.Equal(t, 0, emu.TaskCount())
 			require.Empty(t, emu.RememberedNames())
-			require.Equal(t, int64(0), counter(t, reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")))
-			require.Equal(t, int64(5), counter(t, reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "outbox_unavailable")))
+			require.Equal(t, int64(0), cloudtasks.Counter(t, reader, cloudtasks.MetricCalls, attribute.String("method", "CreateTask")))
+			require.Equal(t, int64(5), cloudtasks.Counter(t, reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "outbox_unavailable")))
 		})
 	}
 }

@@ -190,8 +190,8 @@ func TestRecoverAfterKill(t *testing.T) {
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, statuses(recs))
 	require.Equal(t, []string{dead, p.d.ProcessorUUID()}, []string{recs[0].ProcessorUUID, recs[1].ProcessorUUID})
 	require.NotEqual(t, dead, p.d.ProcessorUUID())
-	require.Equal(t, int64(1), counter(t, p.reader, cloudtasks.MetricHandovers))
-	require.Equal(t, int64(1), counter(t, p.reader, cloudtasks.MetricRecoveries))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, p.reader, cloudtasks.MetricHandovers))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, p.reader, cloudtasks.MetricRecoveries))
 
 	// The caller's repeat is answered from the outbox.
 	res, err := p.d.Dispatch(context.Background(), request("run1", "killed", 1, "x"))

@@ -48,15 +48,15 @@ func TestDispatchFinishesStalePendingAsRecovered(t *testing.T) {
 	res, err := other.d.Dispatch(context.Background(), request("run1", "a", 1, "x"))
 	require.NoError(t, err)
 	require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
-	require.Equal(t, int64(0), counter(t, other.reader, cloudtasks.MetricHandovers))
+	require.Equal(t, int64(0), cloudtasks.Counter(t, other.reader, cloudtasks.MetricHandovers))
 
 	id2 := b.leavePending(t, w, "b")
 	w.clock.Advance(2 * cloudtasks.DefaultStaleAfter)
 	res, err = other.d.Dispatch(context.Background(), request("run1", "b", 1, "x"))
 	require.NoError(t, err)
 	require.Equal(t, cloudtasks.OutcomeRecovered, res.Outcome)
-	require.Equal(t, int64(1), counter(t, other.reader, cloudtasks.MetricHandovers))
-	require.Equal(t, int64(1), counter(t, other.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "recovered")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, other.reader, cloudtasks.MetricHandovers))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, other.reader, cloudtasks.MetricOutcomes, attribute.String("outcome", "recovered")))
 	recs := other.history(t, id2)
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusPending, outbox.StatusCreated}, statuses(recs))
 	require.Equal(t, b.d.ProcessorUUID(), recs[1].ProcessorUUID)
@@ -83,7 +83,7 @@ func TestRecoverOwnershipAndNotFound(t *testing.T) {
 	var oe *cloudtasks.OwnershipError
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, cloudtasks.OwnershipError{ID: id, Owner: b.d.ProcessorUUID()}, *oe)
-	require.Zero(t, counter(t, strict.reader, cloudtasks.MetricCalls))
+	require.Zero(t, cloudtasks.Counter(t, strict.reader, cloudtasks.MetricCalls))
 
 	// The owner recovers its own record; the task was never created, so
 	// the record becomes not_found.
@@ -93,7 +93,7 @@ func TestRecoverOwnershipAndNotFound(t *testing.T) {
 	recs := b.history(t, id)
 	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusPending, outbox.StatusNotFound}, statuses(recs))
 	require.Equal(t, "NotFound", recs[2].ErrorCode)
-	require.Equal(t, int64(1), counter(t, b.reader, cloudtasks.MetricRecoveries, attribute.String("result", "not_found")))
+	require.Equal(t, int64(1), cloudtasks.Counter(t, b.reader, cloudtasks.MetricRecoveries, attribute.String("result", "not_found")))
 
 	// A not_found ID may be dispatched again.
 	res, err := b.d.Dispatch(context.Background(), request("run1", "a", 1, "x"))

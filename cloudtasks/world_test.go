@@ -9,9 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
@@ -117,34 +115,6 @@ func statuses(recs []outbox.Record) []outbox.Status {
 		out[i] = r.Status
 	}
 	return out
-}
-
-// counter sums the data points of an Int64 counter whose attributes include
-// every pair of want.
-func counter(t *testing.T, r *sdkmetric.ManualReader, name string, want ...attribute.KeyValue) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, r.Collect(context.Background(), &rm))
-	var total int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			require.True(t, ok, "%s is not an int64 sum", name)
-		points:
-			for _, dp := range sum.DataPoints {
-				for _, kv := range want {
-					if v, ok := dp.Attributes.Value(kv.Key); !ok || v != kv.Value {
-						continue points
-					}
-				}
-				total += dp.Value
-			}
-		}
-	}
-	return total
 }
 
 // request is a dispatch of attempt of task in run with body.
