@@ -199,6 +199,22 @@ func (t *flights) quiet() <-chan struct{} {
 	return ch
 }
 
+// settled returns once no flight of key runs (one answered and still
+// recording its outcome included), or ctx's error if ctx ends first.
+func (t *flights) settled(ctx context.Context, key string) error {
+	for {
+		t.mu.Lock()
+		cur := t.m[key]
+		t.mu.Unlock()
+		if cur == nil {
+			return nil
+		}
+		if err := wait(ctx, cur.done); err != nil {
+			return err
+		}
+	}
+}
+
 // isClosed reports whether close was called.
 func (t *flights) isClosed() bool {
 	t.mu.Lock()
