@@ -354,3 +354,23 @@ func TestNoDefaultQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cloudtasks.CancelDeleted, got.Outcome)
 }
+
+// Reading back right after an answer sees that answer's outcome: the
+// default mode records the outcome after answering, and Latest and History
+// wait for it.
+func TestReadBackSeesTheAnsweredOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	for i := range 50 {
+		res, err := b.d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: "r", TaskKey: "read", Identity: naming.Attempt(uint64(i)), Task: task()})
+		require.NoError(t, err)
+		latest, ok, err := b.d.Latest(ctx, res.ID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, outbox.StatusCreated, latest.Status, "attempt %d", i)
+		hist, err := b.d.History(ctx, res.ID)
+		require.NoError(t, err)
+		require.Len(t, hist, 2, "attempt %d: pending, then created", i)
+	}
+}
