@@ -62,13 +62,16 @@ func (s localStore) putNew(_ context.Context, key string, data []byte) (bool, er
 	if err := os.MkdirAll(filepath.Dir(p), dirPerm); err != nil {
 		return false, err
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, filePerm)
-	if errors.Is(err, os.ErrExist) {
-		return false, nil
-	}
+	// The lease appears whole or not at all: written and synced under a
+	// temporary name, then linked to its name, which fails if the name
+	// exists. A process killed half-way leaves at most a temporary file,
+	// never an empty lease that would look held for ever.
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-lease-*")
 	if err != nil {
 		return false, err
 	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
@@ -77,7 +80,13 @@ func (s localStore) putNew(_ context.Context, key string, data []byte) (bool, er
 		err = cerr
 	}
 	if err != nil {
-		return true, err
+		return false, err
+	}
+	if err := os.Link(tmp, p); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return false, nil
+		}
+		return false, err
 	}
 	return true, syncDir(filepath.Dir(p))
 }
@@ -250,8 +259,10 @@ func newestLease(ctx context.Context, s leaseStore, prefix string) (seq uint64, 
 		return 0, body, false, err
 	}
 	if json.Unmarshal(data, &body) != nil {
-		// Being written right now (a lease is created, then filled): live.
-		body = leaseBody{Holder: "(being written)", Expires: time.Now().Add(time.Minute)}
+		// Leases appear whole (a local one is linked into place once
+		// written, a bucket's is one conditional write), so one that does
+		// not parse was damaged: it holds nothing.
+		body = leaseBody{Holder: "(unreadable lease)"}
 	}
 	return seq, body, true, nil
 }

@@ -210,6 +210,31 @@ func compactChild(dir string) {
 // Two compactions of one root at once, in two processes, write each ID
 // once: 3,000 IDs give 3,000 rows, all terminal. Without leases both
 // folded the same files and left 6,000.
+// A lease that does not parse (damaged: leases appear whole) holds
+// nothing, so a compaction killed at any point never holds a unit for
+// ever; a local lease is linked into place only once written.
+func TestDamagedLeaseHoldsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root := t.TempDir()
+	store := localStore{root: root}
+	prefix := "_leases/dispatch_outbox/created_date=2026-03-01~b0of8."
+	dir := filepath.Join(root, "_leases", "dispatch_outbox")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "created_date=2026-03-01~b0of8.000000000003"), nil, 0o600))
+	l, err := acquireLease(ctx, store, prefix, "A", t0, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.check(ctx, t0))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Equal(t, []string{"created_date=2026-03-01~b0of8.000000000003", "created_date=2026-03-01~b0of8.000000000004"}, names,
+		"no temporary left behind; the damaged lease is kept as the one before ours")
+}
+
 func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
