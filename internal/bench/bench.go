@@ -58,7 +58,8 @@ type Report struct {
 	Date time.Time
 	// Config is the configuration run, with defaults applied.
 	Config Config
-	// Emulator is "in-process" or the address of the emulator used.
+	// Emulator is "in-process", "child process at ADDR" or the address of
+	// the running emulator used.
 	Emulator string
 	// GOMAXPROCS is the number of CPUs the Go scheduler used.
 	GOMAXPROCS int
@@ -92,14 +93,17 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (*Report, error) 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	rep := &Report{Date: time.Now().UTC(), Config: c, GOMAXPROCS: runtime.GOMAXPROCS(0), Emulator: "in-process"}
-	if c.EmulatorAddr != "" {
-		rep.Emulator = c.EmulatorAddr
-	}
 	// The measured components log warnings only: a debug line per RPC
 	// would measure the logger.
 	t, err := newTarget(ctx, c, slog.New(atLeast{logger.Handler(), slog.LevelWarn}))
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case len(c.EmulatorCommand) > 0:
+		rep.Emulator = "child process at " + t.addr
+	case c.EmulatorAddr != "":
+		rep.Emulator = c.EmulatorAddr
 	}
 	defer func() {
 		// The figures are already taken; a failing close (an outbox that

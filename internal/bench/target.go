@@ -31,6 +31,7 @@ const targetURL = "http://127.0.0.1:9/bench"
 // every mode, and the dispatchers the chosen modes need.
 type target struct {
 	srv    *emulator.Server // nil for an external emulator
+	addr   string           // the emulator's gRPC address
 	client *ctapi.Client
 	disp   map[Mode]*cloudtasks.Dispatcher
 	// dispClose closes each mode's dispatcher and its outbox; lifeCPU is
@@ -80,6 +81,7 @@ func newTarget(ctx context.Context, c Config, logger *slog.Logger) (t *target, e
 		t.closeFns = append(t.closeFns, t.srv.Close)
 		addr = t.srv.Addr()
 	}
+	t.addr = addr
 	t.client, err = ctapi.NewClient(ctx, emulator.ClientOptions(addr)...)
 	if err != nil {
 		return t, fmt.Errorf("bench: client for %s: %w", addr, err)

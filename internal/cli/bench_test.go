@@ -131,6 +131,27 @@ func TestBenchExternalEmulator(t *testing.T) {
 	require.Len(t, emu.Tasks(bench.Queue), 16)
 }
 
+// --emulator-process runs the emulator in a child process of the built
+// binary, and the report says so: its CPU figures are the client's alone.
+func TestBinaryBenchEmulatorProcess(t *testing.T) {
+	t.Parallel()
+	res := runBinary(t, nil, "", benchArgs("--mode", "create-bare,memory", "--emulator-process", "--json")...)
+	require.Equal(t, 0, res.code, res.stderr)
+	var got struct {
+		Emulator string `json:"emulator"`
+		Results  []struct {
+			Mode string `json:"mode"`
+			Ops  int    `json:"ops"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &got), res.stdout)
+	require.Regexp(t, `^child process at 127\.0\.0\.1:[0-9]+$`, got.Emulator)
+	require.Len(t, got.Results, 2)
+	for _, r := range got.Results {
+		require.Equal(t, 8, r.Ops, r.Mode)
+	}
+}
+
 func TestBenchUnreachableEmulator(t *testing.T) {
 	t.Parallel()
 	res := run(t, nil, benchArgs("--mode", "create-bare", "--emulator", "127.0.0.1:1")...)
