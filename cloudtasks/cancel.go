@@ -115,7 +115,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	key := id.String()
 	prev, known, err := d.box.Latest(ctx, outbox.TableOf(id), key)
 	if err != nil {
-		f.err = fmt.Errorf("cloudtasks: %s: read outbox: %w", key, err)
+		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		return
 	}
 	var queuePath string
@@ -171,7 +171,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	}
 	if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
 		d.outboxFailed(key, false, err)
-		f.cancelled, f.err = res, fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", key, res.Outcome, err)
+		f.cancelled, f.err = res, &OutboxError{ID: key, Op: OpRecordCancel, Err: err}
 		return
 	}
 	d.m.outcome(ctx, id.Kind().String(), "cancelled", d.clock.Since(start))

@@ -97,7 +97,9 @@ type Config struct {
 
 // RetryPolicy bounds the retries of transient errors. The delay before call
 // n+1 is min(Initial·Multiplier^(n-1), Max), scaled by a random factor in
-// [1-Jitter, 1]; retries stop at MaxCalls or when the caller's context ends.
+// [1-Jitter, 1]; retries stop at MaxCalls or once MaxElapsed has passed.
+// The caller's context does not stop them: the work is shared by identical
+// calls and goes on (see MaxElapsed and WaitError).
 type RetryPolicy struct {
 	// Initial is the delay before the first retry. Defaults to 50ms.
 	Initial time.Duration

@@ -313,7 +313,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req
 
 	prev, found, err := d.box.Latest(ctx, rec.Table, key)
 	if err != nil {
-		f.err = fmt.Errorf("cloudtasks: %s: read outbox: %w", key, err)
+		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		return
 	}
 	recovering := false
@@ -476,7 +476,7 @@ func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
 	if d.outboxOK.Swap(false) {
 		d.log.Error("outbox cannot record; calls stop until it can", "id", id, "err", err)
 	}
-	return &OutboxError{ID: id, BeforeCall: beforeCall, Err: err}
+	return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
 }
 
 // recordOutcome appends rec, f's outcome. In strict mode the callers wait
@@ -489,7 +489,7 @@ func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Re
 	if d.cfg.Durability == DurabilityStrict {
 		if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
 			d.outboxFailed(rec.ID, false, err)
-			f.err = errors.Join(f.err, fmt.Errorf("cloudtasks: %s: %s but recording it failed: %w", rec.ID, rec.Status, err))
+			f.err = errors.Join(f.err, &OutboxError{ID: rec.ID, Op: OpRecordOutcome, Err: err})
 			return
 		}
 		d.outboxOK.Store(true)

@@ -139,8 +139,9 @@
 // ErrCancelFailed (*CallError, which unwraps to the gRPC status:
 // status.Code(err) works), ErrNotStarted and ErrStoppedWaiting (*WaitError:
 // the caller's context ended before anything started, or while the work
-// goes on), ErrOutboxUnavailable (*OutboxError: the pending record could
-// not be written) and ErrClosed.
+// goes on), ErrOutboxUnavailable (*OutboxError, whose Op says whether the
+// outbox could not be read or could not record the pending state, the
+// outcome or a cancel) and ErrClosed.
 //
 // # Observability
 //

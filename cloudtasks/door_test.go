@@ -82,7 +82,10 @@ func TestIdentityMustBeSaid(t *testing.T) {
 		{"key without strategy", naming.Identity{Key: "evt-43"}, "Identity.Strategy"},
 		{"number without strategy", naming.Identity{Number: 2}, "Identity.Strategy"},
 		{"strict with a key", naming.Identity{Strategy: naming.StrategyStrict, Number: 1, Key: "evt"}, "Identity.Key"},
-		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 1, Key: "evt"}, "Identity"},
+		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 1, Key: "evt"}, "Identity.Number"},
+		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 1}, "Identity.Number"},
+		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "evt"}, "Identity.Key"},
+		{"unknown strategy", naming.Identity{Strategy: 9}, "Identity.Strategy"},
 	}
 	for _, tt := range tests {
 		_, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: tt.id, Task: task()})
@@ -310,6 +313,13 @@ func TestTimerRequestChecks(t *testing.T) {
 	var re *cloudtasks.RequestError
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, "Identity", re.Field)
+	// A retry timer is for one attempt: it must say which.
+	retry := heartbeat(b, "")
+	retry.Kind = naming.KindRetry
+	_, err = b.d.ScheduleTimer(ctx, retry)
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "Identity.Strategy", re.Field)
+	require.Zero(t, b.emu.TaskCount())
 }
 
 // A task larger than the service takes, as its encoding measures it, is

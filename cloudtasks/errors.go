@@ -46,8 +46,8 @@ var (
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("dispatcher closed")
 	// ErrOutboxUnavailable matches an *OutboxError: the outbox could not
-	// record the call's pending state, so no answer is given. Before the
-	// create call this means no task was created; see OutboxError.
+	// be read or could not record the call, so no answer (or, for a cancel,
+	// no record of it) is given; see OutboxError for what each Op means.
 	ErrOutboxUnavailable = errors.New("outbox unavailable")
 )
 
@@ -206,17 +206,24 @@ func (e *NameHeldError) Error() string {
 // Is makes a NameHeldError match ErrNameHeld.
 func (e *NameHeldError) Is(target error) bool { return target == ErrNameHeld }
 
-// OutboxError reports a call that got no answer because the outbox could
-// not record it. It matches ErrOutboxUnavailable and unwraps to the
-// outbox's error.
+// OutboxError reports a call that got no answer, or an incomplete one,
+// because the outbox failed. It matches ErrOutboxUnavailable and unwraps
+// to the outbox's error.
 //
-// When BeforeCall is true no Cloud Tasks call was made. When it is false
-// (the pending record was written at the same time as the call, see
-// DurabilityOverlapped) the task may exist; repeating the call once the
-// outbox works again is safe, because the task name deduplicates it.
+// Op says what the outbox could not do. For OpRecordPending, when
+// BeforeCall is true no Cloud Tasks call was made; when it is false (the
+// pending record was written at the same time as the call, see
+// DurabilityOverlapped) the task may exist, and repeating the call once the
+// outbox works again is safe, because the task name deduplicates it. For
+// OpRead and OpListPending no Cloud Tasks call was made. For OpRecordCancel
+// the cancel's DeleteTask was made (its answer is in the CancelResult
+// returned beside the error) but not recorded; for OpRecordOutcome (strict
+// mode) the create call was made and its outcome not recorded.
 type OutboxError struct {
-	// ID is the internal ID.
+	// ID is the internal ID; empty for OpListPending.
 	ID string
+	// Op is what the outbox failed to do.
+	Op OutboxOp
 	// BeforeCall is true when the failure stopped the call before any
 	// Cloud Tasks request.
 	BeforeCall bool
@@ -224,12 +231,42 @@ type OutboxError struct {
 	Err error
 }
 
+// OutboxOp names what the outbox failed to do in an *OutboxError.
+type OutboxOp string
+
+// The outbox operations an OutboxError reports.
+const (
+	// OpRecordPending is the pending record written before or beside a
+	// create call.
+	OpRecordPending OutboxOp = "record the pending state"
+	// OpRead is reading an ID's latest record, before any call.
+	OpRead OutboxOp = "read the ID's record"
+	// OpRecordOutcome is the outcome record a strict-mode create waits
+	// for: the call was made, its outcome is not recorded.
+	OpRecordOutcome OutboxOp = "record the outcome"
+	// OpRecordCancel is the cancelled record written after DeleteTask.
+	OpRecordCancel OutboxOp = "record the cancel"
+	// OpListPending is Recover's listing of stale pending records.
+	OpListPending OutboxOp = "list the pending records"
+)
+
 func (e *OutboxError) Error() string {
-	when := "the Cloud Tasks call was not made"
-	if !e.BeforeCall {
+	var when string
+	switch {
+	case e.Op == OpRecordCancel:
+		when = "the cancel's DeleteTask was made"
+	case e.Op == OpRecordOutcome:
+		when = "the create call was made; repeat it to record the outcome"
+	case e.Op == OpRecordPending && !e.BeforeCall:
 		when = "the task may exist; repeat the call once the outbox works"
+	default:
+		when = "the Cloud Tasks call was not made"
 	}
-	return fmt.Sprintf("cloudtasks: %s: outbox could not record the pending state (%s): %v", e.ID, when, e.Err)
+	subject := e.ID
+	if subject == "" {
+		subject = "recover"
+	}
+	return fmt.Sprintf("cloudtasks: %s: outbox could not %s (%s): %v", subject, e.Op, when, e.Err)
 }
 
 // Is makes an OutboxError match ErrOutboxUnavailable.
@@ -247,7 +284,7 @@ func (e *OutboxError) Unwrap() error { return e.Err }
 // learn it: it matches ErrStoppedWaiting. Either way it unwraps to the
 // context's error, so errors.Is(err, context.DeadlineExceeded) works too.
 type WaitError struct {
-	// ID is the internal ID.
+	// ID is the internal ID; empty for Recover.
 	ID string
 	// Op is what was waited for: "create", "cancel" or "recover".
 	Op string
@@ -258,10 +295,14 @@ type WaitError struct {
 }
 
 func (e *WaitError) Error() string {
-	if !e.Started {
-		return fmt.Sprintf("cloudtasks: %s: %s not started: the context ended first (%v); no call was made", e.ID, e.Op, e.Err)
+	subject := "cloudtasks: "
+	if e.ID != "" {
+		subject += e.ID + ": "
 	}
-	return fmt.Sprintf("cloudtasks: %s: stopped waiting for %s (%v); the work goes on and records its outcome", e.ID, e.Op, e.Err)
+	if !e.Started {
+		return fmt.Sprintf("%s%s not started: the context ended first (%v); no call was made", subject, e.Op, e.Err)
+	}
+	return fmt.Sprintf("%sstopped waiting for %s (%v); the work goes on and records its outcome", subject, e.Op, e.Err)
 }
 
 // Is makes a WaitError match ErrNotStarted or ErrStoppedWaiting.

@@ -175,3 +175,83 @@ func TestOutboxRefusingStopsTheCall(t *testing.T) {
 		})
 	}
 }
+
+// unreadableOutbox is an in-memory outbox whose reads fail.
+type unreadableOutbox struct{ *outbox.Memory }
+
+func (unreadableOutbox) Latest(context.Context, outbox.Table, string) (outbox.Record, bool, error) {
+	return outbox.Record{}, false, errDiskFull
+}
+
+func (unreadableOutbox) Pending(context.Context, outbox.Table, time.Duration) ([]outbox.Record, error) {
+	return nil, errDiskFull
+}
+
+// An outbox that cannot be read stops Dispatch, Cancel and Recover before
+// any call, each with an *OutboxError that says what failed.
+func TestOutboxUnreadableIsAnOutboxError(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	d, err := cloudtasks.NewDispatcher(context.Background(), unreadableOutbox{outbox.NewMemory(w.clock)}, &cloudtasks.Config{
+		Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(), Clock: w.clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	ctx := context.Background()
+
+	_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+	require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+	require.ErrorIs(t, err, errDiskFull)
+	var oe *cloudtasks.OutboxError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, cloudtasks.OutboxError{ID: "dispatch:run1:t:1", Op: cloudtasks.OpRead, BeforeCall: true, Err: errDiskFull}, *oe)
+	require.Equal(t, "cloudtasks: dispatch:run1:t:1: outbox could not read the ID's record (the Cloud Tasks call was not made): "+errDiskFull.Error(), err.Error())
+
+	_, err = d.Cancel(ctx, "dispatch:run1:t:1", "default")
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, cloudtasks.OpRead, oe.Op)
+
+	_, err = d.Recover(ctx)
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, cloudtasks.OpListPending, oe.Op)
+	require.Equal(t, "cloudtasks: recover: outbox could not list the pending records (the Cloud Tasks call was not made): dispatch_outbox: "+errDiskFull.Error(), err.Error())
+	require.Equal(t, 0, w.emu.TaskCount())
+}
+
+// A cancel whose DeleteTask was made but whose record could not be
+// written says both: the result says the task was deleted, the error
+// that the outbox does not know it.
+func TestCancelNotRecordedIsAnOutboxError(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			d, box, emu := setupRecorded(t, mode)
+			box.broken.Store(true)
+			res, err := d.Cancel(context.Background(), "dispatch:run1:t:0", "")
+			require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+			var oe *cloudtasks.OutboxError
+			require.ErrorAs(t, err, &oe)
+			require.Equal(t, cloudtasks.OpRecordCancel, oe.Op)
+			require.Equal(t, cloudtasks.CancelDeleted, res.Outcome)
+			require.Equal(t, 0, emu.TaskCount())
+		})
+	}
+}
+
+// Recover with a context that has already ended starts nothing and says
+// so.
+func TestRecoverWithEndedContextStartsNothing(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	d, err := cloudtasks.NewDispatcher(context.Background(), outbox.NewMemory(w.clock), &cloudtasks.Config{
+		Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(), Clock: w.clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	st, err := d.Recover(ctx)
+	require.ErrorIs(t, err, cloudtasks.ErrNotStarted)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, cloudtasks.RecoverStats{}, st)
+	require.Equal(t, "cloudtasks: recover not started: the context ended first (context canceled); no call was made", err.Error())
+}

@@ -75,17 +75,22 @@ func (d *Dispatcher) Recover(ctx context.Context) (RecoverStats, error) {
 	if d.flights.isClosed() {
 		return st, ErrClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return st, &WaitError{Op: "recover", Err: err}
+	}
 	for _, table := range outbox.Tables() {
 		if table == outbox.TableDeliveries {
 			continue // a worker's table: nothing re-drives a delivery
 		}
 		recs, err := d.box.Pending(ctx, table, d.cfg.StaleAfter)
 		if err != nil {
-			return st, fmt.Errorf("cloudtasks: recover: list pending %s: %w", table, err)
+			return st, &OutboxError{Op: OpListPending, BeforeCall: true, Err: fmt.Errorf("%s: %w", table, err)}
 		}
 		for _, rec := range recs {
 			if err := ctx.Err(); err != nil {
-				return st, err
+				// The records already looked at are finished; the rest wait
+				// for the next pass.
+				return st, fmt.Errorf("cloudtasks: recover: stopped after %d stale records, the rest are left for the next pass: %w", st.Stale, err)
 			}
 			st.Stale++
 			if err := d.recoverOne(ctx, rec, &st); errors.Is(err, ErrClosed) {

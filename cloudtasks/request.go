@@ -56,8 +56,9 @@ type DispatchRequest struct {
 	RunID string
 	// TaskKey names the task within the run. Required.
 	TaskKey string
-	// Identity fills the attempt slot: an attempt number (the default
-	// strategy), a caller key, or a unique token.
+	// Identity fills the attempt slot: naming.Attempt(n), naming.CallerKey
+	// (key) or naming.Unique(). Required: the zero Identity is refused, as
+	// is a Number or Key its strategy does not use.
 	Identity naming.Identity
 	// Task is the HTTP request and its scheduling.
 	Task Task
@@ -249,7 +250,7 @@ func (r *DispatchRequest) ID() (naming.ID, error) {
 // requestFields maps naming's component names to request field names.
 var requestFields = map[string]string{
 	"run_id": "RunID", "task_key": "TaskKey", "attempt": "Identity",
-	"idempotency key": "Identity.Key", "strategy": "Identity.Strategy",
+	"number": "Identity.Number", "idempotency key": "Identity.Key", "strategy": "Identity.Strategy",
 	"due_epoch": "At", "check_epoch": "At",
 }
 

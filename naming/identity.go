@@ -95,12 +95,15 @@ func (i Identity) Attempt(taskKey string) (string, error) {
 		return AttemptNumber(i.Number), nil
 	case StrategyCallerKey:
 		if i.Number != 0 {
-			return bad("attempt", AttemptNumber(i.Number), "is set with the caller-key strategy, which uses Key only"+identityHint)
+			return bad("number", AttemptNumber(i.Number), "is set with the caller-key strategy, which uses Key only"+identityHint)
 		}
 		return AttemptFromKey(taskKey, i.Key)
 	case StrategyUnique:
-		if i.Number != 0 || i.Key != "" {
-			return bad("strategy", i.Strategy.String(), "uses neither Number nor Key, and one is set"+identityHint)
+		if i.Number != 0 {
+			return bad("number", AttemptNumber(i.Number), "is set with the unique strategy, which uses neither Number nor Key"+identityHint)
+		}
+		if i.Key != "" {
+			return bad("idempotency key", i.Key, "is set with the unique strategy, which uses neither Number nor Key"+identityHint)
 		}
 		return AttemptUnique(), nil
 	default:

@@ -117,9 +117,9 @@ func TestIdentityRefusesSilentAnswers(t *testing.T) {
 		{"key without strategy", naming.Identity{Key: "evt-43"}, `strategy "" is not set although Key is: set Strategy to StrategyCallerKey` + hint},
 		{"number without strategy", naming.Identity{Number: 3}, `strategy "" is not set although Number is: set Strategy to StrategyStrict` + hint},
 		{"strict with a key", naming.Identity{Strategy: naming.StrategyStrict, Number: 1, Key: "k"}, `idempotency key "k" is set with the strict strategy, which uses Number only` + hint},
-		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 2, Key: "k"}, `attempt "2" is set with the caller-key strategy, which uses Key only` + hint},
-		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 2}, `strategy "unique" uses neither Number nor Key, and one is set` + hint},
-		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "k"}, `strategy "unique" uses neither Number nor Key, and one is set` + hint},
+		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 2, Key: "k"}, `number "2" is set with the caller-key strategy, which uses Key only` + hint},
+		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 2}, `number "2" is set with the unique strategy, which uses neither Number nor Key` + hint},
+		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "k"}, `idempotency key "k" is set with the unique strategy, which uses neither Number nor Key` + hint},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

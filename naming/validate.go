@@ -41,7 +41,8 @@ type Error struct {
 	Input string
 	// Component names the part that broke a rule: "run_id", "task_key",
 	// "attempt", "due_epoch", "check_epoch", "prefix", "kind",
-	// "idempotency key" or "internal ID".
+	// "internal ID", or a field of an Identity: "strategy", "number" or
+	// "idempotency key".
 	Component string
 	// Value is the offending value of the component.
 	Value string
