@@ -161,7 +161,8 @@ func TestCancelGoesWhereTheTaskIs(t *testing.T) {
 
 // A timer scheduled again after a cancel deleted its task meets the name
 // Cloud Tasks holds: an error says so and until when, every time; the
-// outbox never claims a task exists. Once the hold is over, it is created.
+// outbox never claims a task exists. (The end of the hold is tested with a
+// dispatch below.)
 func TestScheduleAfterCancelSaysTheNameIsHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -211,6 +212,79 @@ func TestScheduleAfterCancelOfAGoneTaskIsAlreadyExisted(t *testing.T) {
 	again, err := b.d.ScheduleTimer(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, again.Outcome)
+}
+
+// The same holds for a dispatch: Dispatch, Cancel (the task is deleted),
+// Dispatch again meets the held name and says so; once the hold is over the
+// same ID makes a task again.
+func TestDispatchAfterCancelSaysTheNameIsHeldUntilItIsNot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	req := cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Attempt(3), Task: task()}
+	res, err := b.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	_, err = b.d.Cancel(ctx, res.ID, "other")
+	var re *cloudtasks.RequestError
+	require.ErrorAs(t, err, &re, "the dispatch was recorded in the default queue")
+	require.Equal(t, "Queue", re.Field)
+	got, err := b.d.Cancel(ctx, res.ID, "")
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.CancelDeleted, got.Outcome)
+	cancelledAt := b.clock.Now()
+
+	b.clock.Advance(23 * time.Hour)
+	_, err = b.d.Dispatch(ctx, req)
+	var held *cloudtasks.NameHeldError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, res.ID, held.ID)
+	require.WithinDuration(t, cancelledAt.Add(24*time.Hour), held.HeldUntil, time.Millisecond)
+	require.Zero(t, b.emu.TaskCount())
+
+	b.clock.Advance(2 * time.Hour) // past the service's (and the emulator's) 24 h
+	again, err := b.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeCreated, again.Outcome)
+	require.Equal(t, 1, b.emu.TaskCount())
+	latest, _, err := b.d.Latest(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusCreated, latest.Status)
+}
+
+// After Recover recorded not_found (the task ran and is gone, or was never
+// made), ALREADY_EXISTS to a repeat means the task existed: the answer is
+// already_existed, not a held name.
+func TestDispatchAfterNotFoundIsAlreadyExisted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	req := cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Attempt(1), Task: task()}
+	// The create succeeds on the server; every answer is lost.
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: true}}}))
+	_, err := b.d.Dispatch(ctx, req)
+	require.ErrorIs(t, err, cloudtasks.ErrGaveUp)
+	require.NoError(t, b.emu.SetFaults(emulator.Faults{}))
+	// The task runs and is deleted by the service.
+	client, err := b.emu.NewClient(ctx)
+	require.NoError(t, err)
+	defer client.Close()
+	id, err := req.ID()
+	require.NoError(t, err)
+	require.NoError(t, client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: doorQueue + "/tasks/" + id.CloudTaskID()}))
+
+	b.clock.Advance(cloudtasks.DefaultStaleAfter)
+	st, err := b.d.Recover(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RecoverStats{Stale: 1, NotFound: 1}, st)
+	latest, _, err := b.d.Latest(ctx, id.String())
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusNotFound, latest.Status)
+
+	res, err := b.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, res.Outcome)
+	require.Zero(t, b.emu.TaskCount())
 }
 
 // A context that ended before the call says that nothing was started,
