@@ -31,8 +31,8 @@ const (
 	// ModeDispatchBatched is ModeDispatch with Config.Batch: concurrent
 	// calls share BatchCreateTasks requests.
 	ModeDispatchBatched Mode = "dispatch-batched"
-	// ModeInterval is Dispatch with an outbox synced every FlushInterval
-	// (cloudtasks.DurabilityInterval).
+	// ModeInterval is Dispatch (overlapped) with a Parquet outbox in
+	// parquetbox.Interval mode, synced every FlushInterval.
 	ModeInterval Mode = "interval"
 	// ModeMemory is Dispatch with the dispatcher's in-memory record (no
 	// outbox directory).
