@@ -178,11 +178,17 @@ func TableOf(id naming.ID) Table {
 // told from none, and partitions are named YYYY-MM-DD, so a year past 9999
 // would name a directory no listing recognises.
 var (
-	// MinTime is the earliest time a record may carry.
-	MinTime = time.Unix(0, 1000).UTC()
-	// MaxTime is the latest time a record may carry.
-	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	minTime = time.Unix(0, 1000).UTC()
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
 )
+
+// MinTime returns the earliest time a record may carry: one microsecond
+// after the Unix epoch.
+func MinTime() time.Time { return minTime }
+
+// MaxTime returns the latest time a record may carry: the last microsecond
+// of the year 9999.
+func MaxTime() time.Time { return maxTime }
 
 // Normalize fills the derived fields and truncates times to the
 // microsecond precision the files store, so a record reads back equal.
@@ -258,9 +264,9 @@ func (r *Record) Validate() error {
 		if f.t.IsZero() {
 			continue
 		}
-		if t := truncMicro(f.t); t.Before(MinTime) || t.After(MaxTime) {
+		if t := truncMicro(f.t); t.Before(minTime) || t.After(maxTime) {
 			return &RecordError{ID: r.ID, Field: f.name, Value: f.t.UTC().Format(time.RFC3339Nano),
-				Rule: "is outside the range every reader handles: " + MinTime.Format(time.RFC3339Nano) + " to " + MaxTime.Format(time.RFC3339Nano)}
+				Rule: "is outside the range every reader handles: " + minTime.Format(time.RFC3339Nano) + " to " + maxTime.Format(time.RFC3339Nano)}
 		}
 	}
 	return nil

@@ -44,7 +44,7 @@ type Config struct {
 	// accounts the tasks' OidcToken names. Required unless
 	// InsecureSkipVerify.
 	ServiceAccounts []string
-	// Issuers are the accepted "iss" claims. Defaults to DefaultIssuers
+	// Issuers are the accepted "iss" claims. Defaults to DefaultIssuers()
 	// (Google's); set the emulator's Issuer() to test against it.
 	Issuers []string
 	// KeysClient fetches the keys that sign the tokens. The verifier asks
@@ -104,7 +104,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if len(c.Issuers) == 0 && !c.InsecureSkipVerify {
-		c.Issuers = DefaultIssuers
+		c.Issuers = DefaultIssuers()
 	}
 	if c.KeysClient == nil {
 		c.KeysClient = &http.Client{Timeout: DefaultKeysTimeout}

@@ -12,8 +12,11 @@ import (
 	"google.golang.org/api/option"
 )
 
-// DefaultIssuers are the "iss" values of Google-signed ID tokens.
-var DefaultIssuers = []string{"https://accounts.google.com", "accounts.google.com"}
+// DefaultIssuers returns the "iss" values of Google-signed ID tokens, a new
+// slice on each call.
+func DefaultIssuers() []string {
+	return []string{"https://accounts.google.com", "accounts.google.com"}
+}
 
 // errKeysUnavailable marks a failure to fetch the signing keys: the
 // worker's problem, not the caller's, so it is answered 500, not 401.

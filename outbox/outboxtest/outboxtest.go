@@ -260,13 +260,13 @@ var tests = []struct {
 			require.Contains(t, err.Error(), "1970-01-01T00:00:00.000001Z to 9999-12-31T23:59:59.999999Z")
 		}
 		r := dispatch("times", "t", "1", outbox.StatusCreated)
-		r.CreatedAt, r.UpdatedAt = outbox.MinTime, outbox.MaxTime
+		r.CreatedAt, r.UpdatedAt = outbox.MinTime(), outbox.MaxTime()
 		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r), "the bounds themselves are kept")
 		got, ok, err := b.s.Latest(b.ctx, outbox.TableDispatch, r.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, outbox.MinTime, got.CreatedAt)
-		require.Equal(t, outbox.MaxTime, got.UpdatedAt)
+		require.Equal(t, outbox.MinTime(), got.CreatedAt)
+		require.Equal(t, outbox.MaxTime(), got.UpdatedAt)
 	}},
 	{"CancelledContextWritesNothing", func(t *testing.T, b *bundle) {
 		ctx, cancel := context.WithCancel(b.ctx)
