@@ -281,7 +281,7 @@ func bareRequest(id naming.ID, body []byte) *cloudtaskspb.CreateTaskRequest {
 	return &cloudtaskspb.CreateTaskRequest{
 		Parent: Queue,
 		Task: &cloudtaskspb.Task{
-			Name: Queue + "/tasks/" + cloudID,
+			Name: naming.TaskName(Queue, cloudID),
 			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
 				Url:        targetURL,
 				HttpMethod: cloudtaskspb.HttpMethod_POST,

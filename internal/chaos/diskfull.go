@@ -103,7 +103,7 @@ func (r *run) diskFull(ctx context.Context) Result {
 		unrecorded := 0
 		for i := range n {
 			id := b.id(i)
-			if _, ok := t.latest[id.String()]; !ok && exists[queuePath+"/tasks/"+id.CloudTaskID()] {
+			if _, ok := t.latest[id.String()]; !ok && exists[id.TaskName(queuePath)] {
 				unrecorded++
 			}
 		}

@@ -167,7 +167,7 @@ func seedStale(ctx context.Context, emu *emulator.Server, root string, b batch) 
 			continue
 		}
 		_, err := client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queuePath, Task: &cloudtaskspb.Task{
-			Name: queuePath + "/tasks/" + id.CloudTaskID(),
+			Name: id.TaskName(queuePath),
 			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
 				Url: targetURL, HttpMethod: cloudtaskspb.HttpMethod_POST, Body: []byte(b.body(i)),
 			}},

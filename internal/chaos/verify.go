@@ -238,7 +238,7 @@ func checkTasks(emu *emulator.Server, batches ...batch) []string {
 	want := map[string]bool{}
 	for _, b := range batches {
 		for i := range b.n {
-			want[queuePath+"/tasks/"+b.id(i).CloudTaskID()] = true
+			want[b.id(i).TaskName(queuePath)] = true
 		}
 	}
 	tasks := emu.Tasks(queuePath)
