@@ -82,7 +82,7 @@ func TestReadmeScript(t *testing.T) {
 func TestMakeTestWithoutCCompiler(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
+		t.Skip("needs make: not installed")
 	}
 	// --no-print-directory: under an outer make (make test runs this
 	// test) the inner one would announce its directory.

@@ -30,7 +30,7 @@ import (
 // CITools are the tools .ci/run installs. A test that cannot run without
 // one of them skips with a reason starting "needs TOOL:"; under CI=true
 // such a skip is a failure. Keep this list and .ci/run in step.
-var CITools = []string{"chromium", "node", "duckdb", "postgresql", "podman"}
+var CITools = []string{"chromium", "node", "duckdb", "postgresql", "podman", "make"}
 
 func main() {
 	ci := os.Getenv("CI") == "true"
