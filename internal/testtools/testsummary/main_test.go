@@ -33,7 +33,7 @@ func TestRun(t *testing.T) {
 		{
 			name: "under CI a skip for want of a CI tool fails", input: "skips.jsonl", ci: true,
 			wantCode: 1,
-			wantTail: "FAIL: CI=true, and 1 tests skipped for want of a tool that .ci/run installs (chromium, node, duckdb, postgresql, podman):\n" +
+			wantTail: "FAIL: CI=true, and 1 tests skipped for want of a tool that .ci/run installs (chromium, node, duckdb, postgresql, podman, make):\n" +
 				"  ./a TestSkipTool: needs chromium: no chromium binary on PATH\n" +
 				"3 passed, 0 failed, 3 skipped\n",
 		},
