@@ -280,8 +280,11 @@ func (h *harness) listTasksPage(parent, token string) error {
 // next_page_token returned from the previous call" and, for ListQueues,
 // "It is an error to switch the value of the filter while iterating
 // through pages": a token the target did not return for this request is
-// InvalidArgument. "The page token is valid for only 2 hours": checked
-// when the target's clock can be advanced.
+// InvalidArgument. The same holds for ListLocations ("Send that page
+// token to receive the subsequent page"): a token another method returned
+// or a forged one is InvalidArgument, as AIP-158 has it for a page token
+// the service did not issue for the request. "The page token is valid for
+// only 2 hours": checked when the target's clock can be advanced.
 func testPageTokensBoundToRequest(t *testing.T, h *harness) {
 	other := h.Location + "/queues/ctd-conformance-" + randomID(8)
 	_, err := h.Client.CreateQueue(h.ctx, &cloudtaskspb.CreateQueueRequest{Parent: h.Location, Queue: &cloudtaskspb.Queue{Name: other}})
@@ -308,6 +311,17 @@ func testPageTokensBoundToRequest(t *testing.T, h *harness) {
 	require.NotEmpty(t, qtok, "the location holds at least two queues")
 	_, err = h.Client.ListQueues(h.ctx, &cloudtaskspb.ListQueuesRequest{Parent: h.Location, PageToken: qtok, Filter: "state: PAUSED"}).Next()
 	requireCode(t, err, codes.InvalidArgument)
+
+	project := h.Location[:strings.Index(h.Location, "/locations/")]
+	for _, tok := range []string{
+		qtok,              // ListQueues' token for a location of this project
+		theirs,            // ListTasks' token
+		"bm90LWEtdG9rZW4", // forged: base64url of "not-a-token"
+		"not a token!",
+	} {
+		_, err = h.Client.ListLocations(h.ctx, &locationpb.ListLocationsRequest{Name: project, PageToken: tok}).Next()
+		requireCode(t, err, codes.InvalidArgument)
+	}
 
 	if h.Advance == nil {
 		return
