@@ -2,9 +2,11 @@
 // server that the official client (cloud.google.com/go/cloudtasks/apiv2)
 // talks to unmodified, in the style of pubsub's pstest.
 //
+//	import ctapi "cloud.google.com/go/cloudtasks/apiv2" // ctdispatch's own package is also named cloudtasks
+//
 //	srv, err := emulator.New(emulator.Config{Queues: []emulator.QueueConfig{{Name: queue}}})
 //	defer srv.Close()
-//	client, err := srv.NewClient(ctx) // or cloudtasks.NewClient(ctx, srv.ClientOptions()...)
+//	client, err := srv.NewClient(ctx) // or ctapi.NewClient(ctx, srv.ClientOptions()...)
 //
 // # What is emulated
 //
