@@ -200,12 +200,19 @@ func (w *Worker) serve(rw http.ResponseWriter, r *http.Request, arrived time.Tim
 func (w *Worker) process(ctx context.Context, d *Delivery) result {
 	key := d.ID.String()
 	// Deliveries of one key wait here, not each on a database connection.
+	// The two waits share one LockTimeout, so a delivery never waits longer
+	// in all than the deadline the timeout is chosen to stay under.
+	start := time.Now()
 	unlock, err := w.locks.lock(ctx, key, w.cfg.LockTimeout)
 	if err != nil {
 		return w.classify(*d, "", err)
 	}
 	defer unlock()
-	outcome, err := w.cfg.Inbox.Process(ctx, key, w.cfg.LockTimeout, func(ctx context.Context, tx *sql.Tx) error {
+	left := w.cfg.LockTimeout - time.Since(start)
+	if left <= 0 {
+		return w.classify(*d, "", fmt.Errorf("%w: key %s held in this process for %s", ErrBusy, key, w.cfg.LockTimeout))
+	}
+	outcome, err := w.cfg.Inbox.Process(ctx, key, left, func(ctx context.Context, tx *sql.Tx) error {
 		d.tx = tx
 		defer func() { d.tx = nil }()
 		return w.call(ctx, d)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -294,4 +295,64 @@ func TestOutcomeStatuses(t *testing.T) {
 		got[o] = o.Status()
 	}
 	require.Equal(t, want, got)
+}
+
+// waitRecordingInbox is a MemoryInbox that notes the wait each Process
+// call was given.
+type waitRecordingInbox struct {
+	*MemoryInbox
+	waits chan time.Duration
+}
+
+func (r waitRecordingInbox) Process(ctx context.Context, key string, wait time.Duration, work Work) (Outcome, error) {
+	r.waits <- wait
+	return r.MemoryInbox.Process(ctx, key, wait, work)
+}
+
+// A delivery that waited in this process for another delivery of its key
+// gives the inbox only what is left of LockTimeout, so its two waits
+// together stay within the one bound.
+func TestLockTimeoutBoundsBothWaits(t *testing.T) {
+	t.Parallel()
+	inbox := waitRecordingInbox{MemoryInbox: NewMemoryInbox(), waits: make(chan time.Duration, 2)}
+	cfg := insecure(inbox)
+	cfg.LockTimeout = time.Minute
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // a failed assertion must not leave a handler blocked
+	entered := make(chan struct{}, 2)
+	w, err := New(context.Background(), cfg, func(context.Context, *Delivery) error {
+		entered <- struct{}{}
+		<-release
+		return errors.New("retry me") // so the second delivery runs the handler too
+	})
+	require.NoError(t, err)
+	url := serve(t, w)
+	id := mustID(t, "bound", "t", "1")
+	answers := make(chan int, 2)
+	deliver := func() {
+		code, _, _ := post(t, url, cloudTasksHeaders(id), "")
+		answers <- code
+	}
+	go deliver()
+	<-entered
+	first := <-inbox.waits
+	require.LessOrEqual(t, first, cfg.LockTimeout)
+	require.Greater(t, first, cfg.LockTimeout-time.Second, "the first delivery waited for nobody")
+	go deliver()
+	waiting := func() bool { // the second delivery is queued on the key's lock
+		w.locks.mu.Lock()
+		defer w.locks.mu.Unlock()
+		return w.locks.m[id.String()] != nil && w.locks.m[id.String()].refs == 2
+	}
+	for !waiting() {
+		runtime.Gosched()
+	}
+	seen := time.Now()
+	releaseOnce()
+	held := time.Since(seen) // the second delivery waited at least this long
+	second := <-inbox.waits
+	require.LessOrEqual(t, second, cfg.LockTimeout-held)
+	require.Equal(t, 500, <-answers)
+	require.Equal(t, 500, <-answers)
 }
