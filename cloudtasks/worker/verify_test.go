@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
@@ -166,3 +168,57 @@ func TestSigningKeysCachedAndTheirFailureIsA500(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A token signed with the right key, for the right audience and account,
+// whose email_verified claim is false or missing is refused (403); the
+// string "true" some older tokens carry is accepted.
+func TestEmailMustBeVerified(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	e := startEmulator(t, func(c *emulator.Config) { c.SigningKey = key })
+	var calls atomic.Int32
+	mux := http.NewServeMux()
+	url := serve(t, mux) + "/work"
+	w, err := New(context.Background(), e.verifiedConfig(url, NewMemoryInbox()), func(context.Context, *Delivery) error {
+		calls.Add(1)
+		return nil
+	})
+	require.NoError(t, err)
+	mux.Handle("/work", w)
+	// The emulator names its key by the first 12 bytes of SHA-256 over the
+	// modulus, base64url; a token minted here with the same key and kid is
+	// one the emulator could have signed.
+	sum := sha256.Sum256(key.PublicKey.N.Bytes())
+	kid := base64.RawURLEncoding.EncodeToString(sum[:12])
+	mint := func(verified any) string {
+		claims := jwt.MapClaims{"iss": e.srv.Issuer(), "aud": url, "sub": testSA, "email": testSA,
+			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+		if verified != nil {
+			claims["email_verified"] = verified
+		}
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+		tok.Header["kid"] = kid
+		s, err := tok.SignedString(key)
+		require.NoError(t, err)
+		return s
+	}
+	tests := []struct {
+		name     string
+		verified any
+		want     int
+	}{
+		{"verified", true, 200},
+		{"verified as a string", "true", 200},
+		{"not verified", false, 403},
+		{"claim missing", nil, 403},
+		{"claim of another type", 1, 403},
+	}
+	for i, tt := range tests {
+		h := cloudTasksHeaders(mustID(t, "verified", fmt.Sprint("t", i), "1"))
+		h.Set("Authorization", "Bearer "+mint(tt.verified))
+		code, _, _ := post(t, url, h, "")
+		require.Equal(t, tt.want, code, tt.name)
+	}
+	require.Equal(t, int32(2), calls.Load(), "only verified emails reached the handler")
+}
