@@ -195,6 +195,7 @@ func TestMigrate(t *testing.T) {
 	for range 4 {
 		g.Go(func() error { return in.Migrate(ctx) })
 	}
+	g.Go(func() error { return Migrate(ctx, db, SQLConfig{Schema: "jobs", Table: "inbox_v1"}) })
 	require.NoError(t, g.Wait())
 	require.NoError(t, in.Migrate(ctx))
 	got, err := in.Process(ctx, "k", time.Second, func(context.Context, *sql.Tx) error { return nil })
@@ -203,6 +204,19 @@ func TestMigrate(t *testing.T) {
 	var n int
 	require.NoError(t, db.QueryRow(`SELECT count(*) FROM jobs.inbox_v1`).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// The package-level Migrate refuses what NewSQLInbox refuses, before any
+// statement.
+func TestMigrateRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	err := Migrate(context.Background(), nil, SQLConfig{})
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "db", ce.Field)
+	err = Migrate(context.Background(), &sql.DB{}, SQLConfig{Table: "Bad"})
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "SQLConfig.Table", ce.Field)
 }
 
 func TestSQLConfigIdentifiers(t *testing.T) {

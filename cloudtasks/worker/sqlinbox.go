@@ -102,6 +102,16 @@ func NewSQLInbox(db *sql.DB, cfg SQLConfig) (*SQLInbox, error) {
 // cleanup does not hold one long transaction.
 const cleanupBatch = 10000
 
+// Migrate creates the inbox table that cfg names in db, as
+// NewSQLInbox(db, cfg) then Migrate on it does.
+func Migrate(ctx context.Context, db *sql.DB, cfg SQLConfig) error {
+	inbox, err := NewSQLInbox(db, cfg)
+	if err != nil {
+		return err
+	}
+	return inbox.Migrate(ctx)
+}
+
 // migrateLock serialises concurrent Migrate calls (CREATE … IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same name).
 const migrateLock = 7_304_119_220_260_001
