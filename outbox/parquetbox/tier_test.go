@@ -320,6 +320,83 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 	require.Len(t, got, 200)
 }
 
+// A lookup by ID does not know the ID's day, so it reads every partition,
+// but in each it opens the files of one unit: its bucket's, when every
+// writer uses the same bucket count. Writers with other counts add, in the
+// days they wrote, one unit per count (the ID's bucket of that count) and
+// the files without a bucket prefix (Buckets = 1).
+func TestLookupByIDOpensOneUnitPerDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	write := func(proc string, buckets int, task func(i int) string) {
+		opts := b.options(proc)
+		opts.Buckets = buckets
+		o, err := Open(ctx, opts)
+		require.NoError(t, err)
+		defer o.Close()
+		for range 2 { // two runs per unit
+			for i := range 100 {
+				require.NoError(t, o.Append(ctx, dispatchRec("days", task(i), "1", outbox.StatusCreated), nil))
+			}
+			require.NoError(t, o.Flush(ctx))
+			b.clock.Advance(time.Minute)
+		}
+		require.NoError(t, o.Close())
+	}
+	// opened looks id up in a fresh reader and returns the units whose
+	// files it opened.
+	opened := func(id string) map[unitName]int {
+		r, err := Open(ctx, Options{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
+		require.NoError(t, err)
+		defer r.Close()
+		got, err := r.Lookup(ctx, outbox.Query{ID: id})
+		require.NoError(t, err)
+		require.Len(t, got, 1, id)
+		fs := r.files[outbox.TableDispatch]
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		units := map[unitName]int{}
+		for name := range fs.files {
+			units[unitOf(name)]++
+		}
+		return units
+	}
+	const day1, day2 = "created_date=2026-03-01", "created_date=2026-03-02"
+	first := func(i int) string { return fmt.Sprint("a", i) }
+	second := func(i int) string { return fmt.Sprint("b", i) }
+	write(procA, 4, first)
+	b.clock.Advance(24 * time.Hour)
+	write(procA, 4, second)
+	for _, dir := range []string{day1, day2} {
+		files, err := filepath.Glob(filepath.Join(b.root, "dispatch_outbox", dir, "*.parquet"))
+		require.NoError(t, err)
+		require.Len(t, files, 8, "two runs in each of four buckets")
+	}
+
+	// Every writer with 4 buckets: the ID's bucket in each day, two
+	// files each, of the 16.
+	for _, id := range []string{dispatchRec("days", first(7), "1", "").ID, dispatchRec("days", second(8), "1", "").ID} {
+		k := bucketName(bucketOf(id, 4), 4)
+		require.Equal(t, map[unitName]int{day1 + "/" + k: 2, day2 + "/" + k: 2}, opened(id), id)
+	}
+
+	// A writer with 2 buckets and one with 1 on the second day: there, a
+	// lookup opens the ID's bucket of 4, its bucket of 2 and the files
+	// without a prefix.
+	const procC = "00000000-0000-4000-8000-00000000000c"
+	third := func(i int) string { return fmt.Sprint("c", i) }
+	write(procB, 2, third)
+	write(procC, 1, third)
+	id := dispatchRec("days", second(8), "1", "").ID
+	require.Equal(t, map[unitName]int{
+		day1 + "/" + bucketName(bucketOf(id, 4), 4): 2,
+		day2 + "/" + bucketName(bucketOf(id, 4), 4): 2,
+		day2 + "/" + bucketName(bucketOf(id, 2), 2): 2,
+		day2: 2,
+	}, opened(id))
+}
+
 // Once its day is over, a unit holding more runs than ⌈log₄ rounds⌉ + 1
 // is folded whole at its next compaction; during the day the tiers alone
 // decide.
