@@ -93,9 +93,11 @@ type Options struct {
 	// Parquet readers see: every interval, a log segment holding records
 	// is rolled and converted, so a record reaches Parquet within this
 	// delay plus one conversion. Each roll writes one small file per
-	// table partition it touched, so a writer busy all day leaves at most
-	// ⌈24h / PublishInterval⌉ files per partition (2,880 at the default),
-	// plus one per SegmentMaxBytes of log, until a compaction folds them.
+	// bucket of each table partition it touched, so a writer busy all day
+	// leaves at most Buckets × (⌈24h / PublishInterval⌉ + 1) files per
+	// partition (8 × 2,881 at the defaults; the one more roll, after
+	// midnight, carries the day's last records), plus Buckets per
+	// SegmentMaxBytes of log, until a compaction folds them.
 	// Defaults to 30s; at least 1s.
 	PublishInterval time.Duration
 	// Buckets splits each day's rows into this many hash buckets of their
