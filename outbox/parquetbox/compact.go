@@ -388,17 +388,11 @@ func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *Part
 	// have replaced these files.
 	fs := c.o.files[c.t]
 	fs.invalidate()
-	all, err := fs.acquire(ctx)
+	files, err := fs.acquireWhere(ctx, func(name string) bool { return unitOf(name) == unit })
 	if err != nil {
 		return err
 	}
-	defer fs.release(all)
-	var files []*openFile
-	for _, f := range all {
-		if unitOf(f.name) == unit {
-			files = append(files, f)
-		}
-	}
+	defer fs.release(files)
 	if len(files) == 0 {
 		pc.Action, pc.Reason = PartitionUntouched, "no readable files"
 		return nil

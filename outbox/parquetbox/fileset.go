@@ -88,13 +88,30 @@ func isDataFile(name string) bool {
 // acquire refreshes the set and returns the current files, each held until
 // release is called.
 func (fs *fileSet) acquire(ctx context.Context) ([]*openFile, error) {
+	return fs.acquireWhere(ctx, nil)
+}
+
+// acquireWhere is acquire for the listed files whose names keep admits
+// (all of them when keep is nil): a compaction of one unit opens that
+// unit's files alone, so a table of many thousand files (a busy day before
+// its first compaction) never holds a descriptor for each.
+func (fs *fileSet) acquireWhere(ctx context.Context, keep func(name string) bool) ([]*openFile, error) {
 	if err := fs.relist(ctx, nil); err != nil {
 		return nil, err
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.openListedLocked(ctx, nil)
-	return fs.holdLocked(nil), nil
+	var want map[string]*admission
+	if keep != nil {
+		want = map[string]*admission{}
+		for _, e := range fs.listed {
+			if keep(e.name) {
+				want[e.name] = nil
+			}
+		}
+	}
+	fs.openListedLocked(ctx, want)
+	return fs.holdLocked(want), nil
 }
 
 // acquireFor is acquire for a lookup of value in column fld (the ID or

@@ -453,3 +453,48 @@ func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
 		require.NotEqual(t, "dispatch:many:0:1", r.ID)
 	}
 }
+
+// A compaction step holds open only its unit's files, never the whole
+// table's: a day of thousands of published files (Buckets times the
+// publications) must compact within a process's descriptor limit.
+func TestCompactionStepOpensOnlyItsUnit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	opts := b.options(procA)
+	opts.Buckets = 4
+	o, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer o.Close()
+	for range 3 { // three runs per unit
+		for i := range 100 {
+			require.NoError(t, o.Append(ctx, dispatchRec("units", fmt.Sprint("t", i), "1", outbox.StatusCreated), nil))
+		}
+		require.NoError(t, o.Flush(ctx))
+		b.clock.Advance(time.Minute)
+	}
+	fs := o.files[outbox.TableDispatch]
+	listed, err := o.store.list(ctx, outbox.TableDispatch)
+	require.NoError(t, err)
+	units := map[unitName]int{}
+	for _, e := range listed {
+		units[unitOf(e.name)]++
+	}
+	require.Len(t, units, 4)
+	c := &compaction{o: o, t: outbox.TableDispatch, now: b.clock.Now()}
+	for unit, n := range units {
+		pc := &PartitionCompaction{}
+		err := c.step(ctx, nil, unit, pc, func(_ context.Context, _ *lease, files []*openFile, _ *PartitionCompaction) error {
+			require.Len(t, files, n)
+			fs.mu.Lock()
+			defer fs.mu.Unlock()
+			for name, f := range fs.files {
+				if f.refs > 0 {
+					require.Equal(t, unit, unitOf(name), "a file of another unit is held during %s's step", unit)
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+}
