@@ -30,8 +30,8 @@ type Env struct {
 	Getenv func(string) string
 	// SetMemoryLimit sets the process's soft memory limit, as
 	// runtime/debug.SetMemoryLimit does. A command that runs a dispatcher
-	// over a file outbox calls it when GOMEMLIMIT is not set (see
-	// dispatcherMemoryLimit). Nil, the default outside DefaultEnv, leaves
+	// over a file outbox, and compact, call it when GOMEMLIMIT is not set (see
+	// outboxMemoryLimit). Nil, the default outside DefaultEnv, leaves
 	// the limit alone, so in-process callers keep their own.
 	SetMemoryLimit func(int64) int64
 }

@@ -209,6 +209,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return usagef("--retention: %v", err)
 			}
 			ctx := cmd.Context()
+			limitOutboxMemory(env)
 			o, err := openOutbox(ctx, env, dir, false)
 			if err != nil {
 				return err

@@ -173,7 +173,7 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		if c.publishInterval < parquetbox.MinPublishInterval {
 			return nil, usagef("--publish-interval %s is below the minimum %s", c.publishInterval, parquetbox.MinPublishInterval)
 		}
-		limitDispatcherMemory(env)
+		limitOutboxMemory(env)
 	}
 	cfg.Durability = mode.Dispatcher()
 	s := &session{ctx: ctx}
@@ -243,23 +243,28 @@ func errorDesc(err error) string {
 	return msg
 }
 
-// dispatcherMemoryLimit is the soft memory limit of a process that runs a
-// dispatcher over a file outbox, unless GOMEMLIMIT says otherwise. The
+// outboxMemoryLimit is the soft memory limit of a process that runs a
+// dispatcher over a file outbox, or compacts one, unless GOMEMLIMIT says
+// otherwise. The
 // outbox holds its memory to budgets (the own-ID index, the cache of
 // footers and bloom filters, the log segment not yet in Parquet: together
 // about 130 MiB at their defaults), but Go's collector lets the heap grow
 // to twice what is live before it collects, which took a dispatcher past
 // 200 MB of RSS over a 50M-row outbox. Under this limit the collector runs
 // earlier instead; it never refuses memory, so a larger live heap (much
-// larger budgets, huge payloads) costs collector CPU, not a crash.
-const dispatcherMemoryLimit = 160 << 20
+// larger budgets, huge payloads) costs collector CPU, not a crash. A
+// compaction of a unit with thousands of runs (a busy day before its
+// first compaction) holds their footers while its merges read 48 at a
+// time: 206 MiB of RSS without the limit, 164 MiB with it, for the same
+// CPU (BENCHMARKS.md).
+const outboxMemoryLimit = 160 << 20
 
-// limitDispatcherMemory applies dispatcherMemoryLimit unless the user set
+// limitOutboxMemory applies outboxMemoryLimit unless the user set
 // GOMEMLIMIT (any value, including "off").
-func limitDispatcherMemory(env *Env) {
+func limitOutboxMemory(env *Env) {
 	if env.SetMemoryLimit == nil || env.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	env.SetMemoryLimit(dispatcherMemoryLimit)
-	env.Logger.Debug("soft memory limit set; GOMEMLIMIT overrides it", "bytes", dispatcherMemoryLimit)
+	env.SetMemoryLimit(outboxMemoryLimit)
+	env.Logger.Debug("soft memory limit set; GOMEMLIMIT overrides it", "bytes", outboxMemoryLimit)
 }

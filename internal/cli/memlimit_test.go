@@ -54,3 +54,28 @@ func TestDispatcherMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+// compact runs under the same soft memory limit unless GOMEMLIMIT is set.
+func TestCompactMemoryLimit(t *testing.T) {
+	t.Parallel()
+	for _, gomem := range []string{"", "1GiB"} {
+		var got []int64
+		var out, errb bytes.Buffer
+		env := Env{Out: &out, Err: &errb, In: strings.NewReader(""),
+			Getenv: func(k string) string {
+				if k == "GOMEMLIMIT" {
+					return gomem
+				}
+				return ""
+			},
+			SetMemoryLimit: func(n int64) int64 { got = append(got, n); return n },
+		}
+		code := Run(context.Background(), []string{"compact", "--outbox", t.TempDir()}, env)
+		require.Equal(t, 0, code, errb.String())
+		if gomem == "" {
+			require.Equal(t, []int64{160 << 20}, got)
+		} else {
+			require.Empty(t, got)
+		}
+	}
+}
