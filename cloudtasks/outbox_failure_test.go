@@ -176,6 +176,17 @@ func TestOutboxRefusingStopsTheCall(t *testing.T) {
 	}
 }
 
+// dispatcherOver opens a dispatcher of the world's queue over box, closed
+// at the test's end.
+func dispatcherOver(t *testing.T, w *world, box outbox.Outbox) *cloudtasks.Dispatcher {
+	t.Helper()
+	d, err := cloudtasks.NewDispatcher(context.Background(), box, &cloudtasks.Config{
+		Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(), Clock: w.clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	return d
+}
+
 // unreadableOutbox is an in-memory outbox whose reads fail.
 type unreadableOutbox struct{ *outbox.Memory }
 
@@ -192,13 +203,10 @@ func (unreadableOutbox) Pending(context.Context, outbox.Table, time.Duration) ([
 func TestOutboxUnreadableIsAnOutboxError(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	d, err := cloudtasks.NewDispatcher(context.Background(), unreadableOutbox{outbox.NewMemory(w.clock)}, &cloudtasks.Config{
-		Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(), Clock: w.clock})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close(context.Background()) })
+	d := dispatcherOver(t, w, unreadableOutbox{outbox.NewMemory(w.clock)})
 	ctx := context.Background()
 
-	_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+	_, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
 	require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
 	require.ErrorIs(t, err, errDiskFull)
 	var oe *cloudtasks.OutboxError
@@ -243,10 +251,7 @@ func TestCancelNotRecordedIsAnOutboxError(t *testing.T) {
 func TestRecoverWithEndedContextStartsNothing(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	d, err := cloudtasks.NewDispatcher(context.Background(), outbox.NewMemory(w.clock), &cloudtasks.Config{
-		Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(), Clock: w.clock})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close(context.Background()) })
+	d := dispatcherOver(t, w, outbox.NewMemory(w.clock))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	st, err := d.Recover(ctx)
