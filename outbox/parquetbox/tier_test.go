@@ -245,6 +245,18 @@ func TestRetentionDropsOnlyInAMergeOfEveryRun(t *testing.T) {
 	}
 }
 
+// openBuckets opens procA's outbox on b with n buckets, closed at the
+// test's end.
+func openBuckets(t *testing.T, b *testBundle, n int) *Outbox {
+	t.Helper()
+	opts := b.options(procA)
+	opts.Buckets = n
+	o, err := Open(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
+	return o
+}
+
 // A lookup by ID opens only its bucket's files, and two compactions
 // started together share a day's buckets: each unit is folded by exactly
 // one of them.
@@ -252,11 +264,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	opts := b.options(procA)
-	opts.Buckets = 4
-	o, err := Open(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { o.Close() })
+	o := openBuckets(t, b, 4)
 	for i := range 200 {
 		require.NoError(t, o.Append(ctx, dispatchRec("bk", fmt.Sprint(i), "1", outbox.StatusCreated), nil))
 	}
@@ -461,11 +469,7 @@ func TestCompactionStepOpensOnlyItsUnit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	opts := b.options(procA)
-	opts.Buckets = 4
-	o, err := Open(ctx, opts)
-	require.NoError(t, err)
-	defer o.Close()
+	o := openBuckets(t, b, 4)
 	for range 3 { // three runs per unit
 		for i := range 100 {
 			require.NoError(t, o.Append(ctx, dispatchRec("units", fmt.Sprint("t", i), "1", outbox.StatusCreated), nil))
