@@ -25,8 +25,20 @@ var schemas atomic.Int64
 // openIn returns a migrated outbox in a new schema of db.
 func openIn(t *testing.T, db *sql.DB, clock clockwork.Clock) *pgbox.Outbox {
 	t.Helper()
-	o, err := pgbox.New(db, pgbox.Options{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock})
-	require.NoError(t, err)
-	require.NoError(t, o.Migrate(context.Background()))
-	return o
+	return openTwice(t, db, clock)[0]
+}
+
+// openTwice returns two outboxes (two processors) over the same tables in
+// a new schema of db.
+func openTwice(t *testing.T, db *sql.DB, clock clockwork.Clock) [2]*pgbox.Outbox {
+	t.Helper()
+	opts := pgbox.Options{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}
+	var boxes [2]*pgbox.Outbox
+	for i := range boxes {
+		o, err := pgbox.New(db, opts)
+		require.NoError(t, err)
+		boxes[i] = o
+	}
+	require.NoError(t, boxes[0].Migrate(context.Background()))
+	return boxes
 }
