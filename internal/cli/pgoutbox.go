@@ -36,6 +36,11 @@ func postgresOptions(raw string) (string, pgbox.Options, error) {
 		return "", pgbox.Options{}, usagef("--outbox: %v", err)
 	}
 	q := u.Query()
+	for _, p := range []string{schemaParam, prefixParam} {
+		if len(q[p]) > 1 {
+			return "", pgbox.Options{}, usagef("--outbox: %s is given %d times; give it once", p, len(q[p]))
+		}
+	}
 	opts := pgbox.Options{Schema: q.Get(schemaParam), TablePrefix: q.Get(prefixParam)}
 	q.Del(schemaParam)
 	q.Del(prefixParam)

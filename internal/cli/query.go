@@ -30,6 +30,9 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 	if dir == "" {
 		return nil, usagef("--outbox DIR is required")
 	}
+	if isPostgresURL(dir) {
+		return nil, fmt.Errorf("outbox %s: a PostgreSQL outbox is not opened as files", redact(dir))
+	}
 	if isBucketURL(dir) {
 		if err := checkBucketURL(dir); err != nil {
 			return nil, err

@@ -20,7 +20,7 @@ type table struct {
 	cols   string // the columns a read returns, in scan order
 	claims bool   // dispatch_outbox and timers carry a claim
 
-	insert, byID, byCloudTaskID, byRunID, pending, claim, retain string
+	insert, byID, byCloudTaskID, byRunID, pending, claim, retain, stats string
 }
 
 // recordColumns are the columns every table has, in scan order after the
@@ -74,6 +74,8 @@ func newTable(o Options, t outbox.Table) *table {
 			ORDER BY p.updated_at, p.` + tb.id + ` LIMIT ` + strconv.Itoa(claimBatch) + ` FOR UPDATE SKIP LOCKED)
 			RETURNING ` + tb.cols
 	}
+	tb.stats = `SELECT status, queue, kind, processor_uuid, count(*) FROM ` + tb.name + ` p WHERE ` + latest("p") + `
+		GROUP BY status, queue, kind, processor_uuid`
 	tb.retain = `DELETE FROM ` + tb.name + ` WHERE ` + tb.id + ` IN (
 		SELECT l.` + tb.id + ` FROM ` + tb.name + ` l WHERE l.updated_at < $1 AND l.status <> 'pending' AND ` + latest("l") + `
 		LIMIT ` + strconv.Itoa(retainBatch) + `)`
