@@ -48,6 +48,10 @@ func postgresOptions(raw string) (string, pgbox.Options, error) {
 	return u.String(), opts, nil
 }
 
+// maxIdleConns is how many connections a command keeps open between
+// statements: enough for dispatch's largest usual --concurrency.
+const maxIdleConns = 64
+
 // openPostgres connects to the database a postgres:// --outbox names and
 // returns its outbox and the pool, which the caller closes. A database
 // that cannot be reached is an error at once, not at the first record.
@@ -60,6 +64,10 @@ func openPostgres(ctx context.Context, raw string) (*pgbox.Outbox, *sql.DB, erro
 	if err != nil {
 		return nil, nil, asUsage(fmt.Errorf("--outbox: %w", err))
 	}
+	// Concurrent dispatches each keep their connection (database/sql keeps
+	// two idle by default, and a new PostgreSQL connection is a new server
+	// process).
+	db.SetMaxIdleConns(maxIdleConns)
 	box, err := pgbox.New(db, opts)
 	if err != nil {
 		db.Close()

@@ -28,7 +28,11 @@ type Outbox struct {
 // a new UUIDv7 as their processor. db may use any driver that takes $1
 // placeholders (pgx's stdlib: sql.Open("pgx", url)). Create the tables
 // with Migrate (or "ctdispatch migrate --outbox postgres://…") first. db
-// stays the caller's: the outbox never closes it.
+// stays the caller's: the outbox never closes it. Size its pool for the
+// dispatcher's concurrency: every Append and read holds a connection for
+// one statement, and database/sql keeps only two idle by default, so
+// without db.SetMaxIdleConns a busy dispatcher opens a new server process
+// for most statements.
 func New(db *sql.DB, opts Options) (*Outbox, error) {
 	if db == nil {
 		return nil, &ConfigError{Field: "db", Value: "nil", Rule: "is required"}
