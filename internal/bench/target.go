@@ -186,9 +186,13 @@ func (t *target) openOutbox(ctx context.Context, c Config, m Mode, dm durability
 		if err != nil {
 			return nil, nil, err
 		}
-		// Every caller keeps its connection: database/sql keeps two idle
-		// by default, and a new PostgreSQL connection is a new process.
-		db.SetMaxIdleConns(c.Concurrency)
+		// Every statement in flight keeps its connection: database/sql
+		// keeps two idle by default, and a new PostgreSQL connection is a
+		// new server process. An overlapped dispatch's outcome is written
+		// after its caller is answered, so up to two statements per caller
+		// are in flight.
+		db.SetMaxOpenConns(2 * c.Concurrency)
+		db.SetMaxIdleConns(2 * c.Concurrency)
 		t.pg = db
 		t.closeFns = append(t.closeFns, db.Close)
 	}

@@ -49,8 +49,10 @@ func postgresOptions(raw string) (string, pgbox.Options, error) {
 }
 
 // maxIdleConns is how many connections a command keeps open between
-// statements: enough for dispatch's largest usual --concurrency.
-const maxIdleConns = 64
+// statements: two per caller at dispatch's usual largest --concurrency
+// (64), since an overlapped dispatch writes its outcome after its caller
+// has gone on.
+const maxIdleConns = 128
 
 // openPostgres connects to the database a postgres:// --outbox names and
 // returns its outbox and the pool, which the caller closes. A database
