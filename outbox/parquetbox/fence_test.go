@@ -188,7 +188,10 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 				bkt = fakeGCSBucket(t)
 			}
 			const otherQueue = "projects/p/locations/l/queues/untouched"
-			hung := openFenced(t, fenceOptions(b, storage, bkt, procA))
+			// The hung writer publishes nothing until it is flushed.
+			hopts := fenceOptions(b, storage, bkt, procA)
+			hopts.PublishInterval = 1000 * time.Hour
+			hung := openFenced(t, hopts)
 			require.NoError(t, outbox.AppendAndWait(ctx, hung, dispatchRec("r", "x", "1", outbox.StatusPending)))
 			other := dispatchRec("r", "y", "1", outbox.StatusPending)
 			other.Queue = otherQueue
@@ -207,6 +210,7 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 
 			// A new attempt at x's task, after the drop, is served.
 			require.NoError(t, outbox.AppendAndWait(ctx, rec, dispatchRec("r", "x", "2", outbox.StatusPending)))
+			require.NoError(t, rec.Flush(ctx))
 			reader := openFenced(t, fenceOptions(b, storage, bkt, ""))
 			pendingIDs := func() []string {
 				t.Helper()
@@ -218,7 +222,7 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 				}
 				return out
 			}
-			want := []string{"dispatch:r:y:1"}
+			want := []string{"dispatch:r:x:2"}
 			if storage == "directory" {
 				// Others' live logs are read on a directory.
 				want = []string{"dispatch:r:y:1", "dispatch:r:x:2"}
@@ -230,7 +234,6 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 
 			// The hung writer resumes and publishes its old records.
 			require.NoError(t, hung.Flush(ctx))
-			require.NoError(t, rec.Flush(ctx))
 			require.Equal(t, []string{"dispatch:r:y:1", "dispatch:r:x:2"}, pendingIDs())
 			_, ok, err := reader.Latest(ctx, outbox.TableDispatch, "dispatch:r:x:1")
 			require.NoError(t, err)

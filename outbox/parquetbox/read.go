@@ -111,11 +111,14 @@ func (o *Outbox) Lookup(ctx context.Context, q outbox.Query) ([]outbox.Record, e
 // slices are shared and must be copied.
 func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own bool, fn func(recs []outbox.Record, fresh bool)) error {
 	fs := o.files[t]
+	// Log records are handed on after the files are read, whose listing
+	// loads the commits that may hide some of them (see commitDir).
+	var live []*outbox.Record
 	if own {
 		for _, recs := range o.ownRecords() {
 			for i := range recs {
-				if recs[i].Table == t && q.Match(&recs[i]) && !fs.hidesLive(&recs[i]) {
-					fn(recs[i:i+1], false)
+				if recs[i].Table == t && q.Match(&recs[i]) {
+					live = append(live, &recs[i])
 				}
 			}
 		}
@@ -128,11 +131,18 @@ func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own
 	}
 	for _, recs := range tails {
 		for i := range recs {
-			if recs[i].Table == t && q.Match(&recs[i]) && recs[i].Trusted() && !fs.hidesLive(&recs[i]) {
-				fn(recs[i:i+1], false)
+			if recs[i].Table == t && q.Match(&recs[i]) && recs[i].Trusted() {
+				live = append(live, &recs[i])
 			}
 		}
 	}
+	defer func() {
+		for _, r := range live {
+			if !fs.hidesLive(r) {
+				fn(slices.Clip([]outbox.Record{*r}), true)
+			}
+		}
+	}()
 	fld, val := queryField(q)
 	var fields []field
 	if q.Summary {
