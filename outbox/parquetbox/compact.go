@@ -671,7 +671,7 @@ func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, ke
 		}
 		lost := &UnitLostError{Table: c.t, Unit: c.unit, Gen: next.Gen}
 		pc.Action, pc.Reason = PartitionLost, lost.Error()
-		pc.FilesOut, pc.BytesOut, pc.Outputs = 0, 0, nil
+		pc.FilesOut, pc.RowsOut, pc.BytesOut, pc.Outputs = 0, 0, 0, nil
 		c.o.log.Warn("outbox: compaction "+lost.Error(), "table", c.t, "unit", c.unit, "commit", next.Gen)
 		return lost
 	}
