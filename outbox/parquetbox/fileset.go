@@ -55,7 +55,7 @@ type fileSet struct {
 	// hidden are the listed files the commits hide (orphans, consumed
 	// inputs not removed yet), for compaction to remove.
 	hidden []storeEntry
-	uses        uint64 // counts acquisitions, for least-recently-used order
+	uses   uint64 // counts acquisitions, for least-recently-used order
 }
 
 type openFile struct {
