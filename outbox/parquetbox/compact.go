@@ -242,13 +242,15 @@ type PartitionCompaction struct {
 // ID survives in a run left out: a unit holding such records is folded
 // whole, and one whose rows all are is removed whole.
 //
-// Each unit is done under a lease, so concurrent compactions of one root
-// (on one disk or one bucket) never fold the same files twice; a unit
-// another compaction holds is reported busy and skipped, so two
-// compactions started together share a day's units. Outputs are written
-// atomically before the inputs are removed: appends continue meanwhile,
-// and an interrupted compaction leaves at worst a duplicate of some data,
-// folded on read and at the next compaction.
+// Each unit is done under a lease: a unit another compaction holds is
+// reported busy and skipped, so two compactions started together share a
+// day's units. A merge's outputs become visible only when the unit's next
+// commit record is created (see commitDir), which fails if another
+// compaction committed the unit since this one read it: this one then
+// discards its outputs, reports the unit PartitionLost and returns an
+// error matching ErrUnitLost, having changed nothing. Inputs are removed
+// after the commit: appends continue meanwhile, and an interrupted
+// compaction leaves the outbox as it was or as committed.
 func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) (CompactStats, error) {
 	if err := o.checkOpen(); err != nil {
 		return CompactStats{}, err
