@@ -355,3 +355,18 @@ func (fs *fileSet) hidesLive(r *outbox.Record) bool {
 	fs.mu.Unlock()
 	return v.hidesRecord(r)
 }
+
+// hiddenStream leaves out the records hides hides.
+type hiddenStream struct {
+	src   recordStream
+	hides func(*outbox.Record) bool
+}
+
+func (s hiddenStream) next() (outbox.Record, error) {
+	for {
+		r, err := s.src.next()
+		if err != nil || !s.hides(&r) {
+			return r, err
+		}
+	}
+}

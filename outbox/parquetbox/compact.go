@@ -582,10 +582,18 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	var unsorted []outbox.Record
 	keep := map[*openFile]bool{}
 	for _, f := range files {
+		// What readers do not serve (an old pending state the unit's
+		// retention outdated) is not carried into an output, where it
+		// would be served.
+		hides := c.o.files[c.t].hider(f.name)
 		if f.Ours() {
 			fst := newFileStream(f.pqFile, count)
 			defer fst.close()
-			streams = append(streams, trustedStream{fst, func(*outbox.Record) { pc.ForeignRows++; keep[f] = true }})
+			var src recordStream = trustedStream{fst, func(*outbox.Record) { pc.ForeignRows++; keep[f] = true }}
+			if hides != nil {
+				src = hiddenStream{src, hides}
+			}
+			streams = append(streams, src)
 			continue
 		}
 		// Another writer's file has no promised order: sort it in memory.
@@ -593,6 +601,9 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 			if !r.Trusted() {
 				pc.ForeignRows++
 				keep[f] = true
+				return nil
+			}
+			if hides != nil && hides(&r) {
 				return nil
 			}
 			unsorted = append(unsorted, r)

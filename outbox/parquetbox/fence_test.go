@@ -241,6 +241,16 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 			hist, err := reader.Lookup(ctx, outbox.Query{ID: "dispatch:r:x:1", History: true})
 			require.NoError(t, err)
 			require.Empty(t, hist)
+
+			// Nor does a compaction folding the late file into an
+			// output, which readers serve whole.
+			st, err = c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+			require.NoError(t, err)
+			require.Equal(t, PartitionCompacted, st.Tables[0].Partitions[0].Action)
+			require.Equal(t, []string{"dispatch:r:y:1", "dispatch:r:x:2"}, pendingIDs())
+			_, ok, err = reader.Latest(ctx, outbox.TableDispatch, "dispatch:r:x:1")
+			require.NoError(t, err)
+			require.False(t, ok, "the fold did not carry x's old pending record into its output")
 		})
 	}
 }
