@@ -68,8 +68,8 @@ func (b *door) settle(t *testing.T) {
 
 func task() cloudtasks.Task { return cloudtasks.Task{URL: "https://worker.example/x"} }
 
-// A request that does not say which attempt it is, or says it two ways, is
-// refused before any call, naming the field.
+// A request that does not say which attempt it is, or names it by an
+// empty key, is refused before any call, naming the field.
 func TestIdentityMustBeSaid(t *testing.T) {
 	t.Parallel()
 	b := openDoor(t, nil)
@@ -78,14 +78,8 @@ func TestIdentityMustBeSaid(t *testing.T) {
 		id    naming.Identity
 		field string
 	}{
-		{"zero identity", naming.Identity{}, "Identity.Strategy"},
-		{"key without strategy", naming.Identity{Key: "evt-43"}, "Identity.Strategy"},
-		{"number without strategy", naming.Identity{Number: 2}, "Identity.Strategy"},
-		{"strict with a key", naming.Identity{Strategy: naming.StrategyStrict, Number: 1, Key: "evt"}, "Identity.Key"},
-		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 1, Key: "evt"}, "Identity.Number"},
-		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 1}, "Identity.Number"},
-		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "evt"}, "Identity.Key"},
-		{"unknown strategy", naming.Identity{Strategy: 9}, "Identity.Strategy"},
+		{"zero identity", naming.Identity{}, "Identity"},
+		{"empty caller key", naming.CallerKey(""), "Identity"},
 	}
 	for _, tt := range tests {
 		_, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: tt.id, Task: task()})
@@ -382,17 +376,17 @@ func TestTimerRequestChecks(t *testing.T) {
 	_, err := b.d.ScheduleTimer(ctx, far)
 	require.ErrorIs(t, err, cloudtasks.ErrTooFar)
 	withID := heartbeat(b, "")
-	withID.Identity = naming.Attempt(1)
+	withID.Next = naming.Attempt(1)
 	_, err = b.d.ScheduleTimer(ctx, withID)
 	var re *cloudtasks.RequestError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "Identity", re.Field)
+	require.Equal(t, "Next", re.Field)
 	// A retry timer is for one attempt: it must say which.
 	retry := heartbeat(b, "")
 	retry.Kind = naming.KindRetry
 	_, err = b.d.ScheduleTimer(ctx, retry)
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "Identity.Strategy", re.Field)
+	require.Equal(t, "Next", re.Field)
 	require.Zero(t, b.emu.TaskCount())
 }
 
