@@ -3,6 +3,8 @@ package cloudtasks_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 // These tests use the package as a user does: only its exported API, the
@@ -185,6 +188,41 @@ func TestScheduleAfterCancelSaysTheNameIsHeld(t *testing.T) {
 	}
 }
 
+// A heartbeat check cancelled and asked again is refused with advice that
+// fits a heartbeat, which has no attempt: a later check time. The next
+// check timers.Heartbeat.Next gives is another name, also for a task that
+// started at a fraction of a second, and is created.
+func TestHeartbeatAfterCancelMovesToTheNextCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	started := b.clock.Now().Add(500 * time.Millisecond)
+	beat := timers.Heartbeat{Every: time.Minute}
+	check, err := beat.Next(started, started)
+	require.NoError(t, err)
+	req := heartbeat(b, "")
+	req.At = check
+	res, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	_, err = b.d.CancelTimer(ctx, res.TimerID, "")
+	require.NoError(t, err)
+
+	_, err = b.d.ScheduleTimer(ctx, req)
+	var held *cloudtasks.NameHeldError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, fmt.Sprintf("cloudtasks: %s: its task was deleted by a cancel at %s and Cloud Tasks holds the name until about %s; no task exists: schedule a later check time (timers.Heartbeat.Next after this one), or try again after then",
+		res.TimerID, held.CancelledAt.UTC().Format(time.RFC3339), held.HeldUntil.UTC().Format(time.RFC3339)), err.Error())
+
+	req.At, err = beat.Next(started, check)
+	require.NoError(t, err)
+	require.Equal(t, check.Add(time.Minute), req.At)
+	next, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeCreated, next.Outcome)
+	require.NotEqual(t, res.TimerID, next.TimerID)
+	require.Equal(t, 1, b.emu.TaskCount())
+}
+
 // After a cancel that found the task already gone, ALREADY_EXISTS means
 // the task existed (it ran): already_existed stays the answer.
 func TestScheduleAfterCancelOfAGoneTaskIsAlreadyExisted(t *testing.T) {
@@ -232,6 +270,7 @@ func TestDispatchAfterCancelSaysTheNameIsHeldUntilItIsNot(t *testing.T) {
 	var held *cloudtasks.NameHeldError
 	require.ErrorAs(t, err, &held)
 	require.Equal(t, res.ID, held.ID)
+	require.True(t, strings.HasSuffix(err.Error(), "no task exists: use a new attempt, or try again after then"), err.Error())
 	require.WithinDuration(t, cancelledAt.Add(24*time.Hour), held.HeldUntil, time.Millisecond)
 	require.Zero(t, b.emu.TaskCount())
 

@@ -16,7 +16,10 @@
 // # Heartbeats
 //
 // Heartbeat gives the check times of a running task: every Every after it
-// started. The check time names the timer, so each check is one task.
+// started, to the second. The check time names the timer, so each check is
+// one task, and Next never gives back the check it was asked to go past,
+// also for a start with a fraction of a second: after a cancelled check,
+// Next gives the one after it, under a new name.
 //
 // # The 30-day horizon
 //

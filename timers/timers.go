@@ -83,9 +83,11 @@ type Heartbeat struct {
 	Every time.Duration
 }
 
-// Next returns the first check time strictly after after, counted in
-// whole Every steps from started. An error names a bad Every or a started
-// after after.
+// Next returns the first check time strictly after after that a check can
+// be named by: a whole Every step from started, to the second (a check is
+// named to the second). When started has a fraction of a second, a step
+// can land on after itself once truncated, so the step after it is
+// returned. An error names a bad Every or a started after after.
 func (h Heartbeat) Next(started, after time.Time) (time.Time, error) {
 	switch {
 	case h.Every < time.Second:
@@ -94,7 +96,11 @@ func (h Heartbeat) Next(started, after time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("timers: started %s is after %s", started.UTC().Format(time.RFC3339), after.UTC().Format(time.RFC3339))
 	}
 	steps := after.Sub(started)/h.Every + 1
-	return started.Add(steps * h.Every).Truncate(time.Second).UTC(), nil
+	next := started.Add(steps * h.Every).Truncate(time.Second)
+	if !next.After(after) {
+		next = started.Add((steps + 1) * h.Every).Truncate(time.Second)
+	}
+	return next.UTC(), nil
 }
 
 // Arm says what to schedule, at now, for a timer meant to fire at want:

@@ -52,18 +52,49 @@ func TestBackoffRefuses(t *testing.T) {
 
 func TestHeartbeatNext(t *testing.T) {
 	t.Parallel()
-	h := timers.Heartbeat{Every: 30 * time.Second}
-	for _, tt := range []struct {
-		after time.Duration
-		want  time.Duration
-	}{{0, 30 * time.Second}, {29 * time.Second, 30 * time.Second}, {30 * time.Second, time.Minute}, {95 * time.Second, 2 * time.Minute}} {
-		got, err := h.Next(t0, t0.Add(tt.after))
+	at := func(clock string) time.Time {
+		tm, err := time.Parse("15:04:05.999", clock)
 		require.NoError(t, err)
-		require.Equal(t, t0.Add(tt.want), got, "after %s", tt.after)
+		return time.Date(2026, 1, 1, tm.Hour(), tm.Minute(), tm.Second(), tm.Nanosecond(), time.UTC)
 	}
+	tests := []struct {
+		name    string
+		every   time.Duration
+		started string
+		after   string
+		want    string
+	}{
+		{"at the start", 30 * time.Second, "12:00:00", "12:00:00", "12:00:30"},
+		{"before the first check", 30 * time.Second, "12:00:00", "12:00:29", "12:00:30"},
+		{"at a check", 30 * time.Second, "12:00:00", "12:00:30", "12:01:00"},
+		{"between checks", 30 * time.Second, "12:00:00", "12:01:35", "12:02:00"},
+		// A start with a fraction: the checks fall at .5 and are named to
+		// the second, so the one named after is not after it.
+		{"fractional start, at the start", 30 * time.Second, "12:00:00.5", "12:00:00.5", "12:00:30"},
+		{"fractional start, at a named check", 30 * time.Second, "12:00:00.5", "12:00:30", "12:01:00"},
+		{"fractional start, inside the named second", 30 * time.Second, "12:00:00.5", "12:00:30.2", "12:01:00"},
+		{"fractional start, at the exact check", 30 * time.Second, "12:00:00.5", "12:00:30.5", "12:01:00"},
+		{"fractional start, before a check", 30 * time.Second, "12:00:00.5", "12:00:29.9", "12:00:30"},
+		{"fractional every", 1500 * time.Millisecond, "12:00:00", "12:00:01", "12:00:03"},
+		{"one second, fractional start", time.Second, "12:00:00.999", "12:00:01", "12:00:02"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := timers.Heartbeat{Every: tt.every}.Next(at(tt.started), at(tt.after))
+			require.NoError(t, err)
+			require.Equal(t, at(tt.want), got)
+			require.True(t, got.After(at(tt.after)), "strictly after")
+			require.Zero(t, got.Nanosecond(), "a whole second, as the check is named")
+		})
+	}
+}
+
+func TestHeartbeatNextRefuses(t *testing.T) {
+	t.Parallel()
 	_, err := timers.Heartbeat{Every: time.Millisecond}.Next(t0, t0)
 	require.EqualError(t, err, "timers: Heartbeat.Every 1ms is below 1s; checks are named to the second")
-	_, err = h.Next(t0.Add(time.Hour), t0)
+	_, err = timers.Heartbeat{Every: 30 * time.Second}.Next(t0.Add(time.Hour), t0)
 	require.EqualError(t, err, "timers: started 2026-01-01T13:00:00Z is after 2026-01-01T12:00:00Z")
 }
 
