@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/ctdispatch/ctdispatch/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/timers"
 )
