@@ -67,7 +67,10 @@ type DispatchRequest struct {
 // Task is the HTTP request a task delivers, and when. It is shared by
 // dispatches and timers.
 type Task struct {
-	// Queue is the queue ID; empty means Config.Queue.
+	// Queue is the queue ID; empty means Config.Queue. An ID the outbox
+	// has recorded keeps the queue of its record: empty then means that
+	// queue (whatever Config.Queue is now), and another queue is a
+	// *RequestError naming both, so a repeat never makes a second task.
 	Queue string
 	// URL is the absolute http or https target. Required.
 	URL string
