@@ -24,12 +24,22 @@ func TestBackoffDue(t *testing.T) {
 		{"defaults, capped", timers.Backoff{}, 20, t0.Add(time.Hour)},
 		{"to the second", timers.Backoff{Initial: 1500 * time.Millisecond, Multiplier: 1}, 1, t0.Add(time.Second)},
 		{"multiplier 3", timers.Backoff{Initial: time.Minute, Max: 24 * time.Hour, Multiplier: 3}, 3, t0.Add(9 * time.Minute)},
+		{"multiplier 1.5, fraction dropped", timers.Backoff{Initial: 7 * time.Second, Multiplier: 1.5}, 4, t0.Add(23 * time.Second)},
+		{"defaults, last attempt under the cap", timers.Backoff{}, 9, t0.Add(42*time.Minute + 40*time.Second)},
+		{"defaults, first attempt at the cap", timers.Backoff{}, 10, t0.Add(time.Hour)},
+		{"beyond float range", timers.Backoff{}, 1 << 62, t0.Add(time.Hour)},
+		{"no growth", timers.Backoff{Initial: 45 * time.Second, Multiplier: 1}, 1000, t0.Add(45 * time.Second)},
 	}
 	for _, tt := range tests {
 		got, err := tt.b.Due(t0, tt.n)
 		require.NoError(t, err, tt.name)
 		require.Equal(t, tt.want, got, tt.name)
 	}
+	// A failure at a fraction of a second: the due time is named to the
+	// second, so the fraction is dropped after the delay is added.
+	got, err := timers.Backoff{}.Due(t0.Add(2600*time.Millisecond), 2)
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(22*time.Second), got)
 }
 
 func TestBackoffRefuses(t *testing.T) {
