@@ -11,7 +11,8 @@
 // delay that starts at Initial and is multiplied by Multiplier after each
 // attempt, capped at Max, with no jitter, so the same failure always names
 // the same timer (its ID carries the due time) and a repeated schedule
-// call is deduplicated.
+// call is deduplicated, provided the failure time is one that was kept.
+// The timer starts the next attempt, n+1.
 //
 // # Heartbeats
 //

@@ -65,7 +65,10 @@ func (b Backoff) Delay(n uint64) (time.Duration, error) {
 
 // Due returns when the retry of attempt n, which failed at failedAt, is
 // due, to the second (a timer is named to the second, so the same failure
-// always names the same timer).
+// always names the same timer). The retry timer starts attempt n+1: its
+// cloudtasks.TimerRequest has Next naming.Attempt(n+1) and At this time.
+// Pass the failure time the orchestrator kept, not the time of the call,
+// so that a call repeated after a restart names the same timer.
 func (b Backoff) Due(failedAt time.Time, n uint64) (time.Time, error) {
 	d, err := b.Delay(n)
 	if err != nil {
