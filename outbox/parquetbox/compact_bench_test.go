@@ -31,7 +31,7 @@ func writeRounds(tb testing.TB, root string, rounds, perRound, buckets int) {
 		byBucket := map[string][]outbox.Record{}
 		for i := range perRound {
 			n := round*perRound + i
-			id, err := naming.NewDispatch(fmt.Sprintf("run%d", n/1000), fmt.Sprintf("task%d", n/2%500), fmt.Sprint(n%2+1))
+			id, err := naming.NewDispatch(fmt.Sprintf("run%d", n/1000), fmt.Sprintf("task%d", n/2%500), naming.Attempt(uint64(n%2+1)))
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -98,7 +98,7 @@ func record(i int, rng *rand.Rand, created time.Time) (outbox.Record, error) {
 	run := i / (tasksPerRun * attemptsPerTask)
 	task := i / attemptsPerTask % tasksPerRun
 	attempt := i%attemptsPerTask + 1
-	id, err := naming.NewDispatch(fmt.Sprintf("run%d", run), fmt.Sprintf("task%d", task), fmt.Sprint(attempt))
+	id, err := naming.NewDispatch(fmt.Sprintf("run%d", run), fmt.Sprintf("task%d", task), naming.Attempt(uint64(attempt)))
 	if err != nil {
 		return outbox.Record{}, err
 	}
