@@ -179,21 +179,29 @@ func getCommit(ctx context.Context, s leaseStore, key string, gen uint64) (*unit
 // nothing visible and removed nothing.
 var ErrUnitLost = errors.New("compaction lost its unit")
 
-// UnitLostError says that a compaction stepped back from a unit because
-// another compaction committed it first (after this one's lease ran out,
-// for example while it was paused).
+// UnitLostError says that a compaction stepped back from a unit: another
+// compaction committed it first (after this one's lease ran out, for
+// example while it was paused), or this one found its lease expired or
+// taken before it committed.
 type UnitLostError struct {
 	// Table and Unit name the unit (created_date=…, or created_date=…/b3of8).
 	Table outbox.Table
 	Unit  string
 	// Gen is the generation this compaction meant to commit, which
-	// another created first.
+	// another created first; zero when Lease says why it stepped back.
 	Gen uint64
+	// Lease, when not nil, says how the lease was lost before the commit
+	// was tried (expired, or held by another).
+	Lease error
 }
 
-// Error says which unit was lost and that nothing changed.
+// Error says which unit was lost, how, and that nothing changed.
 func (e *UnitLostError) Error() string {
-	return fmt.Sprintf("lost its lease on unit %s/%s (commit %d was made by another compaction); stepped back: its outputs were discarded and nothing changed", e.Table, e.Unit, e.Gen)
+	how := fmt.Sprintf("commit %d was made by another compaction", e.Gen)
+	if e.Lease != nil {
+		how = e.Lease.Error()
+	}
+	return fmt.Sprintf("lost its lease on unit %s/%s (%s); stepped back: its outputs were discarded and nothing changed", e.Table, e.Unit, how)
 }
 
 // Unwrap makes the error match ErrUnitLost.

@@ -627,6 +627,9 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 		}
 		if now := c.o.clock.Now(); now.Sub(renewed) > c.opts.LeaseTTL/3 {
 			if err := l.renew(ctx, now); err != nil {
+				if lostLease(err) {
+					return c.stepBack(pc, &UnitLostError{Table: c.t, Unit: c.unit, Lease: err})
+				}
 				return fmt.Errorf("renew lease: %w", err)
 			}
 			renewed = now
@@ -650,6 +653,15 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	return c.commit(ctx, l, files, keep, pc, dropped, out)
 }
 
+// stepBack reports the unit lost (its outputs already discarded by the
+// caller), logs it and returns lost.
+func (c *compaction) stepBack(pc *PartitionCompaction, lost *UnitLostError) error {
+	pc.Action, pc.Reason = PartitionLost, lost.Error()
+	pc.FilesOut, pc.RowsOut, pc.BytesOut, pc.Outputs = 0, 0, 0, nil
+	c.o.log.Warn("outbox: compaction "+lost.Error(), "table", c.t, "unit", c.unit, "commit", lost.Gen)
+	return lost
+}
+
 // commit makes a merge's outputs visible and removes its inputs: once
 // the lease is confirmed still held, it places the outputs under their
 // names and creates the unit's next commit record, which names them.
@@ -661,7 +673,10 @@ func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, ke
 		for _, out := range outs {
 			out.abort()
 		}
-		return fmt.Errorf("outbox: compact %s/%s: lease lost, nothing changed: %w", c.t, pc.Partition, err)
+		if lostLease(err) {
+			return c.stepBack(pc, &UnitLostError{Table: c.t, Unit: c.unit, Lease: err})
+		}
+		return fmt.Errorf("outbox: compact %s/%s: lease unreadable, nothing changed: %w", c.t, pc.Partition, err)
 	}
 	pause.Point(ctx, pause.CompactCommit)
 	var placed []string
@@ -682,11 +697,7 @@ func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, ke
 		if err != nil {
 			return fmt.Errorf("outbox: compact %s/%s: create commit %d: %w", c.t, pc.Partition, next.Gen, err)
 		}
-		lost := &UnitLostError{Table: c.t, Unit: c.unit, Gen: next.Gen}
-		pc.Action, pc.Reason = PartitionLost, lost.Error()
-		pc.FilesOut, pc.RowsOut, pc.BytesOut, pc.Outputs = 0, 0, 0, nil
-		c.o.log.Warn("outbox: compaction "+lost.Error(), "table", c.t, "unit", c.unit, "commit", next.Gen)
-		return lost
+		return c.stepBack(pc, &UnitLostError{Table: c.t, Unit: c.unit, Gen: next.Gen})
 	}
 	c.base = newUnitCommit(next)
 	fs := c.o.files[c.t]

@@ -324,9 +324,29 @@ func (l *lease) check(ctx context.Context, now time.Time) error {
 		return &BusyError{Holder: body.Holder, Expires: body.Expires}
 	}
 	if !body.Expires.After(now) {
-		return fmt.Errorf("lease %s expired at %s", l.key(), body.Expires.Format(time.RFC3339))
+		return &leaseExpiredError{key: l.key(), expires: body.Expires}
 	}
 	return nil
+}
+
+// leaseExpiredError says a lease ran out before its holder checked it
+// (the holder was paused, or starved of CPU, past its TTL).
+type leaseExpiredError struct {
+	key     string
+	expires time.Time
+}
+
+func (e *leaseExpiredError) Error() string {
+	return fmt.Sprintf("lease %s expired at %s", e.key, e.expires.Format(time.RFC3339))
+}
+
+// lostLease reports whether err says the lease is no longer this
+// holder's (expired, or taken by another), as opposed to a failure to
+// read it.
+func lostLease(err error) bool {
+	var be *BusyError
+	var le *leaseExpiredError
+	return errors.As(err, &be) || errors.As(err, &le)
 }
 
 // renew extends l to now+ttl; it fails if l is no longer live.
