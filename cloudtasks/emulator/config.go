@@ -213,7 +213,7 @@ func validatePublicURL(v string) error {
 }
 
 // QueueConfig describes a queue to create. Zero values take the service's
-// defaults (see the Default… constants in queue.go).
+// defaults (see the Default… constants in api_queue.go).
 type QueueConfig struct {
 	// Name is the full queue name,
 	// projects/PROJECT/locations/LOCATION/queues/QUEUE.
