@@ -15,15 +15,16 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // inspect fetches the inspection endpoint with query q.
-func inspect(t *testing.T, srv *emulator.Server, q url.Values) (int, emulator.Inspection) {
+func inspect(t *testing.T, srv *emulator.Server, q url.Values) (int, emuproto.Inspection) {
 	t.Helper()
-	resp, err := http.Get("http://" + srv.HTTPAddr() + emulator.InspectPath + "?" + q.Encode())
+	resp, err := http.Get("http://" + srv.HTTPAddr() + emuproto.InspectPath + "?" + q.Encode())
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var ins emulator.Inspection
+	var ins emuproto.Inspection
 	if resp.StatusCode == http.StatusOK {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&ins))
 	}
@@ -66,7 +67,7 @@ func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
 	code, ins := inspect(t, srv, nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, start, ins.Now.UTC())
-	require.Equal(t, []emulator.QueueLoad{
+	require.Equal(t, []emuproto.QueueLoad{
 		{Name: a, Tasks: 1, Scheduled: 1},
 		{Name: b, Tasks: 2, Waiting: 2},
 	}, ins.Queues)
@@ -74,7 +75,7 @@ func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
 	d := ins.Deliveries[0]
 	require.Equal(t, []string{a + "/tasks/sent", "POST", target.URL, "succeeded"}, []string{d.Task, d.Method, d.URL, d.Outcome})
 	require.Equal(t, []int{http.StatusAccepted, 5, 1}, []int{d.StatusCode, d.BodyBytes, int(d.Attempt)})
-	require.Equal(t, []string{emulator.RedactedValue}, d.Header["Authorization"])
+	require.Equal(t, []string{emuproto.RedactedValue}, d.Header["Authorization"])
 	require.Equal(t, "sent", d.Header.Get("X-Cloudtasks-Taskname"))
 	// What the worker was sent still holds the token.
 	require.Regexp(t, `^Bearer \S+$`, srv.Deliveries()[0].Header.Get("Authorization"))
