@@ -260,7 +260,7 @@ type FaultRule struct {
 	Rate float64 `json:"rate" yaml:"rate"`
 	// Code is the status returned by a hit call. codes.OK means the rule
 	// only adds Latency.
-	Code codes.Code `json:"code" yaml:"-"` // a file names it; see ReadConfigFile
+	Code codes.Code `json:"code" yaml:"-"` // a configuration file names it
 	// CommitThenFail applies the call before failing it: the task is
 	// created (or deleted) but the caller sees Code, exactly the case in
 	// which a retry meets AlreadyExists.

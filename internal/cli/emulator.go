@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/console"
+	"github.com/ctdispatch/ctdispatch/internal/emuconfig"
 )
 
 // emulatorHostEnv names the emulator's address for every ctdispatch command
@@ -146,7 +147,7 @@ answers only requests addressed to its own address, localhost, or a
 				if err != nil {
 					return fmt.Errorf("--config: %w", err)
 				}
-				if err := emulator.ReadConfigFile(data, &cfg); err != nil {
+				if err := emuconfig.Read(data, &cfg); err != nil {
 					return usagef("--config %s: %v", configPath, err)
 				}
 			}
@@ -270,7 +271,7 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	if parts[0] != "*" {
 		rule.Methods = strings.Split(parts[0], ",")
 	}
-	code, err := emulator.ParseCode(parts[1])
+	code, err := emuconfig.ParseCode(parts[1])
 	if err != nil {
 		return rule, usagef("--fault %q: %v", v, err)
 	}
