@@ -28,14 +28,7 @@ type OIDCClaims struct {
 
 // signOIDC returns the token of a task's OIDC authorization at now.
 func (s *Server) signOIDC(serviceAccount, audience string, now time.Time) (string, error) {
-	key, kid, err := s.oidc.Key()
-	if err != nil {
-		return "", err
-	}
-	return oidc.Sign(oidc.Claims{
-		Issuer: s.oidc.URL(), Audience: audience, Email: serviceAccount, EmailVerified: true,
-		IssuedAt: now, Expiry: now.Add(tokenLifetime),
-	}, key, kid)
+	return s.sign(TokenSpec{Audience: audience, Email: serviceAccount, IssuedAt: now})
 }
 
 // Issuer is the "iss" claim of the OIDC tokens the emulator signs.
