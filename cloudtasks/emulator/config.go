@@ -94,6 +94,8 @@ type Config struct {
 	Faults Faults
 	// HTTPClient sends deliveries. Defaults to a client with no timeout of
 	// its own (each attempt is bounded by the task's dispatch deadline).
+	// Whichever client sends them, each attempt is sent once: the emulator
+	// builds requests its Transport does not send again on its own.
 	HTTPClient *http.Client
 	// DisableDelivery stores tasks without ever delivering them, for pure
 	// API tests and benchmarks.

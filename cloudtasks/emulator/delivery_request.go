@@ -69,17 +69,57 @@ func (s *Server) requestLocked(t *task, now time.Time) (*http.Request, Delivery)
 	case target.oauth != nil:
 		h.Set("Authorization", "Bearer emulator-oauth-token."+target.oauth.ServiceAccountEmail)
 	}
-	if req != nil {
-		// Host comes from the URL and Content-Length from the body, as the
-		// service computes them; net/http does both.
-		req.Header = h
-	}
 	rec := Delivery{
 		Queue: t.q.pb.Name, Task: p.Name, Attempt: p.DispatchCount,
 		Method: method.String(), URL: target.url, Header: h.Clone(), Body: hr.Body,
 		ScheduleTime: time.Unix(0, t.schedule), DispatchTime: now,
 	}
+	if req != nil {
+		// Host comes from the URL and Content-Length from the body, as the
+		// service computes them; net/http does both.
+		req.Header = h.Clone()
+		sendOnce(req, hr.Body)
+	}
 	return req, rec
+}
+
+// sendOnce makes req a request net/http's Transport never sends twice on
+// its own. The Transport sends a replayable request again on a fresh
+// connection when a reused one closes without an answer; replayable is a
+// GET, HEAD, OPTIONS or TRACE, or a request with an Idempotency-Key or
+// X-Idempotency-Key header, whose body is absent or can be re-read
+// (GetBody). The worker would then see an attempt the emulator never
+// recorded. Each branch keeps the request the same on the wire:
+//   - a body is given without GetBody, its length still known;
+//   - an empty body for a method that usually has none (GET, HEAD,
+//     DELETE, OPTIONS) is an empty reader, which the Transport reads
+//     before it sends and then sends no body, as for none;
+//   - POST, PUT and PATCH without a body are not replayable unless they
+//     carry an idempotency header; the Transport looks for it under its
+//     canonical name only, so it is kept under its lower-case name, which
+//     HTTP/1.1 and HTTP/2 servers read as the same header.
+//
+// A connection closed without an answer is then one failed attempt,
+// retried after the queue's backoff as every other failed attempt is.
+func sendOnce(req *http.Request, body []byte) {
+	req.GetBody = nil
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		if len(body) == 0 {
+			req.Body = io.NopCloser(bytes.NewReader(nil))
+			return
+		}
+	}
+	if len(body) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		return
+	}
+	for _, k := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := req.Header[k]; ok {
+			delete(req.Header, k)
+			req.Header[strings.ToLower(k)] = v
+		}
+	}
 }
 
 // dropServiceHeaders removes the headers a task may not set: the service

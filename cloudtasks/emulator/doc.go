@@ -77,7 +77,13 @@
 // the queue's backoff (min_backoff doubled max_doublings times, then
 // linear, capped at max_backoff) until max_attempts and max_retry_duration
 // are both used up, and then the task is deleted. Deliveries records every
-// attempt.
+// attempt, and each attempt is sent once: net/http sends a request with an
+// Idempotency-Key header (or a GET) again on a fresh connection when a
+// reused one closes without an answer, and the emulator's requests are
+// built so that it does not (also through Config.HTTPClient). Such a
+// connection is one failed attempt, retried after the queue's backoff
+// with X-CloudTasks-TaskRetryCount 1, so what a worker received and
+// Deliveries agree.
 //
 // # Time
 //
