@@ -13,6 +13,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/internal/hostguard"
 )
 
 // Defaults applied by New when a Config field is left at its zero value.
@@ -133,6 +135,14 @@ type Config struct {
 	// HTTP listener's address. It must be an absolute http or https URL
 	// with a host and no query or fragment; a trailing "/" is dropped.
 	PublicURL string
+	// AllowHosts names the hosts, besides the HTTP server's own address,
+	// loopback names with its port (localhost, 127.0.0.1, [::1]) and
+	// PublicURL's host, by which clients reach the HTTP server: "name"
+	// for any port, "name:port" for that port only. A request with any
+	// other Host header is answered 421 Misdirected Request, so that a web
+	// page cannot read the inspection through a name it rebinds to the
+	// emulator's address. Defaults to none.
+	AllowHosts []string
 }
 
 func (c Config) withDefaults() Config {
@@ -183,6 +193,11 @@ func (c Config) validate() error {
 	}
 	if c.OperationLimit < 0 {
 		return &ConfigError{Field: "OperationLimit", Value: fmt.Sprint(c.OperationLimit), Rule: "must not be negative"}
+	}
+	for i, h := range c.AllowHosts {
+		if rule := hostguard.EntryRule(h, "tasks.internal"); rule != "" {
+			return &ConfigError{Field: fmt.Sprintf("AllowHosts[%d]", i), Value: h, Rule: rule}
+		}
 	}
 	for i, q := range c.Queues {
 		if err := q.validate(); err != nil {

@@ -3,6 +3,7 @@ package emulator
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,13 +73,44 @@ func (s *Server) inspect(queue, task string, limit int) emuproto.Inspection {
 	return ins
 }
 
-// redact copies h with the value of every credential header replaced.
+// shownHeaders are the request headers whose values inspection shows as
+// sent: ones that carry no secret and say what a delivery was (the
+// service's X-CloudTasks-* and ctdispatch's X-Ctdispatch-* by prefix).
+// Every other value is replaced by emuproto.RedactedValue: a task may
+// carry a credential under any name (Authorization, Cookie, X-Api-Key),
+// and the inspection is read by tools that show it on a page.
+var shownHeaders = map[string]bool{
+	"Content-Type":    true,
+	"User-Agent":      true,
+	"Traceparent":     true,
+	"Tracestate":      true,
+	"Idempotency-Key": true,
+}
+
+var shownHeaderPrefixes = []string{"X-Cloudtasks-", "X-Ctdispatch-"}
+
+// redact copies h with the value of every header not known to be harmless
+// replaced.
 func redact(h http.Header) http.Header {
-	out := h.Clone()
-	for k := range out {
-		if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		if shown(http.CanonicalHeaderKey(k)) {
+			out[k] = slices.Clone(v)
+		} else {
 			out[k] = []string{emuproto.RedactedValue}
 		}
 	}
 	return out
+}
+
+func shown(key string) bool {
+	if shownHeaders[key] {
+		return true
+	}
+	for _, p := range shownHeaderPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -115,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	cloudtaskspb.RegisterCloudTasksServer(s.grpc, &service{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, &operations{s: s})
 	location.RegisterLocationsServer(s.grpc, locations{s: s})
-	s.http = &http.Server{Handler: s.withInspection(s.oidc.Handler()), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.ctx, s.cancel = ctx, cancel
