@@ -20,7 +20,7 @@ func TestHTTPServerAnswersOnlyItsHosts(t *testing.T) {
 	t.Parallel()
 	srv, err := emulator.New(emulator.Config{
 		SigningKey: testKey, DisableDelivery: true,
-		PublicURL:  "http://emulator.test:8124", AllowHosts: []string{"tasks.internal", "other.internal:9000"},
+		PublicURL: "http://emulator.test:8124", AllowHosts: []string{"tasks.internal", "other.internal:9000"},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
