@@ -110,17 +110,18 @@ func TestWorkerVerifiesSignedTokens(t *testing.T) {
 	valid := emulator.TokenSpec{Audience: tokenAudience, Email: tokenEmail}
 	with := func(edit func(*emulator.TokenSpec)) emulator.TokenSpec { s := valid; edit(&s); return s }
 	tests := []struct {
-		name string
-		spec emulator.TokenSpec
-		want int
+		name    string
+		spec    emulator.TokenSpec
+		want    int
+		refusal ctworker.Refusal
 	}{
-		{"valid", valid, http.StatusOK},
-		{"expired", with(func(s *emulator.TokenSpec) { s.IssuedAt = time.Now().Add(-2 * time.Hour) }), http.StatusUnauthorized},
-		{"another key", with(func(s *emulator.TokenSpec) { s.SigningKey = otherKey }), http.StatusUnauthorized},
-		{"another audience", with(func(s *emulator.TokenSpec) { s.Audience = "https://elsewhere.example/" }), http.StatusForbidden},
-		{"another issuer", with(func(s *emulator.TokenSpec) { s.Issuer = "https://accounts.google.com" }), http.StatusForbidden},
-		{"another account", with(func(s *emulator.TokenSpec) { s.Email = "someone@else" }), http.StatusForbidden},
-		{"email not verified", with(func(s *emulator.TokenSpec) { s.EmailUnverified = true }), http.StatusForbidden},
+		{"valid", valid, http.StatusOK, ""},
+		{"expired", with(func(s *emulator.TokenSpec) { s.IssuedAt = time.Now().Add(-2 * time.Hour) }), http.StatusUnauthorized, ctworker.RefusalExpired},
+		{"another key", with(func(s *emulator.TokenSpec) { s.SigningKey = otherKey }), http.StatusUnauthorized, ctworker.RefusalUnknownKey},
+		{"another audience", with(func(s *emulator.TokenSpec) { s.Audience = "https://elsewhere.example/" }), http.StatusForbidden, ctworker.RefusalAudience},
+		{"another issuer", with(func(s *emulator.TokenSpec) { s.Issuer = "https://accounts.google.com" }), http.StatusForbidden, ctworker.RefusalIssuer},
+		{"another account", with(func(s *emulator.TokenSpec) { s.Email = "someone@else" }), http.StatusForbidden, ctworker.RefusalEmail},
+		{"email not verified", with(func(s *emulator.TokenSpec) { s.EmailUnverified = true }), http.StatusForbidden, ctworker.RefusalEmailNotVerified},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,14 +129,16 @@ func TestWorkerVerifiesSignedTokens(t *testing.T) {
 			require.NoError(t, err)
 			id, err := naming.NewDispatch("run1", "token", string(rune('a'+i)))
 			require.NoError(t, err)
-			require.Equal(t, tt.want, postToWorker(t, ws.URL, id, tok))
+			code, refusal := postToWorker(t, ws.URL, id, tok)
+			require.Equal(t, tt.want, code)
+			require.Equal(t, string(tt.refusal), refusal)
 		})
 	}
 }
 
 // postToWorker sends what Cloud Tasks sends for id, with token, and
-// returns the worker's status.
-func postToWorker(t *testing.T, url string, id naming.ID, token string) int {
+// returns the worker's status and the refusal it names, if any.
+func postToWorker(t *testing.T, url string, id naming.ID, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
 	require.NoError(t, err)
@@ -149,5 +152,5 @@ func postToWorker(t *testing.T, url string, id naming.ID, token string) int {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, resp.Header.Get(ctworker.HeaderRefusal)
 }
