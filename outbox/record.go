@@ -140,6 +140,11 @@ type Record struct {
 	UpdatedAt time.Time
 	// DueAt is when a timer fires; zero for dispatches and deliveries.
 	DueAt time.Time
+	// Version is the ID's version this record sets: 1 for an ID's first
+	// record, and one more than the Version of the record the writer read
+	// (Latest) before writing. Zero in records written before versions
+	// existed, which order by UpdatedAt alone.
+	Version int64
 
 	// Delivery holds the columns only the deliveries table stores; it is
 	// zero in the others.
@@ -357,10 +362,14 @@ func (r *Record) Prepare(processor string, now time.Time) error {
 }
 
 // Newer reports whether a describes a later state than b of the same ID:
-// a later UpdatedAt wins; on a tie (possible only across processors) a
-// terminal status beats pending, then the larger processor UUID wins, so
-// every reader makes the same choice.
+// when both have a Version and they differ, the higher Version wins;
+// otherwise a later UpdatedAt wins, and on a tie (possible only across
+// processors) a terminal status beats pending, then the larger processor
+// UUID wins, so every reader makes the same choice.
 func Newer(a, b *Record) bool {
+	if a.Version > 0 && b.Version > 0 && a.Version != b.Version {
+		return a.Version > b.Version
+	}
 	if !a.UpdatedAt.Equal(b.UpdatedAt) {
 		return a.UpdatedAt.After(b.UpdatedAt)
 	}

@@ -96,7 +96,7 @@ func ExampleServer_SignToken() {
 		if err != nil {
 			panic(err)
 		}
-		id, _ := naming.NewDispatch("run1", "report", "1")
+		id, _ := naming.NewDispatch("run1", "report", naming.Attempt(1))
 		req, _ := http.NewRequest(http.MethodPost, ws.URL, strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set(ctworker.HeaderQueueName, "q")

@@ -127,7 +127,7 @@ func TestWorkerVerifiesSignedTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tok, err := srv.SignToken(tt.spec)
 			require.NoError(t, err)
-			id, err := naming.NewDispatch("run1", "token", string(rune('a'+i)))
+			id, err := naming.NewDispatch("run1", "token", naming.Attempt(uint64(i+1)))
 			require.NoError(t, err)
 			code, refusal := postToWorker(t, ws.URL, id, tok)
 			require.Equal(t, tt.want, code)

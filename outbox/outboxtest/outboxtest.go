@@ -67,7 +67,7 @@ type bundle struct {
 
 // dispatch builds a dispatch record of the suite's queue.
 func dispatch(run, task, attempt string, st outbox.Status) outbox.Record {
-	id, err := naming.NewDispatch(run, task, attempt)
+	id, err := naming.Parse("dispatch:" + run + ":" + task + ":" + attempt)
 	if err != nil {
 		panic(err)
 	}
@@ -112,7 +112,7 @@ var tests = []struct {
 	}},
 	{"TimerKeepsDueAtAndKind", func(t *testing.T, b *bundle) {
 		due := T0.Add(time.Hour + time.Nanosecond)
-		id, err := naming.NewRetryTimer("run1", "extract", "1", due)
+		id, err := naming.NewRetryTimer("run1", "extract", naming.Attempt(1), due)
 		require.NoError(t, err)
 		r := outbox.Record{Table: outbox.TableTimers, ID: id.String(), Queue: queue, RunID: "run1", TaskKey: "extract",
 			Attempt: "1", Kind: "retry", Status: outbox.StatusCreated, DueAt: due}
@@ -285,9 +285,9 @@ var tests = []struct {
 		// Two deliveries of one dispatch (started, then the outcome), one
 		// of a timer: each delivery folds to its outcome, never the two
 		// deliveries of one task into one.
-		id, err := naming.NewDispatch("run1", "extract", "1")
+		id, err := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 		require.NoError(t, err)
-		timer, err := naming.NewRetryTimer("run1", "extract", "1", T0.Add(time.Hour))
+		timer, err := naming.NewRetryTimer("run1", "extract", naming.Attempt(1), T0.Add(time.Hour))
 		require.NoError(t, err)
 		deliver := func(id naming.ID, suffix string, retries int32, st outbox.Status, code int32) {
 			r := outbox.DeliveryRecordOf(id, suffix)
