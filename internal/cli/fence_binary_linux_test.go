@@ -73,7 +73,7 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	for round := range rounds {
 		for i := range perRound {
 			task := fmt.Sprintf("t%d", round*perRound+i)
-			id, err := naming.NewDispatch("fence", task, "1")
+			id, err := naming.NewDispatch("fence", task, naming.Attempt(1))
 			require.NoError(t, err)
 			r := outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 				Queue: cliQueue, RunID: "fence", TaskKey: task, Attempt: "1", Status: outbox.StatusCreated, CreateCalls: 1,
