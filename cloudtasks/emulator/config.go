@@ -13,6 +13,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/internal/hostguard"
 )
 
 // Defaults applied by New when a Config field is left at its zero value.
@@ -94,6 +96,8 @@ type Config struct {
 	Faults Faults
 	// HTTPClient sends deliveries. Defaults to a client with no timeout of
 	// its own (each attempt is bounded by the task's dispatch deadline).
+	// Whichever client sends them, each attempt is sent once: the emulator
+	// builds requests its Transport does not send again on its own.
 	HTTPClient *http.Client
 	// DisableDelivery stores tasks without ever delivering them, for pure
 	// API tests and benchmarks.
@@ -131,6 +135,14 @@ type Config struct {
 	// HTTP listener's address. It must be an absolute http or https URL
 	// with a host and no query or fragment; a trailing "/" is dropped.
 	PublicURL string
+	// AllowHosts names the hosts, besides the HTTP server's own address,
+	// loopback names with its port (localhost, 127.0.0.1, [::1]) and
+	// PublicURL's host, by which clients reach the HTTP server: "name"
+	// for any port, "name:port" for that port only. A request with any
+	// other Host header is answered 421 Misdirected Request, so that a web
+	// page cannot read the inspection through a name it rebinds to the
+	// emulator's address. Defaults to none.
+	AllowHosts []string
 }
 
 func (c Config) withDefaults() Config {
@@ -182,6 +194,11 @@ func (c Config) validate() error {
 	if c.OperationLimit < 0 {
 		return &ConfigError{Field: "OperationLimit", Value: fmt.Sprint(c.OperationLimit), Rule: "must not be negative"}
 	}
+	for i, h := range c.AllowHosts {
+		if rule := hostguard.EntryRule(h, "tasks.internal"); rule != "" {
+			return &ConfigError{Field: fmt.Sprintf("AllowHosts[%d]", i), Value: h, Rule: rule}
+		}
+	}
 	for i, q := range c.Queues {
 		if err := q.validate(); err != nil {
 			var ce *ConfigError
@@ -213,7 +230,7 @@ func validatePublicURL(v string) error {
 }
 
 // QueueConfig describes a queue to create. Zero values take the service's
-// defaults (see the Default… constants in queue.go).
+// defaults (see the Default… constants in api_queue.go).
 type QueueConfig struct {
 	// Name is the full queue name,
 	// projects/PROJECT/locations/LOCATION/queues/QUEUE.
@@ -260,7 +277,7 @@ type FaultRule struct {
 	Rate float64 `json:"rate" yaml:"rate"`
 	// Code is the status returned by a hit call. codes.OK means the rule
 	// only adds Latency.
-	Code codes.Code `json:"code" yaml:"-"` // a file names it; see ReadConfigFile
+	Code codes.Code `json:"code" yaml:"-"` // a configuration file names it
 	// CommitThenFail applies the call before failing it: the task is
 	// created (or deleted) but the caller sees Code, exactly the case in
 	// which a retry meets AlreadyExists.

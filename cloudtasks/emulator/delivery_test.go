@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // received is one request as the worker saw it.
@@ -162,7 +163,7 @@ func verifyOIDC(t *testing.T, b *testBundle, authz, audience string) *emulator.O
 	resp, err := http.Get(b.srv.JWKSURL())
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var set emulator.JWKS
+	var set emuproto.JWKS
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&set))
 	require.Len(t, set.Keys, 1)
 	pub, err := set.Keys[0].PublicKey()

@@ -32,12 +32,12 @@
 //
 // # Finding what an emulator holds
 //
-// Only the emulator accepts Wildcard ("-") for the project in the name of
+// Only the emulator accepts the wildcard "-" for the project in the name of
 // ListLocations ("projects/-") and for the project or location in the
 // parent of ListQueues ("projects/-/locations/-"), so a tool given only
 // the gRPC address lists everything without knowing a project. The
 // ListLocations response also carries the HTTP server's address in the
-// HTTPAddrMetadata header. Real Cloud Tasks documents neither.
+// x-ctdispatch-emulator-http header. Real Cloud Tasks documents neither.
 //
 // # Names
 //
@@ -54,8 +54,8 @@
 // it was issued and a MAC, keyed by a secret of the server, over both and
 // the request it answers (method, parent, and filter where there is one).
 // A token another server issued, one returned for another queue, location
-// or filter, a forged or edited one, and one older than PageTokenLifetime
-// (2 hours on the clock, as documented) are InvalidArgument. A valid token
+// or filter, a forged or edited one, and one older than 2 hours
+// (on the clock, as documented) are InvalidArgument. A valid token
 // stays valid when its own task is deleted (the next page starts after its
 // name), and a task created between two pages shows on a later page only
 // if its name sorts after the token's. The page size may change between
@@ -77,7 +77,13 @@
 // the queue's backoff (min_backoff doubled max_doublings times, then
 // linear, capped at max_backoff) until max_attempts and max_retry_duration
 // are both used up, and then the task is deleted. Deliveries records every
-// attempt.
+// attempt, and each attempt is sent once: net/http sends a request with an
+// Idempotency-Key header (or a GET) again on a fresh connection when a
+// reused one closes without an answer, and the emulator's requests are
+// built so that it does not (also through Config.HTTPClient). Such a
+// connection is one failed attempt, retried after the queue's backoff
+// with X-CloudTasks-TaskRetryCount 1, so what a worker received and
+// Deliveries agree.
 //
 // # Time
 //

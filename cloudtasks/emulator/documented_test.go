@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // The tests in this file hold the emulator to what Google documents for
@@ -320,7 +321,7 @@ func TestPEMCertsServeTheSigningKey(t *testing.T) {
 	jwks, err := http.Get(b.srv.JWKSURL())
 	require.NoError(t, err)
 	defer jwks.Body.Close()
-	var set emulator.JWKS
+	var set emuproto.JWKS
 	require.NoError(t, json.NewDecoder(jwks.Body).Decode(&set))
 	block, _ := pem.Decode([]byte(certs[set.Keys[0].Kid]))
 	require.NotNil(t, block, "the key is listed under the JWKS key ID")

@@ -6,12 +6,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	ctworker "github.com/ctdispatch/ctdispatch/cloudtasks/worker"
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // A test starts the emulator in-process, talks to it with the official
@@ -62,4 +66,57 @@ func Example() {
 	// worker: d_example {"hello":"world"} (queue q, retry 0)
 	// attempts: 1 outcome: succeeded
 	// after delivery: NotFound
+}
+
+// A worker that verifies the emulator's tokens is given the emulator's
+// issuer, its keys client and the worker's own audience; SignToken makes
+// the tokens its tests send: a valid one, and ones it must refuse.
+func ExampleServer_SignToken() {
+	srv, err := emulator.New(emulator.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	const audience, account = "https://worker.example/tasks", "dispatcher@p.iam.gserviceaccount.com"
+	w, err := ctworker.New(context.Background(), &ctworker.Config{
+		Audiences:       []string{audience},
+		ServiceAccounts: []string{account},
+		Issuers:         []string{srv.Issuer()},
+		KeysClient:      srv.KeysClient(),
+		Inbox:           ctworker.NewMemoryInbox(),
+	}, func(context.Context, *ctworker.Delivery) error { return nil })
+	if err != nil {
+		panic(err)
+	}
+	ws := httptest.NewServer(w)
+	defer ws.Close()
+
+	send := func(what string, spec emulator.TokenSpec) {
+		token, err := srv.SignToken(spec)
+		if err != nil {
+			panic(err)
+		}
+		id, _ := naming.NewDispatch("run1", "report", naming.Attempt(1))
+		req, _ := http.NewRequest(http.MethodPost, ws.URL, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(ctworker.HeaderQueueName, "q")
+		req.Header.Set(ctworker.HeaderTaskName, id.CloudTaskID())
+		req.Header.Set(ctworker.HeaderRetryCount, "0")
+		req.Header.Set(ctworker.HeaderExecutionCount, "0")
+		req.Header.Set(ctworker.HeaderETA, "1764061200.0")
+		req.Header.Set(ctworker.HeaderIdempotencyKey, id.String())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(what+":", resp.Status)
+	}
+	send("valid", emulator.TokenSpec{Audience: audience, Email: account})
+	send("expired", emulator.TokenSpec{Audience: audience, Email: account, IssuedAt: time.Now().Add(-2 * time.Hour)})
+	send("another audience", emulator.TokenSpec{Audience: "https://elsewhere.example/", Email: account})
+	// Output:
+	// valid: 200 OK
+	// expired: 401 Unauthorized
+	// another audience: 403 Forbidden
 }

@@ -3,80 +3,18 @@ package emulator
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
-// InspectPath serves an Inspection as JSON on the emulator's HTTP server:
-// a read-only view of the queues' load and the recent delivery attempts,
-// for tools in another process (such as ctdispatch console) that the
-// Cloud Tasks API cannot tell. Query parameter "limit" bounds the
-// deliveries returned (newest first; default and maximum
-// DefaultDeliveryLogLimit), "queue" keeps only one queue's attempts, and
-// "task" only one task's.
-const InspectPath = "/emulator/v1/inspect"
-
-// RedactedValue replaces the value of a header that carries a credential
-// (Authorization) wherever the emulator shows a request.
-const RedactedValue = "[redacted]"
-
-// Inspection is what InspectPath answers.
-type Inspection struct {
-	// Now is the emulator's clock when the answer was made.
-	Now time.Time `json:"now"`
-	// Queues holds the load of every queue, sorted by name.
-	Queues []QueueLoad `json:"queues"`
-	// Deliveries holds the selected attempts, newest first.
-	Deliveries []DeliveryRecord `json:"deliveries"`
-}
-
-// QueueLoad counts a queue's tasks by what they are doing.
-type QueueLoad struct {
-	// Name is the queue's full resource name.
-	Name string `json:"name"`
-	// Tasks counts every stored task.
-	Tasks int `json:"tasks"`
-	// Waiting counts tasks that are due but not yet dispatched (held back
-	// by rate limits, a paused queue, or a loop that has not run yet).
-	Waiting int `json:"waiting"`
-	// Scheduled counts tasks whose schedule time is still ahead.
-	Scheduled int `json:"scheduled"`
-	// Running counts attempts in flight.
-	Running int `json:"running"`
-}
-
-// DeliveryRecord is a Delivery as InspectPath shows it: the Authorization
-// header's value replaced by RedactedValue and the body by its size.
-type DeliveryRecord struct {
-	// Queue and Task are full resource names.
-	Queue string `json:"queue"`
-	Task  string `json:"task"`
-	// Attempt counts from 1.
-	Attempt int32 `json:"attempt"`
-	// Method, URL and Header are the request as sent, credentials redacted.
-	Method string      `json:"method"`
-	URL    string      `json:"url"`
-	Header http.Header `json:"header"`
-	// BodyBytes is the size of the request body.
-	BodyBytes int `json:"body_bytes"`
-	// ScheduleTime, DispatchTime and ResponseTime come from the clock.
-	ScheduleTime time.Time `json:"schedule_time"`
-	DispatchTime time.Time `json:"dispatch_time"`
-	ResponseTime time.Time `json:"response_time"`
-	// StatusCode is the worker's HTTP status, 0 when there was no response.
-	StatusCode int `json:"status_code"`
-	// Err describes a failure without a response.
-	Err string `json:"error,omitempty"`
-	// Outcome is one of the Outcome… constants.
-	Outcome string `json:"outcome"`
-}
-
-// withInspection serves InspectPath and hands every other request to next.
+// withInspection serves emuproto.InspectPath and hands every other request to next.
 func (s *Server) withInspection(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+InspectPath, s.serveInspection)
+	mux.HandleFunc("GET "+emuproto.InspectPath, s.serveInspection)
 	mux.Handle("/", next)
 	return mux
 }
@@ -98,13 +36,13 @@ func (s *Server) serveInspection(w http.ResponseWriter, r *http.Request) {
 
 // inspect counts under the lock and copies the selected deliveries; the
 // redaction and sorting happen outside it.
-func (s *Server) inspect(queue, task string, limit int) Inspection {
+func (s *Server) inspect(queue, task string, limit int) emuproto.Inspection {
 	s.mu.Lock()
 	now := s.clock.Now()
-	ins := Inspection{Now: now, Queues: make([]QueueLoad, 0, len(s.queues))}
+	ins := emuproto.Inspection{Now: now, Queues: make([]emuproto.QueueLoad, 0, len(s.queues))}
 	nowNanos := now.UnixNano()
 	for name, q := range s.queues {
-		load := QueueLoad{Name: name, Tasks: len(q.tasks), Running: int(q.running)}
+		load := emuproto.QueueLoad{Name: name, Tasks: len(q.tasks), Running: int(q.running)}
 		for _, t := range q.pending {
 			if t.schedule > nowNanos {
 				load.Scheduled++
@@ -123,9 +61,9 @@ func (s *Server) inspect(queue, task string, limit int) Inspection {
 	}
 	s.mu.Unlock()
 	sort.Slice(ins.Queues, func(i, j int) bool { return ins.Queues[i].Name < ins.Queues[j].Name })
-	ins.Deliveries = make([]DeliveryRecord, len(picked))
+	ins.Deliveries = make([]emuproto.DeliveryRecord, len(picked))
 	for i, d := range picked {
-		ins.Deliveries[i] = DeliveryRecord{
+		ins.Deliveries[i] = emuproto.DeliveryRecord{
 			Queue: d.Queue, Task: d.Task, Attempt: d.Attempt, Method: d.Method, URL: d.URL,
 			Header: redact(d.Header), BodyBytes: len(d.Body),
 			ScheduleTime: d.ScheduleTime, DispatchTime: d.DispatchTime, ResponseTime: d.ResponseTime,
@@ -135,13 +73,44 @@ func (s *Server) inspect(queue, task string, limit int) Inspection {
 	return ins
 }
 
-// redact copies h with the value of every credential header replaced.
+// shownHeaders are the request headers whose values inspection shows as
+// sent: ones that carry no secret and say what a delivery was (the
+// service's X-CloudTasks-* and ctdispatch's X-Ctdispatch-* by prefix).
+// Every other value is replaced by emuproto.RedactedValue: a task may
+// carry a credential under any name (Authorization, Cookie, X-Api-Key),
+// and the inspection is read by tools that show it on a page.
+var shownHeaders = map[string]bool{
+	"Content-Type":    true,
+	"User-Agent":      true,
+	"Traceparent":     true,
+	"Tracestate":      true,
+	"Idempotency-Key": true,
+}
+
+var shownHeaderPrefixes = []string{"X-Cloudtasks-", "X-Ctdispatch-"}
+
+// redact copies h with the value of every header not known to be harmless
+// replaced.
 func redact(h http.Header) http.Header {
-	out := h.Clone()
-	for k := range out {
-		if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {
-			out[k] = []string{RedactedValue}
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		if shown(http.CanonicalHeaderKey(k)) {
+			out[k] = slices.Clone(v)
+		} else {
+			out[k] = []string{emuproto.RedactedValue}
 		}
 	}
 	return out
+}
+
+func shown(key string) bool {
+	if shownHeaders[key] {
+		return true
+	}
+	for _, p := range shownHeaderPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -15,22 +15,23 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // inspect fetches the inspection endpoint with query q.
-func inspect(t *testing.T, srv *emulator.Server, q url.Values) (int, emulator.Inspection) {
+func inspect(t *testing.T, srv *emulator.Server, q url.Values) (int, emuproto.Inspection) {
 	t.Helper()
-	resp, err := http.Get("http://" + srv.HTTPAddr() + emulator.InspectPath + "?" + q.Encode())
+	resp, err := http.Get("http://" + srv.HTTPAddr() + emuproto.InspectPath + "?" + q.Encode())
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var ins emulator.Inspection
+	var ins emuproto.Inspection
 	if resp.StatusCode == http.StatusOK {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&ins))
 	}
 	return resp.StatusCode, ins
 }
 
-func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
+func TestInspectionCountsTasksAndRedactsHeaders(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }))
@@ -51,6 +52,11 @@ func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
 			Name: queue + "/tasks/" + id, ScheduleTime: timestamppb.New(at),
 			MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
 				Url: target.URL, HttpMethod: cloudtaskspb.HttpMethod_POST, Body: []byte("12345"),
+				Headers: map[string]string{
+					"Content-Type": "application/json", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+					"Idempotency-Key": "run1:sent:1", "X-Ctdispatch-Task-Id": "sent",
+					"X-Api-Key": "secret", "Cookie": "session=secret",
+				},
 				AuthorizationHeader: &cloudtaskspb.HttpRequest_OidcToken{OidcToken: &cloudtaskspb.OidcToken{ServiceAccountEmail: "w@p.iam.gserviceaccount.com"}},
 			}},
 		}})
@@ -66,7 +72,7 @@ func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
 	code, ins := inspect(t, srv, nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, start, ins.Now.UTC())
-	require.Equal(t, []emulator.QueueLoad{
+	require.Equal(t, []emuproto.QueueLoad{
 		{Name: a, Tasks: 1, Scheduled: 1},
 		{Name: b, Tasks: 2, Waiting: 2},
 	}, ins.Queues)
@@ -74,8 +80,15 @@ func TestInspectionCountsTasksAndRedactsCredentials(t *testing.T) {
 	d := ins.Deliveries[0]
 	require.Equal(t, []string{a + "/tasks/sent", "POST", target.URL, "succeeded"}, []string{d.Task, d.Method, d.URL, d.Outcome})
 	require.Equal(t, []int{http.StatusAccepted, 5, 1}, []int{d.StatusCode, d.BodyBytes, int(d.Attempt)})
-	require.Equal(t, []string{emulator.RedactedValue}, d.Header["Authorization"])
-	require.Equal(t, "sent", d.Header.Get("X-Cloudtasks-Taskname"))
+	// Only headers known to carry no secret show their values.
+	redacted := []string{emuproto.RedactedValue}
+	require.Equal(t, http.Header{
+		"Authorization": redacted, "X-Api-Key": redacted, "Cookie": redacted,
+		"Content-Type": {"application/json"}, "Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		"Idempotency-Key": {"run1:sent:1"}, "X-Ctdispatch-Task-Id": {"sent"}, "User-Agent": {"Google-Cloud-Tasks"},
+		"X-Cloudtasks-Queuename": {"a"}, "X-Cloudtasks-Taskname": {"sent"}, "X-Cloudtasks-Taskretrycount": {"0"},
+		"X-Cloudtasks-Taskexecutioncount": {"0"}, "X-Cloudtasks-Tasketa": {"1795428000.000000"},
+	}, d.Header)
 	// What the worker was sent still holds the token.
 	require.Regexp(t, `^Bearer \S+$`, srv.Deliveries()[0].Header.Get("Authorization"))
 

@@ -12,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // The tests in this file cover what an emulator in a container needs: a
@@ -28,7 +29,7 @@ func TestPublicURLIsIssuerAndKeyLocation(t *testing.T) {
 
 	// The discovery document is fetched at the listen address but
 	// advertises the public one.
-	resp, err := http.Get("http://" + b.srv.HTTPAddr() + emulator.DiscoveryPath)
+	resp, err := http.Get("http://" + b.srv.HTTPAddr() + emuproto.DiscoveryPath)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var doc struct {
@@ -82,7 +83,7 @@ func TestHealthServiceServesUntilClose(t *testing.T) {
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
 	ctx := context.Background()
-	for _, service := range []string{"", emulator.HealthService} {
+	for _, service := range []string{"", emuproto.HealthService} {
 		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 		require.NoError(t, err, "service %q", service)
 		require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus(), "service %q", service)

@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"context"
-	"crypto/rsa"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/internal/oidc"
 )
 
 // Server is a running emulator: a gRPC server speaking the Cloud Tasks v2
@@ -29,21 +30,17 @@ import (
 // sends due tasks to their HTTP targets, and an HTTP server for the OIDC
 // keys. All its methods are safe for concurrent use.
 type Server struct {
-	cfg     Config
-	clock   clockwork.Clock
-	log     *slog.Logger
-	grpc    *grpc.Server
-	lis     net.Listener
-	http    *http.Server
-	hlis    net.Listener
-	keyOnce sync.Once
-	key     *rsa.PrivateKey
-	kid     string
-	keyErr  error
-	issuer  string
-	public  string // base URL of the HTTP server as workers see it
-	faults  *faultState
-	pages   *pageTokens
+	cfg    Config
+	clock  clockwork.Clock
+	log    *slog.Logger
+	grpc   *grpc.Server
+	lis    net.Listener
+	http   *http.Server
+	hlis   net.Listener
+	oidc   *oidc.Issuer
+	public string // base URL of the HTTP server as workers see it
+	faults *faultState
+	pages  *pageTokens
 
 	mu         sync.Mutex
 	queues     map[string]*queue
@@ -105,10 +102,11 @@ func New(cfg Config) (*Server, error) {
 	if s.public == "" {
 		s.public = "http://" + s.hlis.Addr().String()
 	}
-	s.issuer = cfg.OIDCIssuer
-	if s.issuer == "" {
-		s.issuer = s.public
+	issuer := cfg.OIDCIssuer
+	if issuer == "" {
+		issuer = s.public
 	}
+	s.oidc = oidc.New(issuer, s.JWKSURL(), cfg.SigningKey)
 	s.grpc = grpc.NewServer(
 		grpc.UnaryInterceptor(s.intercept),
 		grpc.MaxRecvMsgSize(128<<20),
@@ -117,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	cloudtaskspb.RegisterCloudTasksServer(s.grpc, &service{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, &operations{s: s})
 	location.RegisterLocationsServer(s.grpc, locations{s: s})
-	s.http = &http.Server{Handler: s.withInspection(s.oidcHandler()), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.ctx, s.cancel = ctx, cancel

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/console"
+	"github.com/ctdispatch/ctdispatch/internal/emuconfig"
 )
 
 // emulatorHostEnv names the emulator's address for every ctdispatch command
@@ -35,6 +36,9 @@ const (
 	emulatorConfigEnv = "CTDISPATCH_EMULATOR_CONFIG"
 	// emulatorPublicURLEnv is the --public-url.
 	emulatorPublicURLEnv = "CTDISPATCH_EMULATOR_PUBLIC_URL"
+	// emulatorAllowHostsEnv lists hosts as --allow-host takes them,
+	// separated by commas or spaces.
+	emulatorAllowHostsEnv = "CTDISPATCH_EMULATOR_ALLOW_HOSTS"
 )
 
 // The project and location that qualify a bare queue ID given to --queue:
@@ -56,6 +60,7 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		noDelivery                 bool
 		consoleAddr, consoleOutbox string
 		consoleAllowHosts          []string
+		allowHosts                 []string
 	)
 	cmd := &cobra.Command{
 		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE]",
@@ -107,7 +112,10 @@ server (--http-addr) serves. When workers reach that server at another
 address than it listens on, as they do when the emulator runs in a
 container, --public-url (or $` + emulatorPublicURLEnv + `) gives the base URL they use,
 for example http://localhost:8124: it becomes the tokens' issuer and the
-key URL of the discovery document.
+key URL of the discovery document. The HTTP server answers only requests
+addressed to its own address, localhost with its port, the --public-url
+host, or an --allow-host name (or $` + emulatorAllowHostsEnv + `); any other Host
+gets 421, so a web page cannot read it through a rebound name.
 
 "ctdispatch emulator health" checks a running emulator, for a container's
 HEALTHCHECK.
@@ -137,6 +145,10 @@ answers only requests addressed to its own address, localhost, or a
 					return usagef("%s %q: want HOST:PORT, for example 127.0.0.1:8123", a.flag, a.value)
 				}
 			}
+			if !cmd.Flags().Changed("allow-host") {
+				allowHosts = strings.FieldsFunc(env.Getenv(emulatorAllowHostsEnv), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+			}
+			cfg.AllowHosts = allowHosts
 			configPath = flagOrEnv(cmd, "config", configPath, env, emulatorConfigEnv)
 			if !cmd.Flags().Changed("queue") {
 				queues = strings.FieldsFunc(env.Getenv(emulatorQueuesEnv), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
@@ -146,7 +158,7 @@ answers only requests addressed to its own address, localhost, or a
 				if err != nil {
 					return fmt.Errorf("--config: %w", err)
 				}
-				if err := emulator.ReadConfigFile(data, &cfg); err != nil {
+				if err := emuconfig.Read(data, &cfg); err != nil {
 					return usagef("--config %s: %v", configPath, err)
 				}
 			}
@@ -175,6 +187,13 @@ answers only requests addressed to its own address, localhost, or a
 				source := "--public-url"
 				if !cmd.Flags().Changed("public-url") {
 					source = "$" + emulatorPublicURLEnv
+				}
+				return usagef("%s %q %s", source, ce.Value, ce.Rule)
+			}
+			if errors.As(err, &ce) && strings.HasPrefix(ce.Field, "AllowHosts[") {
+				source := "--allow-host"
+				if !cmd.Flags().Changed("allow-host") {
+					source = "$" + emulatorAllowHostsEnv + " entry"
 				}
 				return usagef("%s %q %s", source, ce.Value, ce.Rule)
 			}
@@ -220,6 +239,7 @@ answers only requests addressed to its own address, localhost, or a
 	f.StringVar(&addr, "addr", "", "gRPC listen address (default $"+emulatorHostEnv+" or "+defaultEmulatorAddr+")")
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "listen address of the HTTP server for the OIDC discovery document and keys (JWKS and PEM)")
 	f.StringVar(&publicURL, "public-url", "", "base URL at which workers reach --http-addr, for the tokens' issuer and key URL (default $"+emulatorPublicURLEnv+" or http:// and --http-addr)")
+	f.StringArrayVar(&allowHosts, "allow-host", nil, "a host name (or name:port) by which clients reach --http-addr besides its address, localhost and the --public-url host; other Host headers are answered 421 (repeatable; default $"+emulatorAllowHostsEnv+")")
 	f.StringArrayVar(&queues, "queue", nil, "create this queue at start: a full name or a bare ID in --project and --location (repeatable)")
 	f.StringVar(&project, "project", defaultEmulatorProject, "project of the queues given to --queue as bare IDs")
 	f.StringVar(&location, "location", defaultEmulatorLocation, "location of the queues given to --queue as bare IDs")
@@ -270,7 +290,7 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	if parts[0] != "*" {
 		rule.Methods = strings.Split(parts[0], ",")
 	}
-	code, err := emulator.ParseCode(parts[1])
+	code, err := emuconfig.ParseCode(parts[1])
 	if err != nil {
 		return rule, usagef("--fault %q: %v", v, err)
 	}

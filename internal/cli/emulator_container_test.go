@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // The tests in this file cover what the container image relies on:
@@ -118,7 +119,7 @@ func TestEmulatorHealthReportsARunningEmulator(t *testing.T) {
 	require.NoError(t, err)
 	keys := oidcLine.FindStringSubmatch(lines[2])
 	require.NotNil(t, keys, lines[2])
-	httpAddr := strings.TrimSuffix(strings.TrimPrefix(keys[1], "http://"), emulator.JWKSPath)
+	httpAddr := strings.TrimSuffix(strings.TrimPrefix(keys[1], "http://"), emuproto.JWKSPath)
 
 	// An address on every interface is checked on loopback, as the
 	// image's HEALTHCHECK inside the container does.
@@ -144,7 +145,7 @@ func TestEmulatorHealthFailures(t *testing.T) {
 	// A gRPC server that says it is not serving.
 	notServing := grpc.NewServer()
 	h := health.NewServer()
-	h.SetServingStatus(emulator.HealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	h.SetServingStatus(emuproto.HealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(notServing, h)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

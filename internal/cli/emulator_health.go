@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // defaultHealthTimeout bounds a health check: well under the 30 s a
@@ -95,7 +95,7 @@ func checkGRPCHealth(ctx context.Context, target string) error {
 		return err
 	}
 	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: emulator.HealthService})
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: emuproto.HealthService})
 	if err != nil {
 		return fmt.Errorf("health check: %w", err)
 	}
@@ -109,7 +109,7 @@ func checkGRPCHealth(ctx context.Context, target string) error {
 // issuer; a document without issuer or key URL is an error, since workers
 // could not verify tokens with it.
 func checkDiscovery(ctx context.Context, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+emulator.DiscoveryPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+emuproto.DiscoveryPath, nil)
 	if err != nil {
 		return "", err
 	}
@@ -119,17 +119,17 @@ func checkDiscovery(ctx context.Context, base string) (string, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: status %s, want 200 OK", emulator.DiscoveryPath, resp.Status)
+		return "", fmt.Errorf("GET %s: status %s, want 200 OK", emuproto.DiscoveryPath, resp.Status)
 	}
 	var doc struct {
 		Issuer  string `json:"issuer"`
 		JWKSURI string `json:"jwks_uri"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return "", fmt.Errorf("GET %s: %w", emulator.DiscoveryPath, err)
+		return "", fmt.Errorf("GET %s: %w", emuproto.DiscoveryPath, err)
 	}
 	if doc.Issuer == "" || doc.JWKSURI == "" {
-		return "", fmt.Errorf("GET %s: the document has no issuer or jwks_uri", emulator.DiscoveryPath)
+		return "", fmt.Errorf("GET %s: the document has no issuer or jwks_uri", emuproto.DiscoveryPath)
 	}
 	return doc.Issuer, nil
 }

@@ -168,6 +168,7 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 		{"bad bare queue ID", []string{"--queue", "a_b"}, `Config.Queues[0].Name "projects/p/locations/europe-west1/queues/a_b" queue ID "a_b" must be 1 to 100 characters from [A-Za-z0-9-]`},
 		{"address with a scheme", []string{"--addr", "http://127.0.0.1:8123"}, `--addr "http://127.0.0.1:8123": want HOST:PORT, for example 127.0.0.1:8123`},
 		{"http address without a port", []string{"--http-addr", "127.0.0.1"}, `--http-addr "127.0.0.1": want HOST:PORT`},
+		{"allowed host with a scheme", []string{"--allow-host", "http://tasks.internal"}, `--allow-host "http://tasks.internal" is not a host name; allowed: a name such as tasks.internal or an IP, optionally with :PORT, without a scheme or path`},
 		{"bad duration", []string{"--config", bad}, "queues[0].min_backoff: line 1: cannot unmarshal !!str `soon` into time.Duration; want a Go duration such as \"100ms\" or \"1h\""},
 		{"unknown key", []string{"--config", misspelt}, `field queue not found`},
 	}
@@ -178,6 +179,48 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 			code := Run(context.Background(), append([]string{"emulator", "--addr", "127.0.0.1:0"}, tt.args...), Env{Err: &errBuf})
 			require.Equal(t, 2, code, errBuf.String())
 			require.Contains(t, errBuf.String(), tt.msg)
+		})
+	}
+}
+
+// The HTTP server answers the hosts --allow-host (or its variable) names,
+// and 421 to others.
+func TestEmulatorCommandAllowHost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		getenv func(string) string
+		args   []string
+	}{
+		{"flag", nil, []string{"--allow-host", "tasks.internal", "--allow-host", "other.internal:9000"}},
+		{"environment", func(k string) string {
+			if k == emulatorAllowHostsEnv {
+				return "tasks.internal, other.internal:9000"
+			}
+			return ""
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, lines, stop := startEmulatorCmd(t, tt.getenv, append([]string{"--addr", "127.0.0.1:0", "--no-delivery"}, tt.args...)...)
+			keys := strings.Fields(strings.TrimPrefix(lines[len(lines)-1], "OIDC keys: "))[0]
+			got := map[string]int{}
+			for _, host := range []string{"tasks.internal", "other.internal:9000", "other.internal:9001", "attacker.example"} {
+				req, err := http.NewRequest(http.MethodGet, keys, nil)
+				require.NoError(t, err)
+				req.Host = host
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				resp.Body.Close()
+				got[host] = resp.StatusCode
+			}
+			require.Equal(t, map[string]int{
+				"tasks.internal": http.StatusOK, "other.internal:9000": http.StatusOK,
+				"other.internal:9001": http.StatusMisdirectedRequest, "attacker.example": http.StatusMisdirectedRequest,
+			}, got)
+			code, _, _ := stop()
+			require.Equal(t, 0, code)
 		})
 	}
 }

@@ -63,15 +63,15 @@ type Config struct {
 	// reached through the official client. Empty: no queue pages.
 	Emulator string
 	// EmulatorHTTP is the address (host:port) of the same emulator's HTTP
-	// server, where it serves emulator.InspectPath: task counts by state
+	// server, where it serves emuproto.InspectPath: task counts by state
 	// and the recent deliveries. Empty: the address the emulator advertises
-	// in its ListLocations answer (emulator.HTTPAddrMetadata); with an
+	// in its ListLocations answer (emuproto.HTTPAddrMetadata); with an
 	// endpoint that advertises none, the queue pages count tasks from one
 	// ListTasks page and the deliveries page is empty.
 	EmulatorHTTP string
 	// Locations lists locations (projects/P/locations/L) whose queues are
 	// shown, besides those the emulator lists for the wildcard project
-	// "projects/-" (emulator.Wildcard). Only needed for an endpoint that
+	// "projects/-" (emuproto.Wildcard). Only needed for an endpoint that
 	// does not take the wildcard.
 	Locations []string
 	// Outbox is the outbox root directory, opened read-only. Empty: no

@@ -27,11 +27,11 @@
 // The emulator is reached through the official Cloud Tasks client on its
 // gRPC address, so the console works against an emulator in another
 // process, and through the emulator's read-only inspection endpoint
-// (emulator.InspectPath on its HTTP address) for what the API cannot tell:
+// (emuproto.InspectPath on its HTTP address) for what the API cannot tell:
 // task counts by state and the delivery log. The gRPC address is enough:
 // the console asks ListLocations for the emulator-only wildcard project
 // "projects/-", which lists every location holding a queue and tells the
-// HTTP address in a response header (see emulator.Wildcard). Against an
+// HTTP address in a response header (see emuproto.Wildcard). Against an
 // endpoint that does not take the wildcard, the console lists the queues
 // of Config.Locations and counts tasks from one ListTasks page. The outbox is opened
 // read-only through its exported API. Either source may be absent; the

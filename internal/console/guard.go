@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
+
+	"github.com/ctdispatch/ctdispatch/internal/hostguard"
 )
 
 // Statuses the host guard answers with, before anything is rendered.
@@ -46,63 +46,17 @@ var ErrEveryInterface = errors.New("console: an address on every network interfa
 // Every console server (`ctdispatch console`, `emulator --console-addr`,
 // `demo --keep`) serves through it; see Server.Serve.
 func Guard(h http.Handler, bound net.Addr, allowHosts []string) http.Handler {
-	g := &guard{next: h, hosts: map[string]bool{}, anyPort: map[string]bool{}, cross: http.NewCrossOriginProtection()}
-	if tcp, ok := bound.(*net.TCPAddr); ok {
-		port := strconv.Itoa(tcp.Port)
-		if !tcp.IP.IsUnspecified() && tcp.IP != nil {
-			g.allow(net.JoinHostPort(tcp.IP.String(), port), port)
-		}
-		if tcp.IP == nil || tcp.IP.IsLoopback() || tcp.IP.IsUnspecified() {
-			for _, name := range []string{"localhost", "127.0.0.1", "::1"} {
-				g.allow(net.JoinHostPort(name, port), port)
-			}
-		}
-	}
-	for _, h := range allowHosts {
-		if _, _, err := net.SplitHostPort(h); err == nil {
-			g.allow(h, "")
-		} else {
-			g.anyPort[strings.ToLower(strings.Trim(h, "[]"))] = true
-		}
-	}
-	return g
+	return &guard{next: h, hosts: hostguard.New(bound, allowHosts), cross: http.NewCrossOriginProtection()}
 }
 
 type guard struct {
-	next    http.Handler
-	hosts   map[string]bool // host:port, lower case
-	anyPort map[string]bool // host names allowed with any port or none
-	cross   *http.CrossOriginProtection
-}
-
-// allow admits hostport, and the same host without a port when the port
-// is 80, the one a browser leaves out of Host for http.
-func (g *guard) allow(hostport, port string) {
-	hostport = strings.ToLower(hostport)
-	g.hosts[hostport] = true
-	if port == "80" {
-		host, _, _ := net.SplitHostPort(hostport)
-		if strings.Contains(host, ":") {
-			host = "[" + host + "]"
-		}
-		g.hosts[host] = true
-	}
-}
-
-func (g *guard) hostAllowed(hostHeader string) bool {
-	h := strings.ToLower(hostHeader)
-	if g.hosts[h] {
-		return true
-	}
-	name := h
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		name = host
-	}
-	return g.anyPort[strings.Trim(name, "[]")]
+	next  http.Handler
+	hosts *hostguard.Hosts
+	cross *http.CrossOriginProtection
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.hostAllowed(r.Host) {
+	if !g.hosts.Allowed(r.Host) {
 		refuse(w, StatusWrongHost, fmt.Sprintf("console: Host %q is not an address this console answers to; a page of another site cannot read it. Reach it at the address it printed, or allow this name when starting it (--allow-host, or --console-allow-host for emulator and demo).", r.Host))
 		return
 	}
@@ -126,19 +80,8 @@ func refuse(w http.ResponseWriter, code int, msg string) {
 // validAllowHost checks one Config.AllowHosts entry: a host name or IP,
 // optionally with a port, and nothing else.
 func validAllowHost(h string) error {
-	notHost := fmt.Errorf("console: AllowHosts entry %q is not a host name; allowed: a name such as console.internal or an IP, optionally with :PORT, without a scheme or path", h)
-	if strings.ContainsAny(h, "/@?#*, ") {
-		return notHost
-	}
-	host := h
-	if hh, port, err := net.SplitHostPort(h); err == nil {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("console: AllowHosts entry %q has port %q; allowed: a name, or name:PORT with PORT from 1 to 65535", h, port)
-		}
-		host = hh
-	}
-	if strings.Trim(host, "[]") == "" {
-		return notHost
+	if rule := hostguard.EntryRule(h, "console.internal"); rule != "" {
+		return fmt.Errorf("console: AllowHosts entry %q %s", h, rule)
 	}
 	return nil
 }

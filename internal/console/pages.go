@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -302,14 +303,14 @@ func (s *Server) queuesPage(r *http.Request, l *layout) error {
 		return err
 	}
 	body := queuesBody{Inspects: ins != nil}
-	loads := map[string]emulator.QueueLoad{}
-	var byQueue map[string][]emulator.DeliveryRecord
+	loads := map[string]emuproto.QueueLoad{}
+	var byQueue map[string][]emuproto.DeliveryRecord
 	if ins != nil {
 		body.Now = ins.Now
 		for _, q := range ins.Queues {
 			loads[q.Name] = q
 		}
-		byQueue = map[string][]emulator.DeliveryRecord{}
+		byQueue = map[string][]emuproto.DeliveryRecord{}
 		for _, d := range ins.Deliveries {
 			byQueue[d.Queue] = append(byQueue[d.Queue], d)
 		}
@@ -337,7 +338,7 @@ func (s *Server) queuesPage(r *http.Request, l *layout) error {
 // deliveryRate sums up a queue's deliveries (newest first): attempts per
 // second over the last minute of the emulator's clock, and the status
 // codes of the latest recentCodes attempts.
-func deliveryRate(ds []emulator.DeliveryRecord, now time.Time) (string, []codeCount) {
+func deliveryRate(ds []emuproto.DeliveryRecord, now time.Time) (string, []codeCount) {
 	n := 0
 	for _, d := range ds {
 		if now.Sub(d.DispatchTime) > time.Minute {
@@ -473,7 +474,7 @@ type taskBody struct {
 	OIDC       string
 	BodyBytes  int
 	InternalID string
-	Deliveries []emulator.DeliveryRecord
+	Deliveries []emuproto.DeliveryRecord
 	Inspects   bool
 }
 
@@ -546,7 +547,7 @@ type deliveriesBody struct {
 }
 
 type deliveryRow struct {
-	emulator.DeliveryRecord
+	emuproto.DeliveryRecord
 	Shown []header
 	Class string
 }

@@ -22,22 +22,22 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // discover asks the emulator for every location that holds a queue, with
 // ListLocations on "projects/-" (the emulator's wildcard, see
-// emulator.Wildcard), and remembers the HTTP address its answer
-// advertises (emulator.HTTPAddrMetadata). An endpoint that does not take
+// emuproto.Wildcard), and remembers the HTTP address its answer
+// advertises (emuproto.HTTPAddrMetadata). An endpoint that does not take
 // the wildcard (Unimplemented, InvalidArgument, NotFound or
 // PermissionDenied: another emulator, or a service that documents no
 // wildcard) yields no locations and no error, so the console shows the
 // locations it was given.
 func (s *Server) discover(ctx context.Context) ([]string, error) {
 	var md metadata.MD
-	it := s.client.ListLocations(ctx, &locationpb.ListLocationsRequest{Name: "projects/" + emulator.Wildcard}, gax.WithGRPCOptions(grpc.Header(&md)))
+	it := s.client.ListLocations(ctx, &locationpb.ListLocationsRequest{Name: "projects/" + emuproto.Wildcard}, gax.WithGRPCOptions(grpc.Header(&md)))
 	var locs []string
 	for {
 		l, err := it.Next()
@@ -52,9 +52,9 @@ func (s *Server) discover(ctx context.Context) ([]string, error) {
 			// Not an endpoint that takes the wildcard: no discovery.
 			return nil, nil
 		}
-		return nil, fmt.Errorf("ListLocations projects/%s: %w", emulator.Wildcard, err)
+		return nil, fmt.Errorf("ListLocations projects/%s: %w", emuproto.Wildcard, err)
 	}
-	if v := md.Get(emulator.HTTPAddrMetadata); len(v) == 1 {
+	if v := md.Get(emuproto.HTTPAddrMetadata); len(v) == 1 {
 		addr := reachable(v[0], s.cfg.Emulator)
 		s.found.Store(&addr)
 	}
@@ -98,7 +98,7 @@ func (s *Server) emulatorHTTP(ctx context.Context) string {
 
 // inspect asks the emulator's HTTP server for its load and recent
 // deliveries; nil without error when no inspection address is known.
-func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*emulator.Inspection, error) {
+func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*emuproto.Inspection, error) {
 	addr := s.emulatorHTTP(ctx)
 	if addr == "" {
 		return nil, nil
@@ -110,7 +110,7 @@ func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*e
 	if task != "" {
 		q.Set("task", task)
 	}
-	u := "http://" + addr + emulator.InspectPath + "?" + q.Encode()
+	u := "http://" + addr + emuproto.InspectPath + "?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*e
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("emulator inspection at %s: HTTP %d", addr, resp.StatusCode)
 	}
-	var ins emulator.Inspection
+	var ins emuproto.Inspection
 	if err := json.NewDecoder(resp.Body).Decode(&ins); err != nil {
 		return nil, fmt.Errorf("emulator inspection at %s: %w", addr, err)
 	}
@@ -138,7 +138,7 @@ func (s *Server) inspect(ctx context.Context, queue, task string, limit int) (*e
 func redactHeader(h http.Header) http.Header {
 	for k := range h {
 		if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {
-			h[k] = []string{emulator.RedactedValue}
+			h[k] = []string{emuproto.RedactedValue}
 		}
 	}
 	return h
@@ -147,7 +147,7 @@ func redactHeader(h http.Header) http.Header {
 // listQueues lists the queues of every location found (by discover), every
 // configured location and every location the inspection names, sorted by
 // name.
-func (s *Server) listQueues(ctx context.Context, found []string, ins *emulator.Inspection) ([]*cloudtaskspb.Queue, error) {
+func (s *Server) listQueues(ctx context.Context, found []string, ins *emuproto.Inspection) ([]*cloudtaskspb.Queue, error) {
 	locs := map[string]bool{}
 	for _, l := range append(found, s.cfg.Locations...) {
 		locs[l] = true

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // Time budget for this file: under a second (one emulator per test).
@@ -115,7 +116,7 @@ func TestListLocationsAdvertisesTheHTTPAddress(t *testing.T) {
 	var md metadata.MD
 	_, err := listLocations(t, b, &location.ListLocationsRequest{Name: "projects/-"}, gax.WithGRPCOptions(grpc.Header(&md)))
 	require.NoError(t, err)
-	require.Equal(t, []string{b.srv.HTTPAddr()}, md.Get(emulator.HTTPAddrMetadata))
+	require.Equal(t, []string{b.srv.HTTPAddr()}, md.Get(emuproto.HTTPAddrMetadata))
 }
 
 func TestGetLocation(t *testing.T) {

@@ -1,4 +1,8 @@
-package emulator
+// Package emuconfig reads the configuration file of ctdispatch emulator
+// (--config): queues, a fault plan and reuse windows, in JSON or YAML,
+// into an emulator.Config, with errors that name the setting, its line
+// and its value.
+package emuconfig
 
 import (
 	"bytes"
@@ -12,26 +16,29 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
-// configFile is the part of a Config a file may set, decoded straight
-// into the Config's own types (QueueConfig, FaultRule): durations are Go
-// duration strings ("100ms", "1h"), as yaml.v3 decodes a time.Duration.
+// configFile is the part of an emulator.Config a file may set, decoded
+// straight into the Config's own types (QueueConfig, FaultRule): durations
+// are Go duration strings ("100ms", "1h"), as yaml.v3 decodes a
+// time.Duration.
 type configFile struct {
-	NameReuseWindow  time.Duration `yaml:"name_reuse_window"`
-	QueueReuseWindow time.Duration `yaml:"queue_reuse_window"`
-	Queues           []QueueConfig `yaml:"queues"`
+	NameReuseWindow  time.Duration          `yaml:"name_reuse_window"`
+	QueueReuseWindow time.Duration          `yaml:"queue_reuse_window"`
+	Queues           []emulator.QueueConfig `yaml:"queues"`
 	Faults           *struct {
 		Seed  uint64     `yaml:"seed"`
 		Rules []ruleFile `yaml:"rules"`
 	} `yaml:"faults"`
 }
 
-// ruleFile is a FaultRule with its code read by name: codes.Code is a
-// number to yaml, and a file names codes.
+// ruleFile is an emulator.FaultRule with its code read by name:
+// codes.Code is a number to yaml, and a file names codes.
 type ruleFile struct {
-	FaultRule `yaml:",inline"`
-	Code      codeName `yaml:"code"`
+	emulator.FaultRule `yaml:",inline"`
+	Code               codeName `yaml:"code"`
 }
 
 // codeName is a codes.Code that a file spells as ParseCode reads it.
@@ -48,7 +55,7 @@ func (c *codeName) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// ReadConfigFile reads queues, fault rules and reuse windows from a JSON or
+// Read reads queues, fault rules and reuse windows from a JSON or
 // YAML document into cfg (queues are appended; other fields are set when
 // present). Unknown keys are errors, so a misspelt setting is not silently
 // ignored; an error names the setting (queues[0].min_backoff), its line and
@@ -68,7 +75,7 @@ func (c *codeName) UnmarshalYAML(n *yaml.Node) error {
 //
 // A code is a name as ParseCode reads it (UNAVAILABLE or Unavailable),
 // never a number.
-func ReadConfigFile(data []byte, cfg *Config) error {
+func Read(data []byte, cfg *emulator.Config) error {
 	var f configFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)

@@ -10,22 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
-
-// Wildcard stands for any project or location ID in the parent of
-// ListLocations ("projects/-") and ListQueues ("projects/-/locations/-",
-// or one of the two), as in Google's API design rule for reading across
-// collections (AIP-159). It is the emulator's own extension: a tool that
-// knows only the emulator's address (such as ctdispatch console) finds
-// every queue it holds without being told a project. Real Cloud Tasks does
-// not document it; send it only to an emulator.
-const Wildcard = "-"
-
-// HTTPAddrMetadata is the gRPC response header in which ListLocations
-// tells the address of the emulator's HTTP server (Server.HTTPAddr), where
-// InspectPath is served; a tool that knows only the gRPC address reads it
-// from there. Real Cloud Tasks sends no such header.
-const HTTPAddrMetadata = "x-ctdispatch-emulator-http"
 
 // maxLocationPageSize bounds a ListLocations page. The service documents
 // no maximum; a project has a few dozen locations at most.
@@ -56,7 +43,7 @@ func (l locations) ListLocations(ctx context.Context, req *location.ListLocation
 	if err != nil {
 		return nil, err
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(HTTPAddrMetadata, s.HTTPAddr()))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(emuproto.HTTPAddrMetadata, s.HTTPAddr()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
@@ -64,7 +51,7 @@ func (l locations) ListLocations(ctx context.Context, req *location.ListLocation
 	for name := range s.queues {
 		qn, _ := parseQueueName(name) // stored names are valid
 		project, _ := splitLocation(qn.location)
-		if (m[1] == Wildcard || m[1] == project) && qn.location > pr.after && !seen[qn.location] {
+		if (m[1] == emuproto.Wildcard || m[1] == project) && qn.location > pr.after && !seen[qn.location] {
 			seen[qn.location] = true
 			names = append(names, qn.location)
 		}
@@ -79,8 +66,8 @@ func (l locations) GetLocation(_ context.Context, req *location.GetLocationReque
 	if err := parseLocation(name); err != nil {
 		return nil, invalid("name: %v", err)
 	}
-	if project, loc := splitLocation(name); project == Wildcard || loc == Wildcard {
-		return nil, invalid("name %q: the wildcard %q is accepted only in the parent of ListLocations and ListQueues", name, Wildcard)
+	if project, loc := splitLocation(name); project == emuproto.Wildcard || loc == emuproto.Wildcard {
+		return nil, invalid("name %q: the wildcard %q is accepted only in the parent of ListLocations and ListQueues", name, emuproto.Wildcard)
 	}
 	s := l.s
 	s.mu.Lock()
@@ -112,9 +99,9 @@ func splitLocation(name string) (project, loc string) {
 }
 
 // inLocation reports whether a queue (full name) is in parent, a location
-// name in which either ID may be Wildcard.
+// name in which either ID may be emuproto.Wildcard.
 func inLocation(queue, parent string) bool {
 	qp, ql := splitLocation(queue[:strings.Index(queue, "/queues/")])
 	pp, pl := splitLocation(parent)
-	return (pp == Wildcard || pp == qp) && (pl == Wildcard || pl == ql)
+	return (pp == emuproto.Wildcard || pp == qp) && (pl == emuproto.Wildcard || pl == ql)
 }

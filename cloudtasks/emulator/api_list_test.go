@@ -177,7 +177,7 @@ func TestPageTokensAreBoundToTheirRequest(t *testing.T) {
 	require.Equal(t, []string{queue}, queueNames(queuesResp.Queues))
 
 	// Valid for 2 hours on the emulator's clock, then refused.
-	b.clock.Advance(emulator.PageTokenLifetime)
+	b.clock.Advance(2 * time.Hour)
 	resp, err := rawListTasks(ctx, b.client, &cloudtaskspb.ListTasksRequest{Parent: queue, PageToken: mine, PageSize: 10})
 	require.NoError(t, err)
 	require.Equal(t, []string{queue + "/tasks/b", queue + "/tasks/c"}, taskNames(resp.Tasks))

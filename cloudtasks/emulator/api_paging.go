@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// PageTokenLifetime is how long a page token stays valid on the
+// pageTokenLifetime is how long a page token stays valid on the
 // emulator's clock: "The page token is valid for only 2 hours", as the v2
 // ListQueuesResponse and ListTasksRequest docs say.
-const PageTokenLifetime = 2 * time.Hour
+const pageTokenLifetime = 2 * time.Hour
 
 // pageMACSize is how many bytes of the HMAC-SHA256 a token carries: 128
 // bits, far beyond what a test could guess.
@@ -75,8 +75,8 @@ func (p *pageTokens) open(scope, token string, now time.Time) (after string, err
 		return "", invalid("page_token %q was not returned by this server for this request; a token is valid only for the parent and filter of the call that returned it", shorten(token))
 	}
 	issued := time.Unix(0, int64(binary.BigEndian.Uint64(payload)))
-	if now.Sub(issued) > PageTokenLifetime {
-		return "", invalid("page_token %q expired: it was issued at %s and a page token is valid for %s", shorten(token), issued.UTC().Format(time.RFC3339), PageTokenLifetime)
+	if now.Sub(issued) > pageTokenLifetime {
+		return "", invalid("page_token %q expired: it was issued at %s and a page token is valid for %s", shorten(token), issued.UTC().Format(time.RFC3339), pageTokenLifetime)
 	}
 	return string(payload[8:]), nil
 }

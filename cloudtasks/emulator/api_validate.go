@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // The service's limits, as documented for HTTP targets.
@@ -61,8 +62,8 @@ func parseQueueName(s string) (queueName, error) {
 	if m == nil {
 		return queueName{}, fmt.Errorf("%q is not a queue name; want projects/PROJECT_ID/locations/LOCATION_ID/queues/QUEUE_ID", s)
 	}
-	if m[1] == Wildcard || m[2] == Wildcard {
-		return queueName{}, fmt.Errorf("%q names the wildcard %q as a project or location; a queue lives in one project and location", s, Wildcard)
+	if m[1] == emuproto.Wildcard || m[2] == emuproto.Wildcard {
+		return queueName{}, fmt.Errorf("%q names the wildcard %q as a project or location; a queue lives in one project and location", s, emuproto.Wildcard)
 	}
 	if len(m[3]) > 100 || !queueIDRE.MatchString(m[3]) {
 		return queueName{}, fmt.Errorf("queue ID %q must be 1 to 100 characters from [A-Za-z0-9-]", m[3])

@@ -1,4 +1,4 @@
-package emulator_test
+package emuconfig_test
 
 import (
 	"fmt"
@@ -9,9 +9,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
+	"github.com/ctdispatch/ctdispatch/internal/emuconfig"
 )
 
-func TestReadConfigFile(t *testing.T) {
+func TestRead(t *testing.T) {
 	t.Parallel()
 	want := emulator.Config{
 		NameReuseWindow: time.Hour,
@@ -55,7 +56,7 @@ faults:
 	for name, doc := range map[string]string{"yaml": yamlDoc, "json": jsonDoc} {
 		t.Run(name, func(t *testing.T) {
 			var cfg emulator.Config
-			require.NoError(t, emulator.ReadConfigFile([]byte(doc), &cfg))
+			require.NoError(t, emuconfig.Read([]byte(doc), &cfg))
 			require.Equal(t, want, cfg)
 		})
 	}
@@ -91,14 +92,14 @@ func TestParseCode(t *testing.T) {
 	require.Len(t, accepted, 17, "every code")
 	for _, tc := range accepted {
 		for _, s := range []string{tc.status, tc.goName} {
-			got, err := emulator.ParseCode(s)
+			got, err := emuconfig.ParseCode(s)
 			require.NoError(t, err, s)
 			require.Equal(t, tc.want, got, s)
 		}
 	}
 	// Numbers, other cases and mixed spellings are not names of ours.
 	for _, s := range []string{"14", "0", "", "unavailable", "Unavailable ", "Cancelled", "CANCELED", "Ok", "Deadline_Exceeded", "DEADLINE_exceeded", "deadlineExceeded", "NOPE"} {
-		_, err := emulator.ParseCode(s)
+		_, err := emuconfig.ParseCode(s)
 		require.EqualError(t, err, fmt.Sprintf("%q ", s)+codeRule, s)
 	}
 }
@@ -106,7 +107,7 @@ func TestParseCode(t *testing.T) {
 // codeRule is ParseCode's rule, as its errors end.
 const codeRule = `is not a gRPC code name; allowed: the status names (OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS, UNAUTHENTICATED) or Go's spelling of them (Unavailable, DeadlineExceeded, Canceled)`
 
-func TestReadConfigFileErrorsNameTheSetting(t *testing.T) {
+func TestReadErrorsNameTheSetting(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, doc, want string
@@ -129,7 +130,7 @@ func TestReadConfigFileErrorsNameTheSetting(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var cfg emulator.Config
-			require.EqualError(t, emulator.ReadConfigFile([]byte(tt.doc), &cfg), tt.want)
+			require.EqualError(t, emuconfig.Read([]byte(tt.doc), &cfg), tt.want)
 		})
 	}
 }
