@@ -76,6 +76,7 @@ func (p *pqFile) record(r *pqtable.Row) outbox.Record {
 		CreatedAt: fromMicros(r.CreatedAt), UpdatedAt: fromMicros(r.UpdatedAt), DueAt: fromMicros(r.DueAt),
 		Delivery: outbox.DeliveryFields{RetryCount: r.RetryCount, ExecutionCount: r.ExecutionCount,
 			HTTPStatus: r.HTTPStatus, Latency: time.Duration(r.LatencyMicros) * time.Microsecond},
+		Version: r.Version,
 	}
 }
 

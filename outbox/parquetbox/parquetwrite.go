@@ -21,7 +21,7 @@ func toRow(r *outbox.Record) pqtable.Row {
 		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
 		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt), DueAt: micros(r.DueAt),
 		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
-		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(),
+		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(), Version: r.Version,
 	}
 }
 

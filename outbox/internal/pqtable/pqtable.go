@@ -31,6 +31,9 @@ type Row struct {
 	// by the deliveries table only.
 	RetryCount, ExecutionCount, HTTPStatus int32
 	LatencyMicros                          int64
+	// Version is the ID's version the row sets (0 in files written before
+	// versions existed, which have no version column).
+	Version int64
 }
 
 // DispatchRow is the Parquet layout of the dispatch_outbox table. Strings
@@ -52,6 +55,7 @@ type DispatchRow struct {
 	ProcessorUUID string `parquet:"processor_uuid,dict"`
 	CreatedAt     int64  `parquet:"created_at,timestamp(microsecond:utc)"`
 	UpdatedAt     int64  `parquet:"updated_at,timestamp(microsecond:utc)"`
+	Version       int64  `parquet:"version"`
 }
 
 // TimerRow is the Parquet layout of the timers table: the dispatch columns
@@ -72,6 +76,7 @@ type TimerRow struct {
 	CreatedAt     int64  `parquet:"created_at,timestamp(microsecond:utc)"`
 	UpdatedAt     int64  `parquet:"updated_at,timestamp(microsecond:utc)"`
 	DueAt         int64  `parquet:"due_at,timestamp(microsecond:utc)"`
+	Version       int64  `parquet:"version"`
 }
 
 // DeliveryRow is the Parquet layout of the deliveries table: one row per
@@ -99,6 +104,7 @@ type DeliveryRow struct {
 	ProcessorUUID  string `parquet:"processor_uuid,dict"`
 	CreatedAt      int64  `parquet:"created_at,timestamp(microsecond:utc)"`
 	UpdatedAt      int64  `parquet:"updated_at,timestamp(microsecond:utc)"`
+	Version        int64  `parquet:"version"`
 }
 
 func (r *Row) delivery() DeliveryRow {
@@ -106,7 +112,7 @@ func (r *Row) delivery() DeliveryRow {
 		DeliveryID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
 		Attempt: r.Attempt, Kind: r.Kind, Status: r.Status, RetryCount: r.RetryCount,
 		ExecutionCount: r.ExecutionCount, HTTPStatus: r.HTTPStatus, LatencyMicros: r.LatencyMicros,
-		ProcessorUUID: r.ProcessorUUID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		ProcessorUUID: r.ProcessorUUID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Version: r.Version,
 	}
 	internal, _, _ := strings.Cut(r.ID, "#")
 	if r.Kind == "dispatch" {
@@ -122,7 +128,7 @@ func (r *Row) dispatch() DispatchRow {
 		DispatchID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
 		Attempt: r.Attempt, Status: r.Status, ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls,
 		PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Version: r.Version,
 	}
 }
 
@@ -131,7 +137,7 @@ func (r *Row) timer() TimerRow {
 		TimerID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
 		Attempt: r.Attempt, Kind: r.Kind, Status: r.Status, ErrorCode: r.ErrorCode,
 		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, DueAt: r.DueAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, DueAt: r.DueAt, Version: r.Version,
 	}
 }
 

@@ -67,6 +67,7 @@ const (
 	FieldExecutionCount
 	FieldHTTPStatus
 	FieldLatency
+	FieldVersion
 )
 
 var columnFields = map[string]Field{
@@ -75,7 +76,7 @@ var columnFields = map[string]Field{
 	"create_calls": FieldCreateCalls, "payload_sha256": FieldPayload, "processor_uuid": FieldProcessor,
 	"created_at": FieldCreatedAt, "updated_at": FieldUpdatedAt, "due_at": FieldDueAt,
 	"retry_count": FieldRetryCount, "execution_count": FieldExecutionCount, "http_status": FieldHTTPStatus,
-	"latency_us": FieldLatency,
+	"latency_us": FieldLatency, "version": FieldVersion,
 }
 
 // column describes how one leaf column of a file maps onto a Row.
@@ -175,7 +176,7 @@ func checkColumn(fld Field, n parquet.Node) error {
 		lt = l.Value
 	}
 	switch fld {
-	case FieldCreateCalls, FieldRetryCount, FieldExecutionCount, FieldHTTPStatus, FieldLatency:
+	case FieldCreateCalls, FieldRetryCount, FieldExecutionCount, FieldHTTPStatus, FieldLatency, FieldVersion:
 		if typ.Kind() != parquet.Int32 && typ.Kind() != parquet.Int64 {
 			return errors.New("want INT32 or INT64")
 		}
@@ -281,6 +282,8 @@ func (p *File) set(r *Row, ci int, v parquet.Value) {
 		r.HTTPStatus = int32(intValue(v))
 	case FieldLatency:
 		r.LatencyMicros = intValue(v)
+	case FieldVersion:
+		r.Version = intValue(v)
 	case FieldCreatedAt:
 		r.CreatedAt = v.Int64() / c.timeDiv * c.timeMul
 	case FieldUpdatedAt:
