@@ -213,11 +213,12 @@ func deletedByCancel(r *outbox.Record) bool {
 // of an ID whose latest record before the call was prev means that the
 // name is held after a Cancel deleted its task, and if so sets f's error.
 // The cancel's time is that of the newest record of a delete in the ID's
-// history (the first after any pending record or held-name record; when
+// history (the first after any pending, held-name or found-nothing cancel
+// record; when
 // compaction has folded the history, prev's own time, which is later, so
 // the estimate errs long).
 func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Record, now time.Time) bool {
-	if prev.Status != outbox.StatusPending && !deletedByCancel(prev) {
+	if prev.Status != outbox.StatusPending && prev.Status != outbox.StatusCancelled {
 		return false
 	}
 	cancelled, ok := time.Time{}, false
@@ -228,10 +229,22 @@ func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Recor
 		if err == nil {
 			for i := len(hist) - 1; i >= 0; i-- {
 				r := &hist[i]
-				if r.Status == outbox.StatusPending || (r.Status == outbox.StatusCancelled && r.ErrorCode == codes.AlreadyExists.String()) {
+				// A cancel that found no task (NOT_FOUND, say while another
+				// process's create was pending) changes nothing about a name
+				// an earlier cancel's delete left held.
+				if r.Status == outbox.StatusPending || (r.Status == outbox.StatusCancelled && r.ErrorCode != "") {
 					continue
 				}
 				cancelled, ok = r.UpdatedAt, deletedByCancel(r)
+				if !ok {
+					// A delete written blind beside this record (the same
+					// version, another process) is not undone by it.
+					for j := range hist {
+						if o := &hist[j]; o.Version > 0 && o.Version == r.Version && o.Status == outbox.StatusCancelled && o.ErrorCode == "" {
+							cancelled, ok = o.UpdatedAt, true
+						}
+					}
+				}
 				break
 			}
 		}
