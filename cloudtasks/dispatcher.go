@@ -610,7 +610,3 @@ func (d *Dispatcher) noteHandover(ctx context.Context, id naming.ID, from, via s
 	d.log.Info("taking over a pending record from another processor",
 		"id", id.String(), "from_processor", from, "to_processor", d.processor, "via", via)
 }
-
-// micro truncates t to the microsecond UTC precision the outbox stores, so
-// a returned FirstRecorded equals the one read back later.
-func micro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
