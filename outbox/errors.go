@@ -17,37 +17,12 @@ var (
 	// ID of its table. Append refuses one; reads leave one out (Latest,
 	// Lookup and Pending never return it).
 	ErrForeignRecord = errors.New("outbox: foreign record")
-	// ErrVersionConflict matches every *VersionConflictError: Append
-	// refused a record because the store already holds (or can see) a
-	// record of the same ID with a Version at least as high; another
-	// writer got there first.
-	ErrVersionConflict = errors.New("outbox: version conflict")
 	// ErrConcurrentWrites matches every *ConcurrentWritesError: Latest
 	// found two records of one ID with the same highest Version from
 	// different processors and different statuses, written blind of each
 	// other, so the store cannot say which is the ID's state.
 	ErrConcurrentWrites = errors.New("outbox: concurrent writes")
 )
-
-// VersionConflictError is Append's refusal of a record whose Version the
-// store already holds for that ID. Current is the newest record the store
-// holds, so the writer can re-read nothing and answer from the winner. It
-// matches ErrVersionConflict.
-type VersionConflictError struct {
-	// Record is the refused record, as Append prepared it.
-	Record Record
-	// Current is the newest record of the ID the store holds.
-	Current Record
-}
-
-// Error names the ID, both versions and the winner's status and processor.
-func (e *VersionConflictError) Error() string {
-	return fmt.Sprintf("outbox: %s %s: version %d refused: the store holds version %d (%s, processor %s)",
-		e.Record.Table, e.Record.ID, e.Record.Version, e.Current.Version, e.Current.Status, e.Current.ProcessorUUID)
-}
-
-// Is makes a VersionConflictError match ErrVersionConflict.
-func (e *VersionConflictError) Is(target error) bool { return target == ErrVersionConflict }
 
 // ConcurrentWritesError is Latest's answer when the newest Version of an
 // ID was written twice, by different processors with different statuses,
@@ -148,3 +123,31 @@ func (e *RecordError) Error() string {
 
 // Is makes a RecordError match ErrInvalidRecord.
 func (e *RecordError) Is(target error) bool { return target == ErrInvalidRecord }
+
+// ErrVersionConflict matches every *VersionConflictError: Append refused a
+// record whose Version the store already holds for its ID, or a higher one.
+var ErrVersionConflict = errors.New("outbox: version conflict")
+
+// VersionConflictError says that Append refused a record because the store
+// already holds a record of the same table and ID with the same or a higher
+// Version: another writer changed the ID after this one read it. Current is
+// the newest record the store holds, so the writer can answer from it
+// without reading again. It matches ErrVersionConflict.
+type VersionConflictError struct {
+	// Table and ID name the record refused.
+	Table Table
+	ID    string
+	// Version is the refused record's Version.
+	Version int64
+	// Current is the newest record of the ID the store holds.
+	Current Record
+}
+
+// Error names the ID, the refused version and the one the store holds.
+func (e *VersionConflictError) Error() string {
+	return fmt.Sprintf("outbox: version conflict on %s %s: version %d refused, the store holds version %d (%s, written by %s)",
+		e.Table, e.ID, e.Version, e.Current.Version, e.Current.Status, e.Current.ProcessorUUID)
+}
+
+// Is makes a VersionConflictError match ErrVersionConflict.
+func (e *VersionConflictError) Is(target error) bool { return target == ErrVersionConflict }

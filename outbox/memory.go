@@ -61,7 +61,7 @@ func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 	h := m.history[k]
 	if n := len(h); n > 0 && r.Conflicts(&h[n-1]) {
 		m.mu.Unlock()
-		return &VersionConflictError{Record: r, Current: h[n-1]}
+		return &VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: h[n-1]}
 	}
 	if n := len(h); n > 0 && !r.UpdatedAt.After(h[n-1].UpdatedAt) {
 		r.UpdatedAt = h[n-1].UpdatedAt.Add(time.Microsecond)

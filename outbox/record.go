@@ -244,14 +244,19 @@ func truncMicro(t time.Time) time.Time {
 }
 
 // Validate checks the fields every record needs: a known table and
-// status, an ID, and times within MinTime and MaxTime. Errors are
-// *RecordError values naming the field, the value and the rule.
+// status, an ID, a Version not below 0, and times within MinTime and
+// MaxTime. Errors are *RecordError values naming the field, the value and
+// the rule.
 func (r *Record) Validate() error {
 	if err := r.Table.Validate(); err != nil {
 		return err
 	}
 	if r.ID == "" {
 		return &RecordError{Field: "ID", Rule: "is empty"}
+	}
+	if r.Version < 0 {
+		return &RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version),
+			Rule: "is negative; allowed: 0 (unversioned) or a version from 1"}
 	}
 	if r.Table == TableDeliveries {
 		if err := r.validateDelivery(); err != nil {

@@ -333,8 +333,8 @@ var tests = []struct {
 			var vc *outbox.VersionConflictError
 			require.ErrorAs(t, err, &vc)
 			require.Equal(t, stored, vc.Current)
-			require.Equal(t, outbox.StatusPending, vc.Record.Status)
-			require.Equal(t, int64(1), vc.Record.Version)
+			require.Equal(t, int64(1), vc.Version)
+			require.Equal(t, winner.ID, vc.ID)
 		}
 		require.Equal(t, stored, b.latest(t, outbox.TableDispatch, winner.ID), "Latest after a conflict is the winner")
 		hist, err := b.s.Lookup(b.ctx, outbox.Query{ID: winner.ID, History: true})

@@ -829,7 +829,7 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		if ok && req.rec.Conflicts(&prev) {
 			// This process wrote the version first (another goroutine's
 			// call on the same ID): the record is refused, not written.
-			req.answer(&outbox.VersionConflictError{Record: req.rec, Current: prev})
+			req.answer(&outbox.VersionConflictError{Table: req.rec.Table, ID: req.rec.ID, Version: req.rec.Version, Current: prev})
 			continue
 		}
 		kept = append(kept, req)

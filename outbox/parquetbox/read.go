@@ -94,7 +94,7 @@ func (o *Outbox) checkVersion(ctx context.Context, r *outbox.Record) error {
 	}
 	cur, found, _ := outbox.NewestOf(others) // blind writes: the newest still refuses a lower version
 	if found && r.Conflicts(&cur) {
-		return &outbox.VersionConflictError{Record: *r, Current: cur}
+		return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
 	}
 	return nil
 }
