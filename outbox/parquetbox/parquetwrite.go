@@ -1,7 +1,6 @@
 package parquetbox
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,18 +11,6 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
-
-// toRow converts r to the columns a table file stores.
-func toRow(r *outbox.Record) pqtable.Row {
-	return pqtable.Row{
-		ID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
-		Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status), ErrorCode: r.ErrorCode,
-		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
-		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt), DueAt: micros(r.DueAt),
-		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
-		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(), Version: r.Version,
-	}
-}
 
 // recordBefore is the order every file written by this package has: by
 // ID, then by state, oldest first.
@@ -56,7 +43,7 @@ func newRowWriter(w io.Writer, t outbox.Table, l pqfile.Layout) *rowWriter {
 }
 
 func (rw *rowWriter) write(r *outbox.Record) error {
-	row := toRow(r)
+	row := pqtable.RowOf(r)
 	return rw.w.Write(&row)
 }
 
@@ -141,40 +128,3 @@ const (
 	filePerm os.FileMode = 0o600
 	dirPerm  os.FileMode = 0o700
 )
-
-// FileWriter writes one table's records as a Parquet file in the layout
-// this package writes (sorted, zstd, bloom filters and page index on the
-// IDs). Tools use it to build or convert tables; records must come sorted
-// by ID, oldest state first, which is what lookups and compaction rely on.
-type FileWriter struct {
-	rw   *rowWriter
-	last string
-	n    int64
-}
-
-// NewFileWriter starts a file of table t on w.
-func NewFileWriter(w io.Writer, t outbox.Table) (*FileWriter, error) {
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	return &FileWriter{rw: newRowWriter(w, t, pqfile.FlushLayout)}, nil
-}
-
-// Write adds a record. It fails if the record's ID sorts before the
-// previous one's or the record is invalid.
-func (fw *FileWriter) Write(r outbox.Record) error {
-	r.Table = fw.rw.table
-	if err := r.Validate(); err != nil {
-		return err
-	}
-	if fw.n > 0 && r.ID < fw.last {
-		return fmt.Errorf("outbox: record %s written after %s: records must be sorted by ID", r.ID, fw.last)
-	}
-	r.Normalize()
-	fw.last = r.ID
-	fw.n++
-	return fw.rw.write(&r)
-}
-
-// Close writes the footer. It does not close the underlying writer.
-func (fw *FileWriter) Close() error { return fw.rw.close() }
