@@ -6,6 +6,7 @@ require (
 	cloud.google.com/go/cloudtasks v1.21.0
 	cloud.google.com/go/iam v1.12.0
 	cloud.google.com/go/longrunning v1.2.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.14.2
 	github.com/fsouza/fake-gcs-server v1.54.0
 	github.com/golang-jwt/jwt/v5 v5.3.1

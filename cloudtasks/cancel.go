@@ -114,6 +114,9 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	start := d.clock.Now()
 	key := id.String()
 	prev, known, err := d.box.Latest(ctx, outbox.TableOf(id), key)
+	if errors.Is(err, outbox.ErrConcurrentWrites) {
+		err = nil // the delete does not depend on which blind write was last; its record follows both
+	}
 	if err != nil {
 		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		return
@@ -167,9 +170,9 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		rec.ErrorCode = codes.NotFound.String()
 	}
 	if known {
-		rec.CreatedAt, rec.CreateCalls, rec.PayloadSHA256 = prev.CreatedAt, prev.CreateCalls, prev.PayloadSHA256
+		rec.CreateCalls, rec.PayloadSHA256 = prev.CreateCalls, prev.PayloadSHA256
 	}
-	if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
+	if err := d.recordCancel(ctx, rec, prev, known); err != nil {
 		d.outboxFailed(key, false, err)
 		f.cancelled, f.err = res, &OutboxError{ID: key, Op: OpRecordCancel, Err: err}
 		return
@@ -177,6 +180,26 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	d.m.outcome(ctx, id.Kind().String(), "cancelled", d.clock.Since(start))
 	d.log.Debug("cancelled", "id", key, "outcome", res.Outcome)
 	f.cancelled = res
+}
+
+// recordCancel appends rec, a cancel, as the version after prev (when
+// known). Should another process have recorded the ID meanwhile, the
+// cancel is recorded after the winner's record: the delete was made after
+// that record was read, and the newest state must say so.
+func (d *Dispatcher) recordCancel(ctx context.Context, rec, prev outbox.Record, known bool) error {
+	for i := 0; ; i++ {
+		if known {
+			rec.Follow(&prev, d.clock.Now())
+		} else {
+			rec.Follow(nil, d.clock.Now())
+		}
+		err := outbox.AppendAndWait(ctx, d.box, rec)
+		var vc *outbox.VersionConflictError
+		if !errors.As(err, &vc) || i == rereads {
+			return err
+		}
+		prev, known = vc.Current, true
+	}
 }
 
 // deletedByCancel reports whether r is the record of a Cancel that deleted
@@ -190,11 +213,12 @@ func deletedByCancel(r *outbox.Record) bool {
 // of an ID whose latest record before the call was prev means that the
 // name is held after a Cancel deleted its task, and if so sets f's error.
 // The cancel's time is that of the newest record of a delete in the ID's
-// history (the first after any pending record or held-name record; when
+// history (the first after any pending, held-name or found-nothing cancel
+// record; when
 // compaction has folded the history, prev's own time, which is later, so
 // the estimate errs long).
 func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Record, now time.Time) bool {
-	if prev.Status != outbox.StatusPending && !deletedByCancel(prev) {
+	if prev.Status != outbox.StatusPending && prev.Status != outbox.StatusCancelled {
 		return false
 	}
 	cancelled, ok := time.Time{}, false
@@ -205,10 +229,22 @@ func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Recor
 		if err == nil {
 			for i := len(hist) - 1; i >= 0; i-- {
 				r := &hist[i]
-				if r.Status == outbox.StatusPending || (r.Status == outbox.StatusCancelled && r.ErrorCode == codes.AlreadyExists.String()) {
+				// A cancel that found no task (NOT_FOUND, say while another
+				// process's create was pending) changes nothing about a name
+				// an earlier cancel's delete left held.
+				if r.Status == outbox.StatusPending || (r.Status == outbox.StatusCancelled && r.ErrorCode != "") {
 					continue
 				}
 				cancelled, ok = r.UpdatedAt, deletedByCancel(r)
+				if !ok {
+					// A delete written blind beside this record (the same
+					// version, another process) is not undone by it.
+					for j := range hist {
+						if o := &hist[j]; o.Version > 0 && o.Version == r.Version && o.Status == outbox.StatusCancelled && o.ErrorCode == "" {
+							cancelled, ok = o.UpdatedAt, true
+						}
+					}
+				}
 				break
 			}
 		}

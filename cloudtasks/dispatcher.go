@@ -278,6 +278,8 @@ func failureOutcome(err error) string {
 		return "name_held"
 	case errors.Is(err, ErrOutboxUnavailable):
 		return "outbox_unavailable"
+	case errors.Is(err, ErrIndeterminate):
+		return "indeterminate"
 	}
 	return "error"
 }
@@ -300,22 +302,48 @@ func recordOf(id naming.ID, queuePath string) outbox.Record {
 	return rec
 }
 
+// rereads bounds how often a create re-reads the outbox after another
+// process wrote the version it meant to write: each re-read answers from
+// a newer winner, so more than a few means writers race without end.
+const rereads = 3
+
 // create is the work of one create flight: consult the outbox, record
 // pending, create the task, record the outcome. It answers f's callers as
 // soon as the mode allows, then finishes recording. req is t's create
-// request in the queue t names (or the default queue).
+// request in the queue t names (or the default queue). When another
+// process records the ID first (the pending record's version is taken),
+// it reads again and answers from the winner's record instead of writing
+// blind.
 func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) {
 	ctx := workContext(leader)
+	for i := 0; d.createOnce(ctx, f, id, t, req, now) && i < rereads; i++ {
+		// f.err holds the refusal, kept if this was the last try.
+		f.err, f.res, now = nil, DispatchResult{}, d.clock.Now()
+	}
+}
+
+// createOnce is one try of create. It reports whether the pending record
+// was refused because another process wrote its version first, with
+// nothing called; f.err then holds the refusal.
+func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) (again bool) {
 	key := id.String()
 	prev, found, err := d.box.Latest(ctx, outbox.TableOf(id), key)
+	if errors.Is(err, outbox.ErrConcurrentWrites) {
+		f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
+		if recorded := recordedTaskName(err); recorded != "" {
+			f.res.TaskName = recorded
+		}
+		d.blindWrites(ctx, f, id, err)
+		return false
+	}
 	if err != nil {
 		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
-		return
+		return false
 	}
 	if found {
 		if req, err = d.inRecordedQueue(id, t, req, prev, now); err != nil {
 			f.err = err
-			return
+			return false
 		}
 	}
 	f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
@@ -330,7 +358,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 				d.m.conflicts.Add(ctx, 1)
 				d.log.Warn("payload conflict with the recorded dispatch", "id", key, "status", prev.Status)
 				f.err = &ConflictError{ID: key, Recorded: prev.PayloadSHA256, Given: f.fp}
-				return
+				return false
 			}
 		}
 		switch prev.Status {
@@ -340,20 +368,22 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 			f.res.Outcome = OutcomeAlreadyExisted
 			f.res.FirstRecorded = prev.CreatedAt
 			f.res.Skipped = true
-			return
+			return false
 		case outbox.StatusPending:
 			if prev.ProcessorUUID != d.processor && d.cfg.EnforceOwnership {
 				f.err = &OwnershipError{ID: key, Owner: prev.ProcessorUUID}
-				return
+				return false
 			}
 			recovering = now.Sub(prev.UpdatedAt) >= d.cfg.StaleAfter
 		}
 	}
 
-	rec.Status, rec.PayloadSHA256, rec.CreatedAt = outbox.StatusPending, f.fp, micro(now)
+	rec.Status, rec.PayloadSHA256 = outbox.StatusPending, f.fp
 	if found {
-		rec.CreatedAt = prev.CreatedAt
 		rec.CreateCalls = prev.CreateCalls
+		rec.Follow(&prev, now)
+	} else {
+		rec.Follow(nil, now)
 	}
 	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
 		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
@@ -362,7 +392,8 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 	})
 	if perr != nil {
 		f.err = perr
-		return
+		var oe *OutboxError
+		return errors.Is(perr, outbox.ErrVersionConflict) && errors.As(perr, &oe) && oe.BeforeCall
 	}
 	f.res.Calls = calls
 	code := codeOf(err)
@@ -376,7 +407,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 		// again, marked so that the next call knows why.
 		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
 		d.recordOutcome(ctx, f, rec)
-		return
+		return false
 	case code == codes.AlreadyExists:
 		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
 	case transient(code) || ctx.Err() != nil:
@@ -387,13 +418,13 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 		rec.ErrorCode = code.String()
 		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
 		d.recordOutcome(ctx, f, rec)
-		return
+		return false
 	default:
 		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
 		d.log.Info("CreateTask failed", "id", key, "code", code.String(), "calls", calls)
 		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Err: err}
 		d.recordOutcome(ctx, f, rec)
-		return
+		return false
 	}
 	if recovering {
 		f.res.Outcome = OutcomeRecovered
@@ -405,6 +436,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 		d.log.Debug("dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
 	}
 	d.recordOutcome(ctx, f, rec)
+	return false
 }
 
 // inRecordedQueue returns the create request of an ID the outbox already
@@ -500,21 +532,35 @@ func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, cal
 // outboxFailed notes that the outbox failed an append and returns the
 // error for the caller.
 func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
+	if errors.Is(err, outbox.ErrVersionConflict) {
+		// The outbox works: another process recorded the ID first.
+		return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
+	}
 	if d.outboxOK.Swap(false) {
 		d.log.Error("outbox cannot record; calls stop until it can", "id", id, "err", err)
 	}
 	return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
 }
 
-// recordOutcome appends rec, f's outcome. In strict mode the callers wait
-// until it is kept, and a failure is their error. In overlapped mode they
+// recordOutcome appends rec, f's outcome, as the version after the pending
+// record rec was. In strict mode the callers wait until it is kept, and a
+// failure is their error; a version another process wrote meanwhile (a
+// cancel, a recovery) is no failure: its record is the newer state, and
+// this call's answer stands. In overlapped mode they
 // are answered first and the flight stays in the table until the record
 // is kept, so a repeat meanwhile shares this answer instead of reading a
 // stale record; the outbox's done callback takes it out of the table, so
 // no goroutine waits for the record.
 func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Record) {
+	pending := rec
+	rec.Follow(&pending, d.clock.Now())
 	if d.cfg.Durability == DurabilityStrict {
-		if err := outbox.AppendAndWait(ctx, d.box, rec); err != nil {
+		err := outbox.AppendAndWait(ctx, d.box, rec)
+		if errors.Is(err, outbox.ErrVersionConflict) {
+			d.outcomeOvertaken(rec, err)
+			return
+		}
+		if err != nil {
 			d.outboxFailed(rec.ID, false, err)
 			f.err = errors.Join(f.err, &OutboxError{ID: rec.ID, Op: OpRecordOutcome, Err: err})
 			return
@@ -546,8 +592,44 @@ func (d *Dispatcher) outcomeRecorded(rec outbox.Record, err error) {
 		d.outboxOK.Store(true)
 		return
 	}
+	if errors.Is(err, outbox.ErrVersionConflict) {
+		d.outcomeOvertaken(rec, err)
+		return
+	}
 	d.outboxFailed(rec.ID, false, err)
 	d.log.Error("outcome not recorded; the record stays pending for Recover", "id", rec.ID, "status", rec.Status, "err", err)
+}
+
+// outcomeOvertaken logs an outcome record refused because another process
+// recorded a later state of the ID first; that state stands.
+func (d *Dispatcher) outcomeOvertaken(rec outbox.Record, err error) {
+	d.outboxOK.Store(true)
+	d.log.Info("outcome not recorded: another processor recorded the ID meanwhile", "id", rec.ID, "status", rec.Status, "err", err)
+}
+
+// blindWrites answers a create whose ID's latest version two processes
+// wrote without seeing each other: GetTask decides when the task exists
+// (then the call is a repeat); otherwise the answer is indeterminate.
+func (d *Dispatcher) blindWrites(ctx context.Context, f *flight, id naming.ID, cause error) {
+	err := d.getTask(ctx, f.res.TaskName)
+	if err == nil {
+		f.res.Outcome, f.res.Skipped = OutcomeAlreadyExisted, true
+		return
+	}
+	if codeOf(err) != codes.NotFound {
+		cause = errors.Join(cause, err)
+	}
+	f.err = &IndeterminateError{ID: id.String(), Unknown: UnknownWriteOrder, Err: cause}
+}
+
+// getTask makes a GetTask call under the retry policy.
+func (d *Dispatcher) getTask(ctx context.Context, name string) error {
+	_, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
+		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+		d.m.call(ctx, "GetTask", codeOf(err))
+		return err
+	})
+	return err
 }
 
 // noteHandover logs and counts a record finished by a processor other than
@@ -561,6 +643,16 @@ func (d *Dispatcher) noteHandover(ctx context.Context, id naming.ID, from, via s
 		"id", id.String(), "from_processor", from, "to_processor", d.processor, "via", via)
 }
 
-// micro truncates t to the microsecond UTC precision the outbox stores, so
-// a returned FirstRecorded equals the one read back later.
-func micro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
+// recordedTaskName is the task name the blind writes err reports were
+// recorded under (they share the ID's queue), or "" when none says.
+func recordedTaskName(err error) string {
+	var cw *outbox.ConcurrentWritesError
+	if errors.As(err, &cw) {
+		for _, r := range cw.Records {
+			if r.TaskName != "" {
+				return r.TaskName
+			}
+		}
+	}
+	return ""
+}

@@ -151,7 +151,10 @@
 // the caller's context ended before anything started, or while the work
 // goes on), ErrOutboxUnavailable (*OutboxError, whose Op says whether the
 // outbox could not be read or could not record the pending state, the
-// outcome or a cancel) and ErrClosed.
+// outcome or a cancel), ErrIndeterminate (*IndeterminateError: two
+// processes wrote the ID's newest state blind of each other and GetTask did
+// not settle it; Unknown names what is unknown; see docs/consistency.md)
+// and ErrClosed.
 //
 // # Observability
 //

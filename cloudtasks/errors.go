@@ -51,7 +51,49 @@ var (
 	// be read or could not record the call, so no answer (or, for a cancel,
 	// no record of it) is given; see OutboxError for what each Op means.
 	ErrOutboxUnavailable = errors.New("outbox unavailable")
+	// ErrIndeterminate matches an *IndeterminateError: what the outbox
+	// and Cloud Tasks can tell does not decide the answer, so none is
+	// given rather than a guess.
+	ErrIndeterminate = errors.New("outcome indeterminate")
 )
+
+// Unknown names what an *IndeterminateError could not find out.
+type Unknown string
+
+// The things an answer may depend on and the dispatcher may be unable to
+// know.
+const (
+	// UnknownWriteOrder: two processes wrote the same version of the ID's
+	// record without seeing each other (outbox.ErrConcurrentWrites), and
+	// GetTask found no task that would settle it, so whether the ID was
+	// last cancelled or dispatched has no answer that does not trust a
+	// clock.
+	UnknownWriteOrder Unknown = "write_order"
+)
+
+// IndeterminateError is the answer to a call whose true outcome cannot be
+// known from the outbox and Cloud Tasks: Unknown names what is missing.
+// Nothing was created by the call. It matches ErrIndeterminate and
+// unwraps to its cause (for UnknownWriteOrder an
+// *outbox.ConcurrentWritesError naming the records).
+type IndeterminateError struct {
+	// ID is the internal ID.
+	ID string
+	// Unknown names what could not be found out.
+	Unknown Unknown
+	// Err is the cause.
+	Err error
+}
+
+func (e *IndeterminateError) Error() string {
+	return fmt.Sprintf("cloudtasks: %s: outcome indeterminate (%s unknown): %v", e.ID, e.Unknown, e.Err)
+}
+
+// Is makes an IndeterminateError match ErrIndeterminate.
+func (e *IndeterminateError) Is(target error) bool { return target == ErrIndeterminate }
+
+// Unwrap returns the cause.
+func (e *IndeterminateError) Unwrap() error { return e.Err }
 
 // ConfigError names the Config field that is wrong, its value and the rule.
 type ConfigError struct {

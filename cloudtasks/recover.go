@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
-	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/naming"
@@ -160,6 +157,10 @@ func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *Reco
 func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Record) {
 	ctx := workContext(leader)
 	latest, found, err := d.box.Latest(ctx, rec.Table, rec.ID)
+	if errors.Is(err, outbox.ErrConcurrentWrites) {
+		f.verdict = verdictMoved // another process wrote this version too: not a lone pending record
+		return
+	}
 	if err != nil {
 		f.err = err
 		return
@@ -172,13 +173,9 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 	if name == "" {
 		name = naming.TaskName(rec.Queue, rec.CloudTaskID)
 	}
-	_, err = d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
-		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
-		d.m.call(ctx, "GetTask", codeOf(err))
-		return err
-	})
+	err = d.getTask(ctx, name)
 	next := latest
-	next.UpdatedAt = time.Time{} // now, by the outbox's clock
+	next.Follow(&latest, d.clock.Now())
 	next.ErrorCode = ""
 	switch code := codeOf(err); {
 	case err == nil:
@@ -189,7 +186,12 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 		f.err = err
 		return
 	}
-	if err := outbox.AppendAndWait(ctx, d.box, next); err != nil {
+	err = outbox.AppendAndWait(ctx, d.box, next)
+	if errors.Is(err, outbox.ErrVersionConflict) {
+		f.verdict = verdictMoved // another process recorded a later state first
+		return
+	}
+	if err != nil {
 		d.outboxFailed(rec.ID, false, err)
 		f.err = err
 	}

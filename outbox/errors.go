@@ -3,6 +3,8 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Sentinel errors every implementation uses; match them with errors.Is.
@@ -15,7 +17,84 @@ var (
 	// ID of its table. Append refuses one; reads leave one out (Latest,
 	// Lookup and Pending never return it).
 	ErrForeignRecord = errors.New("outbox: foreign record")
+	// ErrConcurrentWrites matches every *ConcurrentWritesError: Latest
+	// found two records of one ID with the same highest Version from
+	// different processors and different statuses, written blind of each
+	// other, so the store cannot say which is the ID's state.
+	ErrConcurrentWrites = errors.New("outbox: concurrent writes")
 )
+
+// ConcurrentWritesError is Latest's answer when the newest Version of an
+// ID was written twice, by different processors with different statuses,
+// neither having seen the other: no rule orders them without trusting a
+// clock. Records holds them, ordered by Newer's fallback rule. It matches
+// ErrConcurrentWrites.
+type ConcurrentWritesError struct {
+	// Records are the records sharing the highest Version.
+	Records []Record
+}
+
+// Error names the ID, the version and each writer's status.
+func (e *ConcurrentWritesError) Error() string {
+	if len(e.Records) == 0 {
+		return "outbox: concurrent writes"
+	}
+	var b strings.Builder
+	for i, r := range e.Records {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s by %s", r.Status, r.ProcessorUUID)
+	}
+	r := e.Records[0]
+	return fmt.Sprintf("outbox: %s %s: version %d written blind by %d processors (%s); no order between them",
+		r.Table, r.ID, r.Version, len(e.Records), b.String())
+}
+
+// Is makes a ConcurrentWritesError match ErrConcurrentWrites.
+func (e *ConcurrentWritesError) Is(target error) bool { return target == ErrConcurrentWrites }
+
+// NewestOf returns the newest of recs by Newer, or a *ConcurrentWritesError
+// when two records share the highest Version (> 0) with different
+// processors and different statuses. ok is false when recs is empty.
+// Stores that read records written without a shared lock call it.
+func NewestOf(recs []Record) (newest Record, ok bool, err error) {
+	if len(recs) == 0 {
+		return Record{}, false, nil
+	}
+	best := 0
+	for i := 1; i < len(recs); i++ {
+		if Newer(&recs[i], &recs[best]) {
+			best = i
+		}
+	}
+	newest = recs[best]
+	if newest.Version == 0 {
+		return newest, true, nil
+	}
+	var blind []Record
+	for i := range recs {
+		r := &recs[i]
+		if r.Version == newest.Version && r.ProcessorUUID != newest.ProcessorUUID && r.Status != newest.Status &&
+			!slices.ContainsFunc(blind, func(b Record) bool { return b.ProcessorUUID == r.ProcessorUUID && b.Status == r.Status }) {
+			blind = append(blind, *r)
+		}
+	}
+	if len(blind) == 0 {
+		return newest, true, nil
+	}
+	blind = append(blind, newest)
+	slices.SortFunc(blind, func(a, b Record) int {
+		switch {
+		case Newer(&b, &a):
+			return -1
+		case Newer(&a, &b):
+			return 1
+		}
+		return 0
+	})
+	return newest, true, &ConcurrentWritesError{Records: blind}
+}
 
 // RecordError names the field of a record that is wrong, its value and
 // the rule. It matches ErrInvalidRecord.

@@ -14,7 +14,7 @@ import (
 // same rules as every Outbox (checked by the conformance suite in package
 // outboxtest): the same validation and
 // refusal of foreign records, microsecond UTC times, UpdatedAt strictly
-// increasing per ID, Pending oldest first. It keeps every state of every
+// increasing per ID, conditional append by Version, Pending oldest first. It keeps every state of every
 // ID until it is dropped, and forgets everything when it is. Its methods
 // are safe for concurrent use.
 type Memory struct {
@@ -46,7 +46,9 @@ type recKey struct {
 func (m *Memory) ProcessorUUID() string { return m.processor }
 
 // Append keeps r at once, with the checks and defaults of Record.Prepare,
-// and calls done (when not nil) before it returns.
+// and calls done (when not nil) before it returns. A record whose Version
+// the ID already has (or passed) is refused under the mutex with a
+// *VersionConflictError, returned at once.
 func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -57,6 +59,10 @@ func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 	k := recKey{r.Table, r.ID}
 	m.mu.Lock()
 	h := m.history[k]
+	if n := len(h); n > 0 && r.Conflicts(&h[n-1]) {
+		m.mu.Unlock()
+		return &VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: h[n-1]}
+	}
 	if n := len(h); n > 0 && !r.UpdatedAt.After(h[n-1].UpdatedAt) {
 		r.UpdatedAt = h[n-1].UpdatedAt.Add(time.Microsecond)
 	}

@@ -22,9 +22,20 @@ type Outbox interface {
 	// run before Append returns or on another goroutine; it must return
 	// quickly and must not call the outbox. Within one processor, records
 	// are kept in the order Append was called.
+	//
+	// Append is conditional on Version: a record whose Version is > 0 is
+	// refused when the store holds (or, for a store that cannot hold a
+	// lock across processes, can see) a record of the same table and ID
+	// with a Version at least as high, with a *VersionConflictError
+	// (matching ErrVersionConflict) whose Current is that record, either
+	// returned or given to done. Version 0 is unconditional.
 	Append(ctx context.Context, r Record, done func(error)) error
 	// Latest returns the current state of an ID (its newest record, see
-	// Newer); ok is false when the ID was never recorded.
+	// Newer), read from every process's records as fresh as the store
+	// allows; ok is false when the ID was never recorded. A store that
+	// finds the highest Version written twice, by different processors
+	// with different statuses, returns the newest by Newer together with a
+	// *ConcurrentWritesError (matching ErrConcurrentWrites).
 	Latest(ctx context.Context, t Table, id string) (r Record, ok bool, err error)
 	// Lookup returns the records matching q, arranged as Arrange does.
 	Lookup(ctx context.Context, q Query) ([]Record, error)

@@ -91,7 +91,10 @@ func (s Status) Terminal() bool {
 // outbox.
 //
 // A dispatch or timer has a history of records (pending, then an outcome);
-// the latest one by UpdatedAt is its current state. A delivery has two
+// the newest one (see Newer: by Version, then UpdatedAt) is its current
+// state. A writer derives Version, UpdatedAt and CreatedAt from the record
+// it read with Follow, and Append refuses a record whose Version the store
+// already holds (ErrVersionConflict). A delivery has two
 // (started, then its outcome) under its own ID, so that the deliveries of
 // one task never fold into one; see DeliveryRecordOf.
 type Record struct {
@@ -241,14 +244,19 @@ func truncMicro(t time.Time) time.Time {
 }
 
 // Validate checks the fields every record needs: a known table and
-// status, an ID, and times within MinTime and MaxTime. Errors are
-// *RecordError values naming the field, the value and the rule.
+// status, an ID, a Version not below 0, and times within MinTime and
+// MaxTime. Errors are *RecordError values naming the field, the value and
+// the rule.
 func (r *Record) Validate() error {
 	if err := r.Table.Validate(); err != nil {
 		return err
 	}
 	if r.ID == "" {
 		return &RecordError{Field: "ID", Rule: "is empty"}
+	}
+	if r.Version < 0 {
+		return &RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version),
+			Rule: "is negative; allowed: 0 (unversioned) or a version from 1"}
 	}
 	if r.Table == TableDeliveries {
 		if err := r.validateDelivery(); err != nil {
@@ -362,10 +370,11 @@ func (r *Record) Prepare(processor string, now time.Time) error {
 }
 
 // Newer reports whether a describes a later state than b of the same ID:
-// when both have a Version and they differ, the higher Version wins;
-// otherwise a later UpdatedAt wins, and on a tie (possible only across
-// processors) a terminal status beats pending, then the larger processor
-// UUID wins, so every reader makes the same choice.
+// when both carry a Version (> 0) and they differ, the higher Version
+// wins, whatever the clocks of their writers said. Otherwise a later
+// UpdatedAt wins; on a tie (possible only across processors) a terminal
+// status beats pending, then the larger status, then the larger processor
+// UUID, so every reader makes the same choice.
 func Newer(a, b *Record) bool {
 	if a.Version > 0 && b.Version > 0 && a.Version != b.Version {
 		return a.Version > b.Version
@@ -380,4 +389,37 @@ func Newer(a, b *Record) bool {
 		return a.Status > b.Status
 	}
 	return a.ProcessorUUID > b.ProcessorUUID
+}
+
+// Follow sets what a writer derives from prev, the newest record of the
+// ID it read before writing r (nil when it read none): Version becomes
+// prev.Version+1 (1 for a first record); UpdatedAt becomes now, or one
+// microsecond past prev.UpdatedAt when now is not later, so that ordering
+// by updated_at agrees with Version whatever the writers' clocks; and
+// CreatedAt becomes prev.CreatedAt (UpdatedAt for a first record), so
+// every state of an ID names when the ID was first recorded. Times are
+// truncated to the microsecond the stores keep.
+func (r *Record) Follow(prev *Record, now time.Time) {
+	now = truncMicro(now)
+	if prev == nil {
+		r.Version, r.UpdatedAt, r.CreatedAt = 1, now, now
+		return
+	}
+	r.Version = prev.Version + 1
+	r.UpdatedAt = now
+	if floor := truncMicro(prev.UpdatedAt).Add(time.Microsecond); !prev.UpdatedAt.IsZero() && r.UpdatedAt.Before(floor) {
+		r.UpdatedAt = floor
+	}
+	r.CreatedAt = prev.CreatedAt
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = r.UpdatedAt
+	}
+}
+
+// Conflicts reports whether a store holding current must refuse r under
+// the conditional append rule: r carries a Version (> 0) and current, a
+// record of the same table and ID, has one at least as high. Stores call
+// it with the newest record they hold or can see.
+func (r *Record) Conflicts(current *Record) bool {
+	return r.Version > 0 && current.Version >= r.Version
 }

@@ -27,6 +27,15 @@
 // refused and leave nothing behind; the deliveries table keeps each
 // delivery of a task apart, with its own columns, and refuses a record
 // whose status or status code does not fit.
+//
+// Versions: a record keeps the Version it was appended with; records
+// written through Record.Follow carry Version 1, 2, … with CreatedAt the
+// first record's (also for a record repeating the same status) and
+// UpdatedAt past the record followed even when the clock went back; an
+// append whose Version the ID already has is refused with a
+// *outbox.VersionConflictError (matching outbox.ErrVersionConflict) whose
+// Current is the stored winner, leaves nothing behind, and Latest then
+// returns the winner; Version 0 is unconditional.
 package outboxtest
 
 import (
@@ -280,6 +289,65 @@ var tests = []struct {
 		got, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "cancelled"})
 		require.NoError(t, err)
 		require.Empty(t, got)
+	}},
+	{"FollowSetsVersionAndTimes", func(t *testing.T, b *bundle) {
+		r := dispatch("follow", "t", "1", outbox.StatusPending)
+		r.Follow(nil, b.clock.Now())
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
+		first := b.latest(t, outbox.TableDispatch, r.ID)
+		require.Equal(t, int64(1), first.Version)
+		require.Equal(t, T0, first.CreatedAt)
+		require.Equal(t, T0, first.UpdatedAt)
+
+		b.clock.Advance(time.Second)
+		r.Status = outbox.StatusCreated
+		r.Follow(&first, b.clock.Now())
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
+		second := b.latest(t, outbox.TableDispatch, r.ID)
+		require.Equal(t, int64(2), second.Version)
+		require.Equal(t, T0, second.CreatedAt)
+		require.Equal(t, T0.Add(time.Second), second.UpdatedAt)
+
+		// A repeated status from a writer whose clock is an hour behind:
+		// still after what it read, still the first CreatedAt.
+		r.Follow(&second, T0.Add(-time.Hour))
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
+		third := b.latest(t, outbox.TableDispatch, r.ID)
+		require.Equal(t, int64(3), third.Version)
+		require.Equal(t, outbox.StatusCreated, third.Status)
+		require.Equal(t, T0, third.CreatedAt)
+		require.Equal(t, T0.Add(time.Second+time.Microsecond), third.UpdatedAt)
+	}},
+	{"ConflictingVersionRefusedWithCurrent", func(t *testing.T, b *bundle) {
+		winner := dispatch("conflict", "t", "1", outbox.StatusCancelled)
+		winner.Follow(nil, b.clock.Now())
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, winner))
+		stored := b.latest(t, outbox.TableDispatch, winner.ID)
+
+		b.clock.Advance(time.Second)
+		for range 2 { // a racing first writer, refused each time it tries
+			loser := dispatch("conflict", "t", "1", outbox.StatusPending)
+			loser.Follow(nil, b.clock.Now())
+			err := outbox.AppendAndWait(b.ctx, b.s, loser)
+			require.ErrorIs(t, err, outbox.ErrVersionConflict)
+			var vc *outbox.VersionConflictError
+			require.ErrorAs(t, err, &vc)
+			require.Equal(t, stored, vc.Current)
+			require.Equal(t, int64(1), vc.Version)
+			require.Equal(t, winner.ID, vc.ID)
+		}
+		require.Equal(t, stored, b.latest(t, outbox.TableDispatch, winner.ID), "Latest after a conflict is the winner")
+		hist, err := b.s.Lookup(b.ctx, outbox.Query{ID: winner.ID, History: true})
+		require.NoError(t, err)
+		require.Equal(t, []outbox.Record{stored}, hist, "a refused record leaves nothing behind")
+
+		next := dispatch("conflict", "t", "1", outbox.StatusPending)
+		next.Follow(&stored, b.clock.Now())
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, next), "the version after the winner's is kept")
+		require.Equal(t, int64(2), b.latest(t, outbox.TableDispatch, winner.ID).Version)
+
+		unversioned := dispatch("conflict", "t", "1", outbox.StatusFailed)
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, unversioned), "version 0 is unconditional")
 	}},
 	{"DeliveriesOfOneTaskStayApart", func(t *testing.T, b *bundle) {
 		// Two deliveries of one dispatch (started, then the outcome), one

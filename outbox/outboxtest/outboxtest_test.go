@@ -19,21 +19,23 @@ const proc = "00000000-0000-4000-8000-000000000001"
 
 func TestMemory(t *testing.T) {
 	t.Parallel()
-	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
-		return outbox.NewMemory(clock)
-	})
+	newStore := func(t *testing.T, clock clockwork.Clock) outbox.Outbox { return outbox.NewMemory(clock) }
+	outboxtest.Run(t, newStore)
+	outboxtest.RunVersions(t, newStore)
 }
 
 func TestFileOutbox(t *testing.T) {
 	t.Parallel()
-	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
+	newStore := func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
 		o, err := parquetbox.Open(context.Background(), parquetbox.Options{
 			Root: t.TempDir(), ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, o.Close()) })
 		return o
-	})
+	}
+	outboxtest.Run(t, newStore)
+	outboxtest.RunVersions(t, newStore)
 }
 
 // flushed reads everything back from Parquet files: each Append is
@@ -69,7 +71,7 @@ func (f flushed) Pending(ctx context.Context, t outbox.Table, olderThan time.Dur
 
 func TestFileOutboxReadFromParquet(t *testing.T) {
 	t.Parallel()
-	outboxtest.Run(t, func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
+	newStore := func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
 		root := t.TempDir()
 		o, err := parquetbox.Open(context.Background(), parquetbox.Options{
 			Root: root, ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
@@ -80,5 +82,7 @@ func TestFileOutboxReadFromParquet(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, r.Close()) })
 		return flushed{Outbox: o, reader: r}
-	})
+	}
+	outboxtest.Run(t, newStore)
+	outboxtest.RunVersions(t, newStore)
 }

@@ -12,12 +12,15 @@ import (
 
 // recordVersion is the first byte of every encoded record, so a later format
 // can be told apart. deliveryVersion marks a record of the deliveries
-// table: version 1's fields, then the four delivery columns. Records of the
-// other tables keep version 1, so logs written before the deliveries table
-// existed read as they did.
+// table: version 1's fields, then the four delivery columns. Formats 3 and
+// 4 (versionedRecord, versionedDelivery) are 1 and 2 followed by the
+// record's Version; they are what is written now, and logs written in 1
+// or 2 read as they did, with Version 0.
 const (
-	recordVersion   = 1
-	deliveryVersion = 2
+	recordVersion     = 1
+	deliveryVersion   = 2
+	versionedRecord   = 3
+	versionedDelivery = 4
 )
 
 var errBadRecord = errors.New("malformed record")
@@ -26,9 +29,9 @@ var errBadRecord = errors.New("malformed record")
 // uvarint length and bytes (strings) or a varint (numbers, times in
 // microseconds since the epoch, 0 for the zero time).
 func appendRecord(dst []byte, r *outbox.Record) []byte {
-	version := byte(recordVersion)
+	version := byte(versionedRecord)
 	if r.Table == outbox.TableDeliveries {
-		version = deliveryVersion
+		version = versionedDelivery
 	}
 	dst = append(dst, version)
 	for _, s := range [...]string{string(r.Table), r.ID, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey,
@@ -40,22 +43,23 @@ func appendRecord(dst []byte, r *outbox.Record) []byte {
 	for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.DueAt} {
 		dst = binary.AppendVarint(dst, pqtable.Micros(t))
 	}
-	if version == deliveryVersion {
+	if version == versionedDelivery {
 		d := &r.Delivery
 		for _, v := range [...]int64{int64(d.RetryCount), int64(d.ExecutionCount), int64(d.HTTPStatus), d.Latency.Microseconds()} {
 			dst = binary.AppendVarint(dst, v)
 		}
 	}
-	return dst
+	return binary.AppendVarint(dst, r.Version)
 }
 
 // decodeRecord is the inverse of appendRecord.
 func decodeRecord(b []byte) (outbox.Record, error) {
 	var r outbox.Record
-	if len(b) == 0 || (b[0] != recordVersion && b[0] != deliveryVersion) {
+	if len(b) == 0 || b[0] < recordVersion || b[0] > versionedDelivery {
 		return r, errBadRecord
 	}
 	version := b[0]
+	delivery, versioned := version == deliveryVersion || version == versionedDelivery, version >= versionedRecord
 	b = b[1:]
 	var strs [12]string
 	for i := range strs {
@@ -66,10 +70,13 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		strs[i] = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
-	var nums [8]int64
+	var nums [9]int64
 	n := 4
-	if version == deliveryVersion {
+	if delivery {
 		n = 8
+	}
+	if versioned {
+		n++ // the Version, after the delivery columns of a delivery
 	}
 	for i := range nums[:n] {
 		v, k := binary.Varint(b)
@@ -82,6 +89,11 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 	if len(b) != 0 {
 		return r, errBadRecord
 	}
+	var recVersion int64
+	if versioned {
+		recVersion = nums[n-1]
+		nums[n-1] = 0
+	}
 	r = outbox.Record{
 		Table: outbox.Table(strs[0]), ID: strs[1], CloudTaskID: strs[2], Queue: strs[3], RunID: strs[4],
 		TaskKey: strs[5], Attempt: strs[6], Kind: strs[7], Status: outbox.Status(strs[8]), ErrorCode: strs[9],
@@ -89,6 +101,7 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		CreatedAt: pqtable.FromMicros(nums[1]), UpdatedAt: pqtable.FromMicros(nums[2]), DueAt: pqtable.FromMicros(nums[3]),
 		Delivery: outbox.DeliveryFields{RetryCount: int32(nums[4]), ExecutionCount: int32(nums[5]),
 			HTTPStatus: int32(nums[6]), Latency: time.Duration(nums[7]) * time.Microsecond},
+		Version: recVersion,
 	}
 	r.Normalize()
 	return r, nil

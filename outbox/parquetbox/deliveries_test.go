@@ -163,9 +163,10 @@ func TestDuckDBJoinsDeliveries(t *testing.T) {
 	}, got)
 }
 
-// A delivery record goes through the log with its four columns, under a
-// version byte of its own; other records keep version 1, so logs written
-// before the deliveries table read as they did.
+// A delivery record goes through the log with its four columns and its
+// Version, under a format byte of its own; other records carry their
+// Version under format 3. Logs written in formats 1 and 2 (before
+// versions) read as they did, with Version 0.
 func TestDeliveryRecordCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	id, err := naming.NewDispatch("run-9", "task.x", naming.Attempt(3))
@@ -173,8 +174,9 @@ func TestDeliveryRecordCodecRoundTrip(t *testing.T) {
 	_, r := deliveryRecs(id, "019ab6e2", 41, outbox.StatusSlowDown, 503, t0)
 	r.Delivery.ExecutionCount = 40
 	require.NoError(t, r.Prepare(procA, t0)) // as Append does: the record as the log gets it
+	r.Version = 2
 	enc := appendRecord(nil, &r)
-	require.Equal(t, byte(deliveryVersion), enc[0])
+	require.Equal(t, byte(versionedDelivery), enc[0])
 	got, err := decodeRecord(enc)
 	require.NoError(t, err)
 	require.Equal(t, r, got)
@@ -183,5 +185,25 @@ func TestDeliveryRecordCodecRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, errBadRecord)
 
 	d := dispatchRec("run-9", "task.x", "3", outbox.StatusCreated)
-	require.Equal(t, byte(recordVersion), appendRecord(nil, &d)[0])
+	require.NoError(t, d.Prepare(procA, t0))
+	d.Version = 7
+	encD := appendRecord(nil, &d)
+	require.Equal(t, byte(versionedRecord), encD[0])
+	gotD, err := decodeRecord(encD)
+	require.NoError(t, err)
+	require.Equal(t, d, gotD)
+
+	// The formats before versions: the same bytes without the trailing
+	// Version.
+	for _, c := range []struct {
+		rec    outbox.Record
+		format byte
+	}{{r, deliveryVersion}, {d, recordVersion}} {
+		c.rec.Version = 0
+		old := appendRecord(nil, &c.rec)
+		old = append([]byte{c.format}, old[1:len(old)-1]...)
+		got, err := decodeRecord(old)
+		require.NoError(t, err)
+		require.Equal(t, c.rec, got)
+	}
 }

@@ -60,8 +60,12 @@
 // reused for RefreshInterval.
 // Latest, Lookup and Pending see this process's records in memory, the
 // live logs of other processes (read incrementally), and every Parquet file;
-// their view of other processes is at most Options.RefreshInterval old, and
-// Latest answers an ID this process wrote from memory alone. A lookup by ID skips row groups by min/max statistics and
+// their view of other processes is at most Options.RefreshInterval old.
+// Latest takes the newest of all of them by version (an ID this process
+// wrote is read in others' logs and the files too, so another process's
+// later cancel is seen), and Append refuses a record whose version any of
+// them already holds (outbox.ErrVersionConflict); see docs/consistency.md.
+// A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
 // a small fraction of a large file; a Query with Summary set reads only the
 // columns of a status view (ID, cloud_task_id, status, error code, calls,

@@ -246,8 +246,8 @@ func TestParquetSchemaTypes(t *testing.T) {
 		"kind": "BYTE_ARRAY STRING", "status": "BYTE_ARRAY STRING", "error_code": "BYTE_ARRAY STRING",
 		"create_calls": "INT32 INT(32,true)", "payload_sha256": "BYTE_ARRAY STRING", "processor_uuid": "BYTE_ARRAY STRING",
 		"created_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
-		"updated_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
-		"due_at":     "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
+		"updated_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)", "version": "INT64 INT(64,true)",
+		"due_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
 	}, got)
 	encodings := map[string]string{}
 	for i, c := range pf.Metadata().RowGroups[0].Columns {
@@ -293,10 +293,11 @@ func TestTwoProcessorsSeeEachOther(t *testing.T) {
 	got, _, err = bb.Latest(ctx, outbox.TableDispatch, rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, outbox.StatusCreated, got.Status)
-	// A answers Latest for its own ID from memory; Lookup sees B's state.
+	// A's Latest of its own ID reads B's log too: B's later state wins.
 	got, _, err = a.Latest(ctx, outbox.TableDispatch, rec.ID)
 	require.NoError(t, err)
-	require.Equal(t, outbox.StatusPending, got.Status)
+	require.Equal(t, outbox.StatusCreated, got.Status)
+	require.Equal(t, procB, got.ProcessorUUID)
 	latest, err := a.Lookup(ctx, outbox.Query{ID: rec.ID})
 	require.NoError(t, err)
 	require.Equal(t, outbox.StatusCreated, latest[0].Status)

@@ -15,7 +15,7 @@ import (
 // keep, and those deciding whether a row is trusted and which state is
 // the latest.
 var summaryFields = []field{fieldID, fieldCloudTaskID, fieldStatus, pqtable.FieldErrorCode,
-	pqtable.FieldCreateCalls, fieldUpdatedAt, pqtable.FieldDueAt, fieldProcessor}
+	pqtable.FieldCreateCalls, fieldUpdatedAt, pqtable.FieldDueAt, fieldProcessor, pqtable.FieldVersion}
 
 func queryField(q outbox.Query) (field, string) {
 	switch {
@@ -34,13 +34,14 @@ func (o *Outbox) checkOpen() error {
 	return nil
 }
 
-// Latest returns the current state of an ID. For an ID this process
-// wrote, the answer comes from memory without I/O (a later state written by
-// another process for the same ID, such as a recovery, is then not seen;
-// Lookup sees everything). Other IDs are looked up in other processes' logs
-// and every Parquet file, skipping files by bloom filter held in memory,
-// with the view of other processes at most RefreshInterval old. ok is false
-// when the ID was never recorded.
+// Latest returns the current state of an ID: the newest (see
+// outbox.Newer) of this process's records, other processes' live logs and
+// every Parquet file, skipping files by bloom filter held in memory. The
+// view of other processes is at most RefreshInterval old (on a bucket,
+// also no fresher than their last publication). ok is false when the ID
+// was never recorded. When the highest Version was written by two
+// processes with different statuses, the newest by Newer is returned with
+// a *outbox.ConcurrentWritesError.
 func (o *Outbox) Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error) {
 	if err := t.Validate(); err != nil {
 		return outbox.Record{}, false, err
@@ -48,23 +49,54 @@ func (o *Outbox) Latest(ctx context.Context, t outbox.Table, id string) (outbox.
 	if err := o.checkOpen(); err != nil {
 		return outbox.Record{}, false, err
 	}
-	var best outbox.Record
-	found := false
-	consider := func(recs []outbox.Record, _ bool) {
-		for i := range recs {
-			if r := &recs[i]; r.Table == t && r.ID == id && (!found || outbox.Newer(r, &best)) {
-				best, found = *r, true
-			}
-		}
-	}
+	var recs []outbox.Record
 	o.mu.RLock()
 	r, ok := o.own[recKey{t, id}]
 	o.mu.RUnlock()
 	if ok {
-		return r, true, nil
+		recs = append(recs, r)
 	}
-	err := o.search(ctx, t, outbox.Query{ID: id}, false, consider)
-	return best, found, err
+	others, err := o.others(ctx, t, id)
+	if err != nil {
+		return outbox.Record{}, false, err
+	}
+	return outbox.NewestOf(append(recs, others...))
+}
+
+// others returns the records of an ID that this process's memory may not
+// hold: other processors' live logs and every Parquet file (its own
+// converted records among them).
+func (o *Outbox) others(ctx context.Context, t outbox.Table, id string) ([]outbox.Record, error) {
+	var recs []outbox.Record
+	err := o.search(ctx, t, outbox.Query{ID: id}, false, func(rs []outbox.Record, _ bool) {
+		for i := range rs {
+			if rs[i].Table == t && rs[i].ID == id {
+				recs = append(recs, rs[i])
+			}
+		}
+	})
+	return recs, err
+}
+
+// checkVersion refuses r, before it is queued, when another processor's
+// log or a Parquet file holds a record of its ID with a Version at least
+// r's. Within this process the writer checks again against what it wrote
+// (writeAppends), which no other check can see yet. Two processes that
+// write the same version within each other's refresh interval both pass;
+// Latest reports that as blind concurrent writes.
+func (o *Outbox) checkVersion(ctx context.Context, r *outbox.Record) error {
+	if r.Version == 0 {
+		return nil
+	}
+	others, err := o.others(ctx, r.Table, r.ID)
+	if err != nil {
+		return fmt.Errorf("outbox: check version of %s: %w", r.ID, err)
+	}
+	cur, found, _ := outbox.NewestOf(others) // blind writes: the newest still refuses a lower version
+	if found && r.Conflicts(&cur) {
+		return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
+	}
+	return nil
 }
 
 // Lookup returns the records matching q from every source, sorted by

@@ -57,6 +57,9 @@ func (o *Outbox) enqueue(ctx context.Context, r outbox.Record, then func(error))
 	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
 		return nil, err
 	}
+	if err := o.checkVersion(ctx, &r); err != nil {
+		return nil, err
+	}
 	if ue := o.unavail.Load(); ue != nil {
 		return nil, ue
 	}
@@ -232,6 +235,7 @@ func (o *Outbox) writeAppends(reqs []*request) {
 	}
 	o.buf = o.buf[:0]
 	local := map[recKey]outbox.Record{}
+	kept := reqs[:0:0]
 	// Only this goroutine writes own, so reading it needs no lock.
 	for _, req := range reqs {
 		k := recKey{req.rec.Table, req.rec.ID}
@@ -241,6 +245,13 @@ func (o *Outbox) writeAppends(reqs []*request) {
 				prev, ok = p, true
 			}
 		}
+		if ok && req.rec.Conflicts(&prev) {
+			// This process wrote the version first (another goroutine's
+			// call on the same ID): the record is refused, not written.
+			req.answer(&outbox.VersionConflictError{Table: req.rec.Table, ID: req.rec.ID, Version: req.rec.Version, Current: prev})
+			continue
+		}
+		kept = append(kept, req)
 		if ok {
 			if !req.rec.UpdatedAt.After(prev.UpdatedAt) {
 				req.rec.UpdatedAt = prev.UpdatedAt.Add(time.Microsecond)
@@ -251,6 +262,10 @@ func (o *Outbox) writeAppends(reqs []*request) {
 		}
 		local[k] = req.rec
 		o.buf = appendFrame(o.buf, &req.rec)
+	}
+	reqs = kept
+	if len(reqs) == 0 {
+		return
 	}
 	seg := o.cur
 	_, err := seg.f.Write(o.buf)

@@ -33,6 +33,9 @@ type Row struct {
 	// by the deliveries table only.
 	RetryCount, ExecutionCount, HTTPStatus int32
 	LatencyMicros                          int64
+	// Version is the ID's version the row sets (0 in files written before
+	// versions existed, which have no version column).
+	Version int64
 }
 
 // RowOf returns the columns of r.
@@ -43,7 +46,7 @@ func RowOf(r *outbox.Record) Row {
 		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
 		CreatedAt: Micros(r.CreatedAt), UpdatedAt: Micros(r.UpdatedAt), DueAt: Micros(r.DueAt),
 		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
-		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(),
+		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(), Version: r.Version,
 	}
 }
 
@@ -57,6 +60,7 @@ func (r *Row) Record(t outbox.Table) outbox.Record {
 		CreatedAt: FromMicros(r.CreatedAt), UpdatedAt: FromMicros(r.UpdatedAt), DueAt: FromMicros(r.DueAt),
 		Delivery: outbox.DeliveryFields{RetryCount: r.RetryCount, ExecutionCount: r.ExecutionCount,
 			HTTPStatus: r.HTTPStatus, Latency: time.Duration(r.LatencyMicros) * time.Microsecond},
+		Version: r.Version,
 	}
 }
 
@@ -102,6 +106,7 @@ const (
 	FieldExecutionCount
 	FieldHTTPStatus
 	FieldLatency
+	FieldVersion
 	numFields
 )
 
@@ -194,6 +199,7 @@ var (
 	colCreatedAt   = timeCol("created_at", FieldCreatedAt, func(r *Row) *int64 { return &r.CreatedAt })
 	colUpdatedAt   = timeCol("updated_at", FieldUpdatedAt, func(r *Row) *int64 { return &r.UpdatedAt })
 	colDueAt       = timeCol("due_at", FieldDueAt, func(r *Row) *int64 { return &r.DueAt })
+	colVersion     = int64Col("version", FieldVersion, func(r *Row) *int64 { return &r.Version })
 )
 
 // The deliveries table's own columns. dispatch_id or timer_id (the other
@@ -236,16 +242,16 @@ type Schema struct {
 var (
 	DispatchSchema = Schema{Table: "dispatch_outbox", Root: "DispatchRow", Columns: []Column{
 		idCol("dispatch_id"), colCloudTaskID, colQueue, colRunID, colTaskKey, colAttempt, colStatus,
-		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt,
+		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt, colVersion,
 	}}
 	TimerSchema = Schema{Table: TableTimers, Root: "TimerRow", Columns: []Column{
 		idCol("timer_id"), colCloudTaskID, colQueue, colRunID, colTaskKey, colAttempt, colKind, colStatus,
-		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt, colDueAt,
+		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt, colDueAt, colVersion,
 	}}
 	DeliverySchema = Schema{Table: TableDeliveries, Root: "DeliveryRow", Columns: []Column{
 		idCol("delivery_id"), colDeliveryDispatchID, colDeliveryTimerID, colCloudTaskID, colQueue, colRunID,
 		colTaskKey, colAttempt, colKind, colStatus, colRetryCount, colExecutionCount, colHTTPStatus, colLatency,
-		colProcessor, colCreatedAt, colUpdatedAt,
+		colProcessor, colCreatedAt, colUpdatedAt, colVersion,
 	}}
 )
 
