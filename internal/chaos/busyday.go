@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	storage "google.golang.org/api/storage/v1"
 
 	"github.com/ctdispatch/ctdispatch/internal/gcsjson"
+	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
@@ -58,6 +60,7 @@ type busyRoot struct {
 type busyStats struct {
 	writerRuns, writerKills, killsDuringCompaction int
 	compactions, compactorKills, busySkips         int
+	steppedBack                                    int
 	compactedBytes, tableBytes                     int64
 	tableFiles                                     int
 	seconds                                        float64
@@ -97,8 +100,8 @@ func (r *run) busyDay(ctx context.Context) Result {
 			}
 			return fail(problems...)
 		}
-		held = append(held, fmt.Sprintf("%s: %d writer runs, %d writer kills (%d during a compaction), %d compactor kills, %d compactions (%d partitions found busy); compactions wrote %d bytes beside a table of %d bytes in %d files (%.1fx); exactly %d tasks and one terminal row per answered ID (%.0f s)",
-			root.name, st.writerRuns, st.writerKills, st.killsDuringCompaction, st.compactorKills, st.compactions, st.busySkips,
+		held = append(held, fmt.Sprintf("%s: %d writer runs, %d writer kills (%d during a compaction), %d compactor kills at their commit, %d compactions (%d partitions found busy, %d compactors stepped back); compactions wrote %d bytes beside a table of %d bytes in %d files (%.1fx); exactly %d tasks and one terminal row per answered ID (%.0f s)",
+			root.name, st.writerRuns, st.writerKills, st.killsDuringCompaction, st.compactorKills, st.compactions, st.busySkips, st.steppedBack,
 			st.compactedBytes, st.tableBytes, st.tableFiles, float64(st.compactedBytes)/float64(max(st.tableBytes, 1)), n, st.seconds))
 	}
 	if r.opts.GCSEmulator == "" {
@@ -189,12 +192,17 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 				share = append(share, i)
 			}
 			for pos := 0; pos < len(share) && dayCtx.Err() == nil; {
-				// Three runs in four are killed, 0.5 to 4 s in.
-				var killAfter time.Duration
-				if rng.IntN(4) > 0 {
-					killAfter = 500*time.Millisecond + time.Duration(rng.Int64N(int64(3500*time.Millisecond)))
+				// Three runs in four are killed on an answer still to
+				// come: after 1 to ~4 s worth of answers at the day's
+				// pace, and always before the run's last request, so the
+				// kill lands on a process with work in hand however fast
+				// the machine is.
+				killAt := 0
+				if left := len(share) - pos; rng.IntN(4) > 0 && left > 1 {
+					perSecond := max(1, int(time.Second/pace))
+					killAt = 1 + rng.IntN(min(left-1, 4*perSecond))
 				}
-				answered, killed, err := r.feedWriter(ctx, dayCtx, child(ctx, writerArgs("-")...), b, share[pos:], pace, killAfter, func() {
+				answered, killed, err := r.feedWriter(ctx, dayCtx, child(ctx, writerArgs("-")...), b, share[pos:], pace, killAt, func() {
 					mu.Lock()
 					defer mu.Unlock()
 					st.writerKills++
@@ -218,19 +226,24 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seeds[busyWriters+c], 2))
 			for dayCtx.Err() == nil {
-				// One run in two is killed 5 to 150 ms in: a day's
-				// compaction here takes about that long, start-up
-				// included, so kills land in start-up, reading, writing
-				// and removing; a run that ends first is not counted.
-				var killAfter time.Duration
-				if rng.IntN(2) == 0 {
-					killAfter = 5*time.Millisecond + time.Duration(rng.Int64N(int64(145*time.Millisecond)))
-				}
+				// One run in two is armed to stop itself at its commit
+				// (after its last look at its lease, before anything it
+				// wrote is visible) and is SIGKILLed there: the kill is
+				// keyed to that point, not to a delay, so it lands
+				// wherever the machine's speed puts it. A run with
+				// nothing to fold never reaches the point and is not
+				// counted as killed. A compactor that finds its unit
+				// taken, or its lease run out (starved of CPU past its
+				// TTL), steps back with exit status 4: counted, not a
+				// failure.
 				cmd := child(ctx, compactArgs...)
+				if rng.IntN(2) == 0 {
+					cmd.Env = append(cmd.Env, pause.EnvVar+"="+pause.CompactCommit)
+				}
 				var out bytes.Buffer
 				cmd.Stdout = &out
 				compacting.Add(1)
-				killed, err := runKilled(ctx, cmd, killAfter, func() {
+				killed, steppedBack, err := runKilledAtPause(ctx, cmd, func() {
 					mu.Lock()
 					defer mu.Unlock()
 					st.compactorKills++
@@ -241,6 +254,9 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 				if !killed {
 					st.compactions++
 					compactOut = append(compactOut, out.String())
+				}
+				if steppedBack {
+					st.steppedBack++
 				}
 				mu.Unlock()
 				if err != nil && !killed {
@@ -297,12 +313,16 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 	finalArgs := append(append([]string(nil), compactArgs...), "--full")
 	for try := 0; ; try++ {
 		out, err := child(ctx, finalArgs...).Output()
-		if err != nil {
+		var ee *exec.ExitError
+		lost := errors.As(err, &ee) && ee.ExitCode() == exitSteppedBack
+		if err != nil && !lost {
 			return st, append(problems, fmt.Sprintf("final compaction: %v: %s", err, firstLine(string(out))))
 		}
 		compactOut = append(compactOut, string(out))
 		st.compactions++
-		if !strings.Contains(string(out), "busy, skipped") {
+		if lost {
+			st.steppedBack++
+		} else if !strings.Contains(string(out), "busy, skipped") {
 			break
 		}
 		if try == 10 {
@@ -374,9 +394,10 @@ func (r *run) busyDayOn(ctx context.Context, root busyRoot, b batch, day time.Du
 // feedWriter runs one writer process, writing the requests of todo to
 // its standard input one per pace until they run out or the day ends
 // (then its input closes and it finishes what it took), and SIGKILLs it
-// killAfter in (never when 0). It returns how many requests the process
-// answered (it answers in input order), and whether the kill landed.
-func (r *run) feedWriter(ctx, dayCtx context.Context, cmd *exec.Cmd, b batch, todo []int, pace, killAfter time.Duration, onKill func()) (answered int, killed bool, err error) {
+// on its killAt-th answer (never when 0). It returns how many requests the
+// process answered (it answers in input order), and whether the kill
+// landed.
+func (r *run) feedWriter(ctx, dayCtx context.Context, cmd *exec.Cmd, b batch, todo []int, pace time.Duration, killAt int, onKill func()) (answered int, killed bool, err error) {
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return 0, false, err
@@ -389,10 +410,6 @@ func (r *run) feedWriter(ctx, dayCtx context.Context, cmd *exec.Cmd, b batch, to
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return 0, false, err
-	}
-	if killAfter > 0 {
-		t := time.AfterFunc(killAfter, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-		defer t.Stop()
 	}
 	fed := make(chan struct{})
 	go func() {
@@ -412,7 +429,12 @@ func (r *run) feedWriter(ctx, dayCtx context.Context, cmd *exec.Cmd, b batch, to
 			}
 		}
 	}()
-	rerr := readAcks(stdout, func(ack) { answered++ })
+	rerr := readAcks(stdout, func(ack) {
+		answered++
+		if answered == killAt {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+		}
+	})
 	err = cmd.Wait()
 	<-fed
 	var ee *exec.ExitError
@@ -442,32 +464,48 @@ func compactedBytes(out string) int64 {
 	return n
 }
 
-// runKilled runs cmd to its end, or SIGKILLs it killAfter in (never when
-// killAfter is 0), calling onKill when the kill landed on a running
-// process. killed reports that it did.
-func runKilled(ctx context.Context, cmd *exec.Cmd, killAfter time.Duration, onKill func()) (killed bool, err error) {
+// exitSteppedBack is the exit status of a compact that stepped back from
+// a unit it lost (see ctdispatch compact --help).
+const exitSteppedBack = 4
+
+// runKilledAtPause runs cmd to its end; if it stops itself at a pause
+// point (it says so on stderr), it is SIGKILLed there and onKill is
+// called. killed reports that the kill landed; steppedBack that the
+// process exited with exitSteppedBack.
+func runKilledAtPause(ctx context.Context, cmd *exec.Cmd, onKill func()) (killed, steppedBack bool, err error) {
 	if cmd.Stdout == nil {
 		cmd.Stdout = io.Discard
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return false, err
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return false, false, err
 	}
-	if killAfter > 0 {
-		t := time.AfterFunc(killAfter, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-		defer t.Stop()
+	if err := cmd.Start(); err != nil {
+		return false, false, err
+	}
+	var stderr bytes.Buffer
+	sc := bufio.NewScanner(stderrPipe)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "pause: stopped at ") {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			continue
+		}
+		stderr.WriteString(line + "\n")
 	}
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && ctx.Err() == nil {
 			onKill()
-			return true, nil
+			return true, false, nil
+		}
+		if ee.ExitCode() == exitSteppedBack {
+			return false, true, nil
 		}
 	}
 	if err != nil {
-		return false, fmt.Errorf("%v: %s", err, firstLine(stderr.String()))
+		return false, false, fmt.Errorf("%v: %s", err, firstLine(stderr.String()))
 	}
-	return false, nil
+	return false, false, nil
 }
