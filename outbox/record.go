@@ -140,6 +140,13 @@ type Record struct {
 	UpdatedAt time.Time
 	// DueAt is when a timer fires; zero for dispatches and deliveries.
 	DueAt time.Time
+	// TraceID and SpanID are the OpenTelemetry trace and span this record
+	// was written under, in lowercase hex (32 and 16 characters), or both
+	// empty when there was none: the producer span of a dispatch or timer
+	// (whose context the task's traceparent header carries), the consumer
+	// span of a delivery. Records written before the columns existed read
+	// them as empty.
+	TraceID, SpanID string
 
 	// Delivery holds the columns only the deliveries table stores; it is
 	// zero in the others.
@@ -257,6 +264,9 @@ func (r *Record) Validate() error {
 				Rule: "is unknown; allowed: pending, created, already_existed, failed, cancelled, not_found"}
 		}
 	}
+	if err := r.validateTrace(); err != nil {
+		return err
+	}
 	for _, f := range [...]struct {
 		name string
 		t    time.Time
@@ -371,4 +381,41 @@ func Newer(a, b *Record) bool {
 		return a.Status > b.Status
 	}
 	return a.ProcessorUUID > b.ProcessorUUID
+}
+
+// validateTrace checks TraceID and SpanID: both empty, or both lowercase
+// hex of the W3C lengths, and not all zeros (an invalid ID).
+func (r *Record) validateTrace() error {
+	if r.TraceID == "" && r.SpanID == "" {
+		return nil
+	}
+	for _, f := range [...]struct {
+		name, v string
+		n       int
+	}{{"TraceID", r.TraceID, 32}, {"SpanID", r.SpanID, 16}} {
+		if !lowerHex(f.v, f.n) {
+			return &RecordError{ID: r.ID, Field: f.name, Value: f.v,
+				Rule: fmt.Sprintf("is not a trace context ID; allowed: %d lowercase hex digits, not all zero, with TraceID and SpanID both set or both empty", f.n)}
+		}
+	}
+	return nil
+}
+
+// lowerHex reports whether s is n lowercase hex digits, not all zero.
+func lowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	zero := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '0':
+		case '1' <= c && c <= '9', 'a' <= c && c <= 'f':
+			zero = false
+		default:
+			return false
+		}
+	}
+	return !zero
 }
