@@ -16,15 +16,40 @@
 //
 // # What is verified
 //
-// The bearer token goes to google.golang.org/api/idtoken, which checks its
-// RS256 signature against Google's published keys (cached as long as
-// Google's Cache-Control allows) and its expiry. The worker then checks
-// what idtoken leaves to its caller: the issuer (Config.Issuers, Google's by
-// default), the audience (Config.Audiences), the signing service account's
-// "email" (Config.ServiceAccounts) and "email_verified". A request without
-// a valid token never reaches the handler and its body is not read.
-// Verification is off only when Config.InsecureSkipVerify says so, and New
-// logs a warning when it is.
+// The worker first decodes the bearer token itself and refuses, without
+// fetching any key, one that is not a JWT, that is signed with another
+// algorithm than RS256 (the one Google signs Cloud Tasks' tokens with), or
+// whose expiry has passed on the wall clock. The token then goes to
+// google.golang.org/api/idtoken, which checks its RS256 signature against
+// Google's published keys (cached as long as Google's Cache-Control
+// allows). The worker then checks what idtoken leaves to its caller: the
+// issuer (Config.Issuers, Google's by default), the audience
+// (Config.Audiences), the signing service account's "email"
+// (Config.ServiceAccounts) and "email_verified". A request without a valid
+// token never reaches the handler and its body is not read. Verification is
+// off only when Config.InsecureSkipVerify says so, and New logs a warning
+// when it is.
+//
+// A refused token is answered with its Refusal (RefusalIssuer,
+// RefusalExpired, …) in the HeaderRefusal header, and with a body whose
+// first line is the outcome and whose second is the refusal and a message
+// naming the value and the rule, for example
+//
+//	forbidden
+//	issuer: issuer "http://127.0.0.1:1234" not accepted; accepted: ["https://accounts.google.com" "accounts.google.com"] (Config.Issuers)
+//
+// An expired token's message gives its exp and iat and the worker's clock,
+// and blames the clocks when iat is far from it (an emulator whose fake
+// clock is set in the past signs such tokens). The same is logged; neither
+// the answer nor the log quotes the token.
+//
+// # Against the emulator
+//
+// The emulator (package cloudtasks/emulator) signs its tokens with a key of
+// its own and names itself as their issuer. A worker accepts them with
+// Issuers: []string{emu.Issuer()} and KeysClient: emu.KeysClient() beside
+// its Audiences and ServiceAccounts; ExampleNew_emulator shows it, and an
+// emulator whose clock is fake should start it at the real now.
 //
 // The worker then reads the headers. The Idempotency-Key must parse as an
 // internal ID (naming.Parse) whose Cloud Tasks ID equals
@@ -44,8 +69,8 @@
 //	200 duplicate         the key was already finished; handler not called
 //	200 failed            the handler returned Permanent(err); writes undone, key marked failed
 //	200 rejected          verified, but headers missing, malformed or mismatched; handler not called
-//	401 unauthorized      no token, or one forged, expired or malformed
-//	403 forbidden         a valid token from another issuer, audience or service account
+//	401 unauthorized      no token, or one forged, expired, malformed or not RS256 (with the Refusal)
+//	403 forbidden         a valid token from another issuer, audience or service account (with the Refusal)
 //	413 too_large         body over Config.MaxBodyBytes (only a worker configured below its queue sees one)
 //	500 retry             the handler returned another error, or the inbox failed
 //	500 panic             the handler panicked; writes undone
@@ -115,8 +140,9 @@
 // # Observability
 //
 // Each answered request is logged once through Config.Logger (debug when
-// done or duplicate, warn for retries and refused tokens, error for
-// failures, rejections and panics, with the stack) and counted in two
+// done or duplicate, warn for retries and refused tokens, with the
+// refusal, error for failures, rejections, unavailable keys and panics,
+// with the stack) and counted in two
 // OpenTelemetry instruments with an "outcome" attribute:
 // ctdispatch.worker.deliveries (requests) and ctdispatch.worker.duration
 // (seconds from arrival to answer). A third,

@@ -198,13 +198,14 @@ func TestRecordFailureDoesNotChangeTheAnswer(t *testing.T) {
 // The worker package takes the outbox seam, not the Parquet engine: a
 // service that records nothing, or records into outbox.Memory, links no
 // parquet-go. Only a program that imports outbox/parquetbox does.
+// scripts/readme-go checks the same of the programs the docs show.
 func TestAWorkerThatRecordsNothingLinksNoParquet(t *testing.T) {
 	t.Parallel()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go command to list the package's dependencies")
 	}
-	out, err := exec.Command(goBin, "list", "-deps", ".", "./internal/example").CombinedOutput()
+	out, err := exec.Command(goBin, "list", "-deps", ".").CombinedOutput()
 	require.NoError(t, err, string(out))
 	deps := strings.Fields(string(out))
 	require.Contains(t, deps, "github.com/ctdispatch/ctdispatch/outbox")

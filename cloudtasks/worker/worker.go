@@ -144,9 +144,17 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if res.retryAfter > 0 {
 		rw.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(res.retryAfter.Seconds())), 10))
 	}
+	body := string(res.outcome) + "\n"
+	var ae *authError
+	if errors.As(res.err, &ae) {
+		// Why, for the caller and the emulator's delivery log: the reason
+		// and the rule, never the token.
+		rw.Header().Set(HeaderRefusal, string(ae.Reason))
+		body += string(ae.Reason) + ": " + ae.Message + "\n"
+	}
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)
-	_, _ = io.WriteString(rw, string(res.outcome)+"\n")
+	_, _ = io.WriteString(rw, body)
 	w.finish(r.Context(), res, status, w.cfg.Clock.Since(start))
 	endProcess(span, &res)
 }
@@ -278,6 +286,10 @@ func (w *Worker) finish(ctx context.Context, res result, status int, took time.D
 		// Both sides of the mismatch, as the request carried them.
 		attrs = append(attrs, slog.String("idempotency_key", d.Header.Get(HeaderIdempotencyKey)),
 			slog.String("ctdispatch_task_id", d.Header.Get(HeaderCtdispatchTaskID)))
+	}
+	var ae *authError
+	if errors.As(res.err, &ae) {
+		attrs = append(attrs, slog.String("refusal", string(ae.Reason)))
 	}
 	if res.err != nil {
 		attrs = append(attrs, slog.String("error", res.err.Error()))

@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // crash: a ctdispatch process dispatching a batch is SIGKILLed at random
@@ -39,11 +40,15 @@ func (r *run) crash(ctx context.Context) Result {
 	var problems []string
 	killed, early, finished := 0, 0, 0
 	var rec recoverCounts
-	// Each kill lands after a random number of new answers (at most
-	// 2n/kills, so about half the batch is left for the runs after the
-	// last kill), or, one time in five, after a random delay from the
-	// start, which may hit start-up and the conversion of the dead
-	// processes' logs.
+	// Each kill is keyed to an answer that is sure to come, never to a
+	// delay: after a random number of new answers, at most 2n/kills and
+	// fewer than the requests still open (so about half the batch is left
+	// for the runs after the last kill, and the process always has more to
+	// do when it is killed), or, one time in five, after a random number
+	// of answers of any kind, which may land among the skips of requests
+	// an earlier run finished. A run that still finishes first (the
+	// process answered its last requests between our read and the signal)
+	// is run again; it does not count as a kill.
 	maxNew := max(1, 2*n/kills)
 	for cycle := 0; killed < kills && cycle < 3*kills && ctx.Err() == nil; cycle++ {
 		if cycle > 0 {
@@ -53,13 +58,19 @@ func (r *run) crash(ctx context.Context) Result {
 			}
 			rec.add(c)
 		}
+		open, err := openRequests(ctx, root, b.run, n)
+		if err != nil {
+			return fail(fmt.Sprintf("read outbox before run %d: %v", cycle+1, err))
+		}
+		if open < 2 {
+			return fail(fmt.Sprintf("only %d of %d requests left open after %d kills: too few to plan the next kill (raise Requests or lower Kills)", open, n, killed))
+		}
 		if err := b.writeFile(file, rng.Perm(n)); err != nil {
 			return fail(err.Error())
 		}
-		byTime := rng.IntN(5) == 0
-		plan := killPlan{afterNew: 1 + rng.IntN(maxNew), delay: time.Duration(rng.IntN(3000)) * time.Microsecond}
-		if byTime {
-			plan = killPlan{afterNew: -1, delay: time.Duration(rng.IntN(400)) * time.Millisecond}
+		plan := killPlan{afterNew: 1 + rng.IntN(min(maxNew, open-1))}
+		if rng.IntN(5) == 0 {
+			plan = killPlan{afterAny: 1 + rng.IntN(n-1)}
 		}
 		out, err := r.dispatchUntilKilled(ctx, emu.Addr(), root, file, plan)
 		if err != nil {
@@ -89,7 +100,7 @@ func (r *run) crash(ctx context.Context) Result {
 		}
 	}
 	if killed < kills {
-		problems = append(problems, fmt.Sprintf("only %d kills landed in %d runs (the runs finished first)", killed, killed+finished))
+		problems = append(problems, fmt.Sprintf("only %d of %d planned kills landed in %d runs (the others finished first)", killed, kills, killed+finished))
 	}
 	// The last run: recover, then the batch to the end.
 	c, err := r.recoverOnce(ctx, emu.Addr(), root)
@@ -97,7 +108,7 @@ func (r *run) crash(ctx context.Context) Result {
 		return fail(fmt.Sprintf("final recover: %v", err))
 	}
 	rec.add(c)
-	out, err := r.dispatchUntilKilled(ctx, emu.Addr(), root, file, killPlan{afterNew: -2})
+	out, err := r.dispatchUntilKilled(ctx, emu.Addr(), root, file, killPlan{})
 	if err != nil {
 		return fail(fmt.Sprintf("final run: %v", err))
 	}
@@ -118,16 +129,16 @@ func (r *run) crash(ctx context.Context) Result {
 		return fail(problems...)
 	}
 	return Result{Passed: true, Tried: tried, Held: fmt.Sprintf(
-		"%d kills (%d before the first new answer); all %d acknowledged requests recorded terminal after every kill; recover re-drove %d pending records (%d found, %d not found); exactly %d tasks, every ID terminal with at most one \"created\" record, %d processor UUIDs, no damaged file",
-		killed, early, len(acked), rec.Stale, rec.Found, rec.NotFound, n, len(t.procs))}
+		"%d kills, all planned and landed (%d before the first new answer, %d runs finished first and were run again); all %d acknowledged requests recorded terminal after every kill; recover re-drove %d pending records (%d found, %d not found); exactly %d tasks, every ID terminal with at most one \"created\" record, %d processor UUIDs, no damaged file",
+		killed, early, finished, len(acked), rec.Stale, rec.Found, rec.NotFound, n, len(t.procs))}
 }
 
-// killPlan says when to SIGKILL the child: after afterNew answers that were
-// not skips, plus delay; afterNew -1 means delay after the start; -2 means
-// never.
+// killPlan says when to SIGKILL the child: on its afterNew-th answer
+// that was not a skip, or on its afterAny-th answer of any kind; the zero
+// plan never kills.
 type killPlan struct {
 	afterNew int
-	delay    time.Duration
+	afterAny int
 }
 
 type runOut struct {
@@ -154,21 +165,15 @@ func (r *run) dispatchUntilKilled(ctx context.Context, addr, root, file string, 
 	}
 	var once sync.Once
 	kill := func() { once.Do(func() { cmd.Process.Signal(syscall.SIGKILL) }) }
-	if plan.afterNew == -1 {
-		t := time.AfterFunc(plan.delay, kill)
-		defer t.Stop()
-	}
+	answers := 0
 	rerr := readAcks(stdout, func(a ack) {
 		out.acks = append(out.acks, a)
+		answers++
 		if !a.Skipped {
 			out.newAcks++
-			if out.newAcks == plan.afterNew {
-				if plan.delay > 0 {
-					time.AfterFunc(plan.delay, kill)
-				} else {
-					kill()
-				}
-			}
+		}
+		if (plan.afterNew > 0 && !a.Skipped && out.newAcks == plan.afterNew) || answers == plan.afterAny {
+			kill()
 		}
 	})
 	err = cmd.Wait()
@@ -180,7 +185,7 @@ func (r *run) dispatchUntilKilled(ctx context.Context, addr, root, file string, 
 	case err == nil:
 		return out, nil
 	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && plan.afterNew != -2 {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && plan != (killPlan{}) {
 			out.killed = true
 			return out, nil
 		}
@@ -220,4 +225,24 @@ func (r *run) recoverOnce(ctx context.Context, addr, root string) (recoverCounts
 		return c, fmt.Errorf("recover output %q: %w", b, err)
 	}
 	return c, nil
+}
+
+// openRequests counts the requests of run whose latest record is not
+// terminal (or that have no record yet): the new answers the next run is
+// sure to give.
+func openRequests(ctx context.Context, root, run string, n int) (int, error) {
+	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+		return n, nil // nothing has run yet
+	}
+	t, err := readOutbox(ctx, root, run)
+	if err != nil {
+		return 0, err
+	}
+	done := 0
+	for _, r := range t.latest {
+		if r.Status.Terminal() {
+			done++
+		}
+	}
+	return n - done, nil
 }
