@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
+
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // recordVersion is the first byte of every encoded record, so a later format
@@ -45,7 +47,7 @@ func appendRecord(dst []byte, r *outbox.Record) []byte {
 	}
 	dst = binary.AppendVarint(dst, int64(r.CreateCalls))
 	for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.DueAt} {
-		dst = binary.AppendVarint(dst, micros(t))
+		dst = binary.AppendVarint(dst, pqtable.Micros(t))
 	}
 	if version == deliveryVersion {
 		d := &r.Delivery
@@ -110,24 +112,10 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		Table: outbox.Table(strs[0]), ID: strs[1], CloudTaskID: strs[2], Queue: strs[3], RunID: strs[4],
 		TaskKey: strs[5], Attempt: strs[6], Kind: strs[7], Status: outbox.Status(strs[8]), ErrorCode: strs[9],
 		PayloadSHA256: strs[10], ProcessorUUID: strs[11], TraceID: strs[12], SpanID: strs[13], CreateCalls: int32(nums[0]),
-		CreatedAt: fromMicros(nums[1]), UpdatedAt: fromMicros(nums[2]), DueAt: fromMicros(nums[3]),
+		CreatedAt: pqtable.FromMicros(nums[1]), UpdatedAt: pqtable.FromMicros(nums[2]), DueAt: pqtable.FromMicros(nums[3]),
 		Delivery: outbox.DeliveryFields{RetryCount: int32(nums[4]), ExecutionCount: int32(nums[5]),
 			HTTPStatus: int32(nums[6]), Latency: time.Duration(nums[7]) * time.Microsecond},
 	}
 	r.Normalize()
 	return r, nil
-}
-
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
-}
-
-func fromMicros(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMicro(v).UTC()
 }

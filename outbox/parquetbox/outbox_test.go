@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/naming"
-	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -261,8 +260,13 @@ func TestParquetSchemaTypes(t *testing.T) {
 	}
 	require.Contains(t, encodings["status"], "RLE_DICTIONARY")
 	require.Contains(t, encodings["timer_id"], "DELTA_BYTE_ARRAY")
-	rows := parquet.NewGenericReader[pqtable.TimerRow](f)
-	buf := make([]pqtable.TimerRow, 1)
+	// Any Parquet reader reads the columns by name.
+	type timerRow struct {
+		ProcessorUUID string `parquet:"processor_uuid"`
+		DueAt         int64  `parquet:"due_at,timestamp(microsecond:utc)"`
+	}
+	rows := parquet.NewGenericReader[timerRow](f)
+	buf := make([]timerRow, 1)
 	n, _ := rows.Read(buf)
 	require.Equal(t, 1, n)
 	require.Equal(t, procA, buf[0].ProcessorUUID)

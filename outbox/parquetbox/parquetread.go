@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
@@ -68,16 +67,7 @@ func (p *pqFile) close() error { return p.f.Close() }
 
 // record turns a row of this file into a Record, without normalizing it
 // (projected scans fill a few fields only).
-func (p *pqFile) record(r *pqtable.Row) outbox.Record {
-	return outbox.Record{
-		Table: p.table, ID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
-		Attempt: r.Attempt, Kind: r.Kind, Status: outbox.Status(r.Status), ErrorCode: r.ErrorCode,
-		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
-		CreatedAt: fromMicros(r.CreatedAt), UpdatedAt: fromMicros(r.UpdatedAt), DueAt: fromMicros(r.DueAt),
-		Delivery: outbox.DeliveryFields{RetryCount: r.RetryCount, ExecutionCount: r.ExecutionCount,
-			HTTPStatus: r.HTTPStatus, Latency: time.Duration(r.LatencyMicros) * time.Microsecond},
-	}
-}
+func (p *pqFile) record(r *pqtable.Row) outbox.Record { return r.Record(p.table) }
 
 // decode turns a whole row of this file into a normalized Record.
 func (p *pqFile) decode(r *pqtable.Row) outbox.Record {

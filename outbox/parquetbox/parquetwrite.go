@@ -13,18 +13,6 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
-// toRow converts r to the columns a table file stores.
-func toRow(r *outbox.Record) pqtable.Row {
-	return pqtable.Row{
-		ID: r.ID, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
-		Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status), ErrorCode: r.ErrorCode,
-		CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID,
-		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt), DueAt: micros(r.DueAt),
-		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
-		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(),
-	}
-}
-
 // recordBefore is the order every file written by this package has: by
 // ID, then by state, oldest first.
 func recordBefore(a, b *outbox.Record) bool {
@@ -56,7 +44,7 @@ func newRowWriter(w io.Writer, t outbox.Table, l pqfile.Layout) *rowWriter {
 }
 
 func (rw *rowWriter) write(r *outbox.Record) error {
-	row := toRow(r)
+	row := pqtable.RowOf(r)
 	return rw.w.Write(&row)
 }
 

@@ -42,45 +42,10 @@ func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Field identifies the Row field a column fills.
-type Field uint8
-
-// The fields of a Row that columns fill.
-const (
-	FieldNone Field = iota
-	FieldID
-	FieldCloudTaskID
-	FieldQueue
-	FieldRunID
-	FieldTaskKey
-	FieldAttempt
-	FieldKind
-	FieldStatus
-	FieldErrorCode
-	FieldCreateCalls
-	FieldPayload
-	FieldProcessor
-	FieldCreatedAt
-	FieldUpdatedAt
-	FieldDueAt
-	FieldRetryCount
-	FieldExecutionCount
-	FieldHTTPStatus
-	FieldLatency
-)
-
-var columnFields = map[string]Field{
-	"cloud_task_id": FieldCloudTaskID, "queue": FieldQueue, "run_id": FieldRunID, "task_key": FieldTaskKey,
-	"attempt": FieldAttempt, "kind": FieldKind, "status": FieldStatus, "error_code": FieldErrorCode,
-	"create_calls": FieldCreateCalls, "payload_sha256": FieldPayload, "processor_uuid": FieldProcessor,
-	"created_at": FieldCreatedAt, "updated_at": FieldUpdatedAt, "due_at": FieldDueAt,
-	"retry_count": FieldRetryCount, "execution_count": FieldExecutionCount, "http_status": FieldHTTPStatus,
-	"latency_us": FieldLatency,
-}
-
 // column describes how one leaf column of a file maps onto a Row.
 type column struct {
 	field Field
+	spec  *Column // nil for a column the outbox does not read
 	// timeDiv and timeMul turn a stored time into microseconds: a divisor
 	// (nanoseconds) or a multiplier (milliseconds).
 	timeDiv, timeMul int64
@@ -126,23 +91,23 @@ func Open(ra io.ReaderAt, size int64, table, idColumn string) (p *File, err erro
 			continue // nested columns are not part of the outbox layout
 		}
 		name := lp[0]
-		fld := columnFields[name]
+		spec := byName[name]
 		if name == idColumn {
-			fld = FieldID
+			spec = byField[FieldID]
 		}
-		if fld == FieldNone {
+		if spec == nil {
 			continue
 		}
 		leaf, _ := pf.Schema().Lookup(lp...)
-		if err := checkColumn(fld, leaf.Node); err != nil {
+		if err := checkColumn(spec.Kind, leaf.Node); err != nil {
 			return nil, &Error{Reason: fmt.Sprintf("column %s is %s; %v", name, describeNode(leaf.Node), err), Err: ErrForeign}
 		}
-		c := column{field: fld}
-		if fld == FieldCreatedAt || fld == FieldUpdatedAt || fld == FieldDueAt {
+		c := column{field: spec.Field, spec: spec, timeDiv: 1, timeMul: 1}
+		if spec.Kind == Timestamp {
 			c.timeDiv, c.timeMul = timeUnit(leaf.Node.Type())
 		}
 		p.cols[i] = c
-		p.byFld[fld] = i
+		p.byFld[spec.Field] = i
 	}
 	if _, ok := p.byFld[FieldID]; !ok {
 		return nil, &Error{Reason: fmt.Sprintf("no column %s: not a %s file", idColumn, table), Err: ErrForeign}
@@ -162,10 +127,10 @@ func recoverRead(err *error) {
 }
 
 // checkColumn checks that a leaf column holds the type the outbox reads
-// into fld: strings are BYTE_ARRAY (plain, STRING or ENUM), create_calls
-// is INT32 or INT64 (plain or a signed INTEGER), times are INT64 (plain or
-// TIMESTAMP of any unit). No column may repeat.
-func checkColumn(fld Field, n parquet.Node) error {
+// into a column of kind k: strings are BYTE_ARRAY (plain, STRING or ENUM),
+// integers are INT32 or INT64 (plain or a signed INTEGER), times are INT64
+// (plain or TIMESTAMP of any unit). No column may repeat.
+func checkColumn(k Kind, n parquet.Node) error {
 	if n.Repeated() {
 		return errors.New("a repeated column; want one value per row")
 	}
@@ -174,15 +139,15 @@ func checkColumn(fld Field, n parquet.Node) error {
 	if l := typ.LogicalType(); l != nil {
 		lt = l.Value
 	}
-	switch fld {
-	case FieldCreateCalls, FieldRetryCount, FieldExecutionCount, FieldHTTPStatus, FieldLatency:
+	switch k {
+	case Int32, Int64:
 		if typ.Kind() != parquet.Int32 && typ.Kind() != parquet.Int64 {
 			return errors.New("want INT32 or INT64")
 		}
 		if it, ok := lt.(*format.IntType); lt != nil && (!ok || !it.IsSigned) {
 			return errors.New("want a signed integer")
 		}
-	case FieldCreatedAt, FieldUpdatedAt, FieldDueAt:
+	case Timestamp:
 		if typ.Kind() != parquet.Int64 {
 			return errors.New("want INT64 (TIMESTAMP)")
 		}
@@ -268,27 +233,8 @@ func (p *File) set(r *Row, ci int, v parquet.Value) {
 	if ci < 0 || ci >= len(p.cols) || v.IsNull() {
 		return
 	}
-	c := p.cols[ci]
-	switch c.field {
-	case FieldNone:
-	case FieldCreateCalls:
-		r.CreateCalls = int32(intValue(v))
-	case FieldRetryCount:
-		r.RetryCount = int32(intValue(v))
-	case FieldExecutionCount:
-		r.ExecutionCount = int32(intValue(v))
-	case FieldHTTPStatus:
-		r.HTTPStatus = int32(intValue(v))
-	case FieldLatency:
-		r.LatencyMicros = intValue(v)
-	case FieldCreatedAt:
-		r.CreatedAt = v.Int64() / c.timeDiv * c.timeMul
-	case FieldUpdatedAt:
-		r.UpdatedAt = v.Int64() / c.timeDiv * c.timeMul
-	case FieldDueAt:
-		r.DueAt = v.Int64() / c.timeDiv * c.timeMul
-	default:
-		*r.str(c.field) = string(v.ByteArray())
+	if c := &p.cols[ci]; c.spec != nil {
+		c.spec.set(r, v, c.timeDiv, c.timeMul)
 	}
 }
 
@@ -302,34 +248,6 @@ func intValue(v parquet.Value) int64 {
 		return v.Int64()
 	}
 	return 0
-}
-
-// str returns the string field fld of r.
-func (r *Row) str(fld Field) *string {
-	switch fld {
-	case FieldID:
-		return &r.ID
-	case FieldCloudTaskID:
-		return &r.CloudTaskID
-	case FieldQueue:
-		return &r.Queue
-	case FieldRunID:
-		return &r.RunID
-	case FieldTaskKey:
-		return &r.TaskKey
-	case FieldAttempt:
-		return &r.Attempt
-	case FieldKind:
-		return &r.Kind
-	case FieldStatus:
-		return &r.Status
-	case FieldErrorCode:
-		return &r.ErrorCode
-	case FieldPayload:
-		return &r.PayloadSHA256
-	default:
-		return &r.ProcessorUUID
-	}
 }
 
 // Scan calls fn for every row of the file, in file order.
@@ -406,7 +324,7 @@ func (s *RowReader) Next() (_ Row, err error) {
 	var r Row
 	for _, v := range s.buf[s.i-1] {
 		ci := v.Column()
-		if ci >= 0 && ci < len(s.f.cols) && !v.IsNull() && s.f.cols[ci].field.dictionary() {
+		if ci >= 0 && ci < len(s.f.cols) && !v.IsNull() && s.f.cols[ci].spec != nil && s.f.cols[ci].spec.dictionary() {
 			*r.str(s.f.cols[ci].field) = s.internBytes(v.ByteArray())
 			continue
 		}
@@ -427,16 +345,6 @@ func (s *RowReader) internBytes(b []byte) string {
 	v := string(b)
 	s.intern[v] = v
 	return v
-}
-
-// dictionary reports whether a field's column is a string column with
-// few distinct values (dictionary-encoded in the outbox's layout).
-func (f Field) dictionary() bool {
-	switch f {
-	case FieldQueue, FieldRunID, FieldTaskKey, FieldAttempt, FieldKind, FieldStatus, FieldErrorCode, FieldProcessor:
-		return true
-	}
-	return false
 }
 
 // Close releases the row group being read.

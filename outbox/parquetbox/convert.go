@@ -1,0 +1,160 @@
+package parquetbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+type convJob struct {
+	seg  *segment
+	done chan error
+}
+
+// writeSegmentParquet writes a segment's records as one Parquet file per
+// table, partition and bucket,
+// <table>/created_date=<day>/b<k>of<n>-<processor>-<seq>.parquet (without
+// the bucket prefix when Options.Buckets is 1).
+// Writing the same segment twice produces the same files, so a crash
+// between this and the segment's removal is harmless. The records are
+// sorted through pointers, leaving the segment's own order (which readers
+// may be scanning) untouched.
+func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq uint64, chunks [][]outbox.Record) error {
+	type part struct {
+		t    outbox.Table
+		name string
+	}
+	groups := map[part][]*outbox.Record{}
+	var order []part
+	for _, c := range chunks {
+		for i := range c {
+			r := &c[i]
+			if r.Table.Validate() != nil {
+				continue
+			}
+			p := part{r.Table, partitionOf(r)}
+			if n := o.opts.Buckets; n > 1 {
+				p.name += "/" + bucketName(bucketOf(r.ID, n), n) + "-"
+			} else {
+				p.name += "/"
+			}
+			if _, ok := groups[p]; !ok {
+				order = append(order, p)
+			}
+			groups[p] = append(groups[p], r)
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if order[i].t != order[j].t {
+			return order[i].t < order[j].t
+		}
+		return order[i].name < order[j].name
+	})
+	for _, p := range order {
+		rs := groups[p]
+		sortRecordPtrs(rs)
+		name := fmt.Sprintf("%s%s-%016d.parquet", p.name, processor, seq)
+		w, err := o.store.create(ctx, p.t, name)
+		if err != nil {
+			return fmt.Errorf("outbox: create %s: %w", o.store.where(p.t, name), err)
+		}
+		if err := writeRecords(w, p.t, rs); err != nil {
+			return fmt.Errorf("outbox: write %s: %w", o.store.where(p.t, name), err)
+		}
+		o.files[p.t].invalidate()
+	}
+	return nil
+}
+
+// runConverter turns sealed segments into Parquet files, in order. While
+// a conversion fails (a full disk), it keeps retrying with backoff until
+// Close, and every Flush waiting meanwhile, or arriving, is answered at once
+// with the failure: the records are durable in the log and readable from
+// memory, and a Flush must not wait for space to return. A segment left
+// unconverted at Close is replayed on the next Open.
+func (o *Outbox) runConverter() {
+	defer close(o.convDone)
+	var queue []convJob
+	var lastErr error // a failure no Flush has heard of yet
+	for {
+		if len(queue) == 0 {
+			job, ok := <-o.conv
+			if !ok {
+				return
+			}
+			queue = append(queue, job)
+		}
+		job := queue[0]
+		queue = queue[1:]
+		if job.seg != nil {
+			if err := o.convertAnswering(job.seg, &job, &queue); err != nil {
+				lastErr = err
+			}
+		}
+		if job.done != nil {
+			job.done <- lastErr
+			lastErr = nil
+		}
+	}
+}
+
+// convertAnswering converts seg, retrying with backoff while it fails
+// until Close. Each failure is told at once to job's Flush and to those
+// of the queued jobs (which are then done with), and to the jobs that
+// arrive meanwhile, which join the queue. It returns the last error when
+// Close ends the retries.
+func (o *Outbox) convertAnswering(seg *segment, job *convJob, queue *[]convJob) error {
+	err := o.convert(seg)
+	if err == nil {
+		return nil
+	}
+	answer := func(j *convJob) {
+		if j.done != nil {
+			j.done <- fmt.Errorf("outbox: the log is durable but not yet in Parquet (retrying): %w", err)
+			j.done = nil
+		}
+	}
+	b := newHealBackoff()
+	for err != nil {
+		answer(job)
+		for i := range *queue {
+			answer(&(*queue)[i])
+		}
+		select {
+		case <-o.clock.After(b.Pause()):
+			err = o.convert(seg)
+		case j, ok := <-o.conv:
+			if ok {
+				*queue = append(*queue, j)
+			}
+		case <-o.quit:
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *Outbox) convert(seg *segment) error {
+	if err := o.writeSegmentParquet(context.Background(), o.processor, seg.seq, seg.records.snapshot()); err != nil {
+		o.log.Error("outbox: convert log segment; it stays and is replayed on the next Open", "path", seg.path, "err", err)
+		return err
+	}
+	if err := os.Remove(seg.path); err != nil {
+		o.log.Warn("outbox: remove converted log segment", "path", seg.path, "err", err)
+	}
+	if err := syncDir(o.walDir); err != nil {
+		o.log.Warn("outbox: sync log directory", "path", o.walDir, "err", err)
+	}
+	o.mu.Lock()
+	for i, s := range o.sealed {
+		if s == seg {
+			o.sealed = append(o.sealed[:i], o.sealed[i+1:]...)
+			break
+		}
+	}
+	o.mu.Unlock()
+	return nil
+}
