@@ -33,6 +33,9 @@ type Row struct {
 	// by the deliveries table only.
 	RetryCount, ExecutionCount, HTTPStatus int32
 	LatencyMicros                          int64
+	// TraceID and SpanID are the OpenTelemetry IDs the record was written
+	// under, in hex, or empty (stored as NULL).
+	TraceID, SpanID string
 }
 
 // RowOf returns the columns of r.
@@ -44,6 +47,7 @@ func RowOf(r *outbox.Record) Row {
 		CreatedAt: Micros(r.CreatedAt), UpdatedAt: Micros(r.UpdatedAt), DueAt: Micros(r.DueAt),
 		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
 		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(),
+		TraceID: r.TraceID, SpanID: r.SpanID,
 	}
 }
 
@@ -57,6 +61,7 @@ func (r *Row) Record(t outbox.Table) outbox.Record {
 		CreatedAt: FromMicros(r.CreatedAt), UpdatedAt: FromMicros(r.UpdatedAt), DueAt: FromMicros(r.DueAt),
 		Delivery: outbox.DeliveryFields{RetryCount: r.RetryCount, ExecutionCount: r.ExecutionCount,
 			HTTPStatus: r.HTTPStatus, Latency: time.Duration(r.LatencyMicros) * time.Microsecond},
+		TraceID: r.TraceID, SpanID: r.SpanID,
 	}
 }
 
@@ -102,6 +107,8 @@ const (
 	FieldExecutionCount
 	FieldHTTPStatus
 	FieldLatency
+	FieldTraceID
+	FieldSpanID
 	numFields
 )
 
@@ -148,6 +155,11 @@ type Column struct {
 	// table's ID column, FieldNone for a column written for queries only
 	// (derived from other fields) and never read back.
 	Field Field
+	// Optional columns store an empty string as NULL. They were added
+	// after files were first written: a file without them reads them as
+	// empty, and so does SQL over a directory that mixes both (as NULL,
+	// with union_by_name).
+	Optional bool
 
 	// str, i32 and i64 point into a Row at the field of a String, Int32,
 	// or Int64 and Timestamp column; derive computes a column of Field
@@ -180,6 +192,9 @@ func idCol(name string) Column {
 
 // The columns the tables share.
 var (
+	colTraceID = Column{Name: "trace_id", Kind: String, Field: FieldTraceID, Optional: true, str: func(r *Row) *string { return &r.TraceID }}
+	colSpanID  = Column{Name: "span_id", Kind: String, Field: FieldSpanID, Optional: true, str: func(r *Row) *string { return &r.SpanID }}
+
 	colCloudTaskID = strCol("cloud_task_id", Plain, FieldCloudTaskID, func(r *Row) *string { return &r.CloudTaskID })
 	colQueue       = strCol("queue", Dict, FieldQueue, func(r *Row) *string { return &r.Queue })
 	colRunID       = strCol("run_id", Dict, FieldRunID, func(r *Row) *string { return &r.RunID })
@@ -237,15 +252,17 @@ var (
 	DispatchSchema = Schema{Table: "dispatch_outbox", Root: "DispatchRow", Columns: []Column{
 		idCol("dispatch_id"), colCloudTaskID, colQueue, colRunID, colTaskKey, colAttempt, colStatus,
 		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt,
+		colTraceID, colSpanID,
 	}}
 	TimerSchema = Schema{Table: TableTimers, Root: "TimerRow", Columns: []Column{
 		idCol("timer_id"), colCloudTaskID, colQueue, colRunID, colTaskKey, colAttempt, colKind, colStatus,
 		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt, colDueAt,
+		colTraceID, colSpanID,
 	}}
 	DeliverySchema = Schema{Table: TableDeliveries, Root: "DeliveryRow", Columns: []Column{
 		idCol("delivery_id"), colDeliveryDispatchID, colDeliveryTimerID, colCloudTaskID, colQueue, colRunID,
 		colTaskKey, colAttempt, colKind, colStatus, colRetryCount, colExecutionCount, colHTTPStatus, colLatency,
-		colProcessor, colCreatedAt, colUpdatedAt,
+		colProcessor, colCreatedAt, colUpdatedAt, colTraceID, colSpanID,
 	}}
 )
 
@@ -289,6 +306,9 @@ func (s Schema) Parquet() *parquet.Schema {
 		if c.Encoding != Plain {
 			tag += "," + string(c.Encoding)
 		}
+		if c.Optional {
+			tag += ",optional"
+		}
 		fields[i] = reflect.StructField{Name: fmt.Sprintf("C%d", i), Type: typ, Tag: reflect.StructTag(`parquet:"` + tag + `"`)}
 	}
 	model := reflect.Zero(reflect.StructOf(fields)).Interface()
@@ -299,6 +319,10 @@ func (s Schema) Parquet() *parquet.Schema {
 func (c *Column) value(r *Row, ci int) parquet.Value {
 	var v parquet.Value
 	switch {
+	case c.Optional && *c.str(r) == "":
+		return parquet.NullValue().Level(0, 0, ci)
+	case c.Optional:
+		return parquet.ByteArrayValue(unsafeBytes(*c.str(r))).Level(0, 1, ci)
 	case c.derive != nil:
 		v = parquet.ByteArrayValue(unsafeBytes(c.derive(r)))
 	case c.str != nil:
