@@ -90,7 +90,7 @@ func (d *Dispatcher) recoverPass(ctx context.Context, st *RecoverStats) error {
 		if table == outbox.TableDeliveries {
 			continue // a worker's table: nothing re-drives a delivery
 		}
-		recs, err := d.box.Pending(ctx, table, d.cfg.StaleAfter)
+		recs, err := d.pending(ctx, table)
 		if err != nil {
 			return &OutboxError{Op: OpListPending, BeforeCall: true, Err: fmt.Errorf("%s: %w", table, err)}
 		}
@@ -108,6 +108,16 @@ func (d *Dispatcher) recoverPass(ctx context.Context, st *RecoverStats) error {
 		}
 	}
 	return nil
+}
+
+// pending lists the stale records of table: those this process claims when
+// the outbox shares them out among recovering processes (outbox.Claimer;
+// a claim lasts StaleAfter, long enough for a pass over them), else all.
+func (d *Dispatcher) pending(ctx context.Context, table outbox.Table) ([]outbox.Record, error) {
+	if c, ok := d.box.(outbox.Claimer); ok {
+		return c.ClaimPending(ctx, table, d.cfg.StaleAfter, d.cfg.StaleAfter)
+	}
+	return d.box.Pending(ctx, table, d.cfg.StaleAfter)
 }
 
 func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *RecoverStats) error {

@@ -44,3 +44,31 @@ func (e *RecordError) Error() string {
 
 // Is makes a RecordError match ErrInvalidRecord.
 func (e *RecordError) Is(target error) bool { return target == ErrInvalidRecord }
+
+// ErrVersionConflict matches every *VersionConflictError: Append refused a
+// record whose Version the store already holds for its ID, or a higher one.
+var ErrVersionConflict = errors.New("outbox: version conflict")
+
+// VersionConflictError says that Append refused a record because the store
+// already holds a record of the same table and ID with the same or a higher
+// Version: another writer changed the ID after this one read it. Current is
+// the newest record the store holds, so the writer can answer from it
+// without reading again. It matches ErrVersionConflict.
+type VersionConflictError struct {
+	// Table and ID name the record refused.
+	Table Table
+	ID    string
+	// Version is the refused record's Version.
+	Version int64
+	// Current is the newest record of the ID the store holds.
+	Current Record
+}
+
+// Error names the ID, the refused version and the one the store holds.
+func (e *VersionConflictError) Error() string {
+	return fmt.Sprintf("outbox: version conflict on %s %s: version %d refused, the store holds version %d (%s, written by %s)",
+		e.Table, e.ID, e.Version, e.Current.Version, e.Current.Status, e.Current.ProcessorUUID)
+}
+
+// Is makes a VersionConflictError match ErrVersionConflict.
+func (e *VersionConflictError) Is(target error) bool { return target == ErrVersionConflict }

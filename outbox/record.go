@@ -147,6 +147,11 @@ type Record struct {
 	// span of a delivery. Records written before the columns existed read
 	// them as empty.
 	TraceID, SpanID string
+	// Version is the ID's version this record sets: 1 for an ID's first
+	// record, and one more than the Version of the record the writer read
+	// (Latest) before writing. Zero in records written before versions
+	// existed, which order by UpdatedAt alone.
+	Version int64
 
 	// Delivery holds the columns only the deliveries table stores; it is
 	// zero in the others.
@@ -367,10 +372,14 @@ func (r *Record) Prepare(processor string, now time.Time) error {
 }
 
 // Newer reports whether a describes a later state than b of the same ID:
-// a later UpdatedAt wins; on a tie (possible only across processors) a
-// terminal status beats pending, then the larger processor UUID wins, so
-// every reader makes the same choice.
+// when both have a Version and they differ, the higher Version wins;
+// otherwise a later UpdatedAt wins, and on a tie (possible only across
+// processors) a terminal status beats pending, then the larger processor
+// UUID wins, so every reader makes the same choice.
 func Newer(a, b *Record) bool {
+	if a.Version > 0 && b.Version > 0 && a.Version != b.Version {
+		return a.Version > b.Version
+	}
 	if !a.UpdatedAt.Equal(b.UpdatedAt) {
 		return a.UpdatedAt.After(b.UpdatedAt)
 	}

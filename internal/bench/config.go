@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -157,7 +158,11 @@ type Config struct {
 	EmulatorCommand []string
 	// OutboxDir holds the outboxes of the dispatch modes (a subdirectory
 	// per mode). Defaults to a temporary directory removed
-	// after the run.
+	// after the run. A PostgreSQL URL (postgres://…) puts them in that
+	// database instead (package outbox/pgbox), each mode in a schema of its
+	// own, ctdispatch_bench_ and the mode's name, which every run drops and
+	// creates again; the interval mode, a Parquet log's, then does not
+	// apply.
 	OutboxDir string
 	// Progress, if set, is called after each round of each mode with the
 	// round (from 1), the mode, its successful and failed calls and the
@@ -254,6 +259,8 @@ func (c Config) validate() error {
 		return bad("BatchInFlight", c.BatchInFlight, "must be at least 1")
 	case c.BatchSize < 1 || c.BatchSize > 100:
 		return bad("BatchSize", c.BatchSize, "must be in [1, 100] (BatchCreateTasks takes at most 100 tasks)")
+	case isPostgresURL(c.OutboxDir) && slices.Contains(c.Modes, ModeInterval):
+		return bad("Modes", ModeInterval, "is a Parquet log's mode; it does not apply to a PostgreSQL OutboxDir")
 	case c.EmulatorAddr != "" && len(c.EmulatorCommand) > 0:
 		return bad("EmulatorCommand", strings.Join(c.EmulatorCommand, " "), "starts an emulator; EmulatorAddr names a running one: set one of them")
 	case len(c.EmulatorCommand) > 0 && c.Latency > 0:
@@ -266,4 +273,9 @@ func (c Config) validate() error {
 		return bad("FaultRate", c.FaultRate+c.CommitThenFailRate, "needs the in-process emulator; configure faults on the emulator at "+c.EmulatorAddr+" instead")
 	}
 	return nil
+}
+
+// isPostgresURL reports whether an OutboxDir names a PostgreSQL database.
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
@@ -16,11 +18,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for a PostgreSQL OutboxDir
+
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
 // targetURL is where the tasks point. Deliveries are off in the in-process
@@ -33,6 +39,7 @@ type target struct {
 	srv    *emulator.Server // nil for an external emulator
 	addr   string           // the emulator's gRPC address
 	client *ctapi.Client
+	pg     *sql.DB // the PostgreSQL outboxes' pool, when OutboxDir names one
 	disp   map[Mode]*cloudtasks.Dispatcher
 	// dispClose closes each mode's dispatcher and its outbox; lifeCPU is
 	// the CPU its opening took, and then its closing too, charged to the
@@ -140,7 +147,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 			Logger: logger, Durability: dm.durability.Dispatcher(), Batch: dm.batch, BatchInFlight: c.BatchInFlight}
 		var opts parquetbox.Options
 		before := cpuTime()
-		if dm.durability != durability.Memory {
+		if dm.durability != durability.Memory && !isPostgresURL(root) {
 			if root == "" {
 				dir, err := os.MkdirTemp("", "ctdispatch-bench-*")
 				if err != nil {
@@ -150,7 +157,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 			}
 			opts = parquetbox.Options{Root: filepath.Join(root, string(dm.mode)), Logger: logger}
 		}
-		box, closeBox, err := durability.Open(ctx, dm.durability, opts)
+		box, closeBox, err := t.openOutbox(ctx, c, dm.mode, dm.durability, root, opts)
 		if err != nil {
 			return fmt.Errorf("bench: %s outbox: %w", dm.mode, err)
 		}
@@ -166,6 +173,41 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 		t.lifeCPU[dm.mode] = cpuTime() - before
 	}
 	return nil
+}
+
+// openOutbox opens the outbox of a dispatch mode: in a schema of its own
+// of the PostgreSQL database root names, or as durability.Open does.
+func (t *target) openOutbox(ctx context.Context, c Config, m Mode, dm durability.Mode, root string, opts parquetbox.Options) (outbox.Outbox, func() error, error) {
+	if dm == durability.Memory || !isPostgresURL(root) {
+		return durability.Open(ctx, dm, opts)
+	}
+	if t.pg == nil {
+		db, err := sql.Open("pgx", root)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Every statement in flight keeps its connection: database/sql
+		// keeps two idle by default, and a new PostgreSQL connection is a
+		// new server process. An overlapped dispatch's outcome is written
+		// after its caller is answered, so up to two statements per caller
+		// are in flight.
+		db.SetMaxOpenConns(2 * c.Concurrency)
+		db.SetMaxIdleConns(2 * c.Concurrency)
+		t.pg = db
+		t.closeFns = append(t.closeFns, db.Close)
+	}
+	schema := "ctdispatch_bench_" + strings.ReplaceAll(string(m), "-", "_")
+	if _, err := t.pg.ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+		return nil, nil, err
+	}
+	box, err := pgbox.New(t.pg, pgbox.Options{Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := box.Migrate(ctx); err != nil {
+		return nil, nil, err
+	}
+	return box, func() error { return nil }, nil
 }
 
 // reset empties an in-process emulator, so every round of every mode

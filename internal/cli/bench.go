@@ -149,7 +149,7 @@ dispatcher and closing it (the final flush to Parquet).`,
 	f.Uint64Var(&cfg.Seed, "seed", bench.DefaultSeed, "seed of duplicate choices and fault decisions")
 	f.StringVar(&cfg.EmulatorAddr, "emulator", "", "host:port of a running emulator (default: one in-process, delivery disabled)")
 	f.BoolVar(&emulatorProcess, "emulator-process", false, "start the emulator as a child process of this binary, so the CPU figures are the client side's alone")
-	f.StringVar(&cfg.OutboxDir, "outbox", "", "directory for the dispatch modes' outboxes, kept afterwards (default: a temporary directory, removed)")
+	f.StringVar(&cfg.OutboxDir, "outbox", "", "directory for the dispatch modes' outboxes, kept afterwards (default: a temporary directory, removed), or a PostgreSQL URL (postgres://…; a schema per mode, dropped and re-created)")
 	f.DurationVar(&cfg.Latency, "latency", 0, "delay the in-process emulator adds to every call, e.g. 10ms")
 	f.IntVar(&cfg.BatchInFlight, "batch-in-flight", cloudtasks.DefaultBatchInFlight, "dispatch-batched: most requests in flight per queue")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "tasks per batch-bare request, 1 to 100 (default: --concurrency, at most 100)")

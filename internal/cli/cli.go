@@ -185,6 +185,7 @@ files, listed on stderr).`,
 		newChaosCmd(env),
 		newBenchCmd(env),
 		newWorkerCmd(env),
+		newMigrateCmd(env), newRetainCmd(env),
 		newVersionCmd(),
 	)
 	// The root's own check (unknown command) is set above; the

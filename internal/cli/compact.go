@@ -204,6 +204,9 @@ A progress bar is drawn on stderr when it is a terminal.`,
   ctdispatch compact --outbox ./outbox --retention orders=7d,audit=30d,*=90d`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := notForPostgres("compact", dir, `PostgreSQL keeps its own storage; delete finished records with "ctdispatch retain"`); err != nil {
+				return err
+			}
 			ret, err := parquetbox.ParseRetention(retention)
 			if err != nil {
 				return usagef("--retention: %v", err)

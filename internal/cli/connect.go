@@ -19,6 +19,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/internal/durability"
+	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
@@ -159,9 +160,18 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 	if mode == "" {
 		mode = durability.Overlapped
 	}
-	if c.outbox == "" {
+	pg := isPostgresURL(c.outbox)
+	switch {
+	case c.outbox == "":
 		mode = durability.Memory
-	} else {
+	case pg:
+		if mode != durability.Overlapped && mode != durability.Strict {
+			return nil, usagef("--durability %s does not apply to a PostgreSQL outbox, whose every record commits before the dispatcher goes on; allowed: overlapped, strict", mode)
+		}
+		if c.logDir != "" {
+			return nil, usagef("--log-dir is the write-ahead log of a file or bucket outbox; a PostgreSQL outbox has none")
+		}
+	default:
 		if isBucketURL(c.outbox) {
 			if err := checkBucketURL(c.outbox); err != nil {
 				return nil, err
@@ -209,7 +219,7 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		cfg.OnRetry = retryPrinter(env.Err)
 	}
 	cfg.Logger = env.Logger
-	box, closeBox, err := durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
+	box, closeBox, err := c.openOutbox(ctx, env, mode, pg)
 	if err != nil {
 		return fail(fmt.Errorf("open outbox: %w", err))
 	}
@@ -221,6 +231,19 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 	}
 	s.d = d
 	return s, nil
+}
+
+// openOutbox opens the outbox --outbox names for a dispatcher: a
+// PostgreSQL database, or the outbox of mode.
+func (c *connFlags) openOutbox(ctx context.Context, env *Env, mode durability.Mode, pg bool) (outbox.Outbox, func() error, error) {
+	if pg {
+		box, db, err := openPostgres(ctx, c.outbox)
+		if err != nil {
+			return nil, nil, err
+		}
+		return box, db.Close, nil
+	}
+	return durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
 }
 
 // retryPrinter tells the user, one line per retry, why a command waits:

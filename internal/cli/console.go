@@ -67,6 +67,11 @@ embedded script refreshes them while "live" is ticked.`,
 			if cfg.Emulator == "" && cfg.Outbox == "" && cfg.WorkerOutbox == "" {
 				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both (and --worker-outbox DIR for deliveries)")
 			}
+			for _, where := range []string{cfg.Outbox, cfg.WorkerOutbox} {
+				if err := notForPostgres("console", where, `look records up with "ctdispatch query --outbox postgres://…"`); err != nil {
+					return err
+				}
+			}
 			cfg.Logger = env.Logger
 			c, err := startConsole(cmd.Context(), cfg, consoleFlags{addr: "--addr", allowHost: "--allow-host"}, addr, env)
 			if err != nil {

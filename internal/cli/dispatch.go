@@ -67,7 +67,7 @@ func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f.StringVar(&c.project, "project", "", "Google Cloud project ID (required)")
 	f.StringVar(&c.location, "location", "", "Cloud Tasks location, for example europe-west1 (required)")
 	f.StringVar(&c.queue, "queue", "", "queue ID (required)")
-	f.StringVar(&c.outbox, "outbox", "", "outbox that records every request: a directory or a bucket URL, gs://BUCKET?prefix=P/ (default: none, records kept in memory)")
+	f.StringVar(&c.outbox, "outbox", "", "outbox that records every request: a directory, a bucket URL (gs://BUCKET?prefix=P/) or a PostgreSQL URL (postgres://…, tables made by \"ctdispatch migrate\") (default: none, records kept in memory)")
 	f.StringVar(&c.logDir, "log-dir", "", "local directory of the write-ahead log; required with a bucket --outbox")
 	f.DurationVar(&c.publishInterval, "publish-interval", parquetbox.DefaultPublishInterval, "with --outbox: most time a record waits in the log before it is in a Parquet file that DuckDB and BigQuery read (at least "+parquetbox.MinPublishInterval.String()+")")
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object per request")

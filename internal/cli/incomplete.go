@@ -55,10 +55,6 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// skippedFiles lists the files the outbox skipped while answering: the one
-// place the query and stats commands learn about them.
-func skippedFiles(o *parquetbox.Outbox) []*parquetbox.FileError { return o.Damaged() }
-
 // skippedJSON is the --format json line that lists one skipped file (or
 // directory, outside the table layout), after the answer's own lines.
 type skippedJSON struct {

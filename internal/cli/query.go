@@ -30,6 +30,9 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 	if dir == "" {
 		return nil, usagef("--outbox DIR is required")
 	}
+	if isPostgresURL(dir) {
+		return nil, fmt.Errorf("outbox %s: a PostgreSQL outbox is not opened as files", redact(dir))
+	}
 	if isBucketURL(dir) {
 		if err := checkBucketURL(dir); err != nil {
 			return nil, err
@@ -273,11 +276,11 @@ exit status is 3.`,
 				where      []string
 			)
 			if dir != "" {
-				o, err := openOutbox(ctx, env, dir, true)
+				o, err := openReadOutbox(ctx, env, dir)
 				if err != nil {
 					return err
 				}
-				defer o.Close()
+				defer o.close()
 				sq := q
 				sq.Summary = format == "table" // the table shows no more than a summary
 				if recs, err = o.Lookup(ctx, sq); err != nil {
@@ -286,18 +289,18 @@ exit status is 3.`,
 				// A worker's outbox given as --outbox shows its
 				// deliveries below, not among the dispatches.
 				recs = slices.DeleteFunc(recs, func(r outbox.Record) bool { return r.Table == outbox.TableDeliveries })
-				skipped, where = append(skipped, skippedFiles(o)...), append(where, dir)
+				skipped, where = append(skipped, o.skipped()...), append(where, redact(dir))
 			}
 			if workerDir != "" {
-				w, err := openOutbox(ctx, env, workerDir, true)
+				w, err := openReadOutbox(ctx, env, workerDir)
 				if err != nil {
 					return err
 				}
-				defer w.Close()
+				defer w.close()
 				if dels, err = outbox.LookupDeliveries(ctx, w, q); err != nil {
 					return err
 				}
-				skipped, where = append(skipped, skippedFiles(w)...), append(where, workerDir)
+				skipped, where = append(skipped, w.skipped()...), append(where, redact(workerDir))
 			}
 			out := cmd.OutOrStdout()
 			if len(recs) == 0 && len(dels) == 0 {
@@ -311,8 +314,8 @@ exit status is 3.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "outbox", "", "the dispatchers' outbox: a directory or bucket URL, gs://BUCKET?prefix=P/")
-	f.StringVar(&workerDir, "worker-outbox", "", "a worker's outbox, whose deliveries table shows how each task was delivered: a directory or bucket URL")
+	f.StringVar(&dir, "outbox", "", "the dispatchers' outbox: a directory, a bucket URL (gs://BUCKET?prefix=P/) or a PostgreSQL URL (postgres://…)")
+	f.StringVar(&workerDir, "worker-outbox", "", "a worker's outbox, whose deliveries table shows how each task was delivered: a directory, bucket URL or PostgreSQL URL")
 	f.StringVar(&dispatchID, "dispatch-id", "", "internal dispatch ID, e.g. dispatch:run1:extract:1")
 	f.StringVar(&timerID, "timer-id", "", "internal timer ID, e.g. timer:retry:run1:extract:1:1705340400")
 	f.StringVar(&cloudTaskID, "cloud-task-id", "", "Cloud Tasks task ID (d_… or t_…)")

@@ -41,7 +41,8 @@ errors", or with --json one object {"processor_uuid","stale","found",
 pending, and a later run tries them again.`,
 		Example: `  ctdispatch recover --outbox ./outbox --emulator localhost:8123
   ctdispatch recover --outbox ./outbox --stale-after 10m --json
-  ctdispatch recover --outbox 'gs://my-bucket?prefix=outbox/' --log-dir /var/lib/ctdispatch`,
+  ctdispatch recover --outbox 'gs://my-bucket?prefix=outbox/' --log-dir /var/lib/ctdispatch
+  ctdispatch recover --outbox "$DATABASE_URL"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if conn.outbox == "" {
@@ -56,7 +57,7 @@ pending, and a later run tries them again.`,
 					*v = "unused"
 				}
 			}
-			if !isBucketURL(conn.outbox) {
+			if !isBucketURL(conn.outbox) && !isPostgresURL(conn.outbox) {
 				if info, err := os.Stat(conn.outbox); err != nil {
 					return fmt.Errorf("outbox %s: %w", conn.outbox, err)
 				} else if !info.IsDir() {

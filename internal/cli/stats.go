@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -83,12 +84,7 @@ exit status is 3.`,
 				return usagef("--format %q unknown; allowed: table, json", format)
 			}
 			ctx := cmd.Context()
-			o, err := openOutbox(ctx, env, dir, true)
-			if err != nil {
-				return err
-			}
-			defer o.Close()
-			stats, err := o.Stats(ctx)
+			stats, skipped, err := outboxStats(ctx, env, dir)
 			if err != nil {
 				return err
 			}
@@ -109,10 +105,40 @@ exit status is 3.`,
 			} else if err := writeStats(cmd.OutOrStdout(), stats); err != nil {
 				return err
 			}
-			return reportSkipped(cmd.OutOrStdout(), format == "json", skippedFiles(o), "")
+			return reportSkipped(cmd.OutOrStdout(), format == "json", skipped, "")
 		},
 	}
-	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory or bucket URL, gs://BUCKET?prefix=P/ (required)")
+	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory, bucket URL (gs://BUCKET?prefix=P/) or PostgreSQL URL (postgres://…) (required)")
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json (JSON Lines)")
 	return cmd
+}
+
+// outboxStats reads the statistics of the outbox at where and the files
+// it skipped. A PostgreSQL outbox has no files and no log: its rows and
+// its size on the server are counted instead.
+func outboxStats(ctx context.Context, env *Env, where string) ([]parquetbox.TableStats, []*parquetbox.FileError, error) {
+	if isPostgresURL(where) {
+		box, db, err := openPostgres(ctx, where)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer db.Close()
+		pg, err := box.Stats(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		stats := make([]parquetbox.TableStats, 0, len(pg))
+		for _, s := range pg {
+			stats = append(stats, parquetbox.TableStats{Table: s.Table, Bytes: s.Bytes, Rows: s.Rows, IDs: s.IDs,
+				ByStatus: s.ByStatus, ByQueue: s.ByQueue, ByKind: s.ByKind, ByProcessor: s.ByProcessor})
+		}
+		return stats, nil, nil
+	}
+	o, err := openOutbox(ctx, env, where, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer o.Close()
+	stats, err := o.Stats(ctx)
+	return stats, o.Damaged(), err
 }

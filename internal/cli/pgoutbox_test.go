@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+)
+
+// postgresURL returns a postgres:// URL of a new database (pgtest gives a
+// key=value DSN over a Unix socket).
+func postgresURL(t *testing.T, params string) string {
+	t.Helper()
+	kv := map[string]string{}
+	for _, f := range strings.Fields(pgtest.New(t)) {
+		k, v, _ := strings.Cut(f, "=")
+		kv[k] = v
+	}
+	q := url.Values{"host": {kv["host"]}, "port": {kv["port"]}, "sslmode": {kv["sslmode"]}}
+	return "postgres://" + kv["user"] + "@/" + kv["dbname"] + "?" + q.Encode() + params
+}
+
+// A PostgreSQL outbox through the commands a user runs: migrate, dispatch
+// twice (the repeat is answered from the database), query, recover,
+// retain; and a clear refusal where it does not apply. About 3 s.
+func TestPostgresOutboxCommands(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	pg := postgresURL(t, "&ctdispatch_schema=jobs&ctdispatch_table_prefix=cd_")
+
+	code, stdout, stderr := runCLI(t, "migrate", "--outbox", pg)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "outbox table \"jobs\".\"cd_dispatch_outbox\" ready\noutbox table \"jobs\".\"cd_timers\" ready\noutbox table \"jobs\".\"cd_deliveries\" ready\n", stdout)
+
+	args := append(append([]string(nil), dispatchArgs...), "--outbox", pg,
+		"--run", "run1", "--task", "extract", "--attempt", "1", "--url", "https://worker.example/x", "--json")
+	var outcomes []string
+	for _, durability := range []string{"strict", "overlapped"} {
+		code, stdout, stderr := runWithEnv(t, emu.Addr(), "", append(args, "--durability", durability)...)
+		require.Equal(t, 0, code, stderr)
+		var res struct{ Outcome string }
+		require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+		outcomes = append(outcomes, res.Outcome)
+	}
+	require.Equal(t, []string{"created", "already_existed"}, outcomes)
+	require.Len(t, emu.Tasks(dqQueue), 1)
+
+	code, stdout, stderr = runCLI(t, "query", "--outbox", pg, "--run", "run1", "--history", "--format", "csv")
+	require.Equal(t, 0, code, stderr)
+	var statuses []string
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n")[1:] {
+		statuses = append(statuses, strings.Split(line, ",")[9])
+	}
+	require.Equal(t, []string{"pending", "created"}, statuses, "the repeat wrote nothing")
+
+	code, stdout, stderr = runCLI(t, "stats", "--outbox", pg, "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	var st struct {
+		Table    string
+		Rows     int64
+		IDs      int64
+		ByStatus map[string]int64 `json:"by_status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.Split(stdout, "\n")[0]), &st), stdout)
+	require.Equal(t, "dispatch_outbox", st.Table)
+	require.Equal(t, int64(2), st.Rows)
+	require.Equal(t, int64(1), st.IDs)
+	require.Equal(t, map[string]int64{"created": 1}, st.ByStatus)
+
+	code, stdout, stderr = runWithEnv(t, emu.Addr(), "", "recover", "--outbox", pg, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"stale":0`)
+
+	code, stdout, stderr = runCLI(t, "retain", "--outbox", pg, "--older-than", "1h")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "dispatch_outbox: 0 rows deleted\ntimers: 0 rows deleted\ndeliveries: 0 rows deleted\n", stdout)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compact", "--outbox", pg}, "compact works on a file or bucket outbox; --outbox postgres://postgres@/"},
+		{[]string{"console", "--outbox", pg}, "console works on a file or bucket outbox"},
+		{append(append([]string(nil), args...), "--durability", "interval"), "--durability interval does not apply to a PostgreSQL outbox"},
+		{append(append([]string(nil), args...), "--log-dir", t.TempDir()), "--log-dir is the write-ahead log of a file or bucket outbox; a PostgreSQL outbox has none"},
+		{[]string{"migrate", "--outbox", "./outbox"}, `--outbox "./outbox" is not a PostgreSQL URL`},
+		{[]string{"migrate", "--outbox", strings.Replace(pg, "=jobs", "=Bad", 1)}, "--outbox: ctdispatch_schema=Bad is not a plain identifier"},
+		{[]string{"migrate", "--outbox", pg + "&ctdispatch_schema=jobs"}, "--outbox: ctdispatch_schema is given 2 times; give it once"},
+		{[]string{"retain", "--outbox", pg}, "--older-than 0s is not positive"},
+	} {
+		code, _, stderr := runWithEnv(t, emu.Addr(), "", c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, stderr)
+		require.Contains(t, stderr, c.want, c.args)
+	}
+}

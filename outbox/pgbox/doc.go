@@ -1,0 +1,97 @@
+// Package pgbox is an outbox.Outbox in PostgreSQL, reached through
+// database/sql (pgx's stdlib driver: sql.Open("pgx", url)), for
+// dispatchers on several machines that must share one linearizable record
+// of every dispatch and timer, or whose local disk does not outlive them
+// (Cloud Run, pods without volumes).
+//
+//	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+//	…
+//	box, err := pgbox.New(db, pgbox.Options{})
+//	…
+//	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{…})
+//
+// Create the tables first, once per database, with Migrate or
+// "ctdispatch migrate --outbox postgres://…"; both are idempotent and safe
+// to run from several processes at once.
+//
+// # Tables
+//
+// Three tables, named Options.TablePrefix followed by the outbox table's
+// own name (ctdispatch_dispatch_outbox, ctdispatch_timers,
+// ctdispatch_deliveries) in Options.Schema, hold one row per record: the
+// columns of outbox.Record under their Parquet names, the record's
+// version, and a claim (dispatch_outbox and timers) for Recover. A row is
+// never updated except for its claim, so a table is the history of every
+// ID. A unique index on (ID, version) for versions above 0 makes the
+// conditional append linearizable.
+//
+// PostgreSQL 15 is the oldest version supported, and the one the tests
+// run (Debian's package, through internal/testtools/pgtest); nothing
+// beyond plain PostgreSQL is used: no extension, no superuser.
+//
+// # Conditional appends
+//
+// Append inserts a record in one statement, which commits before Append
+// returns. A record whose Version is above 0 is inserted only if no row of
+// its ID has that Version or a higher one; otherwise Append returns an
+// *outbox.VersionConflictError whose Current is the newest record, read
+// on the primary: a writer cannot write over a state it did not read, and
+// the loser answers from the winner. Of two writers of one version, the
+// unique index lets one through and makes the other wait for its commit
+// and then refuses it. Version 0 is unconditional, as the seam says.
+// Latest, Lookup and Pending read the database they are given: give New
+// the primary's, never a replica's, and every read sees every write that
+// committed before it began, from any process.
+//
+// A dispatch costs three statements, each one round trip: Latest and the
+// pending record before CreateTask, and the outcome record after it.
+//
+// # Durability modes
+//
+// Append's done is called with nil after the commit, so a kept record is
+// as durable as the server's synchronous_commit makes a commit (on, by
+// default: flushed to the primary's disk, or to a standby's with
+// synchronous replication). Because Append commits before it returns, the
+// dispatcher's modes differ only in when the outcome is waited for:
+//
+//   - overlapped (cloudtasks.DurabilityOverlapped, the default): the
+//     pending record commits before CreateTask is called (the overlap of
+//     the two that the Parquet store gives does not happen here); the call
+//     is answered after CreateTask and the outcome commits after the
+//     answer.
+//   - strict (cloudtasks.DurabilityStrict): the pending record commits
+//     before CreateTask; the call is answered once the outcome has
+//     committed.
+//   - interval and memory are the Parquet and in-memory stores' modes:
+//     they do not apply to this store (the CLI refuses them with a
+//     postgres:// outbox).
+//
+// So in every mode a process that loses the race for the pending record
+// (another process wrote that version first) never calls CreateTask: its
+// Append is refused and the dispatcher answers from Current, the winner's
+// record. A process can only have called CreateTask and then lose the race
+// for its outcome record, when another process read its pending record
+// and moved the ID on meanwhile (a repeat that took it for stale, or
+// Recover). The task exists in either case, created by one of them under
+// its deterministic name; the loser's own answer is created or
+// already_existed from its CreateTask. In overlapped mode it has answered
+// already and its outcome record is refused; in strict mode the refusal
+// (ErrVersionConflict) comes before the answer, and the winner's record
+// says what is known: already_existed, or pending while the winner's own
+// call is on the wire.
+//
+// # Recovery, claims and retention
+//
+// ClaimPending (outbox.Claimer, which a dispatcher's Recover uses when
+// its outbox has it) picks stale pending records in one short statement
+// with FOR UPDATE SKIP LOCKED and claims them for a while, so several
+// recovering processes share the records instead of each asking Cloud
+// Tasks about all of them. Recover calls GetTask outside any transaction
+// and writes its verdict as a conditional append over the version it
+// read: if the ID moved meanwhile, the verdict is refused.
+//
+// Retain deletes the whole history of IDs finished longer ago than its
+// argument, in batches of at most 1,000 IDs per statement; an ID still
+// pending is kept however old. "ctdispatch retain --outbox postgres://…"
+// runs it.
+package pgbox

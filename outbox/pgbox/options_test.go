@@ -1,0 +1,47 @@
+package pgbox_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
+)
+
+func TestOptionsRefusedNameTheField(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	for _, tt := range []struct {
+		opts pgbox.Options
+		want string
+	}{
+		{pgbox.Options{Schema: "Jobs"}, `pgbox: Options.Schema "Jobs" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 63 bytes`},
+		{pgbox.Options{TablePrefix: "a-b_"}, `pgbox: Options.TablePrefix "a-b_" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 34 bytes`},
+		{pgbox.Options{TablePrefix: "a_very_long_prefix_for_the_outbox_t"}, `pgbox: Options.TablePrefix "a_very_long_prefix_for_the_outbox_t" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 34 bytes`},
+	} {
+		_, err := pgbox.New(nil, tt.opts)
+		require.EqualError(t, err, "pgbox: db nil is required")
+		err = pgbox.Migrate(t.Context(), db, tt.opts)
+		require.EqualError(t, err, tt.want)
+	}
+	require.Equal(t, [3]string{`"public"."ctdispatch_dispatch_outbox"`, `"public"."ctdispatch_timers"`, `"public"."ctdispatch_deliveries"`},
+		pgbox.TableNames(pgbox.Options{}))
+}
+
+// Migrate twice is a no-op the second time; a store whose tables were not
+// created says how to create them.
+func TestMigrateIsIdempotentAndNamedWhenMissing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	o, err := pgbox.New(db, pgbox.Options{Schema: "jobs", TablePrefix: "cd_"})
+	require.NoError(t, err)
+	_, _, err = o.Latest(t.Context(), outbox.TableDispatch, "dispatch:r:t:1")
+	require.EqualError(t, err, `pgbox: "jobs"."cd_dispatch_outbox": the outbox tables do not exist; create them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate`)
+	require.NoError(t, o.Migrate(t.Context()))
+	require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Options{Schema: "jobs", TablePrefix: "cd_"}))
+	var n int
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'jobs'`).Scan(&n))
+	require.Equal(t, 3, n)
+}

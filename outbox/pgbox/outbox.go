@@ -1,0 +1,143 @@
+package pgbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// Outbox is an outbox.Outbox in three PostgreSQL tables, reached through
+// database/sql. Every method runs on the database it is given, so give it
+// the primary's: reads are then linearizable with every write of every
+// process. Its methods are safe for concurrent use.
+type Outbox struct {
+	db        *sql.DB
+	opts      Options
+	clock     clockwork.Clock
+	processor string
+	tables    [3]*table // in the order of outbox.Tables
+}
+
+// New returns an outbox in db's tables that opts name, whose records name
+// a new UUIDv7 as their processor. db may use any driver that takes $1
+// placeholders (pgx's stdlib: sql.Open("pgx", url)). Create the tables
+// with Migrate (or "ctdispatch migrate --outbox postgres://…") first. db
+// stays the caller's: the outbox never closes it. Size its pool for the
+// dispatcher's concurrency: every Append and read holds a connection for
+// one statement, and database/sql keeps only two idle by default, so
+// without db.SetMaxIdleConns a busy dispatcher opens a new server process
+// for most statements.
+func New(db *sql.DB, opts Options) (*Outbox, error) {
+	if db == nil {
+		return nil, &ConfigError{Field: "db", Value: "nil", Rule: "is required"}
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String()}
+	for i, t := range outbox.Tables() {
+		o.tables[i] = newTable(opts, t)
+	}
+	return o, nil
+}
+
+// table returns the layout of t, or an error naming it when it is not a
+// table.
+func (o *Outbox) table(t outbox.Table) (*table, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	for _, tb := range o.tables {
+		if tb.t == t {
+			return tb, nil
+		}
+	}
+	panic("pgbox: table " + string(t) + " has no layout") // Validate knows only the three
+}
+
+// ProcessorUUID returns the UUID the records are written under.
+func (o *Outbox) ProcessorUUID() string { return o.processor }
+
+// Append checks r and fills it in as Record.Prepare does, then inserts it
+// in one statement, which commits before Append returns; done (when not
+// nil) is then called with nil before Append returns. Every error is
+// returned instead of passed to done. A record whose Version is above 0 is
+// inserted only if no record of its ID has that Version or a higher one:
+// otherwise Append returns a *outbox.VersionConflictError holding the
+// newest record. UpdatedAt is nudged past the ID's latest, so it strictly
+// increases per ID. An error from the database itself (a connection lost
+// while committing) cannot say whether the record was kept: read Latest.
+func (o *Outbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tb, err := o.table(r.Table)
+	if err != nil {
+		return err
+	}
+	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
+		return err
+	}
+	if r.Version < 0 {
+		return &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "is negative; allowed: 0 (unconditional) or above"}
+	}
+	res, err := o.db.ExecContext(ctx, tb.insert, insertArgs(&r)...)
+	if sqlState(err) == undefinedTable {
+		return fmt.Errorf("pgbox: append %s %s: %w", r.Table, r.ID, errNotMigrated)
+	}
+	if err != nil {
+		return fmt.Errorf("pgbox: append %s %s: %w", r.Table, r.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("pgbox: append %s %s: %w", r.Table, r.ID, err)
+	}
+	if n == 0 {
+		return o.conflict(ctx, &r)
+	}
+	if done != nil {
+		done(nil)
+	}
+	return nil
+}
+
+// conflict reads the record that won over r and returns the conflict.
+func (o *Outbox) conflict(ctx context.Context, r *outbox.Record) error {
+	cur, ok, err := o.Latest(ctx, r.Table, r.ID)
+	if err != nil {
+		return fmt.Errorf("pgbox: append %s %s: version %d refused; reading the winner: %w", r.Table, r.ID, r.Version, err)
+	}
+	if !ok {
+		return fmt.Errorf("pgbox: append %s %s: version %d refused, but no record of the ID is left to read (removed by Retain?)", r.Table, r.ID, r.Version)
+	}
+	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
+}
+
+// insertArgs are the values of tb.insert, in the order of its columns.
+func insertArgs(r *outbox.Record) []any {
+	args := []any{r.ID, r.Version, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey, r.Attempt, r.Kind, string(r.Status), r.ErrorCode,
+		r.CreateCalls, r.PayloadSHA256, r.ProcessorUUID, r.CreatedAt, r.UpdatedAt, nullTime(r)}
+	if r.Table == outbox.TableDeliveries {
+		d := &r.Delivery
+		args = append(args, d.RetryCount, d.ExecutionCount, d.HTTPStatus, d.Latency.Microseconds())
+	}
+	return append(args, sql.NullString{String: r.TraceID, Valid: r.TraceID != ""}, sql.NullString{String: r.SpanID, Valid: r.SpanID != ""})
+}
+
+func nullTime(r *outbox.Record) sql.NullTime {
+	return sql.NullTime{Time: r.DueAt, Valid: !r.DueAt.IsZero()}
+}
+
+// Flush returns at once: every record is committed when Append returns.
+func (o *Outbox) Flush(ctx context.Context) error { return ctx.Err() }
+
+// errNotMigrated is wrapped into a read or write on a table that does not
+// exist, with the command that creates it.
+var errNotMigrated = errors.New(`the outbox tables do not exist; create them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate`)

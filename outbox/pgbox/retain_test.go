@@ -1,0 +1,69 @@
+package pgbox_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
+)
+
+// Retain deletes the IDs finished before the cutoff, whole, in batches;
+// it keeps what is pending however old, and what changed since.
+func TestRetainDeletesFinishedIDsInBatches(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := clockwork.NewFakeClockAt(t0)
+	opts := pgbox.Options{Schema: "retain", Clock: clock}
+	o, err := pgbox.New(db, opts)
+	require.NoError(t, err)
+	require.NoError(t, o.Migrate(t.Context()))
+	put := func(task string, statuses ...outbox.Status) {
+		id, err := naming.NewDispatch("keep", task, "1")
+		require.NoError(t, err)
+		r := outbox.RecordOf(id)
+		r.Queue = "projects/p/locations/l/queues/q"
+		for _, st := range statuses {
+			r.Status = st
+			require.NoError(t, outbox.AppendAndWait(t.Context(), o, r))
+		}
+	}
+	put("old", outbox.StatusPending, outbox.StatusCreated)
+	put("stuck", outbox.StatusPending)
+	put("reopened", outbox.StatusPending, outbox.StatusFailed)
+	// 2,500 old finished IDs, more than two batches, written in bulk.
+	_, err = db.ExecContext(t.Context(), `INSERT INTO `+pgbox.TableNames(opts)[0]+` (dispatch_id, version, cloud_task_id, queue, run_id, task_key,
+		attempt, kind, status, error_code, create_calls, payload_sha256, processor_uuid, created_at, updated_at)
+		SELECT 'dispatch:bulk:t' || g || ':1', 0, 'x', 'q', 'bulk', 't' || g, '1', 'dispatch', 'created', '', 1, '', 'p', $1, $1
+		FROM generate_series(1, 2500) g`, t0)
+	require.NoError(t, err)
+	clock.Advance(2 * time.Hour)
+	put("reopened", outbox.StatusPending, outbox.StatusCreated)
+	put("recent", outbox.StatusCreated)
+
+	stats, err := o.Retain(t.Context(), time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []pgbox.RetainStats{
+		{Table: outbox.TableDispatch, Rows: 2 + 2500},
+		{Table: outbox.TableTimers},
+		{Table: outbox.TableDeliveries},
+	}, stats)
+	left, err := o.Lookup(t.Context(), outbox.Query{RunID: "keep", History: true})
+	require.NoError(t, err)
+	var states []string
+	for _, r := range left {
+		states = append(states, r.TaskKey+" "+string(r.Status))
+	}
+	require.Equal(t, []string{"recent created", "reopened pending", "reopened failed", "reopened pending", "reopened created", "stuck pending"}, states)
+
+	_, err = o.Retain(t.Context(), 0)
+	var ce *pgbox.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "olderThan", ce.Field)
+}
