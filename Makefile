@@ -83,10 +83,10 @@ bench:
 	@[ -x $(BENCHSTAT) ] || GOFLAGS= go install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 	go test -c -o bin/naming.test ./naming/
 	rm -f bench.txt; for i in 1 2 3 4 5 6 7 8 9 10; do \
-		bin/naming.test -test.run '^$$' -test.bench 'CloudTaskID|SHA256Baseline|SHA256AllocBaseline' -test.benchmem >> bench.txt; done
+		bin/naming.test -test.run '^$$' -test.bench '^(BenchmarkCloudTaskID|BenchmarkSHA256Baseline|BenchmarkSHA256AllocBaseline)$$' -test.benchmem >> bench.txt; done
 	grep 'SHA256Baseline/' bench.txt | sed 's/SHA256Baseline/HashID/' > bench-baseline.txt
 	grep 'SHA256AllocBaseline/' bench.txt | sed 's/SHA256AllocBaseline/HashID/' > bench-alloc.txt
-	grep CloudTaskID bench.txt | sed 's/CloudTaskID/HashID/' > bench-cloudtaskid.txt
+	grep '^BenchmarkCloudTaskID/' bench.txt | sed 's/CloudTaskID/HashID/' > bench-cloudtaskid.txt
 	$(BENCHSTAT) bench-baseline.txt bench-alloc.txt bench-cloudtaskid.txt
 
 ## fuzz: a short run of each fuzz target (FUZZTIME=60s to change it)

@@ -3,7 +3,6 @@ package cloudtasks
 import (
 	"context"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,7 +48,7 @@ func BenchmarkDispatch(b *testing.B) {
 	b.Run("bare-createtask", func(b *testing.B) {
 		run := uuid.NewString()
 		runConcurrent(b, func(i int64) error {
-			id, err := naming.NewDispatch(run, "t", strconv.FormatInt(i, 10))
+			id, err := naming.NewDispatch(run, "t", naming.Attempt(uint64(i)))
 			if err != nil {
 				return err
 			}
@@ -133,7 +132,7 @@ func BenchmarkDispatchRatio(b *testing.B) {
 	for range rounds {
 		run := uuid.NewString()
 		bare += round(per, func(i int) error {
-			id, err := naming.NewDispatch(run, "t", strconv.Itoa(i))
+			id, err := naming.NewDispatch(run, "t", naming.Attempt(uint64(i)))
 			if err != nil {
 				return err
 			}

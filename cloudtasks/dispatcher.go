@@ -241,7 +241,7 @@ func (d *Dispatcher) send(ctx context.Context, id naming.ID, t *Task, queuePath 
 	for {
 		f, how, err := d.flights.do(ctx, key, opCreate, func(f *flight) {
 			f.fp = fp
-			d.create(ctx, f, id, req, start)
+			d.create(ctx, f, id, t, req, start)
 		})
 		switch {
 		case errors.Is(err, ErrClosed):
@@ -325,22 +325,37 @@ func recordOf(id naming.ID, queuePath string) outbox.Record {
 
 // create is the work of one create flight: consult the outbox, record
 // pending, create the task, record the outcome. It answers f's callers as
-// soon as the mode allows, then finishes recording.
-func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req *cloudtaskspb.CreateTaskRequest, now time.Time) {
+// soon as the mode allows, then finishes recording. req is t's create
+// request in the queue t names (or the default queue).
+func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) {
 	ctx := workContext(leader)
 	f.span = trace.SpanContextFromContext(ctx)
-	key, cloudID := id.String(), id.CloudTaskID()
-	queuePath := req.GetParent()
-	f.res = DispatchResult{ID: key, CloudTaskID: cloudID, TaskName: req.GetTask().GetName()}
-	rec := recordOf(id, queuePath)
-	rec.TaskName = f.res.TaskName
-	traceIDs(ctx, &rec)
-
-	prev, found, err := d.box.Latest(ctx, rec.Table, key)
+	key := id.String()
+	prev, found, err := d.box.Latest(ctx, outbox.TableOf(id), key)
 	if err != nil {
 		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		return
 	}
+	if found {
+		given := req
+		if req, err = d.inRecordedQueue(id, t, req, prev, now); err != nil {
+			f.err = err
+			return
+		}
+		if req != given { // rebuilt for the recorded queue: it carries the trace too
+			if err = d.injectTrace(ctx, t, req); err == nil {
+				err = t.checkSize(req)
+			}
+			if err != nil {
+				f.err = err
+				return
+			}
+		}
+	}
+	f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
+	rec := recordOf(id, req.GetParent())
+	rec.TaskName = f.res.TaskName
+	traceIDs(ctx, &rec)
 	recovering := false
 	if found {
 		linkStored(ctx, &prev)
@@ -428,6 +443,28 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, req
 		d.log.DebugContext(ctx, "dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
 	}
 	d.recordOutcome(ctx, f, rec)
+}
+
+// inRecordedQueue returns the create request of an ID the outbox already
+// recorded (prev), in the recorded queue: an ID's task lives in one queue,
+// the one of its first record, whatever the request or a redeployed
+// default queue says, so a repeat never makes a second task elsewhere. A
+// Task.Queue naming another queue is a *RequestError naming both; an
+// empty one takes the recorded queue.
+func (d *Dispatcher) inRecordedQueue(id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, prev outbox.Record, now time.Time) (*cloudtaskspb.CreateTaskRequest, error) {
+	if prev.Queue == "" || prev.Queue == req.GetParent() {
+		return req, nil
+	}
+	if t.Queue != "" {
+		return nil, &RequestError{Field: "Task.Queue", Value: t.Queue,
+			Rule: fmt.Sprintf("names queue %s, but the outbox recorded %s in queue %s; leave it empty or name that queue (another queue needs another attempt)",
+				req.GetParent(), id, prev.Queue)}
+	}
+	req = t.createRequest(id, prev.Queue, now)
+	if err := t.checkSize(req); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 // createTask makes one create call, alone or in a shared batch.

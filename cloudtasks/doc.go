@@ -52,9 +52,19 @@
 // # Identity
 //
 // The attempt slot of a dispatch ID must be said: naming.Attempt(n),
-// naming.CallerKey(key) or naming.Unique(). The zero naming.Identity, and
-// a field of another strategy set beside the chosen one, are refused with a
-// *RequestError, so a forgotten attempt never becomes attempt 0.
+// naming.CallerKey(key) or naming.Unique(), the only ways to make a
+// naming.Identity. The zero one is refused with a *RequestError, so a
+// forgotten attempt never becomes attempt 0. A retry timer's
+// TimerRequest.Next is the attempt it starts, the one after the failed
+// attempt; its At names it, so derive At from a kept failure time
+// (timers.Backoff.Due) and a repeat after a restart is the same timer.
+//
+// # Queues
+//
+// An ID's task lives in the queue of its first record. A repeat with an
+// empty Task.Queue goes there, even after Config.Queue changed and when a
+// pending record's create is sent again; a Task.Queue naming another queue
+// is a *RequestError naming both.
 //
 // # Cancelling
 //

@@ -3,6 +3,8 @@ package cloudtasks_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 // These tests use the package as a user does: only its exported API, the
@@ -68,8 +71,8 @@ func (b *door) settle(t *testing.T) {
 
 func task() cloudtasks.Task { return cloudtasks.Task{URL: "https://worker.example/x"} }
 
-// A request that does not say which attempt it is, or says it two ways, is
-// refused before any call, naming the field.
+// A request that does not say which attempt it is, or names it by an
+// empty key, is refused before any call, naming the field.
 func TestIdentityMustBeSaid(t *testing.T) {
 	t.Parallel()
 	b := openDoor(t, nil)
@@ -78,14 +81,8 @@ func TestIdentityMustBeSaid(t *testing.T) {
 		id    naming.Identity
 		field string
 	}{
-		{"zero identity", naming.Identity{}, "Identity.Strategy"},
-		{"key without strategy", naming.Identity{Key: "evt-43"}, "Identity.Strategy"},
-		{"number without strategy", naming.Identity{Number: 2}, "Identity.Strategy"},
-		{"strict with a key", naming.Identity{Strategy: naming.StrategyStrict, Number: 1, Key: "evt"}, "Identity.Key"},
-		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 1, Key: "evt"}, "Identity.Number"},
-		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 1}, "Identity.Number"},
-		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "evt"}, "Identity.Key"},
-		{"unknown strategy", naming.Identity{Strategy: 9}, "Identity.Strategy"},
+		{"zero identity", naming.Identity{}, "Identity"},
+		{"empty caller key", naming.CallerKey(""), "Identity"},
 	}
 	for _, tt := range tests {
 		_, err := b.d.Dispatch(context.Background(), cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: tt.id, Task: task()})
@@ -191,6 +188,41 @@ func TestScheduleAfterCancelSaysTheNameIsHeld(t *testing.T) {
 	}
 }
 
+// A heartbeat check cancelled and asked again is refused with advice that
+// fits a heartbeat, which has no attempt: a later check time. The next
+// check timers.Heartbeat.Next gives is another name, also for a task that
+// started at a fraction of a second, and is created.
+func TestHeartbeatAfterCancelMovesToTheNextCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openDoor(t, nil)
+	started := b.clock.Now().Add(500 * time.Millisecond)
+	beat := timers.Heartbeat{Every: time.Minute}
+	check, err := beat.Next(started, started)
+	require.NoError(t, err)
+	req := heartbeat(b, "")
+	req.At = check
+	res, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	_, err = b.d.CancelTimer(ctx, res.TimerID, "")
+	require.NoError(t, err)
+
+	_, err = b.d.ScheduleTimer(ctx, req)
+	var held *cloudtasks.NameHeldError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, fmt.Sprintf("cloudtasks: %s: its task was deleted by a cancel at %s and Cloud Tasks holds the name until about %s; no task exists: schedule a later check time (timers.Heartbeat.Next after this one), or try again after then",
+		res.TimerID, held.CancelledAt.UTC().Format(time.RFC3339), held.HeldUntil.UTC().Format(time.RFC3339)), err.Error())
+
+	req.At, err = beat.Next(started, check)
+	require.NoError(t, err)
+	require.Equal(t, check.Add(time.Minute), req.At)
+	next, err := b.d.ScheduleTimer(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeCreated, next.Outcome)
+	require.NotEqual(t, res.TimerID, next.TimerID)
+	require.Equal(t, 1, b.emu.TaskCount())
+}
+
 // After a cancel that found the task already gone, ALREADY_EXISTS means
 // the task existed (it ran): already_existed stays the answer.
 func TestScheduleAfterCancelOfAGoneTaskIsAlreadyExisted(t *testing.T) {
@@ -238,6 +270,7 @@ func TestDispatchAfterCancelSaysTheNameIsHeldUntilItIsNot(t *testing.T) {
 	var held *cloudtasks.NameHeldError
 	require.ErrorAs(t, err, &held)
 	require.Equal(t, res.ID, held.ID)
+	require.True(t, strings.HasSuffix(err.Error(), "no task exists: use a new attempt, or try again after then"), err.Error())
 	require.WithinDuration(t, cancelledAt.Add(24*time.Hour), held.HeldUntil, time.Millisecond)
 	require.Zero(t, b.emu.TaskCount())
 
@@ -382,17 +415,17 @@ func TestTimerRequestChecks(t *testing.T) {
 	_, err := b.d.ScheduleTimer(ctx, far)
 	require.ErrorIs(t, err, cloudtasks.ErrTooFar)
 	withID := heartbeat(b, "")
-	withID.Identity = naming.Attempt(1)
+	withID.Next = naming.Attempt(1)
 	_, err = b.d.ScheduleTimer(ctx, withID)
 	var re *cloudtasks.RequestError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "Identity", re.Field)
+	require.Equal(t, "Next", re.Field)
 	// A retry timer is for one attempt: it must say which.
 	retry := heartbeat(b, "")
 	retry.Kind = naming.KindRetry
 	_, err = b.d.ScheduleTimer(ctx, retry)
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "Identity.Strategy", re.Field)
+	require.Equal(t, "Next", re.Field)
 	require.Zero(t, b.emu.TaskCount())
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Sentinel errors; match them with errors.Is.
@@ -186,8 +188,9 @@ func (e *CallError) Is(target error) bool {
 // NameHeldError reports an ID whose task a Cancel deleted and that was
 // dispatched or scheduled again while Cloud Tasks still holds the deleted
 // task's name: no task exists and none can be created under that name
-// before about HeldUntil. Dispatch it under a new attempt instead, or
-// again after HeldUntil. It matches ErrNameHeld.
+// before about HeldUntil. Dispatch it under a new attempt instead (a
+// heartbeat, which has no attempt: schedule a later check time), or again
+// after HeldUntil. It matches ErrNameHeld.
 type NameHeldError struct {
 	// ID is the internal ID.
 	ID string
@@ -199,8 +202,17 @@ type NameHeldError struct {
 }
 
 func (e *NameHeldError) Error() string {
-	return fmt.Sprintf("cloudtasks: %s: its task was deleted by a cancel at %s and Cloud Tasks holds the name until about %s; no task exists: use a new attempt, or try again after then",
-		e.ID, e.CancelledAt.UTC().Format(time.RFC3339), e.HeldUntil.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("cloudtasks: %s: its task was deleted by a cancel at %s and Cloud Tasks holds the name until about %s; no task exists: %s, or try again after then",
+		e.ID, e.CancelledAt.UTC().Format(time.RFC3339), e.HeldUntil.UTC().Format(time.RFC3339), e.advice())
+}
+
+// advice says what else names a task: a new attempt, or for a heartbeat,
+// which has none, another check time.
+func (e *NameHeldError) advice() string {
+	if id, err := naming.Parse(e.ID); err == nil && id.Kind() == naming.KindHeartbeat {
+		return "schedule a later check time (timers.Heartbeat.Next after this one)"
+	}
+	return "use a new attempt"
 }
 
 // Is makes a NameHeldError match ErrNameHeld.

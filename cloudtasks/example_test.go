@@ -16,6 +16,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 const exampleQueue = "projects/my-project/locations/europe-west1/queues/work"
@@ -63,8 +64,10 @@ func ExampleDispatcher_Dispatch() {
 	// tasks in the queue: 1
 }
 
-// A retry timer for attempt 2 of a task, due in ten minutes, scheduled
-// twice: one task.
+// Attempt 1 of a task failed; the retry timer starts attempt 2 when the
+// backoff has passed. Its due time comes from the failure time, which the
+// orchestrator keeps with the failed attempt, so scheduling it again names
+// the same timer: one task.
 func ExampleDispatcher_ScheduleTimer() {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
@@ -72,9 +75,14 @@ func ExampleDispatcher_ScheduleTimer() {
 	defer emu.Close()
 	defer d.Close(ctx)
 
+	failedAt := clock.Now().Add(-5 * time.Second) // kept with attempt 1's failure
+	due, err := timers.Backoff{}.Due(failedAt, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
 	req := cloudtasks.TimerRequest{
-		Kind: naming.KindRetry, RunID: "run1", TaskKey: "extract", Identity: naming.Attempt(2),
-		At: clock.Now().Add(10 * time.Minute), Task: cloudtasks.Task{URL: "https://worker.example/retry"},
+		Kind: naming.KindRetry, RunID: "run1", TaskKey: "extract", Next: naming.Attempt(2),
+		At: due, Task: cloudtasks.Task{URL: "https://worker.example/retry"},
 	}
 	for range 2 {
 		res, err := d.ScheduleTimer(ctx, req)
@@ -84,8 +92,70 @@ func ExampleDispatcher_ScheduleTimer() {
 		fmt.Println(res.TimerID, res.Outcome, res.Due.Format(time.RFC3339))
 	}
 	// Output:
-	// timer:retry:run1:extract:2:1767269400 created 2026-01-01T12:10:00Z
-	// timer:retry:run1:extract:2:1767269400 already_existed 2026-01-01T12:10:00Z
+	// timer:retry:run1:extract:2:1767268805 created 2026-01-01T12:00:05Z
+	// timer:retry:run1:extract:2:1767268805 already_existed 2026-01-01T12:00:05Z
+}
+
+// A process schedules the retry timer of a failed attempt and stops; the
+// process that takes over, on the same outbox, schedules it again from the
+// same kept failure time and gets the same timer back, already_existed.
+// Had it used the time of the call, the due time, and so the timer's name,
+// would have moved: a second timer and a second attempt 2.
+func ExampleDispatcher_ScheduleTimer_restart() {
+	ctx := context.Background()
+	root, err := os.MkdirTemp("", "ctdispatch-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock,
+		Queues: []emulator.QueueConfig{{Name: exampleQueue}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer emu.Close()
+
+	// What the orchestrator keeps of the failed attempt: its failure time.
+	failedAt := time.Date(2026, 1, 1, 11, 59, 58, 0, time.UTC)
+	schedule := func() {
+		box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root})
+		if err != nil {
+			log.Fatal(err)
+		}
+		d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{
+			Project: "my-project", Location: "europe-west1", Queue: "work", EmulatorAddr: emu.Addr(), Clock: clock,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		due, err := timers.Backoff{}.Due(failedAt, 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		res, err := d.ScheduleTimer(ctx, cloudtasks.TimerRequest{
+			Kind: naming.KindRetry, RunID: "run1", TaskKey: "extract", Next: naming.Attempt(2),
+			At: due, Task: cloudtasks.Task{URL: "https://worker.example/retry"},
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res.TimerID, res.Outcome)
+		if err := d.Close(ctx); err != nil {
+			log.Fatal(err)
+		}
+		if err := box.Close(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	schedule()
+	clock.Advance(3 * time.Second) // the restart takes a while
+	schedule()
+	fmt.Println("tasks in the queue:", emu.TaskCount())
+	// Output:
+	// timer:retry:run1:extract:2:1767268808 created
+	// timer:retry:run1:extract:2:1767268808 already_existed
+	// tasks in the queue: 1
 }
 
 // Cancelling a heartbeat check deletes its task from the queue the outbox

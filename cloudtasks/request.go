@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/ctdispatch/ctdispatch/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/timers"
 )
@@ -56,9 +56,9 @@ type DispatchRequest struct {
 	RunID string
 	// TaskKey names the task within the run. Required.
 	TaskKey string
-	// Identity fills the attempt slot: naming.Attempt(n), naming.CallerKey
-	// (key) or naming.Unique(). Required: the zero Identity is refused, as
-	// is a Number or Key its strategy does not use.
+	// Identity says which attempt of the task this is: naming.Attempt(n),
+	// naming.CallerKey(key) or naming.Unique(). Required: the zero Identity
+	// is refused.
 	Identity naming.Identity
 	// Task is the HTTP request and its scheduling.
 	Task Task
@@ -67,7 +67,10 @@ type DispatchRequest struct {
 // Task is the HTTP request a task delivers, and when. It is shared by
 // dispatches and timers.
 type Task struct {
-	// Queue is the queue ID; empty means Config.Queue.
+	// Queue is the queue ID; empty means Config.Queue. An ID the outbox
+	// has recorded keeps the queue of its record: empty then means that
+	// queue (whatever Config.Queue is now), and another queue is a
+	// *RequestError naming both, so a repeat never makes a second task.
 	Queue string
 	// URL is the absolute http or https target. Required.
 	URL string
@@ -236,30 +239,30 @@ func (t *Task) createRequest(id naming.ID, queuePath string, now time.Time) *clo
 
 // ID returns the internal ID the request names, after checking its parts.
 func (r *DispatchRequest) ID() (naming.ID, error) {
-	attempt, err := r.Identity.Attempt(r.TaskKey)
+	id, err := naming.NewDispatch(r.RunID, r.TaskKey, r.Identity)
 	if err != nil {
-		return naming.ID{}, namingError(err)
-	}
-	id, err := naming.NewDispatch(r.RunID, r.TaskKey, attempt)
-	if err != nil {
-		return naming.ID{}, namingError(err)
+		return naming.ID{}, namingError(err, "Identity")
 	}
 	return id, nil
 }
 
-// requestFields maps naming's component names to request field names.
+// requestFields maps naming's component names to request field names; the
+// identity's components go to the field identityField names.
 var requestFields = map[string]string{
-	"run_id": "RunID", "task_key": "TaskKey", "attempt": "Identity",
-	"number": "Identity.Number", "idempotency key": "Identity.Key", "strategy": "Identity.Strategy",
-	"due_epoch": "At", "check_epoch": "At",
+	"run_id": "RunID", "task_key": "TaskKey", "due_epoch": "At", "check_epoch": "At",
 }
 
 // namingError turns an error from naming into a *RequestError that names
-// the request field and still unwraps to the *naming.Error.
-func namingError(err error) error {
+// the request field and still unwraps to the *naming.Error. identityField
+// is the request's field of the naming.Identity.
+func namingError(err error, identityField string) error {
 	var ne *naming.Error
 	if !errors.As(err, &ne) {
 		return &RequestError{Field: "ID", Rule: err.Error(), Err: err}
+	}
+	switch ne.Component {
+	case "identity", "attempt", "idempotency key":
+		return &RequestError{Field: identityField, Value: shorten(ne.Value), Rule: ne.Rule, Err: err}
 	}
 	field, ok := requestFields[ne.Component]
 	if !ok {

@@ -3,12 +3,13 @@ package cloudtasks
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ctdispatch/ctdispatch/internal/backoff"
 )
 
 // codeOf returns the gRPC code of err; context errors map to Canceled and
@@ -40,15 +41,12 @@ func transient(code codes.Code) bool {
 	return false
 }
 
-// delay returns the wait before call n+1 (n ≥ 1 calls made so far). u is a
-// uniform random number in [0, 1) that scales the jittered part.
+// delay returns the wait before call n+1 (n ≥ 1 calls made so far): the
+// exponential delay timers.Backoff names retry timers with, less the
+// jittered part. u is a uniform random number in [0, 1) that scales it.
 func (p RetryPolicy) delay(n int, u float64) time.Duration {
-	d := float64(p.Initial) * math.Pow(p.Multiplier, float64(n-1))
-	if d > float64(p.Max) {
-		d = float64(p.Max)
-	}
-	d *= 1 - p.Jitter*u
-	return time.Duration(d)
+	d := backoff.Exponential(p.Initial, p.Max, p.Multiplier, uint64(n))
+	return time.Duration(float64(d) * (1 - p.Jitter*u))
 }
 
 // advancer is a fake clock: one that moves only when told to.

@@ -242,9 +242,9 @@ func TestDispatchRequestRefused(t *testing.T) {
 		{"empty task key", cloudtasks.DispatchRequest{RunID: "r", Identity: naming.Attempt(1)},
 			cloudtasks.RequestError{Field: "TaskKey", Rule: empty}},
 		{"no identity", cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t"},
-			cloudtasks.RequestError{Field: "Identity.Strategy", Rule: "is not set: the request must say which attempt it is; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()"}},
-		{"caller key missing", cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Identity{Strategy: naming.StrategyCallerKey}},
-			cloudtasks.RequestError{Field: "Identity.Key", Rule: "is missing; the caller-key strategy needs a non-empty key"}},
+			cloudtasks.RequestError{Field: "Identity", Rule: "is not set: the request must say which attempt it is; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()"}},
+		{"caller key missing", cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.CallerKey("")},
+			cloudtasks.RequestError{Field: "Identity", Rule: "is missing; naming.CallerKey needs a non-empty key"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,6 +261,6 @@ func TestDispatchRequestRefused(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
-	_, err := (&cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Identity{Strategy: naming.StrategyCallerKey}}).ID()
+	_, err := (&cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.CallerKey("")}).ID()
 	require.ErrorIs(t, err, naming.ErrMissingKey)
 }

@@ -17,20 +17,26 @@ var ErrTooFar = errors.New("timer due beyond the 30-day limit")
 
 // TimerRequest asks for a retry timer or a heartbeat check.
 type TimerRequest struct {
-	// Kind is naming.KindRetry (fire the retry of an attempt at At) or
+	// Kind is naming.KindRetry (start the next attempt of a task at At) or
 	// naming.KindHeartbeat (check a running task at At). Required.
 	Kind naming.Kind
 	// RunID is the orchestration run. Required.
 	RunID string
 	// TaskKey names the task within the run. Required.
 	TaskKey string
-	// Identity names the attempt a retry timer retries (see
-	// DispatchRequest.Identity). Required for a retry; must be zero for a
-	// heartbeat, which names no attempt.
-	Identity naming.Identity
+	// Next is the attempt a retry timer starts when it fires: the one after
+	// the attempt that failed, for example naming.Attempt(3) once attempt 2
+	// failed. When the timer fires, dispatch with Next as
+	// DispatchRequest.Identity. Required for a retry; must be zero for a
+	// heartbeat, which starts no attempt.
+	Next naming.Identity
 	// At is when the timer fires: the due time of a retry, the check time
-	// of a heartbeat. It is named to the second; a time in the past fires
-	// at once; more than 30 days ahead is refused (ErrTooFar). Required.
+	// of a heartbeat. It is part of the timer's name, to the second, so a
+	// repeated call names the same timer only with the same At: derive it
+	// from something kept, such as the failed attempt's failure time
+	// through timers.Backoff.Due, never from the time of the call. A time
+	// in the past fires at once; more than 30 days ahead is refused
+	// (ErrTooFar). Required.
 	At time.Time
 	// Task is the HTTP request the timer delivers. Its ScheduleTime must be
 	// zero: At sets it.
@@ -65,21 +71,18 @@ func (r *TimerRequest) ID() (naming.ID, error) {
 	var err error
 	switch r.Kind {
 	case naming.KindRetry:
-		var attempt string
-		if attempt, err = r.Identity.Attempt(r.TaskKey); err == nil {
-			id, err = naming.NewRetryTimer(r.RunID, r.TaskKey, attempt, r.At)
-		}
+		id, err = naming.NewRetryTimer(r.RunID, r.TaskKey, r.Next, r.At)
 	case naming.KindHeartbeat:
-		if r.Identity != (naming.Identity{}) {
-			return naming.ID{}, &RequestError{Field: "Identity", Value: r.Identity.Strategy.String(),
-				Rule: "is set for a heartbeat, which names no attempt; leave it zero"}
+		if !r.Next.IsZero() {
+			return naming.ID{}, &RequestError{Field: "Next", Value: r.Next.String(),
+				Rule: "is set for a heartbeat, which starts no attempt; leave it zero"}
 		}
 		id, err = naming.NewHeartbeat(r.RunID, r.TaskKey, r.At)
 	default:
 		return naming.ID{}, &RequestError{Field: "Kind", Value: r.Kind.String(), Rule: "must be naming.KindRetry or naming.KindHeartbeat"}
 	}
 	if err != nil {
-		return naming.ID{}, namingError(err)
+		return naming.ID{}, namingError(err, "Next")
 	}
 	return id, nil
 }

@@ -28,18 +28,19 @@
 // canonical decimal form, so "01" and "1" are not two spellings of one
 // attempt. Parse accepts exactly the strings String produces.
 //
-// # Identity strategies
+// # Identities
 //
-// The attempt slot says which requests count as the same. An Identity picks
-// one of three rules: a number (Attempt(n), strict: the same attempt number
-// is the same task), a caller-provided key (CallerKey(key), hashed with the
-// task key, so one key used for two kinds of task gives two tasks), or a
-// fresh UUIDv7 (Unique(), every request is new). The zero Identity names no
-// rule and is refused, as is a field of another rule set beside the chosen
-// one: a forgotten attempt never becomes attempt 0, and a key is never
-// ignored. PayloadFingerprint hashes a request body, in RFC 8785 canonical form
-// when it is JSON, so the same ID sent with a different body can be reported
-// as a conflict.
+// The attempt slot says which requests count as the same. An Identity says
+// how to fill it, and only three functions make one: Attempt(n) (the same
+// attempt number is the same task), CallerKey(key) (a caller-provided key,
+// hashed with the task key, so one key used for two kinds of task gives two
+// tasks) and Unique() (a fresh UUIDv7, so every request is new). The zero
+// Identity names no attempt and is refused: a forgotten attempt never
+// becomes attempt 0. NewDispatch takes the identity of the attempt itself;
+// NewRetryTimer the identity of the attempt the timer starts when it fires,
+// the one after the attempt that failed. PayloadFingerprint hashes a
+// request body, in RFC 8785 canonical form when it is JSON, so the same ID
+// sent with a different body can be reported as a conflict.
 //
 // # Errors
 //
@@ -52,5 +53,6 @@
 // An ID keeps its text and its Cloud Tasks ID, both made when the ID is
 // made (one SHA-256 and one 28-byte allocation for the latter; see
 // BenchmarkCloudTaskID against BenchmarkSHA256Baseline), so String and
-// CloudTaskID cost nothing however often a dispatch asks.
+// CloudTaskID cost a field read however often a dispatch asks
+// (BenchmarkCachedCloudTaskID).
 package naming

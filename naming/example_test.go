@@ -9,7 +9,7 @@ import (
 )
 
 func ExampleNewDispatch() {
-	id, err := naming.NewDispatch("run1", "extract", naming.AttemptNumber(1))
+	id, err := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	if err != nil {
 		panic(err)
 	}
@@ -20,17 +20,19 @@ func ExampleNewDispatch() {
 	// d_cxtoltqhbncw6nevn7hy53kqn6
 }
 
+// Attempt 1 of extract failed; the retry timer starts attempt 2 at due, so
+// it carries the identity attempt 2's dispatch will have.
 func ExampleNewRetryTimer() {
 	due := time.Date(2024, 1, 15, 17, 40, 0, 0, time.UTC)
-	id, err := naming.NewRetryTimer("run1", "extract", "1", due)
+	id, err := naming.NewRetryTimer("run1", "extract", naming.Attempt(2), due)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(id)
 	fmt.Println(id.CloudTaskID())
 	// Output:
-	// timer:retry:run1:extract:1:1705340400
-	// t_hlljqq57362d4n3x2kett7jrqf
+	// timer:retry:run1:extract:2:1705340400
+	// t_czy34pp53hemqo7umlryk7qh5w
 }
 
 func ExampleParse() {
@@ -50,7 +52,7 @@ func ExampleParse_invalid() {
 	if errors.As(err, &e) {
 		fmt.Println(e.Component)
 	}
-	_, err = naming.NewDispatch("run1", "extract:v2", "1")
+	_, err = naming.NewDispatch("run1", "extract:v2", naming.Attempt(1))
 	fmt.Println(err)
 	// Output:
 	// true
@@ -59,15 +61,16 @@ func ExampleParse_invalid() {
 }
 
 func ExampleIdentity() {
-	byKey := naming.CallerKey("evt-42")
-	attempt, err := byKey.Attempt("extract")
-	if err != nil {
-		panic(err)
+	for _, identity := range []naming.Identity{naming.Attempt(1), naming.CallerKey("evt-42")} {
+		id, err := naming.NewDispatch("run1", "extract", identity)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(identity, "->", id)
 	}
-	id, _ := naming.NewDispatch("run1", "extract", attempt)
-	fmt.Println(id)
 	// Output:
-	// dispatch:run1:extract:k-kdfo6u43zxiplof3rajyylplvs
+	// attempt 1 -> dispatch:run1:extract:1
+	// caller key "evt-42" -> dispatch:run1:extract:k-kdfo6u43zxiplof3rajyylplvs
 }
 
 func ExamplePayloadFingerprint() {
@@ -81,12 +84,9 @@ func ExamplePayloadFingerprint() {
 // An identity must say which attempt a request is: the zero one is
 // refused, so a forgotten attempt never becomes attempt 0.
 func ExampleIdentity_zero() {
-	for _, id := range []naming.Identity{naming.Attempt(2), naming.CallerKey("evt-42"), {}} {
-		slot, err := id.Attempt("extract")
-		fmt.Println(slot, err != nil)
-	}
+	var forgotten naming.Identity
+	_, err := naming.NewDispatch("run1", "extract", forgotten)
+	fmt.Println(err)
 	// Output:
-	// 2 false
-	// k-kdfo6u43zxiplof3rajyylplvs false
-	//  true
+	// invalid internal ID: identity "" is not set: the request must say which attempt it is; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()
 }

@@ -17,8 +17,9 @@ type Kind uint8
 const (
 	// KindDispatch names one attempt of a task: dispatch:{run}:{task}:{attempt}.
 	KindDispatch Kind = iota + 1
-	// KindRetry names the timer that fires a retry of an attempt at a due
-	// time: timer:retry:{run}:{task}:{attempt}:{due_epoch}.
+	// KindRetry names the timer that starts the next attempt of a task at a
+	// due time: timer:retry:{run}:{task}:{attempt}:{due_epoch}, where
+	// {attempt} is the attempt the timer starts, not the one that failed.
 	KindRetry
 	// KindHeartbeat names a liveness check of a running task at a check
 	// time: timer:heartbeat:{run}:{task}:{check_epoch}.
@@ -85,16 +86,29 @@ const (
 	heartbeatPrefix = "timer:heartbeat:"
 )
 
-// NewDispatch builds the ID of one attempt of a task. attempt fills the
-// attempt slot: a decimal number (AttemptNumber), a hashed caller key
-// (AttemptFromKey) or a unique token (AttemptUnique).
-func NewDispatch(runID, taskKey, attempt string) (ID, error) {
+// NewDispatch builds the ID of the attempt of a task that identity names:
+// naming.Attempt(n), naming.CallerKey(key) or naming.Unique(). The zero
+// Identity is refused.
+func NewDispatch(runID, taskKey string, identity Identity) (ID, error) {
+	attempt, err := identity.slot(taskKey)
+	if err != nil {
+		return ID{}, err
+	}
 	return build(ID{kind: KindDispatch, runID: runID, taskKey: taskKey, attempt: attempt})
 }
 
-// NewRetryTimer builds the ID of the timer that retries an attempt at due.
-// Sub-second precision is dropped: timers are named to the second.
-func NewRetryTimer(runID, taskKey, attempt string, due time.Time) (ID, error) {
+// NewRetryTimer builds the ID of the retry timer that, at due, starts the
+// attempt next names: the attempt that follows the failed one, for example
+// naming.Attempt(3) after attempt 2 failed, and the identity the dispatch
+// made when the timer fires uses. The zero Identity is refused. Sub-second
+// precision is dropped: timers are named to the second, so a timer stays
+// one timer only if every call passes the same due time (see
+// timers.Backoff).
+func NewRetryTimer(runID, taskKey string, next Identity, due time.Time) (ID, error) {
+	attempt, err := next.slot(taskKey)
+	if err != nil {
+		return ID{}, err
+	}
 	return build(ID{kind: KindRetry, runID: runID, taskKey: taskKey, attempt: attempt, epoch: due.Unix()})
 }
 
@@ -124,8 +138,8 @@ func (id ID) RunID() string { return id.runID }
 // TaskKey returns the name of the task within its run.
 func (id ID) TaskKey() string { return id.taskKey }
 
-// Attempt returns the attempt slot of a dispatch or retry ID, and "" for a
-// heartbeat.
+// Attempt returns the attempt slot of a dispatch ID (the attempt it is) or
+// of a retry ID (the attempt the timer starts), and "" for a heartbeat.
 func (id ID) Attempt() string { return id.attempt }
 
 // Epoch returns the due time of a retry timer or the check time of a

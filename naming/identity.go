@@ -11,141 +11,106 @@ import (
 	"github.com/gowebpki/jcs"
 )
 
-// Strategy is a way to fill the attempt slot of an ID, and so decides when
-// two requests are the same logical attempt.
-type Strategy uint8
+// strategy is the rule an Identity fills the attempt slot by.
+type strategy uint8
 
-// The identity strategies.
 const (
-	// StrategyStrict uses the attempt number: the same run, task and number
-	// always name the same task.
-	StrategyStrict Strategy = iota + 1
-	// StrategyCallerKey uses a key the caller provides (for example an
-	// upstream event ID), hashed together with the task key.
-	StrategyCallerKey
-	// StrategyUnique uses a fresh UUIDv7, so every request is a new attempt
-	// and nothing is deduplicated.
-	StrategyUnique
+	// strict uses the attempt number: the same run, task and number always
+	// name the same task.
+	strict strategy = iota + 1
+	// callerKey uses a key the caller provides (for example an upstream
+	// event ID), hashed together with the task key.
+	callerKey
+	// unique uses a fresh UUIDv7, so every request is a new attempt and
+	// nothing is deduplicated.
+	unique
 )
 
-// String returns "strict", "caller-key" or "unique".
-func (s Strategy) String() string {
-	switch s {
-	case StrategyStrict:
-		return "strict"
-	case StrategyCallerKey:
-		return "caller-key"
-	case StrategyUnique:
-		return "unique"
-	default:
-		return "Strategy(" + strconv.Itoa(int(s)) + ")"
-	}
-}
-
-// Identity says how to fill the attempt slot of one request. Build one with
-// Attempt, CallerKey or Unique. The zero Identity is refused: a request
-// must say which attempt it is, so a forgotten attempt never becomes
-// attempt 0. A field of another strategy set beside Strategy is refused
-// too, so a key is never silently ignored.
+// Identity says which logical attempt a request is, and so fills the
+// attempt slot of its ID. Only Attempt, CallerKey and Unique make one. The
+// zero Identity says nothing and is refused wherever an identity is needed,
+// so a forgotten attempt never becomes attempt 0.
 type Identity struct {
-	// Strategy picks the rule. Required.
-	Strategy Strategy
-	// Number is the attempt number for StrategyStrict.
-	Number uint64
-	// Key is the caller's idempotency key for StrategyCallerKey.
-	Key string
+	strategy strategy
+	number   uint64
+	key      string
 }
 
-// Attempt returns the identity of attempt number n (StrategyStrict): the
-// same run, task and number always name the same task. Numbering is the
-// caller's; 0 is a number like any other.
-func Attempt(n uint64) Identity { return Identity{Strategy: StrategyStrict, Number: n} }
+// Attempt returns the identity of attempt number n: the same run, task and
+// number always name the same task. Numbering is the caller's; 0 is a
+// number like any other.
+func Attempt(n uint64) Identity { return Identity{strategy: strict, number: n} }
 
 // CallerKey returns the identity of the attempt named by the caller's
-// idempotency key (StrategyCallerKey), for example an upstream event ID.
-func CallerKey(key string) Identity { return Identity{Strategy: StrategyCallerKey, Key: key} }
+// idempotency key, for example an upstream event ID. The key is hashed
+// together with the task key, so one key used for two kinds of task names
+// two attempts. An empty key is refused where the identity is used
+// (ErrMissingKey), as is one longer than MaxKeyLength bytes or not valid
+// UTF-8.
+func CallerKey(key string) Identity { return Identity{strategy: callerKey, key: key} }
 
-// Unique returns an identity that makes every request a new attempt
-// (StrategyUnique).
-func Unique() Identity { return Identity{Strategy: StrategyUnique} }
+// Unique returns an identity that makes every request a new attempt: each
+// ID built from it gets a fresh UUIDv7, so nothing is deduplicated.
+func Unique() Identity { return Identity{strategy: unique} }
+
+// IsZero reports whether i is the zero Identity, which names no attempt.
+func (i Identity) IsZero() bool { return i.strategy == 0 }
+
+// String describes the identity as it was made: "attempt 2", "caller key
+// \"evt-42\"" or "unique", and "" for the zero Identity.
+func (i Identity) String() string {
+	switch i.strategy {
+	case strict:
+		return "attempt " + strconv.FormatUint(i.number, 10)
+	case callerKey:
+		return "caller key " + strconv.Quote(i.key)
+	case unique:
+		return "unique"
+	}
+	return ""
+}
 
 // identityHint says how to write each identity, for error messages.
 const identityHint = "; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()"
 
-// Attempt returns the attempt slot for a request on taskKey. Errors match
-// ErrInvalidID and name the field: a zero Strategy, a field that the
-// strategy does not use, a missing key (ErrMissingKey).
-func (i Identity) Attempt(taskKey string) (string, error) {
-	bad := func(component, value, rule string) (string, error) {
-		return "", &Error{Component: component, Value: value, Rule: rule}
+// slot returns the attempt slot the identity gives a request on taskKey.
+// Errors match ErrInvalidID: the zero Identity (component "identity") and
+// a bad caller key (ErrMissingKey when it is empty).
+func (i Identity) slot(taskKey string) (string, error) {
+	switch i.strategy {
+	case strict:
+		return strconv.FormatUint(i.number, 10), nil
+	case callerKey:
+		return keySlot(taskKey, i.key)
+	case unique:
+		return "u-" + uuid.Must(uuid.NewV7()).String(), nil
 	}
-	switch i.Strategy {
-	case 0:
-		switch {
-		case i.Key != "":
-			return bad("strategy", "", "is not set although Key is: set Strategy to StrategyCallerKey"+identityHint)
-		case i.Number != 0:
-			return bad("strategy", "", "is not set although Number is: set Strategy to StrategyStrict"+identityHint)
-		}
-		return bad("strategy", "", "is not set: the request must say which attempt it is"+identityHint)
-	case StrategyStrict:
-		if i.Key != "" {
-			return bad("idempotency key", i.Key, "is set with the strict strategy, which uses Number only"+identityHint)
-		}
-		return AttemptNumber(i.Number), nil
-	case StrategyCallerKey:
-		if i.Number != 0 {
-			return bad("number", AttemptNumber(i.Number), "is set with the caller-key strategy, which uses Key only"+identityHint)
-		}
-		return AttemptFromKey(taskKey, i.Key)
-	case StrategyUnique:
-		if i.Number != 0 {
-			return bad("number", AttemptNumber(i.Number), "is set with the unique strategy, which uses neither Number nor Key"+identityHint)
-		}
-		if i.Key != "" {
-			return bad("idempotency key", i.Key, "is set with the unique strategy, which uses neither Number nor Key"+identityHint)
-		}
-		return AttemptUnique(), nil
-	default:
-		return bad("strategy", i.Strategy.String(), "must be strict, caller-key or unique"+identityHint)
-	}
+	return "", &Error{Component: "identity", Value: "", Rule: "is not set: the request must say which attempt it is" + identityHint}
 }
-
-// AttemptNumber returns the canonical attempt slot for attempt number n.
-func AttemptNumber(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // MaxKeyLength bounds a caller-provided idempotency key, in bytes.
 const MaxKeyLength = 1024
 
-// AttemptFromKey returns the attempt slot for a caller-provided idempotency
-// key: "k-" and 26 base32 characters of SHA-256 over the task key and the
-// caller key. The task key is part of the hash, so one caller key used for
-// two kinds of task gives two different attempts. Any non-empty UTF-8 key up
-// to MaxKeyLength bytes is accepted; a missing key is an error matching
-// ErrMissingKey.
-func AttemptFromKey(taskKey, callerKey string) (string, error) {
-	if callerKey == "" {
-		return "", &Error{Component: "idempotency key", Value: callerKey,
-			Rule: "is missing; the caller-key strategy needs a non-empty key", missingKey: true}
+// keySlot returns the attempt slot of a caller-provided idempotency key:
+// "k-" and 26 base32 characters of SHA-256 over the task key and the
+// caller key.
+func keySlot(taskKey, key string) (string, error) {
+	if key == "" {
+		return "", &Error{Component: "idempotency key", Value: key,
+			Rule: "is missing; naming.CallerKey needs a non-empty key", missingKey: true}
 	}
-	if len(callerKey) > MaxKeyLength {
-		return "", &Error{Component: "idempotency key", Value: callerKey[:32] + "…",
-			Rule: fmt.Sprintf("is %d bytes long; at most %d allowed", len(callerKey), MaxKeyLength)}
+	if len(key) > MaxKeyLength {
+		return "", &Error{Component: "idempotency key", Value: key[:32] + "…",
+			Rule: fmt.Sprintf("is %d bytes long; at most %d allowed", len(key), MaxKeyLength)}
 	}
-	if !utf8.ValidString(callerKey) {
-		return "", &Error{Component: "idempotency key", Value: callerKey, Rule: "is not valid UTF-8"}
+	if !utf8.ValidString(key) {
+		return "", &Error{Component: "idempotency key", Value: key, Rule: "is not valid UTF-8"}
 	}
 	if err := checkComponent("task_key", taskKey, MaxComponentLength); err != nil {
 		return "", err
 	}
 	// The length prefix keeps ("ab","c") and ("a","bc") apart.
-	return hashText("k-", fmt.Sprintf("%d:%s:%s", len(taskKey), taskKey, callerKey)), nil
-}
-
-// AttemptUnique returns a fresh attempt slot that no other call returns:
-// "u-" and a UUIDv7, whose time-ordered bits keep outbox files well sorted.
-func AttemptUnique() string {
-	return "u-" + uuid.Must(uuid.NewV7()).String()
+	return hashText("k-", fmt.Sprintf("%d:%s:%s", len(taskKey), taskKey, key)), nil
 }
 
 // PayloadFingerprint returns the lowercase hex SHA-256 of a request body, so
@@ -159,14 +124,4 @@ func PayloadFingerprint(body []byte) string {
 	}
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
-}
-
-// ParseStrategy is the inverse of Strategy.String.
-func ParseStrategy(s string) (Strategy, error) {
-	for _, st := range []Strategy{StrategyStrict, StrategyCallerKey, StrategyUnique} {
-		if s == st.String() {
-			return st, nil
-		}
-	}
-	return 0, &Error{Component: "strategy", Value: s, Rule: "must be strict, caller-key or unique"}
 }

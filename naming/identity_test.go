@@ -1,8 +1,10 @@
 package naming_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -10,137 +12,118 @@ import (
 	"github.com/ctdispatch/ctdispatch/naming"
 )
 
-func TestAttemptFromKey(t *testing.T) {
+// dispatchSlot is the attempt slot of the dispatch ID identity makes for
+// task extract of run1.
+func dispatchSlot(t *testing.T, identity naming.Identity) string {
+	t.Helper()
+	id, err := naming.NewDispatch("run1", "extract", identity)
+	require.NoError(t, err)
+	return id.Attempt()
+}
+
+func TestCallerKey(t *testing.T) {
 	t.Parallel()
-	a, err := naming.AttemptFromKey("extract", "evt-42")
-	require.NoError(t, err)
+	a := dispatchSlot(t, naming.CallerKey("evt-42"))
 	require.Equal(t, "k-kdfo6u43zxiplof3rajyylplvs", a)
+	require.Equal(t, a, dispatchSlot(t, naming.CallerKey("evt-42")), "the same key on the same task must give the same attempt")
 
-	again, err := naming.AttemptFromKey("extract", "evt-42")
+	other, err := naming.NewDispatch("run1", "load", naming.CallerKey("evt-42"))
 	require.NoError(t, err)
-	require.Equal(t, a, again, "the same key on the same task must give the same attempt")
-
-	other, err := naming.AttemptFromKey("load", "evt-42")
-	require.NoError(t, err)
-	require.NotEqual(t, a, other, "one key on two task kinds must not collide")
+	require.NotEqual(t, a, other.Attempt(), "one key on two task kinds must not collide")
 
 	// Moving a character between task key and caller key changes the hash.
-	x, err := naming.AttemptFromKey("ab", "c")
+	x, err := naming.NewDispatch("r", "ab", naming.CallerKey("c"))
 	require.NoError(t, err)
-	y, err := naming.AttemptFromKey("a", "bc")
+	y, err := naming.NewDispatch("r", "a", naming.CallerKey("bc"))
 	require.NoError(t, err)
-	require.NotEqual(t, x, y)
+	require.NotEqual(t, x.Attempt(), y.Attempt())
 
-	id, err := naming.NewDispatch("run1", "extract", a)
-	require.NoError(t, err, "a key attempt is a valid attempt slot")
-	require.Equal(t, "dispatch:run1:extract:k-kdfo6u43zxiplof3rajyylplvs", id.String())
+	timer, err := naming.NewRetryTimer("run1", "extract", naming.CallerKey("evt-42"), time.Unix(1705340400, 0))
+	require.NoError(t, err)
+	require.Equal(t, "timer:retry:run1:extract:k-kdfo6u43zxiplof3rajyylplvs:1705340400", timer.String(),
+		"a retry timer names the attempt it starts as that attempt's dispatch does")
 }
 
-func TestAttemptFromKeyRejects(t *testing.T) {
+func TestCallerKeyRejects(t *testing.T) {
 	t.Parallel()
-	_, err := naming.AttemptFromKey("extract", "")
-	require.ErrorIs(t, err, naming.ErrMissingKey)
-	require.ErrorIs(t, err, naming.ErrInvalidID)
-	require.EqualError(t, err, `invalid internal ID: idempotency key "" is missing; the caller-key strategy needs a non-empty key`)
-
-	_, err = naming.AttemptFromKey("extract", strings.Repeat("k", naming.MaxKeyLength+1))
-	require.EqualError(t, err, `invalid internal ID: idempotency key "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk…" is 1025 bytes long; at most 1024 allowed`)
-	require.NotErrorIs(t, err, naming.ErrMissingKey)
-
-	_, err = naming.AttemptFromKey("extract", "\xff")
-	require.EqualError(t, err, `invalid internal ID: idempotency key "\xff" is not valid UTF-8`)
-
-	_, err = naming.AttemptFromKey("bad key", "k")
-	require.EqualError(t, err, `invalid internal ID: task_key "bad key" contains whitespace (' '); allowed: [A-Za-z0-9._-]`)
+	tests := []struct {
+		name    string
+		task    string
+		key     string
+		want    string
+		missing bool
+	}{
+		{"empty", "extract", "", `idempotency key "" is missing; naming.CallerKey needs a non-empty key`, true},
+		{"too long", "extract", strings.Repeat("k", naming.MaxKeyLength+1), `idempotency key "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk…" is 1025 bytes long; at most 1024 allowed`, false},
+		{"not UTF-8", "extract", "\xff", `idempotency key "\xff" is not valid UTF-8`, false},
+		{"bad task key", "bad key", "k", `task_key "bad key" contains whitespace (' '); allowed: [A-Za-z0-9._-]`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := naming.NewDispatch("run1", tt.task, naming.CallerKey(tt.key))
+			require.ErrorIs(t, err, naming.ErrInvalidID)
+			require.EqualError(t, err, "invalid internal ID: "+tt.want)
+			require.Equal(t, tt.missing, errors.Is(err, naming.ErrMissingKey))
+		})
+	}
 }
 
-func TestAttemptUnique(t *testing.T) {
+func TestUnique(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
 	for range 1000 {
-		a := naming.AttemptUnique()
+		a := dispatchSlot(t, naming.Unique())
 		require.False(t, seen[a], "duplicate unique attempt %s", a)
 		seen[a] = true
 		require.True(t, strings.HasPrefix(a, "u-"))
 		u, err := uuid.Parse(a[2:])
 		require.NoError(t, err)
 		require.Equal(t, uuid.Version(7), u.Version())
-		_, err = naming.NewDispatch("r", "t", a)
-		require.NoError(t, err)
 	}
 }
 
-func TestIdentityAttempt(t *testing.T) {
+func TestIdentitySlot(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
 		in   naming.Identity
 		want string
+		text string
 	}{
-		{"strict", naming.Attempt(12), "12"},
-		{"Attempt", naming.Attempt(12), "12"},
-		{"Attempt(0) is said, so it is attempt 0", naming.Attempt(0), "0"},
-		{"CallerKey", naming.CallerKey("evt-42"), "k-kdfo6u43zxiplof3rajyylplvs"},
-		{"caller key", naming.CallerKey("evt-42"), "k-kdfo6u43zxiplof3rajyylplvs"},
+		{"Attempt", naming.Attempt(12), "12", "attempt 12"},
+		{"Attempt(0) is said, so it is attempt 0", naming.Attempt(0), "0", "attempt 0"},
+		{"CallerKey", naming.CallerKey("evt-42"), "k-kdfo6u43zxiplof3rajyylplvs", `caller key "evt-42"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := tt.in.Attempt("extract")
-			require.NoError(t, err)
-			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.want, dispatchSlot(t, tt.in))
+			require.Equal(t, tt.text, tt.in.String())
+			require.False(t, tt.in.IsZero())
 		})
 	}
-	u, err := naming.Identity{Strategy: naming.StrategyUnique}.Attempt("extract")
-	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(u, "u-"))
-
-	_, err = naming.Identity{Strategy: naming.StrategyCallerKey}.Attempt("extract")
-	require.ErrorIs(t, err, naming.ErrMissingKey)
-	_, err = naming.Identity{Strategy: 9}.Attempt("extract")
-	require.EqualError(t, err, `invalid internal ID: strategy "Strategy(9)" must be strict, caller-key or unique`+hint)
+	require.Equal(t, "unique", naming.Unique().String())
+	require.False(t, naming.Unique().IsZero())
 }
 
-const hint = "; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()"
-
-// Every identity a user can write that does not say one attempt plainly is
-// refused, naming what is wrong: a forgotten attempt is never attempt 0,
-// and a key is never ignored.
-func TestIdentityRefusesSilentAnswers(t *testing.T) {
+// The zero Identity, the one value a user can write without a
+// constructor, is refused by every constructor that needs an attempt, and
+// the error names it: a forgotten attempt is never attempt 0.
+func TestZeroIdentityRefused(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		in   naming.Identity
-		want string
-	}{
-		{"zero", naming.Identity{}, `strategy "" is not set: the request must say which attempt it is` + hint},
-		{"key without strategy", naming.Identity{Key: "evt-43"}, `strategy "" is not set although Key is: set Strategy to StrategyCallerKey` + hint},
-		{"number without strategy", naming.Identity{Number: 3}, `strategy "" is not set although Number is: set Strategy to StrategyStrict` + hint},
-		{"strict with a key", naming.Identity{Strategy: naming.StrategyStrict, Number: 1, Key: "k"}, `idempotency key "k" is set with the strict strategy, which uses Number only` + hint},
-		{"caller key with a number", naming.Identity{Strategy: naming.StrategyCallerKey, Number: 2, Key: "k"}, `number "2" is set with the caller-key strategy, which uses Key only` + hint},
-		{"unique with a number", naming.Identity{Strategy: naming.StrategyUnique, Number: 2}, `number "2" is set with the unique strategy, which uses neither Number nor Key` + hint},
-		{"unique with a key", naming.Identity{Strategy: naming.StrategyUnique, Key: "k"}, `idempotency key "k" is set with the unique strategy, which uses neither Number nor Key` + hint},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := tt.in.Attempt("extract")
-			require.ErrorIs(t, err, naming.ErrInvalidID)
-			require.EqualError(t, err, "invalid internal ID: "+tt.want)
-		})
-	}
-}
-
-func TestStrategyText(t *testing.T) {
-	t.Parallel()
-	for s, want := range map[naming.Strategy]string{naming.StrategyStrict: "strict", naming.StrategyCallerKey: "caller-key", naming.StrategyUnique: "unique"} {
-		require.Equal(t, want, s.String())
-		back, err := naming.ParseStrategy(want)
-		require.NoError(t, err)
-		require.Equal(t, s, back)
-	}
-	_, err := naming.ParseStrategy("loose")
-	require.EqualError(t, err, `invalid internal ID: strategy "loose" must be strict, caller-key or unique`)
+	var zero naming.Identity
+	require.True(t, zero.IsZero())
+	require.Equal(t, "", zero.String())
+	const want = `invalid internal ID: identity "" is not set: the request must say which attempt it is; use naming.Attempt(n), naming.CallerKey(key) or naming.Unique()`
+	_, err := naming.NewDispatch("run1", "extract", zero)
+	require.ErrorIs(t, err, naming.ErrInvalidID)
+	require.EqualError(t, err, want)
+	var e *naming.Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "identity", e.Component)
+	_, err = naming.NewRetryTimer("run1", "extract", zero, time.Unix(1705340400, 0))
+	require.EqualError(t, err, want)
 }
 
 func TestPayloadFingerprint(t *testing.T) {

@@ -30,8 +30,8 @@ const allowedChars = "[A-Za-z0-9._-]"
 // package.
 var ErrInvalidID = errors.New("invalid internal ID")
 
-// ErrMissingKey is matched (errors.Is) when the caller-provided identity
-// strategy is used without a key. It also matches ErrInvalidID.
+// ErrMissingKey is matched (errors.Is) when an ID is built from
+// CallerKey(""). It also matches ErrInvalidID.
 var ErrMissingKey = errors.New("missing idempotency key")
 
 // Error describes why an internal ID, or one of its parts, is invalid. It
@@ -41,8 +41,8 @@ type Error struct {
 	Input string
 	// Component names the part that broke a rule: "run_id", "task_key",
 	// "attempt", "due_epoch", "check_epoch", "prefix", "kind",
-	// "internal ID", or a field of an Identity: "strategy", "number" or
-	// "idempotency key".
+	// "internal ID", "identity" (the zero Identity) or "idempotency key"
+	// (the key of CallerKey).
 	Component string
 	// Value is the offending value of the component.
 	Value string

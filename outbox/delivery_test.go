@@ -21,9 +21,9 @@ func TestLookupDeliveries(t *testing.T) {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
 	box := outbox.NewMemory(clock)
-	extract, err := naming.NewDispatch("run1", "extract", "1")
+	extract, err := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	require.NoError(t, err)
-	load, err := naming.NewDispatch("run1", "load", "1")
+	load, err := naming.NewDispatch("run1", "load", naming.Attempt(1))
 	require.NoError(t, err)
 	for _, d := range []struct {
 		id     naming.ID

@@ -18,7 +18,7 @@ func ExampleNewMemory() {
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	m := outbox.NewMemory(clock)
-	id, _ := naming.NewDispatch("run1", "extract", "1")
+	id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	err := outbox.AppendAndWait(ctx, m, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: "d_made_up", Status: outbox.StatusCreated})
 	fmt.Println(errors.Is(err, outbox.ErrForeignRecord))
 	_ = outbox.AppendAndWait(ctx, m, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), Status: outbox.StatusPending})

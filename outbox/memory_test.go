@@ -16,7 +16,7 @@ import (
 func TestMemoryAppendCallsBackAtOnce(t *testing.T) {
 	t.Parallel()
 	m := outbox.NewMemory(clockwork.NewFakeClock())
-	id, err := naming.NewDispatch("r", "t", "1")
+	id, err := naming.NewDispatch("r", "t", naming.Attempt(1))
 	require.NoError(t, err)
 	rec := outbox.RecordOf(id)
 	rec.Status = outbox.StatusCreated

@@ -11,12 +11,16 @@
 // delay that starts at Initial and is multiplied by Multiplier after each
 // attempt, capped at Max, with no jitter, so the same failure always names
 // the same timer (its ID carries the due time) and a repeated schedule
-// call is deduplicated.
+// call is deduplicated, provided the failure time is one that was kept.
+// The timer starts the next attempt, n+1.
 //
 // # Heartbeats
 //
 // Heartbeat gives the check times of a running task: every Every after it
-// started. The check time names the timer, so each check is one task.
+// started, to the second. The check time names the timer, so each check is
+// one task, and Next never gives back the check it was asked to go past,
+// also for a start with a fraction of a second: after a cancelled check,
+// Next gives the one after it, under a new name.
 //
 // # The 30-day horizon
 //

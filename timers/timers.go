@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/ctdispatch/ctdispatch/internal/backoff"
 )
 
 // MaxAhead is how far ahead of now Cloud Tasks accepts a task's schedule
@@ -58,16 +60,15 @@ func (b Backoff) Delay(n uint64) (time.Duration, error) {
 	case b.Multiplier < 1 || math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0):
 		return 0, fmt.Errorf("timers: Backoff.Multiplier %v is not a number of at least 1", b.Multiplier)
 	}
-	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(n-1))
-	if d >= float64(b.Max) {
-		return b.Max, nil
-	}
-	return time.Duration(d), nil
+	return backoff.Exponential(b.Initial, b.Max, b.Multiplier, n), nil
 }
 
 // Due returns when the retry of attempt n, which failed at failedAt, is
 // due, to the second (a timer is named to the second, so the same failure
-// always names the same timer).
+// always names the same timer). The retry timer starts attempt n+1: its
+// cloudtasks.TimerRequest has Next naming.Attempt(n+1) and At this time.
+// Pass the failure time the orchestrator kept, not the time of the call,
+// so that a call repeated after a restart names the same timer.
 func (b Backoff) Due(failedAt time.Time, n uint64) (time.Time, error) {
 	d, err := b.Delay(n)
 	if err != nil {
@@ -83,9 +84,11 @@ type Heartbeat struct {
 	Every time.Duration
 }
 
-// Next returns the first check time strictly after after, counted in
-// whole Every steps from started. An error names a bad Every or a started
-// after after.
+// Next returns the first check time strictly after after that a check can
+// be named by: a whole Every step from started, to the second (a check is
+// named to the second). When started has a fraction of a second, a step
+// can land on after itself once truncated, so the step after it is
+// returned. An error names a bad Every or a started after after.
 func (h Heartbeat) Next(started, after time.Time) (time.Time, error) {
 	switch {
 	case h.Every < time.Second:
@@ -94,7 +97,11 @@ func (h Heartbeat) Next(started, after time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("timers: started %s is after %s", started.UTC().Format(time.RFC3339), after.UTC().Format(time.RFC3339))
 	}
 	steps := after.Sub(started)/h.Every + 1
-	return started.Add(steps * h.Every).Truncate(time.Second).UTC(), nil
+	next := started.Add(steps * h.Every).Truncate(time.Second)
+	if !next.After(after) {
+		next = started.Add((steps + 1) * h.Every).Truncate(time.Second)
+	}
+	return next.UTC(), nil
 }
 
 // Arm says what to schedule, at now, for a timer meant to fire at want:

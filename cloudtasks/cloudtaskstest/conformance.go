@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/ctdispatch/ctdispatch/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 )
 
 // Target is a Cloud Tasks endpoint under test.

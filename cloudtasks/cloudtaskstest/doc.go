@@ -1,7 +1,7 @@
 // Package cloudtaskstest is a conformance suite for Cloud Tasks endpoints:
 // it asserts, through the official Go client, the behaviours ctdispatch
 // depends on (real status codes, anchored name validation, the service's
-// limits, among them a task of exactly internal/tasksize's Max accepted,
+// limits, among them a task of exactly cloudtasks/internal/tasksize's Max accepted,
 // names that stay taken after delete and purge, BASIC and FULL views,
 // paging with page tokens bound to their request (another queue's token,
 // a forged one and a switched filter are InvalidArgument; an expired one

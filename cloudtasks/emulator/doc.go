@@ -26,7 +26,7 @@
 // Requests are checked as the service checks them, with its status codes:
 // NotFound for a missing queue or task, AlreadyExists for a taken name,
 // InvalidArgument naming the field and the rule (anchored task and queue
-// IDs, a task named into another queue, a task size within internal/tasksize's Max of 10^6 bytes on the wire, schedule_time at
+// IDs, a task named into another queue, a task size within cloudtasks/internal/tasksize's Max of 10^6 bytes on the wire, schedule_time at
 // most 30 days ahead, dispatch_deadline from 15 s to 30 min, URL length,
 // a body only with POST, PUT or PATCH).
 //

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
-	"github.com/ctdispatch/ctdispatch/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 )
 
 const (

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/ctdispatch/ctdispatch/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 )
 
 // The service's limits, as documented for HTTP targets.

@@ -89,7 +89,7 @@ func parseErr(t *testing.T, s string) string {
 // The parser never panics, and what it accepts fits together: the key's
 // Cloud Tasks ID is the task name, the counts are not negative.
 func FuzzDelivery(f *testing.F) {
-	id, _ := naming.NewDispatch("run1", "extract", "1")
+	id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	timer, _ := naming.NewHeartbeat("run1", "load", time.Unix(1772368200, 0))
 	for _, key := range []string{id.String(), timer.String(), "", "dispatch:a:b:", "timer:retry:x"} {
 		f.Add(key, id.CloudTaskID(), "0", "1", "1764061200.25", "", true)

@@ -32,7 +32,7 @@ func Example() {
 	defer srv.Close()
 
 	// What Cloud Tasks sends for a task ctdispatch dispatched, twice.
-	id, _ := naming.NewDispatch("run1", "extract", "1")
+	id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	for range 2 {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"table":"orders"}`))
 		req.Header.Set("X-CloudTasks-QueueName", "work")

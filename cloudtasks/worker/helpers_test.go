@@ -118,7 +118,7 @@ func (e *emu) statuses() []int {
 
 func mustID(t testing.TB, run, task, attempt string) naming.ID {
 	t.Helper()
-	id, err := naming.NewDispatch(run, task, attempt)
+	id, err := naming.Parse("dispatch:" + run + ":" + task + ":" + attempt)
 	require.NoError(t, err)
 	return id
 }

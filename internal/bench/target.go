@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -255,7 +254,7 @@ func (t *target) op(m Mode, run string, body []byte, batch int) (opFunc, error) 
 		return func(ctx context.Context, key uint64) (bool, error) {
 			req := &cloudtaskspb.BatchCreateTasksRequest{Parent: Queue, Requests: make([]*cloudtaskspb.CreateTaskRequest, batch)}
 			for i := range batch {
-				id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key*uint64(batch)+uint64(i), 10))
+				id, err := naming.NewDispatch(run, "t", naming.Attempt(key*uint64(batch)+uint64(i)))
 				if err != nil {
 					return false, err
 				}
@@ -278,7 +277,7 @@ func (t *target) op(m Mode, run string, body []byte, batch int) (opFunc, error) 
 		}, nil
 	case ModeCreateBare:
 		return func(ctx context.Context, key uint64) (bool, error) {
-			id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key, 10))
+			id, err := naming.NewDispatch(run, "t", naming.Attempt(key))
 			if err != nil {
 				return false, err
 			}
@@ -298,12 +297,12 @@ func (t *target) op(m Mode, run string, body []byte, batch int) (opFunc, error) 
 		due := time.Now().Add(time.Hour).Truncate(time.Second)
 		return func(ctx context.Context, key uint64) (bool, error) {
 			res, err := t.disp[ModeDispatch].ScheduleTimer(ctx, cloudtasks.TimerRequest{Kind: naming.KindRetry, RunID: run, TaskKey: "t",
-				Identity: naming.Attempt(key), At: due, Task: task})
+				Next: naming.Attempt(key), At: due, Task: task})
 			return res.Outcome == cloudtasks.OutcomeAlreadyExisted, err
 		}, nil
 	case ModeNaming:
 		return func(_ context.Context, key uint64) (bool, error) {
-			id, err := naming.NewDispatch(run, "t", strconv.FormatUint(key, 10))
+			id, err := naming.NewDispatch(run, "t", naming.Attempt(key))
 			if err != nil {
 				return false, err
 			}

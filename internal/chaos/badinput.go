@@ -95,7 +95,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	sched := d
 	libCases = []badCase{
 		{"no identity", dispatch(cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Task: good}),
-			cloudtasks.ErrInvalidRequest, []string{"Identity.Strategy", "must say which attempt"}},
+			cloudtasks.ErrInvalidRequest, []string{"Identity", "must say which attempt"}},
 		{"run ID with a space", dispatch(cloudtasks.DispatchRequest{RunID: "run one", TaskKey: "t", Identity: naming.Attempt(1), Task: good}),
 			cloudtasks.ErrInvalidRequest, []string{"RunID", `"run one"`, "whitespace"}},
 		{"empty task key", dispatch(cloudtasks.DispatchRequest{RunID: "r", TaskKey: "", Identity: naming.Attempt(1), Task: good}),
@@ -108,7 +108,7 @@ func (r *run) badInput(ctx context.Context) Result {
 			cloudtasks.ErrInvalidRequest, []string{"ScheduleTime", far.UTC().Format(time.RFC3339), "30 days"}},
 		{"timer 31 days ahead", func(ctx context.Context) error {
 			_, err := sched.ScheduleTimer(ctx, cloudtasks.TimerRequest{Kind: naming.KindRetry, RunID: "bad", TaskKey: "t",
-				Identity: naming.Attempt(1), At: far, Task: cloudtasks.Task{URL: targetURL}})
+				Next: naming.Attempt(1), At: far, Task: cloudtasks.Task{URL: targetURL}})
 			return err
 		}, cloudtasks.ErrTooFar, []string{"At", far.UTC().Format(time.RFC3339), "30 days"}},
 		{"ftp URL", dispatch(withTask(func(t *cloudtasks.Task) { t.URL = "ftp://files.example/x" })),

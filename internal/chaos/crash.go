@@ -41,15 +41,16 @@ func (r *run) crash(ctx context.Context) Result {
 	killed, early, finished := 0, 0, 0
 	var rec recoverCounts
 	// Each kill is keyed to an answer that is sure to come, never to a
-	// delay: after a random number of new answers, at most 2n/kills and
-	// fewer than the requests still open (so about half the batch is left
-	// for the runs after the last kill, and the process always has more to
-	// do when it is killed), or, one time in five, after a random number
+	// delay: after a random number of new answers, at most n/(2·kills) and
+	// fewer than the requests still open (so the planned kills take about a
+	// quarter of the batch, leaving room for the answers a process gives
+	// between the planned one and the signal, and the process always has
+	// more to do when it is killed), or, one time in five, after a random number
 	// of answers of any kind, which may land among the skips of requests
 	// an earlier run finished. A run that still finishes first (the
 	// process answered its last requests between our read and the signal)
 	// is run again; it does not count as a kill.
-	maxNew := max(1, 2*n/kills)
+	maxNew := max(1, n/(2*kills))
 	for cycle := 0; killed < kills && cycle < 3*kills && ctx.Err() == nil; cycle++ {
 		if cycle > 0 {
 			c, err := r.recoverOnce(ctx, emu.Addr(), root)
@@ -160,6 +161,7 @@ func (r *run) dispatchUntilKilled(ctx context.Context, addr, root, file string, 
 	if err != nil {
 		return out, err
 	}
+	shrinkPipe(stdout)
 	if err := cmd.Start(); err != nil {
 		return out, err
 	}

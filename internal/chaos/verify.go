@@ -44,7 +44,7 @@ func (b batch) taskKey(i int) string { return fmt.Sprintf("t%05d", i) }
 
 // id returns the internal ID of request i.
 func (b batch) id(i int) naming.ID {
-	id, err := naming.NewDispatch(b.run, b.taskKey(i), "1")
+	id, err := naming.NewDispatch(b.run, b.taskKey(i), naming.Attempt(1))
 	if err != nil {
 		panic(fmt.Sprintf("chaos: batch ID: %v", err)) // the keys are built valid
 	}

@@ -72,7 +72,7 @@ func TestBinaryBucketOutbox(t *testing.T) {
 	ctx := context.Background()
 	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, LogDir: t.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
-	id, err := naming.NewDispatch("r", "lost", "1")
+	id, err := naming.NewDispatch("r", "lost", naming.Attempt(1))
 	require.NoError(t, err)
 	require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: dqQueue, RunID: "r", TaskKey: "lost", Attempt: "1", Status: outbox.StatusPending, UpdatedAt: time.Now().Add(-time.Hour)}))

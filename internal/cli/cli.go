@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // Env is everything a command may touch outside its arguments. Tests build
@@ -47,12 +49,14 @@ const (
 	exitFailed     = 1
 	exitUsage      = 2
 	exitIncomplete = 3
+	exitLost       = 4
 )
 
 // Run executes the CLI with args (without the program name) and returns the
 // process exit code: 0 on success, 1 on a failed operation or no result, 2
 // on a usage error, 3 when an answer was printed but may be incomplete
-// because files were skipped.
+// because files were skipped, 4 when compact stepped back from a unit
+// another compaction committed first.
 func Run(ctx context.Context, args []string, env Env) int {
 	env = env.withDefaults()
 	root := newRootCmd(&env)
@@ -72,6 +76,8 @@ func Run(ctx context.Context, args []string, env Env) int {
 		return exitUsage
 	case errors.As(err, &ie):
 		return exitIncomplete
+	case errors.Is(err, parquetbox.ErrUnitLost):
+		return exitLost
 	}
 	return exitFailed
 }
@@ -156,7 +162,8 @@ Results go to stdout, errors to stderr as one line. Exit status: 0 success;
 1 the operation failed or found nothing; 2 the command was called wrongly
 (unknown command or flag, extra argument, bad flag value); 3 an answer was
 printed but may be incomplete (query and stats skipped damaged or foreign
-files, listed on stderr).`,
+files, listed on stderr); 4 compact lost a unit to another compaction and
+stepped back (nothing of that unit changed).`,
 		Version:                    versionString(),
 		Args:                       rootArgs,
 		SuggestionsMinimumDistance: 2,

@@ -103,6 +103,8 @@ func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
 	case parquetbox.PartitionBusy:
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
+	case parquetbox.PartitionLost:
+		return fmt.Sprintf("%s: lost, stepped back: another compaction committed it first; outputs discarded, nothing changed", where)
 	case parquetbox.PartitionDropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
 	}
@@ -173,11 +175,18 @@ are converted first. Running dispatchers keep appending meanwhile, and an
 interrupted compaction leaves the outbox as it was.
 
 Each unit is compacted under a lease (a small object under _leases/ in
-the outbox), so two compactions of one outbox at once (two machines, or a
-cron overlapping a slow run) never write a row twice: a unit the other
-one holds is reported busy and skipped, so two compactions started
-together share a day's units. A crashed compaction's lease expires after
---lease-ttl (10 minutes).
+the outbox): a unit another compaction holds is reported busy and
+skipped, so two compactions started together share a day's units, and a
+crashed compaction's lease expires after --lease-ttl (10 minutes). What
+makes a compaction's outputs visible is its commit record (under
+_commits/ in the outbox), created only if absent, one generation after the
+commit it read before listing the unit: a compaction that was stopped past
+its lease while another took the unit over and committed cannot create
+its own; it discards its outputs, changes nothing, prints "lost, stepped
+back" for the unit, and exits with status 4 after an error line "lost its
+lease on unit TABLE/UNIT …; stepped back". So overlapping compactions
+never count a row twice, nor bring back what the other one's retention
+dropped.
 
 Last, each table's manifest (_manifests/<table> in the outbox) is
 written or found up to date: it lists every file with its row groups' ID
@@ -192,7 +201,8 @@ under a table, directories that are not created_date=YYYY-MM-DD, symbolic
 links, partitions the process cannot read), files kept because they hold
 foreign rows, a total per table, and what became of its manifest. When
 anything was skipped the exit status is 3, as for query and stats: what
-it holds was not compacted.
+it holds was not compacted. When a unit was lost (above) the exit status
+is 4 and the compaction stops there; run it again.
 
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of

@@ -32,7 +32,7 @@ func TestBinaryTwoCompactionsShareADay(t *testing.T) {
 	require.NoError(t, err)
 	for round := range rounds {
 		for i := range perRound {
-			id, err := naming.NewDispatch("share", fmt.Sprintf("t%d", round*perRound+i), "1")
+			id, err := naming.NewDispatch("share", fmt.Sprintf("t%d", round*perRound+i), naming.Attempt(1))
 			require.NoError(t, err)
 			r := outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 				Queue: cliQueue, RunID: "share", TaskKey: fmt.Sprintf("t%d", round*perRound+i), Attempt: "1", Status: outbox.StatusPending,

@@ -119,7 +119,7 @@ func TestRecoverStaleAfterZeroAndErrors(t *testing.T) {
 	ctx := context.Background()
 	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
-	id, err := naming.NewDispatch("r", "fresh", "1")
+	id, err := naming.NewDispatch("r", "fresh", naming.Attempt(1))
 	require.NoError(t, err)
 	require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: dqQueue, RunID: "r", TaskKey: "fresh", Attempt: "1", Status: outbox.StatusPending}))

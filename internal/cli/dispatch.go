@@ -180,12 +180,22 @@ func (a *attemptNumber) UnmarshalJSON(b []byte) error {
 	if unq, err := strconv.Unquote(s); err == nil && strings.HasPrefix(s, `"`) {
 		s = unq
 	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || naming.AttemptNumber(n) != s {
+	n, err := parseAttemptNumber(s)
+	if err != nil {
 		return fmt.Errorf("attempt %s is not an attempt number; allowed: 0 to 18446744073709551615 without leading zeros, as a number or a string (a caller key goes in \"key\")", b)
 	}
 	*a = attemptNumber(n)
 	return nil
+}
+
+// parseAttemptNumber reads an attempt number in its one canonical decimal
+// form, so "01" is refused rather than read as attempt 1.
+func parseAttemptNumber(s string) (uint64, error) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err == nil && strconv.FormatUint(n, 10) != s {
+		err = fmt.Errorf("attempt %q is not in canonical form", s)
+	}
+	return n, err
 }
 
 // base turns the flags into the line every --from line starts from.
@@ -280,7 +290,7 @@ func (l *requestLine) identity() (naming.Identity, error) {
 	case len(given) > 1:
 		return naming.Identity{}, usagef("%s exclude each other; %s", strings.Join(given, " and "), errIdentity)
 	case l.Unique:
-		return naming.Identity{Strategy: naming.StrategyUnique}, nil
+		return naming.Unique(), nil
 	case l.Key != nil:
 		if *l.Key == "" {
 			return naming.Identity{}, usagef("the key is empty; a caller idempotency key needs at least one character")

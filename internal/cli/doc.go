@@ -7,8 +7,10 @@
 // Results go to the Env's Out and nothing else; an error is one line on Err
 // (library logs only with -v). Run returns 0 on success, 1 when the
 // operation failed or found nothing, 2 for a usage mistake (unknown command
-// or flag, extra argument, bad flag value), and 3 when query or stats
-// printed an answer that may be incomplete because files were skipped.
+// or flag, extra argument, bad flag value), 3 when query or stats
+// printed an answer that may be incomplete because files were skipped, and
+// 4 when compact stepped back from a unit another compaction committed
+// first (parquetbox.ErrUnitLost).
 //
 // # Connections
 //

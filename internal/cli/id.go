@@ -140,7 +140,11 @@ func newIDPartsCmd(asJSON *bool, kind naming.Kind) *cobra.Command {
 	fl.StringVar(&f.run, "run", "", "run ID (required)")
 	fl.StringVar(&f.task, "task", "", "task key (required)")
 	if kind != naming.KindHeartbeat {
-		fl.StringVar(&f.attempt, "attempt", "", "attempt number (strict identity)")
+		attemptHelp := "attempt number"
+		if kind == naming.KindRetry {
+			attemptHelp = "number of the attempt the timer starts (the one after the failed attempt)"
+		}
+		fl.StringVar(&f.attempt, "attempt", "", attemptHelp)
 		fl.StringVar(&f.key, "key", "", "caller idempotency key, hashed into the attempt slot")
 		fl.BoolVar(&f.unique, "unique", false, "a fresh UUIDv7 attempt: never deduplicated")
 	}
@@ -157,23 +161,22 @@ func (f idFlags) build(kind naming.Kind) (naming.ID, error) {
 	if f.run == "" || f.task == "" {
 		return naming.ID{}, usagef("--run and --task are required")
 	}
-	var attempt string
+	var identity naming.Identity
 	if kind != naming.KindHeartbeat {
-		a, err := f.attemptSlot()
-		if err != nil {
+		var err error
+		if identity, err = f.identity(); err != nil {
 			return naming.ID{}, err
 		}
-		attempt = a
 	}
 	switch kind {
 	case naming.KindDispatch:
-		return naming.NewDispatch(f.run, f.task, attempt)
+		return naming.NewDispatch(f.run, f.task, identity)
 	case naming.KindRetry:
 		due, err := parseTimeFlag("--due", f.at)
 		if err != nil {
 			return naming.ID{}, err
 		}
-		return naming.NewRetryTimer(f.run, f.task, attempt, due)
+		return naming.NewRetryTimer(f.run, f.task, identity, due)
 	default:
 		check, err := parseTimeFlag("--check", f.at)
 		if err != nil {
@@ -183,9 +186,9 @@ func (f idFlags) build(kind naming.Kind) (naming.ID, error) {
 	}
 }
 
-// attemptSlot applies the identity strategy the flags choose: exactly one
-// of --attempt, --key and --unique.
-func (f idFlags) attemptSlot() (string, error) {
+// identity is the identity the flags choose: exactly one of --attempt,
+// --key and --unique.
+func (f idFlags) identity() (naming.Identity, error) {
 	set := 0
 	for _, on := range []bool{f.attempt != "", f.key != "", f.unique} {
 		if on {
@@ -193,14 +196,17 @@ func (f idFlags) attemptSlot() (string, error) {
 		}
 	}
 	if set != 1 {
-		return "", usagef("give exactly one of --attempt N, --key KEY or --unique")
+		return naming.Identity{}, usagef("give exactly one of --attempt N, --key KEY or --unique")
 	}
 	switch {
 	case f.key != "":
-		return naming.AttemptFromKey(f.task, f.key)
+		return naming.CallerKey(f.key), nil
 	case f.unique:
-		return naming.AttemptUnique(), nil
-	default:
-		return f.attempt, nil
+		return naming.Unique(), nil
 	}
+	n, err := parseAttemptNumber(f.attempt)
+	if err != nil {
+		return naming.Identity{}, usagef("--attempt %q is not an attempt number; allowed: 0 to 18446744073709551615 without leading zeros (a caller key goes in --key)", f.attempt)
+	}
+	return naming.Attempt(n), nil
 }

@@ -32,7 +32,7 @@ func TestBinaryQueryWithAStaleManifest(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx := context.Background()
-	id, err := naming.NewDispatch("run2", "late", "1")
+	id, err := naming.NewDispatch("run2", "late", naming.Attempt(1))
 	require.NoError(t, err)
 	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000bb")})
 	require.NoError(t, err)

@@ -30,7 +30,7 @@ func seedWorkerOutbox(t *testing.T) string {
 	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(workerProc), Clock: clock})
 	require.NoError(t, err)
 	deliver := func(run, task, attempt, suffix string, retries int32, st outbox.Status, code int32) {
-		id, err := naming.NewDispatch(run, task, attempt)
+		id, err := naming.Parse("dispatch:" + run + ":" + task + ":" + attempt)
 		require.NoError(t, err)
 		r := outbox.DeliveryRecordOf(id, suffix)
 		r.Queue, r.Status, r.Delivery.RetryCount, r.Delivery.ExecutionCount = "orders", outbox.StatusStarted, retries, retries

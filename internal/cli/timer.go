@@ -32,14 +32,16 @@ func newTimerCmd(env *Env) *cobra.Command {
 		Long: `Schedule a retry timer or a heartbeat check as a named Cloud Task, or cancel one.
 
 A retry timer (--due TIME, with exactly one of --attempt N, --key K or
---unique for the attempt it retries) is named
+--unique for the attempt the timer starts: the one after the failed
+attempt, so --attempt 2 once attempt 1 failed) is named
 timer:retry:RUN:TASK:ATTEMPT:DUE_EPOCH; a heartbeat check (--check TIME),
 which has no attempt slot, is named timer:heartbeat:RUN:TASK:CHECK_EPOCH.
 Their Cloud Tasks IDs start with t_ and the task fires at the due or check
-time. Times are RFC 3339 or
-epoch seconds, named to the second; a time in the past fires at once, more
-than 30 days ahead is refused. Repeating the command never creates a second
-task.
+time. Times are RFC 3339 or epoch seconds, named to the second; a time in
+the past fires at once, more than 30 days ahead is refused. Repeating the
+command with the same due or check time never creates a second task: keep
+the failure time a due time is computed from, rather than computing it
+from the time of the call.
 
 --cancel TIMER_ID deletes the timer's task (already gone is a success) and
 records it as cancelled. An ID that neither Cloud Tasks nor the outbox knows
@@ -141,7 +143,7 @@ func (l *requestLine) timer() (cloudtasks.TimerRequest, error) {
 	switch l.Kind {
 	case "retry":
 		req.Kind, at = naming.KindRetry, l.Due
-		if req.Identity, err = l.identity(); err != nil {
+		if req.Next, err = l.identity(); err != nil {
 			return req, err
 		}
 	case "heartbeat":

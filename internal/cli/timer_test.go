@@ -110,7 +110,7 @@ func TestRecoverCommand(t *testing.T) {
 	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: dead})
 	require.NoError(t, err)
 	for _, task := range []string{"a", "b"} {
-		id, err := naming.NewDispatch("r", task, "1")
+		id, err := naming.NewDispatch("r", task, naming.Attempt(1))
 		require.NoError(t, err)
 		require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{
 			Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(), Queue: dqQueue,

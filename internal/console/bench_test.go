@@ -88,7 +88,7 @@ func createBenchTasks(ctx context.Context, client *cloudtasks.Client, queue stri
 	req := &cloudtaskspb.BatchCreateTasksRequest{Parent: queue}
 	for i := start; i < start+n; i++ {
 		// gendata's i-th ID: 500 tasks of 2 attempts per run.
-		id, err := naming.NewDispatch(fmt.Sprintf("run%d", i/1000), fmt.Sprintf("task%d", i/2%500), fmt.Sprint(i%2+1))
+		id, err := naming.NewDispatch(fmt.Sprintf("run%d", i/1000), fmt.Sprintf("task%d", i/2%500), naming.Attempt(uint64(i%2+1)))
 		if err != nil {
 			return err
 		}
@@ -179,7 +179,7 @@ func serve(b *testing.B, srv *Server, path string) *httptest.ResponseRecorder {
 }
 
 func mustCloudID(b *testing.B, run, task, attempt string) string {
-	id, err := naming.NewDispatch(run, task, attempt)
+	id, err := naming.Parse("dispatch:" + run + ":" + task + ":" + attempt)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -61,11 +61,11 @@ func TestIDAndRunPagesShowDeliveries(t *testing.T) {
 	t.Parallel()
 	ids := map[string]naming.ID{}
 	for _, key := range []string{"extract", "transform"} {
-		id, err := naming.NewDispatch("run-1", key, "1")
+		id, err := naming.NewDispatch("run-1", key, naming.Attempt(1))
 		require.NoError(t, err)
 		ids[key] = id
 	}
-	retry, err := naming.NewRetryTimer("run-1", "transform", "2", t0.Add(2*time.Minute))
+	retry, err := naming.NewRetryTimer("run-1", "transform", naming.Attempt(2), t0.Add(2*time.Minute))
 	require.NoError(t, err)
 	ids["retry"] = retry
 	b := setup(t, Config{WorkerOutbox: seedWorkerOutbox(t, ids)})

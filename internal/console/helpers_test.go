@@ -114,11 +114,11 @@ func setup(t testing.TB, cfg Config) *bundle {
 	t.Cleanup(func() { b.client.Close() })
 
 	for _, key := range []string{"extract", "transform", "load"} {
-		id, err := naming.NewDispatch("run-1", key, "1")
+		id, err := naming.NewDispatch("run-1", key, naming.Attempt(1))
 		require.NoError(t, err)
 		b.ids[key] = id
 	}
-	retry, err := naming.NewRetryTimer("run-1", "transform", "2", t0.Add(2*time.Minute))
+	retry, err := naming.NewRetryTimer("run-1", "transform", naming.Attempt(2), t0.Add(2*time.Minute))
 	require.NoError(t, err)
 	b.ids["retry"] = retry
 	// One delivery at a time, so the delivery log's order is fixed.

@@ -358,7 +358,7 @@ const lastTimer = 5 * time.Minute
 func scheduleTimers(ctx context.Context, s *cloudtasks.Dispatcher, workerURL string, now time.Time, runs int, sum *Summary) error {
 	for r := 1; r <= runs; r++ {
 		reqs := []cloudtasks.TimerRequest{
-			{Kind: naming.KindRetry, TaskKey: "transform", Identity: naming.Attempt(2), At: now.Add(2 * time.Minute)},
+			{Kind: naming.KindRetry, TaskKey: "transform", Next: naming.Attempt(2), At: now.Add(2 * time.Minute)},
 			{Kind: naming.KindHeartbeat, TaskKey: "load", At: now.Add(lastTimer)},
 		}
 		for _, req := range reqs {

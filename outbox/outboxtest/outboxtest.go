@@ -67,7 +67,7 @@ type bundle struct {
 
 // dispatch builds a dispatch record of the suite's queue.
 func dispatch(run, task, attempt string, st outbox.Status) outbox.Record {
-	id, err := naming.NewDispatch(run, task, attempt)
+	id, err := naming.Parse("dispatch:" + run + ":" + task + ":" + attempt)
 	if err != nil {
 		panic(err)
 	}
@@ -114,7 +114,7 @@ var tests = []struct {
 		const traceID, spanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 		d := dispatch("run1", "traced", "1", outbox.StatusCreated)
 		d.TraceID, d.SpanID = traceID, spanID
-		id, err := naming.NewRetryTimer("run1", "traced", "1", T0.Add(time.Hour))
+		id, err := naming.NewRetryTimer("run1", "traced", naming.Attempt(1), T0.Add(time.Hour))
 		require.NoError(t, err)
 		tm := outbox.RecordOf(id)
 		tm.Queue, tm.Status, tm.TraceID, tm.SpanID = queue, outbox.StatusCreated, traceID, spanID
@@ -149,7 +149,7 @@ var tests = []struct {
 	}},
 	{"TimerKeepsDueAtAndKind", func(t *testing.T, b *bundle) {
 		due := T0.Add(time.Hour + time.Nanosecond)
-		id, err := naming.NewRetryTimer("run1", "extract", "1", due)
+		id, err := naming.NewRetryTimer("run1", "extract", naming.Attempt(1), due)
 		require.NoError(t, err)
 		r := outbox.Record{Table: outbox.TableTimers, ID: id.String(), Queue: queue, RunID: "run1", TaskKey: "extract",
 			Attempt: "1", Kind: "retry", Status: outbox.StatusCreated, DueAt: due}
@@ -322,9 +322,9 @@ var tests = []struct {
 		// Two deliveries of one dispatch (started, then the outcome), one
 		// of a timer: each delivery folds to its outcome, never the two
 		// deliveries of one task into one.
-		id, err := naming.NewDispatch("run1", "extract", "1")
+		id, err := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 		require.NoError(t, err)
-		timer, err := naming.NewRetryTimer("run1", "extract", "1", T0.Add(time.Hour))
+		timer, err := naming.NewRetryTimer("run1", "extract", naming.Attempt(1), T0.Add(time.Hour))
 		require.NoError(t, err)
 		deliver := func(id naming.ID, suffix string, retries int32, st outbox.Status, code int32) {
 			r := outbox.DeliveryRecordOf(id, suffix)

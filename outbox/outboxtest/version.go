@@ -107,7 +107,7 @@ var versionTests = []struct {
 
 func mustRetryTimer(t *testing.T) naming.ID {
 	t.Helper()
-	id, err := naming.NewRetryTimer("v", "a", "1", T0.Add(time.Hour))
+	id, err := naming.NewRetryTimer("v", "a", naming.Attempt(1), T0.Add(time.Hour))
 	require.NoError(t, err)
 	return id
 }

@@ -73,7 +73,7 @@ func TestCLIWithHostileFiles(t *testing.T) {
 	dir := t.TempDir()
 	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-00000000000a")})
 	require.NoError(t, err)
-	id, err := naming.NewDispatch("r", "real", "1")
+	id, err := naming.NewDispatch("r", "real", naming.Attempt(1))
 	require.NoError(t, err)
 	require.NoError(t, outbox.AppendAndWait(ctx, o, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), Queue: "projects/p/locations/l/queues/q",
 		RunID: "r", TaskKey: "real", Attempt: "1", Status: outbox.StatusCreated}))

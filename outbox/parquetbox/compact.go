@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
@@ -190,6 +192,10 @@ const (
 	PartitionDropped PartitionAction = "dropped"
 	// PartitionBusy: another compaction holds its lease; skipped.
 	PartitionBusy PartitionAction = "busy"
+	// PartitionLost: another compaction committed the unit while this
+	// one worked on it (its lease ran out); this one discarded its
+	// outputs and changed nothing (see ErrUnitLost).
+	PartitionLost PartitionAction = "lost"
 )
 
 // PartitionCompaction reports one unit of a compaction: a partition, or
@@ -236,13 +242,15 @@ type PartitionCompaction struct {
 // ID survives in a run left out: a unit holding such records is folded
 // whole, and one whose rows all are is removed whole.
 //
-// Each unit is done under a lease, so concurrent compactions of one root
-// (on one disk or one bucket) never fold the same files twice; a unit
-// another compaction holds is reported busy and skipped, so two
-// compactions started together share a day's units. Outputs are written
-// atomically before the inputs are removed: appends continue meanwhile,
-// and an interrupted compaction leaves at worst a duplicate of some data,
-// folded on read and at the next compaction.
+// Each unit is done under a lease: a unit another compaction holds is
+// reported busy and skipped, so two compactions started together share a
+// day's units. A merge's outputs become visible only when the unit's next
+// commit record is created (see commitDir), which fails if another
+// compaction committed the unit since this one read it: this one then
+// discards its outputs, reports the unit PartitionLost and returns an
+// error matching ErrUnitLost, having changed nothing. Inputs are removed
+// after the commit: appends continue meanwhile, and an interrupted
+// compaction leaves the outbox as it was or as committed.
 func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) (CompactStats, error) {
 	if err := o.checkOpen(); err != nil {
 		return CompactStats{}, err
@@ -273,6 +281,12 @@ type compaction struct {
 	// runsSeen is how many runs the unit being compacted held at its
 	// last step.
 	runsSeen int
+	// unit is the unit being compacted; base is its newest commit (nil:
+	// none yet), read before its files were listed, and hidden the files
+	// of the unit that listing hid (see commitDir).
+	unit   unitName
+	base   *unitCommit
+	hidden []string
 }
 
 func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions) (TableCompaction, error) {
@@ -385,7 +399,14 @@ var errMoreRuns = errors.New("more runs to merge")
 // step does step once, with the unit's files as they are now.
 func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *PartitionCompaction, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) error {
 	// Listed again under the lease: a compaction that held it before may
-	// have replaced these files.
+	// have replaced these files. The commit is read first: this
+	// compaction's own commit will be the next one, which fails if any
+	// other is made after this read.
+	base, err := readCommit(ctx, c.o.store, c.t, unit)
+	if err != nil {
+		return fmt.Errorf("outbox: read the commit of %s/%s: %w", c.t, unit, err)
+	}
+	c.unit, c.base = unit, base
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	files, err := fs.acquireWhere(ctx, func(name string) bool { return unitOf(name) == unit })
@@ -393,6 +414,7 @@ func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *Part
 		return err
 	}
 	defer fs.release(files)
+	c.hidden = fs.hiddenIn(unit)
 	if len(files) == 0 {
 		pc.Action, pc.Reason = PartitionUntouched, "no readable files"
 		return nil
@@ -429,13 +451,14 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 	full := c.opts.Full || (c.dayOver(pc.Partition) && len(runs) > runBound(totalWeight(runs)))
 	drops := false
 	if len(c.opts.Retention) > 0 {
-		all, any, err := c.scanRetention(ctx, files)
+		dropped := droppedMarks{}
+		all, any, err := c.scanRetention(ctx, files, dropped)
 		if err != nil {
 			return err
 		}
 		if all && pc.Merges == 0 {
 			pc.RunsAfter = 0
-			return c.dropWhole(ctx, l, files, pc)
+			return c.dropWhole(ctx, l, files, pc, dropped)
 		}
 		full = full || any
 		drops = any
@@ -474,6 +497,10 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 		out := newPartWriters(c, pc)
 		out.prefix = unitBucket(unitOf(in[0].name)) + "compacted-"
 		out.weight = w
+		out.gen = 1
+		if c.base != nil {
+			out.gen = c.base.body.Gen + 1
+		}
 		if err := c.fold(ctx, l, in, pc, out, pc.Full, pc.Partition); err != nil {
 			return err
 		}
@@ -500,12 +527,13 @@ func (c *compaction) dayOver(part string) bool {
 
 // scanRetention reads the columns retention needs and reports whether
 // every row of the files goes, and whether any does.
-func (c *compaction) scanRetention(ctx context.Context, files []*openFile) (all, any bool, err error) {
+func (c *compaction) scanRetention(ctx context.Context, files []*openFile, dropped droppedMarks) (all, any bool, err error) {
 	all = true
 	for _, f := range files {
 		err := f.scanProjected(ctx, []field{fieldID, fieldCloudTaskID, fieldStatus, fieldQueue, fieldUpdatedAt}, func(_ int, _ int64, r *outbox.Record) {
 			if c.droppable(r) && r.Trusted() {
 				any = true
+				dropped.add(r)
 			} else {
 				all = false
 			}
@@ -518,7 +546,7 @@ func (c *compaction) scanRetention(ctx context.Context, files []*openFile) (all,
 }
 
 // dropWhole removes a partition whose every row is past retention.
-func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction) error {
+func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, dropped droppedMarks) error {
 	pc.Action = PartitionDropped
 	for _, f := range files {
 		pc.FilesIn++
@@ -526,7 +554,7 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 		pc.RowsIn += f.NumRows()
 		pc.Dropped += f.NumRows()
 	}
-	return c.removeInputs(ctx, l, files, nil, pc)
+	return c.commit(ctx, l, files, nil, pc, dropped)
 }
 
 // fold merges files into out, writing each ID's latest state to the
@@ -554,10 +582,18 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	var unsorted []outbox.Record
 	keep := map[*openFile]bool{}
 	for _, f := range files {
+		// What readers do not serve (an old pending state the unit's
+		// retention outdated) is not carried into an output, where it
+		// would be served.
+		hides := c.o.files[c.t].hider(f.name)
 		if f.Ours() {
 			fst := newFileStream(f.pqFile, count)
 			defer fst.close()
-			streams = append(streams, trustedStream{fst, func(*outbox.Record) { pc.ForeignRows++; keep[f] = true }})
+			var src recordStream = trustedStream{fst, func(*outbox.Record) { pc.ForeignRows++; keep[f] = true }}
+			if hides != nil {
+				src = hiddenStream{src, hides}
+			}
+			streams = append(streams, src)
 			continue
 		}
 		// Another writer's file has no promised order: sort it in memory.
@@ -565,6 +601,9 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 			if !r.Trusted() {
 				pc.ForeignRows++
 				keep[f] = true
+				return nil
+			}
+			if hides != nil && hides(&r) {
 				return nil
 			}
 			unsorted = append(unsorted, r)
@@ -579,9 +618,11 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 		streams = append(streams, newSliceStream(unsorted))
 	}
 	renewed := c.o.clock.Now()
+	dropped := droppedMarks{}
 	err := mergeLatest(ctx, streams, func(r outbox.Record) error {
 		if drop && c.droppable(&r) {
 			pc.Dropped++
+			dropped.add(&r)
 			return nil
 		}
 		if now := c.o.clock.Now(); now.Sub(renewed) > c.opts.LeaseTTL/3 {
@@ -606,23 +647,48 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 		out.abort()
 		return fmt.Errorf("outbox: compact %s/%s: %w", c.t, pc.Partition, err)
 	}
-	return c.removeInputs(ctx, l, files, keep, pc, out)
+	return c.commit(ctx, l, files, keep, pc, dropped, out)
 }
 
-// removeInputs commits the outputs (if any) and removes the inputs, once
-// the lease is confirmed still held.
-func (c *compaction) removeInputs(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *PartitionCompaction, outs ...*partWriters) error {
+// commit makes a merge's outputs visible and removes its inputs: once
+// the lease is confirmed still held, it places the outputs under their
+// names and creates the unit's next commit record, which names them.
+// That create fails if another compaction committed the unit since this
+// one read its commit (this one was paused past its lease, say): it then
+// deletes its outputs, removes nothing and returns a *UnitLostError.
+func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *PartitionCompaction, dropped droppedMarks, outs ...*partWriters) error {
 	if err := l.check(ctx, c.o.clock.Now()); err != nil {
 		for _, out := range outs {
 			out.abort()
 		}
 		return fmt.Errorf("outbox: compact %s/%s: lease lost, nothing changed: %w", c.t, pc.Partition, err)
 	}
+	pause.Point(ctx, pause.CompactCommit)
+	var placed []string
 	for _, out := range outs {
-		if err := out.commit(); err != nil {
+		names, err := out.commit()
+		placed = append(placed, names...)
+		if err != nil {
+			c.discard(ctx, placed)
 			return fmt.Errorf("outbox: compact %s/%s: %w", c.t, pc.Partition, err)
 		}
 	}
+	next := c.nextCommit(files, keep, placed, dropped)
+	data, _ := json.Marshal(next)
+	prefix := commitPrefix(c.t, c.unit)
+	created, err := c.o.store.putNew(ctx, leaseKey(prefix, next.Gen), data)
+	if err != nil || !created {
+		c.discard(ctx, placed)
+		if err != nil {
+			return fmt.Errorf("outbox: compact %s/%s: create commit %d: %w", c.t, pc.Partition, next.Gen, err)
+		}
+		lost := &UnitLostError{Table: c.t, Unit: c.unit, Gen: next.Gen}
+		pc.Action, pc.Reason = PartitionLost, lost.Error()
+		pc.FilesOut, pc.RowsOut, pc.BytesOut, pc.Outputs = 0, 0, 0, nil
+		c.o.log.Warn("outbox: compaction "+lost.Error(), "table", c.t, "unit", c.unit, "commit", next.Gen)
+		return lost
+	}
+	c.base = newUnitCommit(next)
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	for _, f := range files {
@@ -635,6 +701,18 @@ func (c *compaction) removeInputs(ctx context.Context, l *lease, files []*openFi
 			return fmt.Errorf("outbox: remove compacted input %s: %w", f.path, err)
 		}
 	}
+	// What the commit hides is removed too: inputs an interrupted
+	// compaction committed but left, and the outputs of compactions that
+	// lost (or crashed before committing) for this generation or an
+	// earlier one, which can never be committed now.
+	for _, name := range c.hidden {
+		if g, tagged := outputGen(name); (tagged && g <= next.Gen && !c.base.outputs[name]) || c.base.consumed[name] {
+			if err := c.o.store.remove(ctx, c.t, name); err != nil {
+				c.o.log.Warn("outbox: could not remove a file no commit names", "path", c.o.store.where(c.t, name), "err", err)
+			}
+		}
+	}
+	c.pruneCommits(ctx, prefix, next.Gen)
 	if err := c.o.store.sync(c.t); err != nil {
 		return fmt.Errorf("outbox: sync %s: %w", c.o.store.where(c.t, ""), err)
 	}
@@ -642,6 +720,80 @@ func (c *compaction) removeInputs(ctx context.Context, l *lease, files []*openFi
 		ls.removeEmptyPartition(c.t, pc.Partition)
 	}
 	return nil
+}
+
+// nextCommit is the commit that follows c.base once a merge of files
+// (but those in keep) placed the outputs placed.
+func (c *compaction) nextCommit(files []*openFile, keep map[*openFile]bool, placed []string, dropped droppedMarks) commitBody {
+	next := commitBody{Gen: 1, Holder: c.holder, At: c.o.clock.Now().UTC(), Dropped: map[string]time.Time{}}
+	consumed := map[string]bool{}
+	for _, f := range files {
+		if !keep[f] {
+			consumed[f.name] = true
+			next.Consumed = append(next.Consumed, f.name)
+		}
+	}
+	if b := c.base; b != nil {
+		next.Gen = b.body.Gen + 1
+		for _, name := range b.body.Outputs {
+			if !consumed[name] {
+				next.Outputs = append(next.Outputs, name)
+			}
+		}
+		// Inputs an earlier compaction committed and did not remove
+		// stay hidden until they are.
+		for _, name := range c.hidden {
+			if b.consumed[name] && !consumed[name] {
+				next.Consumed = append(next.Consumed, name)
+			}
+		}
+		for q, t := range b.body.Dropped {
+			next.Dropped[q] = t
+		}
+	}
+	next.Outputs = append(next.Outputs, placed...)
+	for q, t := range dropped {
+		if t.After(next.Dropped[q]) {
+			next.Dropped[q] = t
+		}
+	}
+	sort.Strings(next.Outputs)
+	sort.Strings(next.Consumed)
+	return next
+}
+
+// discard removes outputs no commit names.
+func (c *compaction) discard(ctx context.Context, names []string) {
+	for _, name := range names {
+		if err := c.o.store.remove(context.WithoutCancel(ctx), c.t, name); err != nil {
+			c.o.log.Warn("outbox: could not remove an output no commit names (readers ignore it; the next compaction removes it)", "path", c.o.store.where(c.t, name), "err", err)
+		}
+	}
+}
+
+// pruneCommits removes a unit's commits older than the one before gen:
+// the newest is the unit's, and the one before it is kept for a reader
+// that listed the commits just before gen was made.
+func (c *compaction) pruneCommits(ctx context.Context, prefix string, gen uint64) {
+	keys, err := c.o.store.keys(ctx, prefix)
+	if err != nil {
+		return
+	}
+	for _, k := range keys {
+		if n, err := strconv.ParseUint(strings.TrimPrefix(k, prefix), 10, 64); err == nil && n+1 < gen {
+			_ = c.o.store.del(ctx, k)
+		}
+	}
+}
+
+// droppedMarks maps a queue to the latest updated_at of a record
+// retention dropped (see commitBody.Dropped).
+type droppedMarks map[string]time.Time
+
+func (d droppedMarks) add(r *outbox.Record) {
+	if r.UpdatedAt.After(d[r.Queue]) {
+		d[r.Queue] = r.UpdatedAt
+	}
 }
 
 // isCompacted reports whether a file is already the output of a
@@ -657,9 +809,11 @@ type partWriters struct {
 	c      *compaction
 	pc     *PartitionCompaction
 	prefix string
-	// weight, when not 0, is the weight of the run written (see
-	// parseRun), which its files' names carry; id names the run.
+	// weight is the weight of the run written (see parseRun) and gen
+	// the generation of the commit meant to name it (see commitDir),
+	// which its files' names carry; id names the run.
 	weight int
+	gen    uint64
 	id     string
 	seq    int
 	layout pqfile.Layout
@@ -688,11 +842,8 @@ func (w *partWriters) write(ctx context.Context, part string, r *outbox.Record) 
 		f = nil
 	}
 	if f == nil {
-		name := fmt.Sprintf("%s/%s%d-%s.parquet", part, w.prefix, w.c.now.UnixMicro(), randomHex(4))
-		if w.weight > 0 {
-			name = fmt.Sprintf("%s/%s%s-w%d-%d.parquet", part, w.prefix, w.id, w.weight, w.seq)
-			w.seq++
-		}
+		name := fmt.Sprintf("%s/%s%s-g%d-w%d-%d.parquet", part, w.prefix, w.id, w.gen, max(w.weight, 1), w.seq)
+		w.seq++
 		sw, err := w.c.o.store.create(ctx, w.c.t, name)
 		if err != nil {
 			return fmt.Errorf("create %s: %w", w.c.o.store.where(w.c.t, name), err)
@@ -722,16 +873,23 @@ func (w *partWriters) close() error {
 	return nil
 }
 
-func (w *partWriters) commit() error {
-	for _, f := range w.done {
+// commit places the finished files under their names, which readers
+// ignore until a commit record names them, and returns those names.
+func (w *partWriters) commit() ([]string, error) {
+	var names []string
+	for i, f := range w.done {
 		if err := f.cw.commit(); err != nil {
-			return err
+			for _, g := range w.done[i+1:] {
+				g.cw.abort()
+			}
+			return names, err
 		}
+		names = append(names, f.name)
 		w.pc.FilesOut++
 		w.pc.BytesOut += f.cw.n
 		w.pc.Outputs = append(w.pc.Outputs, w.c.o.store.where(w.c.t, f.name))
 	}
-	return nil
+	return names, nil
 }
 
 func (w *partWriters) abort() {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // writeRounds writes rounds files of perRound dispatches each (a pending
@@ -29,7 +31,7 @@ func writeRounds(tb testing.TB, root string, rounds, perRound, buckets int) {
 		byBucket := map[string][]outbox.Record{}
 		for i := range perRound {
 			n := round*perRound + i
-			id, err := naming.NewDispatch(fmt.Sprintf("run%d", n/1000), fmt.Sprintf("task%d", n/2%500), fmt.Sprint(n%2+1))
+			id, err := naming.NewDispatch(fmt.Sprintf("run%d", n/1000), fmt.Sprintf("task%d", n/2%500), naming.Attempt(uint64(n%2+1)))
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -38,7 +40,7 @@ func writeRounds(tb testing.TB, root string, rounds, perRound, buckets int) {
 				Queue: testQueue, RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(),
 				Status: outbox.StatusPending, ProcessorUUID: procA, PayloadSHA256: fmt.Sprintf("%064x", n/2),
 				CreatedAt: at, UpdatedAt: at}
-			b := BucketPrefix(r.ID, buckets)
+			b := bucket.FilePrefix(r.ID, buckets)
 			if n%10 == 0 {
 				byBucket[b] = append(byBucket[b], r)
 			}
@@ -52,7 +54,7 @@ func writeRounds(tb testing.TB, root string, rounds, perRound, buckets int) {
 				tb.Fatal(err)
 			}
 			bw := bufio.NewWriterSize(f, 1<<20)
-			fw, err := NewFileWriter(bw, outbox.TableDispatch)
+			fw, err := pqtable.NewRecordWriter(bw, outbox.TableDispatch)
 			if err != nil {
 				tb.Fatal(err)
 			}

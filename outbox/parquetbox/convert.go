@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
 )
 
 type convJob struct {
@@ -37,7 +38,7 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 			}
 			p := part{r.Table, partitionOf(r)}
 			if n := o.opts.Buckets; n > 1 {
-				p.name += "/" + bucketName(bucketOf(r.ID, n), n) + "-"
+				p.name += "/" + bucket.Name(bucket.Of(r.ID, n), n) + "-"
 			} else {
 				p.name += "/"
 			}

@@ -34,7 +34,7 @@ func TestCompactKeepsEachDelivery(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	a, bb := b.open(t, procA), b.open(t, procB)
-	id, err := naming.NewDispatch("r1", "extract", "1")
+	id, err := naming.NewDispatch("r1", "extract", naming.Attempt(1))
 	require.NoError(t, err)
 	for i, d := range []struct {
 		box    *Outbox
@@ -168,7 +168,7 @@ func TestDuckDBJoinsDeliveries(t *testing.T) {
 // before the deliveries table read as they did.
 func TestDeliveryRecordCodecRoundTrip(t *testing.T) {
 	t.Parallel()
-	id, err := naming.NewDispatch("run-9", "task.x", "3")
+	id, err := naming.NewDispatch("run-9", "task.x", naming.Attempt(3))
 	require.NoError(t, err)
 	_, r := deliveryRecs(id, "019ab6e2", 41, outbox.StatusSlowDown, 503, t0)
 	r.Delivery.ExecutionCount = 40

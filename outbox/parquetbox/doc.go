@@ -174,11 +174,15 @@
 // removed whole, without a rewrite. Each unit is compacted under a lease
 // (an object created only if absent: O_EXCL on a disk,
 // WriterOptions.IfNotExist on a bucket), with expiry for a crashed
-// holder, so two compactions of one root at once never write a row twice
-// and share a day's buckets; a unit held by another is reported busy and
-// skipped. Outputs are written before inputs are removed, so appends
-// continue meanwhile and an interrupted compaction loses nothing. Last,
-// the table's manifest is refreshed (see Manifests).
+// holder, so two compactions of one root at once share a day's buckets;
+// a unit held by another is reported busy and skipped. A compaction's
+// outputs become visible only through the unit's next commit record,
+// created only if absent, which readers honour: one that lost its unit
+// (paused past its lease while another committed) cannot make its outputs
+// visible, and steps back with ErrUnitLost, so no row is counted twice
+// and nothing retention dropped comes back. Inputs are removed after the
+// commit, so appends continue meanwhile and an interrupted compaction
+// loses nothing. Last, the table's manifest is refreshed (see Manifests).
 //
 // # Other stores
 //

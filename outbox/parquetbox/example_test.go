@@ -35,7 +35,7 @@ func Example() {
 	}
 	defer ob.Close()
 
-	id, _ := naming.NewDispatch("run1", "extract", naming.AttemptNumber(1))
+	id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	rec := outbox.Record{
 		Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: "projects/acme/locations/us-central1/queues/extract", RunID: id.RunID(),
@@ -97,7 +97,7 @@ func ExampleOutbox_Append() {
 	}
 	defer ob.Close()
 
-	id, _ := naming.NewDispatch("run1", "extract", naming.AttemptNumber(1))
+	id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(1))
 	rec := outbox.RecordOf(id)
 	rec.Queue, rec.Status = "projects/acme/locations/us-central1/queues/extract", outbox.StatusPending
 	kept := make(chan error, 1)

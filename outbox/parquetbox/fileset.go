@@ -49,7 +49,13 @@ type fileSet struct {
 	// usable); badManifest is the last error reading it, logged once.
 	manifest    manifestView
 	badManifest string
-	uses        uint64 // counts acquisitions, for least-recently-used order
+	// commits are the units' newest commits as of the last listing,
+	// which decide what of a unit is read (see commitDir).
+	commits *commitView
+	// hidden are the listed files the commits hide (orphans, consumed
+	// inputs not removed yet), for compaction to remove.
+	hidden []storeEntry
+	uses   uint64 // counts acquisitions, for least-recently-used order
 }
 
 type openFile struct {
@@ -184,29 +190,59 @@ func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
 	}
 	fs.mu.Unlock()
 	listedAt := fs.clock.Now()
-	// The files are listed while the manifest is read (and used): each
-	// of its entries is checked against the listing afterwards, so which
-	// comes first does not matter.
+	fs.mu.Lock()
+	prev := fs.commits
+	fs.mu.Unlock()
 	var entries []storeEntry
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		entries, err = fs.store.list(ctx, fs.table)
-	}()
-	m := fs.loadManifest(ctx)
-	if m != nil && early != nil {
-		early(m)
-	}
-	<-done
-	if err != nil {
-		return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
+	var commits *commitView
+	var hidden []storeEntry
+	var m manifestView
+	for try := 0; ; try++ {
+		// The commits are read before and after the listing: a
+		// compaction places its outputs before it commits and removes its
+		// inputs after, so a listing between two reads of the same
+		// commits shows every file they name.
+		before, err := loadCommits(ctx, fs.store, fs.table, prev)
+		if err != nil {
+			return fmt.Errorf("outbox: read commits of %s: %w", fs.store.where(fs.table, ""), err)
+		}
+		// The files are listed while the manifest is read (and used):
+		// each of its entries is checked against the listing
+		// afterwards, so which comes first does not matter.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			entries, err = fs.store.list(ctx, fs.table)
+		}()
+		if try == 0 {
+			m = fs.loadManifest(ctx)
+			if m != nil && early != nil {
+				early(m)
+			}
+		}
+		<-done
+		if err != nil {
+			return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
+		}
+		after, err := loadCommits(ctx, fs.store, fs.table, before)
+		if err != nil {
+			return fmt.Errorf("outbox: read commits of %s: %w", fs.store.where(fs.table, ""), err)
+		}
+		if sameCommits(before, after) || try == 2 {
+			// Still moving after three tries: a file either commit
+			// shows is read, so nothing is hidden (a duplicate folds).
+			entries, hidden = visibleEntries(entries, before, after)
+			commits = after
+			break
+		}
+		prev = after
 	}
 	entries, odd := splitOdd(entries)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.reportOddLocked(odd)
 	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m
+	fs.commits, fs.hidden = commits, hidden
 	seen := map[string]bool{}
 	for _, e := range entries {
 		seen[e.name] = true

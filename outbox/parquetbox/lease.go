@@ -20,7 +20,9 @@ import (
 
 // Compactions of one root (two machines, a cron overlapping a slow run)
 // take a lease per partition before reading it, so no two of them fold
-// the same files and each row is written once. A lease is a small object
+// the same files at once (a lease keeps work from being done twice; the
+// unit's commit record, see commitDir, is what keeps a late compaction's
+// rows from being counted twice). A lease is a small object
 // <root>/_leases/<table>/<partition>.<seq>, created only if absent (O_EXCL
 // on a disk; WriterOptions.IfNotExist on a bucket, a conditional create on
 // GCS and S3), holding who took it and until when. The live lease is the

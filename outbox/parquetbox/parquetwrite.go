@@ -1,7 +1,6 @@
 package parquetbox
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -129,40 +128,3 @@ const (
 	filePerm os.FileMode = 0o600
 	dirPerm  os.FileMode = 0o700
 )
-
-// FileWriter writes one table's records as a Parquet file in the layout
-// this package writes (sorted, zstd, bloom filters and page index on the
-// IDs). Tools use it to build or convert tables; records must come sorted
-// by ID, oldest state first, which is what lookups and compaction rely on.
-type FileWriter struct {
-	rw   *rowWriter
-	last string
-	n    int64
-}
-
-// NewFileWriter starts a file of table t on w.
-func NewFileWriter(w io.Writer, t outbox.Table) (*FileWriter, error) {
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	return &FileWriter{rw: newRowWriter(w, t, pqfile.FlushLayout)}, nil
-}
-
-// Write adds a record. It fails if the record's ID sorts before the
-// previous one's or the record is invalid.
-func (fw *FileWriter) Write(r outbox.Record) error {
-	r.Table = fw.rw.table
-	if err := r.Validate(); err != nil {
-		return err
-	}
-	if fw.n > 0 && r.ID < fw.last {
-		return fmt.Errorf("outbox: record %s written after %s: records must be sorted by ID", r.ID, fw.last)
-	}
-	r.Normalize()
-	fw.last = r.ID
-	fw.n++
-	return fw.rw.write(&r)
-}
-
-// Close writes the footer. It does not close the underlying writer.
-func (fw *FileWriter) Close() error { return fw.rw.close() }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
 )
 
 // Tables are partitioned the way Hive, DuckDB, BigQuery, Spark and Trino
@@ -71,20 +72,6 @@ func outsideLayout(where, reason string, dir bool, cause error) *FileError {
 	return &FileError{Path: where, Reason: reason, Dir: dir, Err: err}
 }
 
-// Within a partition, a writer configured with Options.Buckets > 1 splits
-// its rows into hash buckets of the ID's task (the ID without its last
-// component: dispatch:<run>:<task>), one file per bucket, named
-// b<k>of<n>-<name>.parquet. A bucket of a day is the unit a compaction's
-// lease covers (see ADR 0011): two compactions share a day by taking
-// different buckets, and a lookup by ID opens only the files of the ID's
-// bucket (and any file without a bucket). The task, not the whole ID nor
-// its cloud_task_id, so that the attempts of a task, which share most
-// columns, stay side by side in one file, where zstd finds them: hashing
-// the cloud_task_id made the table 45% larger. The bucket is in the file
-// name, not a directory level, so the Hive layout DuckDB and BigQuery read
-// is unchanged. Files without the prefix form the unit "" of their day.
-const bucketPrefix = "b"
-
 // maxBuckets bounds Options.Buckets: each bucket is a file per converted
 // log segment and day.
 const maxBuckets = 256
@@ -93,28 +80,10 @@ const maxBuckets = 256
 // bucketed file, "/b<k>of<n>".
 type unitName = string
 
-// bucketOf returns the bucket, of n, of an ID: FNV-1a of the ID up to its
-// last ':' (its task), modulo n. A day holds many tasks, so buckets fill
-// evenly.
-func bucketOf(id string, n int) int {
-	if i := strings.LastIndexByte(id, ':'); i > 0 {
-		id = id[:i]
-	}
-	h := uint32(2166136261)
-	for i := 0; i < len(id); i++ {
-		h ^= uint32(id[i])
-		h *= 16777619
-	}
-	return int(h % uint32(n))
-}
-
-// bucketName is the file name prefix of bucket k of n.
-func bucketName(k, n int) string { return fmt.Sprintf("%s%dof%d", bucketPrefix, k, n) }
-
 // splitBucket parses the bucket prefix of a file's base name: k of n and
 // the rest of the name. ok is false for a name without one.
 func splitBucket(base string) (k, n int, rest string, ok bool) {
-	s, ok := strings.CutPrefix(base, bucketPrefix)
+	s, ok := strings.CutPrefix(base, bucket.Prefix)
 	if !ok {
 		return 0, 0, base, false
 	}
@@ -136,7 +105,7 @@ func splitBucket(base string) (k, n int, rest string, ok bool) {
 func unitOf(name string) unitName {
 	part, base, _ := splitName(name)
 	if k, n, _, ok := splitBucket(base); ok {
-		return part + "/" + bucketName(k, n)
+		return part + "/" + bucket.Name(k, n)
 	}
 	return part
 }
@@ -162,17 +131,5 @@ func unitBucket(u unitName) string {
 func mayHold(name, id string) bool {
 	_, base, _ := splitName(name)
 	k, n, _, ok := splitBucket(base)
-	return !ok || bucketOf(id, n) == k
-}
-
-// BucketPrefix returns the file name prefix under which a writer with
-// Options.Buckets set to buckets stores the rows of the ID id (a dispatch
-// or timer ID) in a partition ("b3of8-"), or "" when buckets is 1 or
-// less. Tools that write table files themselves (see FileWriter) use it
-// so that lookups and compactions treat their files as the outbox's own.
-func BucketPrefix(id string, buckets int) string {
-	if buckets <= 1 {
-		return ""
-	}
-	return bucketName(bucketOf(id, buckets), buckets) + "-"
+	return !ok || bucket.Of(id, n) == k
 }

@@ -52,7 +52,9 @@ type rowRef struct {
 // decidingFields are the columns Pending reads from every row.
 // cloud_task_id is among them so that a foreign row (see distrust) can
 // neither become a candidate nor hide a real pending state.
-var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor}
+// queue is among them for the retention a unit's commit keeps (see
+// commitDir), under which an old pending row may be hidden.
+var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor, fieldQueue}
 
 func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) (_ []outbox.Record, vanished bool, _ error) {
 	isOld := func(r *outbox.Record) bool {
@@ -62,7 +64,6 @@ func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) 
 	if err != nil {
 		return nil, false, err
 	}
-	mem := slices.Concat(live...)
 	fs := o.files[t]
 	fs.invalidate()
 	files, err := fs.acquire(ctx)
@@ -70,13 +71,19 @@ func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) 
 		return nil, false, err
 	}
 	defer fs.release(files)
+	mem := slices.DeleteFunc(slices.Concat(live...), func(r outbox.Record) bool { return fs.hidesLive(&r) })
 	bad := map[*openFile]bool{}
 	scanFiles := func(fn func(f *openFile, rg int, row int64, r *outbox.Record)) error {
 		for _, f := range files {
 			if bad[f] {
 				continue
 			}
-			err := f.scanProjected(ctx, decidingFields, func(rg int, row int64, r *outbox.Record) { fn(f, rg, row, r) })
+			hides := fs.hider(f.name)
+			err := f.scanProjected(ctx, decidingFields, func(rg int, row int64, r *outbox.Record) {
+				if hides == nil || !hides(r) {
+					fn(f, rg, row, r)
+				}
+			})
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
+	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
@@ -62,7 +63,7 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 		for {
 			task := fmt.Sprintf("t%06d", next)
 			next++
-			if bucketOf(dispatchRec("busy", task, "1", "").ID, buckets) == k {
+			if bucket.Of(dispatchRec("busy", task, "1", "").ID, buckets) == k {
 				return task
 			}
 		}
@@ -92,7 +93,7 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 		k, n, _, ok := splitBucket(filepath.Base(f))
 		require.True(t, ok, f)
 		require.Equal(t, buckets, n, f)
-		perBucket[bucketName(k, n)]++
+		perBucket[bucket.Name(k, n)]++
 	}
 	require.Len(t, perBucket, buckets)
 	for unit, n := range perBucket {

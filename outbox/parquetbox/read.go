@@ -110,11 +110,15 @@ func (o *Outbox) Lookup(ctx context.Context, q outbox.Query) ([]outbox.Record, e
 // call, and fresh reports that the slice is the caller's to keep; other
 // slices are shared and must be copied.
 func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own bool, fn func(recs []outbox.Record, fresh bool)) error {
+	fs := o.files[t]
+	// Log records are handed on after the files are read, whose listing
+	// loads the commits that may hide some of them (see commitDir).
+	var live []*outbox.Record
 	if own {
 		for _, recs := range o.ownRecords() {
 			for i := range recs {
 				if recs[i].Table == t && q.Match(&recs[i]) {
-					fn(recs[i:i+1], false)
+					live = append(live, &recs[i])
 				}
 			}
 		}
@@ -128,12 +132,18 @@ func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own
 	for _, recs := range tails {
 		for i := range recs {
 			if recs[i].Table == t && q.Match(&recs[i]) && recs[i].Trusted() {
-				fn(recs[i:i+1], false)
+				live = append(live, &recs[i])
 			}
 		}
 	}
+	defer func() {
+		for _, r := range live {
+			if !fs.hidesLive(r) {
+				fn(slices.Clip([]outbox.Record{*r}), true)
+			}
+		}
+	}()
 	fld, val := queryField(q)
-	fs := o.files[t]
 	var fields []field
 	if q.Summary {
 		fields = summaryFields
@@ -156,7 +166,8 @@ func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own
 			Unique: fld == fieldCloudTaskID && t != outbox.TableDeliveries && isCompacted(f),
 			Fields: fields,
 		})
-		recs = slices.DeleteFunc(recs, func(r outbox.Record) bool { return !r.Trusted() })
+		hides := fs.hider(f.name)
+		recs = slices.DeleteFunc(recs, func(r outbox.Record) bool { return !r.Trusted() || (hides != nil && hides(&r)) })
 		if len(recs) > 0 {
 			fn(recs, true)
 		}

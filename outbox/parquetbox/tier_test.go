@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
+	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
 	"github.com/stretchr/testify/require"
 )
 
@@ -286,7 +287,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 		require.LessOrEqual(t, r.files[outbox.TableDispatch].openFiles(), i+1, "one bucket's file opened per lookup")
 	}
 	// Attempts of one task share a bucket: their rows sit side by side.
-	require.Equal(t, bucketOf("dispatch:bk:7:1", 4), bucketOf("dispatch:bk:7:2", 4))
+	require.Equal(t, bucket.Of("dispatch:bk:7:1", 4), bucket.Of("dispatch:bk:7:2", 4))
 
 	// Four rounds make each bucket's tier 0 full: two compactors at once.
 	for range 3 {
@@ -385,7 +386,7 @@ func TestLookupByIDOpensOneUnitPerDay(t *testing.T) {
 	// Every writer with 4 buckets: the ID's bucket in each day, two
 	// files each, of the 16.
 	for _, id := range []string{dispatchRec("days", first(7), "1", "").ID, dispatchRec("days", second(8), "1", "").ID} {
-		k := bucketName(bucketOf(id, 4), 4)
+		k := bucket.Name(bucket.Of(id, 4), 4)
 		require.Equal(t, map[unitName]int{day1 + "/" + k: 2, day2 + "/" + k: 2}, opened(id), id)
 	}
 
@@ -398,9 +399,9 @@ func TestLookupByIDOpensOneUnitPerDay(t *testing.T) {
 	write(procC, 1, third)
 	id := dispatchRec("days", second(8), "1", "").ID
 	require.Equal(t, map[unitName]int{
-		day1 + "/" + bucketName(bucketOf(id, 4), 4): 2,
-		day2 + "/" + bucketName(bucketOf(id, 4), 4): 2,
-		day2 + "/" + bucketName(bucketOf(id, 2), 2): 2,
+		day1 + "/" + bucket.Name(bucket.Of(id, 4), 4): 2,
+		day2 + "/" + bucket.Name(bucket.Of(id, 4), 4): 2,
+		day2 + "/" + bucket.Name(bucket.Of(id, 2), 2): 2,
 		day2: 2,
 	}, opened(id))
 }

@@ -51,11 +51,11 @@ func TestTraceColumnsInMixedDirectories(t *testing.T) {
 	b.clock.Advance(time.Minute)
 	d := dispatchRec("new", "a", "1", outbox.StatusCreated)
 	d.TraceID, d.SpanID = testTraceID, testSpanID
-	tid, err := naming.NewRetryTimer("new", "a", "1", t0.Add(time.Hour))
+	tid, err := naming.NewRetryTimer("new", "a", naming.Attempt(1), t0.Add(time.Hour))
 	require.NoError(t, err)
 	tm := outbox.RecordOf(tid)
 	tm.Queue, tm.Status, tm.TraceID, tm.SpanID = testQueue, outbox.StatusCreated, testTraceID, testSpanID
-	id, err := naming.NewDispatch("new", "a", "1")
+	id, err := naming.NewDispatch("new", "a", naming.Attempt(1))
 	require.NoError(t, err)
 	_, dl := deliveryRecs(id, "019ab6e2-0000-7000-8000-000000000002", 0, outbox.StatusDone, 200, b.clock.Now())
 	dl.TraceID, dl.SpanID = testTraceID, testSpanID

@@ -14,7 +14,7 @@ import (
 // 2, byte for byte what a log written before the IDs holds.
 func TestTracedRecordCodecRoundTrip(t *testing.T) {
 	t.Parallel()
-	id, err := naming.NewDispatch("run-9", "task.x", "3")
+	id, err := naming.NewDispatch("run-9", "task.x", naming.Attempt(3))
 	require.NoError(t, err)
 	_, dl := deliveryRecs(id, "019ab6e2", 1, outbox.StatusDone, 200, t0)
 	d := dispatchRec("run-9", "task.x", "3", outbox.StatusCreated)

@@ -18,7 +18,7 @@ import (
 
 func pendingRecord(t *testing.T, task string, version int64) outbox.Record {
 	t.Helper()
-	id, err := naming.NewDispatch("claims", task, "1")
+	id, err := naming.NewDispatch("claims", task, naming.Attempt(1))
 	require.NoError(t, err)
 	r := outbox.RecordOf(id)
 	r.Queue, r.Status, r.Version = "projects/p/locations/l/queues/q", outbox.StatusPending, version

@@ -48,7 +48,7 @@ func TestConcurrentWritersOneWinnerPerVersion(t *testing.T) {
 			defer wg.Done()
 			for v := int64(1); v <= versions; v++ {
 				for i := range ids {
-					id, err := naming.NewDispatch("race", fmt.Sprintf("t%d", i), "1")
+					id, err := naming.NewDispatch("race", fmt.Sprintf("t%d", i), naming.Attempt(1))
 					if err != nil {
 						t.Error(err)
 						return

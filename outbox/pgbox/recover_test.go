@@ -29,7 +29,7 @@ func TestTwoDispatchersRecoverEachRecordOnce(t *testing.T) {
 	t.Cleanup(func() { emu.Close() })
 	boxes := openTwice(t, pgtest.Open(t), clock)
 	for i := range stale {
-		id, err := naming.NewDispatch("recover", fmt.Sprintf("t%02d", i), "1")
+		id, err := naming.NewDispatch("recover", fmt.Sprintf("t%02d", i), naming.Attempt(1))
 		require.NoError(t, err)
 		r := outbox.RecordOf(id)
 		r.Queue, r.Status = queue, outbox.StatusPending

@@ -25,7 +25,7 @@ func TestRetainDeletesFinishedIDsInBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, o.Migrate(t.Context()))
 	put := func(task string, statuses ...outbox.Status) {
-		id, err := naming.NewDispatch("keep", task, "1")
+		id, err := naming.NewDispatch("keep", task, naming.Attempt(1))
 		require.NoError(t, err)
 		r := outbox.RecordOf(id)
 		r.Queue = "projects/p/locations/l/queues/q"

@@ -53,7 +53,7 @@ func TestTheDoor(t *testing.T) {
 	require.Equal(t, first.CloudTaskID, again.CloudTaskID)
 
 	timer, err := d.ScheduleTimer(ctx, cloudtasks.TimerRequest{Kind: naming.KindRetry, RunID: "run7", TaskKey: "extract",
-		Identity: naming.Attempt(1), At: clock.Now().Add(5 * time.Minute), Task: task})
+		Next: naming.Attempt(2), At: clock.Now().Add(5 * time.Minute), Task: task})
 	require.NoError(t, err)
 	cancelled, err := d.CancelTimer(ctx, timer.TimerID, "")
 	require.NoError(t, err)
@@ -95,11 +95,11 @@ func TestZeroValuesAreAnswered(t *testing.T) {
 	_, d, _ := start(t, memory)
 	_, err = d.Dispatch(ctx, cloudtasks.DispatchRequest{})
 	require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest)
-	_, err = d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Identity{Key: "evt-43"},
+	_, err = d.Dispatch(ctx, cloudtasks.DispatchRequest{RunID: "r", TaskKey: "t", Identity: naming.Identity{},
 		Task: cloudtasks.Task{URL: "https://w.example/x"}})
 	var re *cloudtasks.RequestError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, "Identity.Strategy", re.Field)
+	require.Equal(t, "Identity", re.Field)
 	_, err = d.ScheduleTimer(ctx, cloudtasks.TimerRequest{})
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, "At", re.Field)

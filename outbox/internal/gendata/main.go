@@ -28,10 +28,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
-
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 func main() {
@@ -98,7 +98,7 @@ func record(i int, rng *rand.Rand, created time.Time) (outbox.Record, error) {
 	run := i / (tasksPerRun * attemptsPerTask)
 	task := i / attemptsPerTask % tasksPerRun
 	attempt := i%attemptsPerTask + 1
-	id, err := naming.NewDispatch(fmt.Sprintf("run%d", run), fmt.Sprintf("task%d", task), fmt.Sprint(attempt))
+	id, err := naming.NewDispatch(fmt.Sprintf("run%d", run), fmt.Sprintf("task%d", task), naming.Attempt(uint64(attempt)))
 	if err != nil {
 		return outbox.Record{}, err
 	}
@@ -134,7 +134,7 @@ func (g gen) write(root string) error {
 			if err != nil {
 				return err
 			}
-			part := "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly) + "/" + parquetbox.BucketPrefix(r.ID, g.buckets)
+			part := "created_date=" + r.CreatedAt.UTC().Format(time.DateOnly) + "/" + bucket.FilePrefix(r.ID, g.buckets)
 			if r.Status != outbox.StatusPending && rng.Float64() < g.pendingShare {
 				p := r
 				p.Status, p.ErrorCode, p.CreateCalls, p.UpdatedAt = outbox.StatusPending, "", 0, r.CreatedAt
@@ -167,7 +167,7 @@ func writeFile(path string, recs []outbox.Record) error {
 		return err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	fw, err := parquetbox.NewFileWriter(bw, outbox.TableDispatch)
+	fw, err := pqtable.NewRecordWriter(bw, outbox.TableDispatch)
 	if err != nil {
 		f.Close()
 		return err

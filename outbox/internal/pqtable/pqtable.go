@@ -1,11 +1,13 @@
 package pqtable
 
 import (
+	"fmt"
 	"io"
 	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
@@ -62,3 +64,43 @@ func (w *Writer) Close() error {
 // unsafeBytes returns the bytes of s without copying them; parquet-go
 // copies a value's bytes into its buffers when the row is written.
 func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// RecordWriter writes one table's records as a Parquet file in the layout
+// the outbox's log conversions write (sorted, zstd, bloom filters and page
+// index on the IDs). Tools use it to build tables; records must come
+// sorted by ID, oldest state first, which is what lookups and compaction
+// rely on.
+type RecordWriter struct {
+	table outbox.Table
+	w     *Writer
+	last  string
+	n     int64
+}
+
+// NewRecordWriter starts a file of table t on w.
+func NewRecordWriter(w io.Writer, t outbox.Table) (*RecordWriter, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &RecordWriter{table: t, w: NewWriter(w, string(t), t.IDColumn(), pqfile.FlushLayout)}, nil
+}
+
+// Write adds a record. It fails if the record's ID sorts before the
+// previous one's or the record is invalid.
+func (rw *RecordWriter) Write(r outbox.Record) error {
+	r.Table = rw.table
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if rw.n > 0 && r.ID < rw.last {
+		return fmt.Errorf("outbox: record %s written after %s: records must be sorted by ID", r.ID, rw.last)
+	}
+	r.Normalize()
+	rw.last = r.ID
+	rw.n++
+	row := RowOf(&r)
+	return rw.w.Write(&row)
+}
+
+// Close writes the footer. It does not close the underlying writer.
+func (rw *RecordWriter) Close() error { return rw.w.Close() }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ctdispatch/ctdispatch/internal/tasksize"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 )
 
 // Time budget: well under a second (a few megabyte-sized allocations).

@@ -1,0 +1,56 @@
+package pause
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestChildStopsAtArmedPoint re-runs this test binary with the point armed
+// through the environment: it stops, says so, and ends once continued.
+func TestChildStopsAtArmedPoint(t *testing.T) {
+	if os.Getenv("PAUSE_TEST_CHILD") == "1" {
+		Point(context.Background(), CompactCommit)
+		Point(context.Background(), CompactCommit) // once only
+		os.Stdout.WriteString("went on\n")
+		return
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestChildStopsAtArmedPoint$")
+	cmd.Env = append(os.Environ(), "PAUSE_TEST_CHILD=1", EnvVar+"="+CompactCommit)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	var out strings.Builder
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "pause: stopped at compact.commit (pid "+strconv.Itoa(cmd.Process.Pid)+"); resume with SIGCONT\n", line)
+	require.Eventually(t, func() bool { return processState(cmd.Process.Pid) == "T" }, 10*time.Second, 5*time.Millisecond, "the child never stopped")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, cmd.Wait())
+	require.Contains(t, out.String(), "went on\n")
+}
+
+// processState returns the state letter /proc shows for pid ("T" when
+// stopped).
+func processState(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
