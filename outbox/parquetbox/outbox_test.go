@@ -246,8 +246,8 @@ func TestParquetSchemaTypes(t *testing.T) {
 		"kind": "BYTE_ARRAY STRING", "status": "BYTE_ARRAY STRING", "error_code": "BYTE_ARRAY STRING",
 		"create_calls": "INT32 INT(32,true)", "payload_sha256": "BYTE_ARRAY STRING", "processor_uuid": "BYTE_ARRAY STRING",
 		"created_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
-		"updated_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
-		"due_at":     "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
+		"updated_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)", "trace_id": "BYTE_ARRAY STRING", "span_id": "BYTE_ARRAY STRING",
+		"due_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
 	}, got)
 	encodings := map[string]string{}
 	for i, c := range pf.Metadata().RowGroups[0].Columns {
