@@ -239,9 +239,14 @@ func (b *batcher) send(parent string, items []*batchItem) {
 		reqs[i] = it.req
 	}
 	// The request serves every item; it runs under the first one's work
-	// context, which no caller's cancellation ends.
-	ctx := items[0].ctx
+	// context, which no caller's cancellation ends, in a span of its own
+	// linked to every item's.
+	ctx, span := b.d.startBatch(parent, items)
+	var sent error
+	failures := 0
+	defer func() { endBatch(span, sent, failures) }()
 	op, err := b.d.client.BatchCreateTasks(ctx, &cloudtaskspb.BatchCreateTasksRequest{Parent: parent, Requests: reqs})
+	sent = err
 	code := codeOf(err)
 	b.d.m.call(ctx, "BatchCreateTasks", code)
 	switch {
@@ -268,6 +273,7 @@ func (b *batcher) send(parent string, items []*batchItem) {
 		return
 	}
 	failed := meta.GetFailedRequests()
+	failures = len(failed)
 	for i, it := range items {
 		if st := failed[int32(i)]; st != nil {
 			it.err = status.ErrorProto(st)

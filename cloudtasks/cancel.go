@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/naming"
@@ -92,6 +93,15 @@ func (d *Dispatcher) cancelID(ctx context.Context, id naming.ID, queue string) (
 	if err := ctx.Err(); err != nil {
 		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Err: err}
 	}
+	ctx, span := d.startCancel(ctx, id)
+	res, err := d.cancelFlight(ctx, id, queue)
+	endCancel(span, &res, err)
+	return res, err
+}
+
+// cancelFlight leads or joins the cancel flight of id.
+func (d *Dispatcher) cancelFlight(ctx context.Context, id naming.ID, queue string) (CancelResult, error) {
+	key := id.String()
 	f, how, err := d.flights.do(ctx, key, opCancel, func(f *flight) { d.cancel(ctx, f, id, queue) })
 	switch {
 	case errors.Is(err, ErrClosed):
@@ -100,10 +110,13 @@ func (d *Dispatcher) cancelID(ctx context.Context, id naming.ID, queue string) (
 		return CancelResult{}, &WaitError{ID: key, Op: "cancel", Started: f != nil, Err: err}
 	}
 	res := f.cancelled
-	if how != ledFlight && res.Outcome == CancelDeleted {
-		// Another call's delete answered this one: this call deleted
-		// nothing, and found the task gone.
-		res.Outcome = CancelAlreadyGone
+	if how != ledFlight {
+		linkLeader(ctx, f)
+		if res.Outcome == CancelDeleted {
+			// Another call's delete answered this one: this call deleted
+			// nothing, and found the task gone.
+			res.Outcome = CancelAlreadyGone
+		}
 	}
 	return res, f.err
 }
@@ -111,6 +124,7 @@ func (d *Dispatcher) cancelID(ctx context.Context, id naming.ID, queue string) (
 // cancel is the work of one cancel flight.
 func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, queue string) {
 	ctx := workContext(leader)
+	f.span = trace.SpanContextFromContext(ctx)
 	start := d.clock.Now()
 	key := id.String()
 	prev, known, err := d.box.Latest(ctx, outbox.TableOf(id), key)
@@ -137,10 +151,12 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		queuePath = d.queueOf(queue)
 	}
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: id.TaskName(queuePath)}
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context) error {
-		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
-		d.m.call(ctx, "DeleteTask", codeOf(err))
-		return err
+	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context, t try) error {
+		return d.attempt(ctx, "DeleteTask", t, codes.NotFound, func(ctx context.Context) error {
+			err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
+			d.m.call(ctx, "DeleteTask", codeOf(err))
+			return err
+		})
 	})
 	code := codeOf(err)
 	switch {
@@ -160,12 +176,13 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		}
 	default:
 		d.m.outcome(ctx, id.Kind().String(), "cancel_failed", d.clock.Since(start))
-		d.log.Warn("DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
+		d.log.WarnContext(ctx, "DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
 		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: transient(code), Err: err}
 		return
 	}
 	rec := recordOf(id, queuePath)
 	rec.Status = outbox.StatusCancelled
+	traceIDs(ctx, &rec)
 	if res.Outcome == CancelAlreadyGone {
 		rec.ErrorCode = codes.NotFound.String()
 	}
@@ -178,7 +195,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		return
 	}
 	d.m.outcome(ctx, id.Kind().String(), "cancelled", d.clock.Since(start))
-	d.log.Debug("cancelled", "id", key, "outcome", res.Outcome)
+	d.log.DebugContext(ctx, "cancelled", "id", key, "outcome", res.Outcome)
 	f.cancelled = res
 }
 
@@ -257,6 +274,6 @@ func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Recor
 		return false
 	}
 	f.err = &NameHeldError{ID: prev.ID, CancelledAt: cancelled, HeldUntil: until}
-	d.log.Info("name held after a cancel", "id", prev.ID, "held_until", until)
+	d.log.InfoContext(ctx, "name held after a cancel", "id", prev.ID, "held_until", until)
 	return true
 }

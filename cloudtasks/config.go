@@ -9,6 +9,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 )
 
@@ -85,6 +87,16 @@ type Config struct {
 	// MeterProvider receives the dispatcher's metrics. Defaults to a no-op
 	// provider.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives the dispatcher's spans (see the package
+	// documentation's Tracing). Defaults to the global provider
+	// (otel.GetTracerProvider) as it is at each call, so a program that
+	// sets one later is traced; until it does, no span is made.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context into each task's HTTP headers
+	// (traceparent and tracestate with the W3C propagator). Defaults to
+	// the global propagator (otel.GetTextMapPropagator) as it is at each
+	// call, which injects nothing until a program sets one.
+	Propagator propagation.TextMapPropagator
 	// Clock drives timestamps, schedule-time checks and backoff waits.
 	// Defaults to the real clock. Tests pass a fake one (the emulator's,
 	// so both see one time): a clock with an Advance method, such as

@@ -12,11 +12,13 @@ import (
 	ctapi "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ctdispatch/ctdispatch/internal/tracing"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -74,6 +76,8 @@ type Dispatcher struct {
 	m         *metrics
 	flights   flights
 	batches   *batcher // nil unless Config.Batch
+	tracer    *tracing.Tracer
+	prop      tracing.Propagator
 	// outboxOK is true once the outbox kept a record, and false again
 	// after any append failed: while it is false the pending record is
 	// kept before the create call, so a failing outbox stops calls
@@ -98,7 +102,8 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{cfg: c, box: box, processor: box.ProcessorUUID(), log: c.Logger, clock: c.Clock}
+	d := &Dispatcher{cfg: c, box: box, processor: box.ProcessorUUID(), clock: c.Clock,
+		log: slog.New(tracing.LogHandler(c.Logger.Handler())), tracer: tracing.NewTracer(c.TracerProvider), prop: tracing.NewPropagator(c.Propagator)}
 	m, err := newMetrics(c.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("cloudtasks: metrics: %w", err)
@@ -115,6 +120,10 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 				option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 			}
 		}
+		// The dispatcher's attempt spans are the client spans of its
+		// calls; the client's own, under the global provider, would
+		// repeat each of them (ADR 0013).
+		opts = append(opts[:len(opts):len(opts)], option.WithTelemetryDisabled())
 		cl, err := ctapi.NewClient(ctx, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("cloudtasks: open client: %w", err)
@@ -198,7 +207,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (Dispatc
 }
 
 // submit creates the task named by id (a dispatch or timer ID) with the
-// semantics of Dispatch. A timer's record goes to the timers table.
+// semantics of Dispatch, under its producer span. A timer's record goes
+// to the timers table.
 func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (DispatchResult, error) {
 	start := d.clock.Now()
 	if err := t.validate(start); err != nil {
@@ -207,7 +217,19 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 	if t.Queue == "" && d.cfg.Queue == "" {
 		return DispatchResult{}, &RequestError{Field: "Task.Queue", Rule: "is required: Config.Queue names no default queue"}
 	}
-	req := t.createRequest(id, d.queueOf(t.Queue), start)
+	queuePath := d.queueOf(t.Queue)
+	ctx, span := d.startSend(ctx, id, queuePath)
+	res, err := d.send(ctx, id, t, queuePath, start)
+	endSend(span, &res, err)
+	return res, err
+}
+
+// send is submit's work for a valid task to the queue at queuePath.
+func (d *Dispatcher) send(ctx context.Context, id naming.ID, t *Task, queuePath string, start time.Time) (DispatchResult, error) {
+	req := t.createRequest(id, queuePath, start)
+	if err := d.injectTrace(ctx, t, req); err != nil {
+		return DispatchResult{}, err
+	}
 	if err := t.checkSize(req); err != nil {
 		return DispatchResult{}, err
 	}
@@ -232,6 +254,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 		if how != ledFlight {
 			// A concurrent call of the same ID did the work; this one is
 			// its duplicate.
+			linkLeader(ctx, f)
 			if f.recorded != "" && f.recorded == fp {
 				// The leader's payload conflicted with the record, and this
 				// call's matches it: it is not a conflict, so ask again once
@@ -243,7 +266,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 			}
 			if f.fp != fp {
 				d.m.conflicts.Add(ctx, 1)
-				d.log.Warn("payload conflict with a concurrent call", "id", key)
+				d.log.WarnContext(ctx, "payload conflict with a concurrent call", "id", key)
 				return DispatchResult{}, &ConflictError{ID: key, Recorded: f.fp, Given: fp}
 			}
 			if res.Outcome == OutcomeCreated || res.Outcome == OutcomeRecovered {
@@ -316,6 +339,7 @@ const rereads = 3
 // blind.
 func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) {
 	ctx := workContext(leader)
+	f.span = trace.SpanContextFromContext(ctx)
 	for i := 0; d.createOnce(ctx, f, id, t, req, now) && i < rereads; i++ {
 		// f.err holds the refusal, kept if this was the last try.
 		f.err, f.res, now = nil, DispatchResult{}, d.clock.Now()
@@ -341,22 +365,34 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		return false
 	}
 	if found {
+		given := req
 		if req, err = d.inRecordedQueue(id, t, req, prev, now); err != nil {
 			f.err = err
 			return false
+		}
+		if req != given { // rebuilt for the recorded queue: it carries the trace too
+			if err = d.injectTrace(ctx, t, req); err == nil {
+				err = t.checkSize(req)
+			}
+			if err != nil {
+				f.err = err
+				return false
+			}
 		}
 	}
 	f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
 	rec := recordOf(id, req.GetParent())
 	rec.TaskName = f.res.TaskName
+	traceIDs(ctx, &rec)
 	recovering := false
 	if found {
+		linkStored(ctx, &prev)
 		switch prev.Status {
 		case outbox.StatusCreated, outbox.StatusAlreadyExisted, outbox.StatusPending:
 			if prev.PayloadSHA256 != "" && prev.PayloadSHA256 != f.fp {
 				f.recorded = prev.PayloadSHA256
 				d.m.conflicts.Add(ctx, 1)
-				d.log.Warn("payload conflict with the recorded dispatch", "id", key, "status", prev.Status)
+				d.log.WarnContext(ctx, "payload conflict with the recorded dispatch", "id", key, "status", prev.Status)
 				f.err = &ConflictError{ID: key, Recorded: prev.PayloadSHA256, Given: f.fp}
 				return false
 			}
@@ -364,7 +400,7 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		switch prev.Status {
 		case outbox.StatusCreated, outbox.StatusAlreadyExisted:
 			d.m.kindCount(ctx, d.m.skips, id.Kind().String())
-			d.log.Debug("idempotent skip: already dispatched", "id", key, "status", prev.Status)
+			d.log.DebugContext(ctx, "idempotent skip: already dispatched", "id", key, "status", prev.Status)
 			f.res.Outcome = OutcomeAlreadyExisted
 			f.res.FirstRecorded = prev.CreatedAt
 			f.res.Skipped = true
@@ -386,8 +422,10 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		rec.Follow(nil, now)
 	}
 	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
-		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context) error {
-			return d.createTask(ctx, key, req)
+		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context, t try) error {
+			return d.attempt(ctx, "CreateTask", t, codes.AlreadyExists, func(ctx context.Context) error {
+				return d.createTask(ctx, key, req)
+			})
 		})
 	})
 	if perr != nil {
@@ -414,14 +452,14 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		// The outcome is unknown (the task may exist): the record stays
 		// pending, now with the calls made, for Recover or the caller's
 		// repeat.
-		d.log.Info("gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
+		d.log.InfoContext(ctx, "gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
 		rec.ErrorCode = code.String()
 		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
 		d.recordOutcome(ctx, f, rec)
 		return false
 	default:
 		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
-		d.log.Info("CreateTask failed", "id", key, "code", code.String(), "calls", calls)
+		d.log.InfoContext(ctx, "CreateTask failed", "id", key, "code", code.String(), "calls", calls)
 		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Err: err}
 		d.recordOutcome(ctx, f, rec)
 		return false
@@ -433,7 +471,7 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 	}
 	f.res.FirstRecorded = rec.CreatedAt
 	if d.log.Enabled(ctx, slog.LevelDebug) { // spares boxing the arguments of a line nobody reads
-		d.log.Debug("dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
+		d.log.DebugContext(ctx, "dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
 	}
 	d.recordOutcome(ctx, f, rec)
 	return false
@@ -475,7 +513,7 @@ func (d *Dispatcher) createOne(ctx context.Context, key string, req *cloudtasksp
 	code := codeOf(err)
 	d.m.call(ctx, "CreateTask", code)
 	if err != nil && code != codes.AlreadyExists {
-		d.log.Debug("CreateTask error", "id", key, "code", code.String())
+		d.log.DebugContext(ctx, "CreateTask error", "id", key, "code", code.String())
 	}
 	return err
 }
@@ -624,10 +662,12 @@ func (d *Dispatcher) blindWrites(ctx context.Context, f *flight, id naming.ID, c
 
 // getTask makes a GetTask call under the retry policy.
 func (d *Dispatcher) getTask(ctx context.Context, name string) error {
-	_, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context) error {
-		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
-		d.m.call(ctx, "GetTask", codeOf(err))
-		return err
+	_, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context, t try) error {
+		return d.attempt(ctx, "GetTask", t, codes.NotFound, func(ctx context.Context) error {
+			_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+			d.m.call(ctx, "GetTask", codeOf(err))
+			return err
+		})
 	})
 	return err
 }
@@ -639,7 +679,7 @@ func (d *Dispatcher) noteHandover(ctx context.Context, id naming.ID, from, via s
 		return
 	}
 	d.m.kindCount(ctx, d.m.handovers, id.Kind().String())
-	d.log.Info("taking over a pending record from another processor",
+	d.log.InfoContext(ctx, "taking over a pending record from another processor",
 		"id", id.String(), "from_processor", from, "to_processor", d.processor, "via", via)
 }
 

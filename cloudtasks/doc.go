@@ -169,6 +169,30 @@
 //	ctdispatch.recover.handovers          counter    kind
 //
 // Logs go to Config.Logger. Every line about a dispatch carries its internal
-// ID under the key "id"; bodies, header values and credentials are never
-// logged.
+// ID under the key "id", and the trace_id and span_id of the call's span
+// when it has one; bodies, header values and credentials are never logged.
+//
+// # Tracing
+//
+// Spans go to Config.TracerProvider, the global provider by default, read
+// at each call (while a program has set none, no span is made and tracing
+// costs nothing). Dispatch and ScheduleTimer make a producer span,
+// "dispatch <queue>" or "schedule_timer <queue>", with one client span per
+// CreateTask attempt under it (attempt number, backoff, gRPC code; a
+// failed attempt is an error). Cancel, Recover (one span per pass, one per
+// record linked to the span its intent was recorded under) and a shared
+// BatchCreateTasks request (linked to every call it carries) have spans
+// too; a call that joined another's flight links to the leader's span.
+// The official client's own gRPC spans are turned off on clients the
+// dispatcher opens, so each call shows once.
+//
+// The producer span's context goes into the task's HTTP headers
+// (traceparent, tracestate) through Config.Propagator, the global one by
+// default; the worker links its consumer span to it. A header the caller
+// set is left alone. The headers count against MaxHeaderBytes and
+// MaxTaskSize, and stay outside the payload fingerprint: the same ID
+// dispatched under another trace is a repeat, not a conflict. Each record
+// keeps the producer span's trace and span IDs (outbox.Record.TraceID,
+// SpanID; the trace_id and span_id columns). ADR 0013 lists the span names
+// and attributes.
 package cloudtasks

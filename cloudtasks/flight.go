@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // opKind is the operation a flight performs for an ID.
@@ -33,6 +35,9 @@ type flight struct {
 	op    opKind
 	ready chan struct{} // closed once the answer is set
 	done  chan struct{} // closed once the work, its records included, ended
+
+	// span is the leader's span, which the callers that joined link to.
+	span trace.SpanContext
 
 	// create
 	fp       string // the leader's payload fingerprint

@@ -195,7 +195,7 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	start := clock.Now()
 	p := RetryPolicy{Initial: time.Second, Max: 4 * time.Second, Multiplier: 2, Jitter: 0, MaxCalls: 4}
 	var at []time.Duration
-	_, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
+	_, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context, try) error {
 		at = append(at, clock.Since(start))
 		return status.Error(codes.Unavailable, "down")
 	})
@@ -204,13 +204,13 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 
 	// A permanent code stops at once; an ended context stops the retries.
 	ctx, cancel := context.WithCancel(context.Background())
-	calls2, err := p.retry(ctx, clock, func() float64 { return 0 }, nil, func(context.Context) error {
+	calls2, err := p.retry(ctx, clock, func() float64 { return 0 }, nil, func(context.Context, try) error {
 		cancel()
 		return status.Error(codes.Unavailable, "down")
 	})
 	require.Equal(t, 1, calls2)
 	require.Equal(t, codes.Unavailable, status.Code(err))
-	calls3, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
+	calls3, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context, try) error {
 		return status.Error(codes.InvalidArgument, "bad")
 	})
 	require.Equal(t, 1, calls3)
@@ -219,7 +219,7 @@ func TestRetryWaitsOnTheClock(t *testing.T) {
 	// MaxElapsed: after 1s the next wait (2s) would end past 2.5s, so the
 	// loop stops at 2 calls.
 	p.MaxElapsed = 2500 * time.Millisecond
-	calls4, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context) error {
+	calls4, err := p.retry(context.Background(), clock, func() float64 { return 0 }, nil, func(context.Context, try) error {
 		return status.Error(codes.Unavailable, "down")
 	})
 	require.Equal(t, codes.Unavailable, status.Code(err))

@@ -75,28 +75,36 @@ func (d *Dispatcher) Recover(ctx context.Context) (RecoverStats, error) {
 	if err := ctx.Err(); err != nil {
 		return st, &WaitError{Op: "recover", Err: err}
 	}
+	ctx, span := d.startRecover(ctx)
+	err := d.recoverPass(ctx, &st)
+	endRecover(span, &st, err)
+	return st, err
+}
+
+// recoverPass is the work of one Recover pass; it counts into st.
+func (d *Dispatcher) recoverPass(ctx context.Context, st *RecoverStats) error {
 	for _, table := range outbox.Tables() {
 		if table == outbox.TableDeliveries {
 			continue // a worker's table: nothing re-drives a delivery
 		}
 		recs, err := d.pending(ctx, table)
 		if err != nil {
-			return st, &OutboxError{Op: OpListPending, BeforeCall: true, Err: fmt.Errorf("%s: %w", table, err)}
+			return &OutboxError{Op: OpListPending, BeforeCall: true, Err: fmt.Errorf("%s: %w", table, err)}
 		}
 		for _, rec := range recs {
 			if err := ctx.Err(); err != nil {
 				// The records already looked at are finished; the rest wait
 				// for the next pass.
-				return st, fmt.Errorf("cloudtasks: recover: stopped after %d stale records, the rest are left for the next pass: %w", st.Stale, err)
+				return fmt.Errorf("cloudtasks: recover: stopped after %d stale records, the rest are left for the next pass: %w", st.Stale, err)
 			}
 			st.Stale++
-			if err := d.recoverOne(ctx, rec, &st); errors.Is(err, ErrClosed) {
+			if err := d.recoverOne(ctx, rec, st); errors.Is(err, ErrClosed) {
 				st.Stale--
-				return st, err
+				return err
 			}
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // pending lists the stale records of table: those this process claims when
@@ -113,25 +121,28 @@ func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *Reco
 	id, err := naming.Parse(rec.ID)
 	if err != nil {
 		st.Errors++
-		d.log.Warn("recover: pending record with an invalid ID", "id", rec.ID, "err", err)
+		d.log.WarnContext(ctx, "recover: pending record with an invalid ID", "id", rec.ID, "err", err)
 		return nil
 	}
 	if rec.ProcessorUUID != d.processor && d.cfg.EnforceOwnership {
 		st.SkippedNotOwned++
-		d.log.Info("recover: pending record of another processor left alone (ownership enforced)",
+		d.log.InfoContext(ctx, "recover: pending record of another processor left alone (ownership enforced)",
 			"id", rec.ID, "owner", rec.ProcessorUUID)
 		return nil
 	}
+	ctx, span := d.startResolve(ctx, &rec)
 	f, _, err := d.flights.do(ctx, rec.ID, opRecover, func(f *flight) { d.resolve(ctx, f, rec) })
 	if errors.Is(err, ErrClosed) {
+		endResolve(span, f, err)
 		return err
 	}
 	if err == nil {
 		err = f.err
 	}
+	endResolve(span, f, err)
 	if err != nil {
 		st.Errors++
-		d.log.Warn("recover: could not resolve pending record", "id", rec.ID, "err", err)
+		d.log.WarnContext(ctx, "recover: could not resolve pending record", "id", rec.ID, "err", err)
 		return nil
 	}
 	switch f.verdict {
@@ -148,7 +159,7 @@ func (d *Dispatcher) recoverOne(ctx context.Context, rec outbox.Record, st *Reco
 		st.HandedOver++
 		d.noteHandover(ctx, id, rec.ProcessorUUID, "recover")
 	}
-	d.log.Info("recovered pending record", "id", rec.ID, "result", string(f.verdict), "status", string(f.verdict), "from_processor", rec.ProcessorUUID)
+	d.log.InfoContext(ctx, "recovered pending record", "id", rec.ID, "result", string(f.verdict), "status", string(f.verdict), "from_processor", rec.ProcessorUUID)
 	return nil
 }
 

@@ -101,6 +101,13 @@ func (d *Dispatcher) onRetry(method string) func(RetryEvent) {
 	}
 }
 
+// try is one call of a retried operation: its number (1 for the first)
+// and the wait before it (0 for the first), as its span records them.
+type try struct {
+	n       int
+	backoff time.Duration
+}
+
 // retry calls fn until it succeeds, fails with a code that is not
 // transient, the policy's MaxCalls is reached, ctx ends, or MaxElapsed has
 // passed since the first call (no call starts after it; zero: no bound). It
@@ -110,12 +117,13 @@ func (d *Dispatcher) onRetry(method string) func(RetryEvent) {
 // MaxElapsed is checked on clock rather than set as a context deadline: a
 // deadline costs a runtime timer per call, and each attempt is bounded by
 // the client's own timeout anyway.
-func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, notify func(RetryEvent), fn func(context.Context) error) (int, error) {
+func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func() float64, notify func(RetryEvent), fn func(context.Context, try) error) (int, error) {
 	end := clock.Now().Add(p.MaxElapsed)
 	calls := 0
+	var backoff time.Duration
 	for {
 		calls++
-		err := fn(ctx)
+		err := fn(ctx, try{n: calls, backoff: backoff})
 		if err == nil || !transient(codeOf(err)) || calls >= p.MaxCalls || ctx.Err() != nil {
 			return calls, err
 		}
@@ -129,5 +137,6 @@ func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func(
 		if serr := sleep(ctx, clock, delay); serr != nil {
 			return calls, err
 		}
+		backoff = delay
 	}
 }

@@ -143,6 +143,13 @@ type Record struct {
 	UpdatedAt time.Time
 	// DueAt is when a timer fires; zero for dispatches and deliveries.
 	DueAt time.Time
+	// TraceID and SpanID are the OpenTelemetry trace and span this record
+	// was written under, in lowercase hex (32 and 16 characters), or both
+	// empty when there was none: the producer span of a dispatch or timer
+	// (whose context the task's traceparent header carries), the consumer
+	// span of a delivery. Records written before the columns existed read
+	// them as empty.
+	TraceID, SpanID string
 	// Version is the ID's version this record sets: 1 for an ID's first
 	// record, and one more than the Version of the record the writer read
 	// (Latest) before writing. Zero in records written before versions
@@ -269,6 +276,9 @@ func (r *Record) Validate() error {
 			return &RecordError{ID: r.ID, Field: "Status", Value: string(r.Status),
 				Rule: "is unknown; allowed: pending, created, already_existed, failed, cancelled, not_found"}
 		}
+	}
+	if err := r.validateTrace(); err != nil {
+		return err
 	}
 	for _, f := range [...]struct {
 		name string
@@ -422,4 +432,41 @@ func (r *Record) Follow(prev *Record, now time.Time) {
 // it with the newest record they hold or can see.
 func (r *Record) Conflicts(current *Record) bool {
 	return r.Version > 0 && current.Version >= r.Version
+}
+
+// validateTrace checks TraceID and SpanID: both empty, or both lowercase
+// hex of the W3C lengths, and not all zeros (an invalid ID).
+func (r *Record) validateTrace() error {
+	if r.TraceID == "" && r.SpanID == "" {
+		return nil
+	}
+	for _, f := range [...]struct {
+		name, v string
+		n       int
+	}{{"TraceID", r.TraceID, 32}, {"SpanID", r.SpanID, 16}} {
+		if !lowerHex(f.v, f.n) {
+			return &RecordError{ID: r.ID, Field: f.name, Value: f.v,
+				Rule: fmt.Sprintf("is not a trace context ID; allowed: %d lowercase hex digits, not all zero, with TraceID and SpanID both set or both empty", f.n)}
+		}
+	}
+	return nil
+}
+
+// lowerHex reports whether s is n lowercase hex digits, not all zero.
+func lowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	zero := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '0':
+		case '1' <= c && c <= '9', 'a' <= c && c <= 'f':
+			zero = false
+		default:
+			return false
+		}
+	}
+	return !zero
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -100,6 +102,17 @@ type Config struct {
 	// MeterProvider receives the metrics listed in the package
 	// documentation. Defaults to a no-op provider.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives a consumer span per request (see the package
+	// documentation's Tracing), in which the inbox transaction and the
+	// handler run. Defaults to the global provider
+	// (otel.GetTracerProvider) as it is at each request; until a program
+	// sets one, no span is made.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the producer's trace context from the request's
+	// headers (traceparent and tracestate with the W3C propagator), which
+	// the consumer span links to. Defaults to the global propagator
+	// (otel.GetTextMapPropagator) as it is at each request.
+	Propagator propagation.TextMapPropagator
 }
 
 func (c Config) withDefaults() Config {

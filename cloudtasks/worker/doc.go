@@ -148,4 +148,17 @@
 // (seconds from arrival to answer). A third,
 // ctdispatch.worker.record_failures, counts delivery records the outbox
 // could not keep.
+//
+// # Tracing
+//
+// With Config.TracerProvider (the global provider by default) each request
+// gets a consumer span, "process <queue>", a child of the request's own
+// context and linked to the producer span whose context the task's
+// traceparent header carries (read with Config.Propagator, the global one
+// by default). The inbox transaction and the handler run in it, so the
+// handler's own spans nest under it. It carries the delivery's retry and
+// execution counts and its outcome (ctdispatch.outcome: done, duplicate,
+// rejected, retry, panic, …); ADR 0013 lists the attributes. A delivery's
+// records keep the span's trace_id and span_id, and the worker's log
+// records carry them too. While no provider is set, no span is made.
 package worker

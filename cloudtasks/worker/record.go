@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ctdispatch/ctdispatch/internal/tracing"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -38,6 +41,7 @@ func (w *Worker) recordStart(ctx context.Context, d *Delivery, arrived time.Time
 	r := outbox.DeliveryRecordOf(d.ID, uuid.Must(uuid.NewV7()).String())
 	r.Queue, r.Status, r.CreatedAt, r.UpdatedAt = d.Queue, outbox.StatusStarted, arrived, arrived
 	r.Delivery = outbox.DeliveryFields{RetryCount: int32(d.RetryCount), ExecutionCount: int32(d.ExecutionCount)}
+	r.TraceID, r.SpanID = tracing.IDs(trace.SpanContextFromContext(ctx))
 	if err := outbox.AppendAndWait(ctx, w.cfg.Outbox, r); err != nil {
 		w.recordFailed(ctx, &r, recordStarted, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/tracing"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -95,6 +96,8 @@ type Worker struct {
 	locks   keyLocks
 	metrics *metrics
 	log     *slog.Logger
+	tracer  *tracing.Tracer
+	prop    tracing.Propagator
 }
 
 // New returns a Worker that runs h for each accepted delivery. It fails
@@ -115,7 +118,8 @@ func New(ctx context.Context, cfg *Config, h Handler) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	w := &Worker{cfg: c, handler: h, metrics: m, log: c.Logger}
+	w := &Worker{cfg: c, handler: h, metrics: m, log: slog.New(tracing.LogHandler(c.Logger.Handler())),
+		tracer: tracing.NewTracer(c.TracerProvider), prop: tracing.NewPropagator(c.Propagator)}
 	if c.InsecureSkipVerify {
 		w.log.Warn("worker: token verification is off (Config.InsecureSkipVerify): any caller that reaches this handler can run tasks")
 	} else if w.verify, err = newVerifier(ctx, &c); err != nil {
@@ -128,6 +132,7 @@ func New(ctx context.Context, cfg *Config, h Handler) (*Worker, error) {
 // status it answers with.
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	start := w.cfg.Clock.Now()
+	r, span := w.startProcess(r)
 	res := w.serve(rw, r, start)
 	// The record's latency ends at the outcome; the metric's, below, at
 	// the answer, after the record's own write.
@@ -151,6 +156,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.WriteHeader(status)
 	_, _ = io.WriteString(rw, body)
 	w.finish(r.Context(), res, status, w.cfg.Clock.Since(start))
+	endProcess(span, &res)
 }
 
 // result is what serve decided about one request.

@@ -89,6 +89,8 @@ embedded script refreshes them while "live" is ticked.`,
 	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
 	f.StringVar(&cfg.WorkerOutbox, "worker-outbox", "", "a worker's outbox directory, opened read-only: deliveries on the ID and run pages")
 	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
+	f.StringVar(&cfg.TraceURL, "trace-url", console.DefaultTraceURL, "link shown with a record's trace ID: {trace_id} and {project} are filled in; \"off\" shows IDs without links")
+	f.StringVar(&cfg.TraceProject, "trace-project", "", "project {project} names in --trace-url (default: the project of each record's queue)")
 	f.StringArrayVar(&cfg.AllowHosts, "allow-host", nil, "a host name (or name:port) the console may be reached by besides its address and localhost; required with an --addr on every interface (repeatable)")
 	f.BoolVar(&cfg.AllowActions, "allow-actions", false, "offer pause, resume, purge, run now and recover")
 	f.DurationVar(&cfg.StaleAfter, "stale-after", cloudtasks.DefaultStaleAfter, "age past which a pending record is stale")

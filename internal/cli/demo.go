@@ -139,7 +139,7 @@ func printDemo(w io.Writer, s demo.Summary) error {
 	p.printf("outbox      %s\n", s.OutboxDir)
 	p.printf("  %s query --outbox %s --run run-1\n", self, s.OutboxDir)
 	p.printf("  %s stats --outbox %s\n", self, s.OutboxDir)
-	p.printf("  duckdb -c \"SELECT dispatch_id, cloud_task_id, status, processor_uuid FROM read_parquet('%s', hive_partitioning = true) ORDER BY dispatch_id, updated_at\"\n",
+	p.printf("  duckdb -c \"SELECT dispatch_id, cloud_task_id, status, processor_uuid FROM read_parquet('%s', hive_partitioning = true, union_by_name = true) ORDER BY dispatch_id, updated_at\"\n",
 		filepath.Join(s.OutboxDir, "dispatch_outbox", "**", "*.parquet"))
 	return p.err
 }

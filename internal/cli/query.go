@@ -78,6 +78,8 @@ type recordJSON struct {
 	CreatedAt     string `json:"created_at"`
 	UpdatedAt     string `json:"updated_at"`
 	DueAt         string `json:"due_at,omitempty"`
+	TraceID       string `json:"trace_id,omitempty"`
+	SpanID        string `json:"span_id,omitempty"`
 	// The deliveries table's own columns, only in its records.
 	RetryCount     *int32 `json:"retry_count,omitempty"`
 	ExecutionCount *int32 `json:"execution_count,omitempty"`
@@ -91,7 +93,7 @@ func toRecordJSON(r outbox.Record) recordJSON {
 		RunID: r.RunID, TaskKey: r.TaskKey, Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status),
 		ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256,
 		ProcessorUUID: r.ProcessorUUID, CreatedAt: formatTime(r.CreatedAt), UpdatedAt: formatTime(r.UpdatedAt),
-		DueAt: formatTime(r.DueAt),
+		DueAt: formatTime(r.DueAt), TraceID: r.TraceID, SpanID: r.SpanID,
 	}
 	if r.Table == outbox.TableDeliveries {
 		d := r.Delivery
@@ -102,7 +104,8 @@ func toRecordJSON(r outbox.Record) recordJSON {
 }
 
 var csvHeader = []string{"table", "id", "cloud_task_id", "task_name", "queue", "run_id", "task_key", "attempt",
-	"kind", "status", "error_code", "create_calls", "payload_sha256", "processor_uuid", "created_at", "updated_at", "due_at"}
+	"kind", "status", "error_code", "create_calls", "payload_sha256", "processor_uuid", "created_at", "updated_at", "due_at",
+	"trace_id", "span_id"}
 
 // csvDeliveryHeader are the columns added when deliveries are asked for.
 var csvDeliveryHeader = []string{"retry_count", "execution_count", "http_status", "latency_us"}
@@ -110,7 +113,7 @@ var csvDeliveryHeader = []string{"retry_count", "execution_count", "http_status"
 func (j recordJSON) csvRow(deliveries bool) []string {
 	row := []string{j.Table, j.ID, j.CloudTaskID, j.TaskName, j.Queue, j.RunID, j.TaskKey, j.Attempt, j.Kind,
 		j.Status, j.ErrorCode, strconv.Itoa(int(j.CreateCalls)), j.PayloadSHA256, j.ProcessorUUID,
-		j.CreatedAt, j.UpdatedAt, j.DueAt}
+		j.CreatedAt, j.UpdatedAt, j.DueAt, j.TraceID, j.SpanID}
 	if !deliveries {
 		return row
 	}
@@ -162,10 +165,10 @@ func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries 
 	}
 	if len(recs) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tCLOUD TASK ID\tERROR\tCALLS\tUPDATED AT\tDUE AT\tPROCESSOR")
+		fmt.Fprintln(tw, "ID\tSTATUS\tCLOUD TASK ID\tERROR\tCALLS\tUPDATED AT\tDUE AT\tPROCESSOR\tTRACE ID")
 		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Status, r.CloudTaskID, dash(r.ErrorCode),
-				r.CreateCalls, formatTime(r.UpdatedAt), dash(formatTime(r.DueAt)), r.ProcessorUUID)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Status, r.CloudTaskID, dash(r.ErrorCode),
+				r.CreateCalls, formatTime(r.UpdatedAt), dash(formatTime(r.DueAt)), r.ProcessorUUID, dash(r.TraceID))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -178,15 +181,15 @@ func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries 
 		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DELIVERY ID\tSTATUS\tHTTP\tRETRY\tEXEC\tLATENCY\tARRIVED AT\tUPDATED AT\tPROCESSOR")
+	fmt.Fprintln(tw, "DELIVERY ID\tSTATUS\tHTTP\tRETRY\tEXEC\tLATENCY\tARRIVED AT\tUPDATED AT\tPROCESSOR\tTRACE ID")
 	for _, r := range dels {
 		d := r.Delivery
 		status := "-"
 		if d.HTTPStatus != 0 {
 			status = strconv.Itoa(int(d.HTTPStatus))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Status, status, d.RetryCount, d.ExecutionCount,
-			d.Latency, formatTime(r.CreatedAt), formatTime(r.UpdatedAt), r.ProcessorUUID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, status, d.RetryCount, d.ExecutionCount,
+			d.Latency, formatTime(r.CreatedAt), formatTime(r.UpdatedAt), r.ProcessorUUID, dash(r.TraceID))
 	}
 	return tw.Flush()
 }

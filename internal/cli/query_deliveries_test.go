@@ -64,22 +64,22 @@ func TestQueryWithAWorkersOutbox(t *testing.T) {
 		{
 			name: "an ID's record, then its deliveries",
 			args: []string{"query", "--outbox", dir, "--worker-outbox", wdir, "--dispatch-id", "dispatch:run1:extract:1"},
-			wantStdout: "ID                       STATUS   CLOUD TASK ID                 ERROR  CALLS  UPDATED AT                   DUE AT  PROCESSOR\n" +
-				"dispatch:run1:extract:1  created  d_cxtoltqhbncw6nevn7hy53kqn6  -      1      2026-03-01T12:00:01.500000Z  -       " + cliProc + "\n" +
+			wantStdout: "ID                       STATUS   CLOUD TASK ID                 ERROR  CALLS  UPDATED AT                   DUE AT  PROCESSOR                             TRACE ID\n" +
+				"dispatch:run1:extract:1  created  d_cxtoltqhbncw6nevn7hy53kqn6  -      1      2026-03-01T12:00:01.500000Z  -       " + cliProc + "  -\n" +
 				"\n" +
-				"DELIVERY ID                STATUS  HTTP  RETRY  EXEC  LATENCY  ARRIVED AT                   UPDATED AT                   PROCESSOR\n" +
-				"dispatch:run1:extract:1#a  retry   500   0      0     250ms    2026-03-01T12:01:00.000000Z  2026-03-01T12:01:00.250000Z  " + workerProc + "\n" +
-				"dispatch:run1:extract:1#b  done    200   1      1     250ms    2026-03-01T12:01:01.250000Z  2026-03-01T12:01:01.500000Z  " + workerProc + "\n",
+				"DELIVERY ID                STATUS  HTTP  RETRY  EXEC  LATENCY  ARRIVED AT                   UPDATED AT                   PROCESSOR                             TRACE ID\n" +
+				"dispatch:run1:extract:1#a  retry   500   0      0     250ms    2026-03-01T12:01:00.000000Z  2026-03-01T12:01:00.250000Z  " + workerProc + "  -\n" +
+				"dispatch:run1:extract:1#b  done    200   1      1     250ms    2026-03-01T12:01:01.250000Z  2026-03-01T12:01:01.500000Z  " + workerProc + "  -\n",
 		},
 		{
 			name: "a run's deliveries with history, worker's outbox alone",
 			args: []string{"query", "--worker-outbox", wdir, "--run", "run1", "--history"},
-			wantStdout: "DELIVERY ID                STATUS   HTTP  RETRY  EXEC  LATENCY  ARRIVED AT                   UPDATED AT                   PROCESSOR\n" +
-				"dispatch:run1:extract:1#a  started  -     0      0     0s       2026-03-01T12:01:00.000000Z  2026-03-01T12:01:00.000000Z  " + workerProc + "\n" +
-				"dispatch:run1:extract:1#a  retry    500   0      0     250ms    2026-03-01T12:01:00.000000Z  2026-03-01T12:01:00.250000Z  " + workerProc + "\n" +
-				"dispatch:run1:extract:1#b  started  -     1      1     0s       2026-03-01T12:01:01.250000Z  2026-03-01T12:01:01.250000Z  " + workerProc + "\n" +
-				"dispatch:run1:extract:1#b  done     200   1      1     250ms    2026-03-01T12:01:01.250000Z  2026-03-01T12:01:01.500000Z  " + workerProc + "\n" +
-				"dispatch:run1:load:2#c     started  -     0      0     0s       2026-03-01T12:01:02.500000Z  2026-03-01T12:01:02.500000Z  " + workerProc + "\n",
+			wantStdout: "DELIVERY ID                STATUS   HTTP  RETRY  EXEC  LATENCY  ARRIVED AT                   UPDATED AT                   PROCESSOR                             TRACE ID\n" +
+				"dispatch:run1:extract:1#a  started  -     0      0     0s       2026-03-01T12:01:00.000000Z  2026-03-01T12:01:00.000000Z  " + workerProc + "  -\n" +
+				"dispatch:run1:extract:1#a  retry    500   0      0     250ms    2026-03-01T12:01:00.000000Z  2026-03-01T12:01:00.250000Z  " + workerProc + "  -\n" +
+				"dispatch:run1:extract:1#b  started  -     1      1     0s       2026-03-01T12:01:01.250000Z  2026-03-01T12:01:01.250000Z  " + workerProc + "  -\n" +
+				"dispatch:run1:extract:1#b  done     200   1      1     250ms    2026-03-01T12:01:01.250000Z  2026-03-01T12:01:01.500000Z  " + workerProc + "  -\n" +
+				"dispatch:run1:load:2#c     started  -     0      0     0s       2026-03-01T12:01:02.500000Z  2026-03-01T12:01:02.500000Z  " + workerProc + "  -\n",
 		},
 		{
 			name: "a task's deliveries as JSON",
@@ -98,9 +98,9 @@ func TestQueryWithAWorkersOutbox(t *testing.T) {
 			args: []string{"query", "--worker-outbox", wdir, "--dispatch-id", "dispatch:run1:extract:1", "--format", "csv"},
 			wantStdout: strings.Join(append(csvHeader, csvDeliveryHeader...), ",") + "\n" +
 				"deliveries,dispatch:run1:extract:1#a,d_cxtoltqhbncw6nevn7hy53kqn6,,orders,run1,extract,1,dispatch,retry,,0,," + workerProc +
-				",2026-03-01T12:01:00.000000Z,2026-03-01T12:01:00.250000Z,,0,0,500,250000\n" +
+				",2026-03-01T12:01:00.000000Z,2026-03-01T12:01:00.250000Z,,,,0,0,500,250000\n" +
 				"deliveries,dispatch:run1:extract:1#b,d_cxtoltqhbncw6nevn7hy53kqn6,,orders,run1,extract,1,dispatch,done,,0,," + workerProc +
-				",2026-03-01T12:01:01.250000Z,2026-03-01T12:01:01.500000Z,,1,1,200,250000\n",
+				",2026-03-01T12:01:01.250000Z,2026-03-01T12:01:01.500000Z,,,,1,1,200,250000\n",
 		},
 		{
 			name:       "nothing in either",

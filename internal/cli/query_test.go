@@ -72,15 +72,15 @@ func TestQueryCommand(t *testing.T) {
 		{
 			name: "latest state by dispatch ID",
 			args: []string{"query", "--outbox", dir, "--dispatch-id", "dispatch:run1:extract:1"},
-			wantStdout: "ID                       STATUS   CLOUD TASK ID                 ERROR  CALLS  UPDATED AT                   DUE AT  PROCESSOR\n" +
-				"dispatch:run1:extract:1  created  d_cxtoltqhbncw6nevn7hy53kqn6  -      1      2026-03-01T12:00:01.500000Z  -       " + cliProc + "\n",
+			wantStdout: "ID                       STATUS   CLOUD TASK ID                 ERROR  CALLS  UPDATED AT                   DUE AT  PROCESSOR                             TRACE ID\n" +
+				"dispatch:run1:extract:1  created  d_cxtoltqhbncw6nevn7hy53kqn6  -      1      2026-03-01T12:00:01.500000Z  -       " + cliProc + "  -\n",
 		},
 		{
 			name: "history as CSV",
 			args: []string{"query", "--outbox", dir, "--cloud-task-id", "d_cxtoltqhbncw6nevn7hy53kqn6", "--history", "--format", "csv"},
 			wantStdout: strings.Join(csvHeader, ",") + "\n" +
-				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,pending,,0,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:00.000000Z,\n" +
-				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:01.500000Z,\n",
+				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,pending,,0,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:00.000000Z,,,\n" +
+				"dispatch_outbox,dispatch:run1:extract:1,d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + "/tasks/d_cxtoltqhbncw6nevn7hy53kqn6," + cliQueue + ",run1,extract,1,dispatch,created,,1,ab," + cliProc + ",2026-03-01T12:00:00.000000Z,2026-03-01T12:00:01.500000Z,,,\n",
 		},
 		{
 			name: "timer as JSON",
@@ -93,10 +93,10 @@ func TestQueryCommand(t *testing.T) {
 		{
 			name: "whole run",
 			args: []string{"query", "--outbox", dir, "--run", "run1"},
-			wantStdout: "ID                                     STATUS   CLOUD TASK ID                 ERROR             CALLS  UPDATED AT                   DUE AT                       PROCESSOR\n" +
-				"dispatch:run1:extract:1                created  d_cxtoltqhbncw6nevn7hy53kqn6  -                 1      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
-				"dispatch:run1:load:2                   failed   d_jbmde3fgfum6suqbrrywrudv7g  PermissionDenied  3      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "\n" +
-				"timer:retry:run1:extract:1:1772370000  created  t_r36kq5aw4etqdihtwlvv5mky3q  -                 1      2026-03-01T12:00:01.500000Z  2026-03-01T13:00:00.000000Z  " + cliProc + "\n",
+			wantStdout: "ID                                     STATUS   CLOUD TASK ID                 ERROR             CALLS  UPDATED AT                   DUE AT                       PROCESSOR                             TRACE ID\n" +
+				"dispatch:run1:extract:1                created  d_cxtoltqhbncw6nevn7hy53kqn6  -                 1      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "  -\n" +
+				"dispatch:run1:load:2                   failed   d_jbmde3fgfum6suqbrrywrudv7g  PermissionDenied  3      2026-03-01T12:00:01.500000Z  -                            " + cliProc + "  -\n" +
+				"timer:retry:run1:extract:1:1772370000  created  t_r36kq5aw4etqdihtwlvv5mky3q  -                 1      2026-03-01T12:00:01.500000Z  2026-03-01T13:00:00.000000Z  " + cliProc + "  -\n",
 		},
 		{
 			name:       "nothing matches",

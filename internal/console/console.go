@@ -118,6 +118,16 @@ type Config struct {
 	// PageSize is how many tasks the queue page shows at a time. Defaults
 	// to 100.
 	PageSize int
+	// TraceURL is the template of the link shown with a record's trace ID:
+	// {trace_id} is replaced by the ID, {project} by TraceProject or else
+	// the project of the record's queue. TraceURLOff shows the IDs without
+	// links. Defaults to DefaultTraceURL (Cloud Trace).
+	TraceURL string
+	// TraceProject is the project {project} names in TraceURL, for traces
+	// kept in a project other than the queues' (and for a worker's
+	// deliveries, whose queue names no project). Defaults to the project
+	// of each record's queue.
+	TraceProject string
 	// Logger receives errors that a page cannot show. Defaults to
 	// discarding.
 	Logger *slog.Logger
@@ -145,6 +155,9 @@ func (c Config) withDefaults() Config {
 	if c.LookupBudget == 0 {
 		c.LookupBudget = 120 * time.Millisecond
 	}
+	if c.TraceURL == "" {
+		c.TraceURL = DefaultTraceURL
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -169,6 +182,9 @@ func (c Config) validate() error {
 		if err := validAllowHost(h); err != nil {
 			return err
 		}
+	}
+	if c.TraceURL != TraceURLOff {
+		return validTraceURL(c.TraceURL)
 	}
 	return nil
 }

@@ -136,8 +136,8 @@ func TestAuditTrailShowsStatesHandOversAndFingerprint(t *testing.T) {
 		require.Contains(t, page, `<dt>Payload fingerprint</dt><dd><code class="hash">b4e73c40e3e8e640fc266216e38f60c4b6735dd07f73fd6871b8a68764650874</code></dd>`)
 		require.Contains(t, page, `<dt>Hand-overs</dt><dd>1</dd>`)
 		require.Equal(t, [][]string{
-			{"2026-11-23 10:00:02.000", "pending", "aaaaaaaa-0000-4000-8000-000000000001", "", "0"},
-			{"2026-11-23 10:00:30.000", "already_existed", "bbbbbbbb-0000-4000-8000-000000000002 hand-over", hostile, "1"},
+			{"2026-11-23 10:00:02.000", "pending", "aaaaaaaa-0000-4000-8000-000000000001", "", "0", "—"},
+			{"2026-11-23 10:00:30.000", "already_existed", "bbbbbbbb-0000-4000-8000-000000000002 hand-over", hostile, "1", "—"},
 		}, tableRows(doc), q)
 	}
 }

@@ -76,8 +76,8 @@ func TestIDAndRunPagesShowDeliveries(t *testing.T) {
 		code, page := b.get(t, "/audit?q="+url.QueryEscape(q))
 		require.Equal(t, http.StatusOK, code, q)
 		require.Equal(t, [][]string{
-			{transform + "#2", "retry", "500", "0", "0", "12ms", "2026-11-23 10:01:01.000", proc},
-			{transform + "#3", "started", "—", "1", "0", "—", "2026-11-23 10:01:02.000", proc},
+			{transform + "#2", "retry", "500", "0", "0", "12ms", "2026-11-23 10:01:01.000", proc, "—"},
+			{transform + "#3", "started", "—", "1", "0", "—", "2026-11-23 10:01:02.000", proc, "—"},
 		}, rows(t, page, "worker-deliveries"), q)
 		require.Contains(t, page, `<a href="/audit?q=dispatch%3arun-1%3atransform%3a1&amp;by=id"><code>`+transform+`#2</code></a>`)
 		require.Contains(t, page, `· worker outbox: <code>`)
@@ -93,10 +93,10 @@ func TestIDAndRunPagesShowDeliveries(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, rows(t, page, "run"), 4, "the dispatcher's records, as without a worker's outbox")
 	require.Equal(t, [][]string{
-		{ids["extract"].String() + "#1", "done", "200", "0", "0", "12ms", "2026-11-23 10:01:00.000", proc},
-		{transform + "#2", "retry", "500", "0", "0", "12ms", "2026-11-23 10:01:01.000", proc},
-		{transform + "#3", "started", "—", "1", "0", "—", "2026-11-23 10:01:02.000", proc},
-		{retry.String() + "#4", "duplicate", "200", "0", "0", "12ms", "2026-11-23 10:01:03.000", proc},
+		{ids["extract"].String() + "#1", "done", "200", "0", "0", "12ms", "2026-11-23 10:01:00.000", proc, "—"},
+		{transform + "#2", "retry", "500", "0", "0", "12ms", "2026-11-23 10:01:01.000", proc, "—"},
+		{transform + "#3", "started", "—", "1", "0", "—", "2026-11-23 10:01:02.000", proc, "—"},
+		{retry.String() + "#4", "duplicate", "200", "0", "0", "12ms", "2026-11-23 10:01:03.000", proc, "—"},
 	}, rows(t, page, "worker-deliveries"))
 }
 

@@ -212,6 +212,7 @@ func (s *Server) needRecords() error {
 // record (the outcome, or started when its worker never answered).
 type workerDelivery struct {
 	ID, Internal, Processor    string
+	TraceID, TraceURL          string
 	Status                     outbox.Status
 	HTTPStatus                 int32
 	RetryCount, ExecutionCount int32
@@ -235,6 +236,7 @@ func (s *Server) deliveries(ctx context.Context, q outbox.Query) ([]workerDelive
 		internal, _, _ := outbox.SplitDeliveryID(r.ID)
 		d := r.Delivery
 		rows[i] = workerDelivery{ID: r.ID, Internal: internal, Processor: r.ProcessorUUID, Status: r.Status, HTTPStatus: d.HTTPStatus,
+			TraceID: r.TraceID, TraceURL: s.cfg.traceURL(r.TraceID, r.Queue),
 			RetryCount: d.RetryCount, ExecutionCount: d.ExecutionCount, Latency: d.Latency, Arrived: r.CreatedAt}
 	}
 	return rows, nil
@@ -605,6 +607,7 @@ type state struct {
 	At                   time.Time
 	Status               outbox.Status
 	Processor, ErrorCode string
+	TraceID, TraceURL    string
 	Calls                int32
 	HandOver             bool
 }
@@ -651,7 +654,7 @@ func (s *Server) auditPage(r *http.Request, l *layout) error {
 		if err != nil {
 			return fmt.Errorf("outbox lookup: %w", err)
 		}
-		body.Trails = trails(dispatchRecords(recs))
+		body.Trails = trails(dispatchRecords(recs), &s.cfg)
 	}
 	var err error
 	body.Deliveries, err = s.deliveries(r.Context(), query)
@@ -660,7 +663,7 @@ func (s *Server) auditPage(r *http.Request, l *layout) error {
 
 // trails groups records (sorted by table, ID and time) into one trail per
 // ID, marking each state written by another processor than the one before.
-func trails(recs []outbox.Record) []trail {
+func trails(recs []outbox.Record, cfg *Config) []trail {
 	var out []trail
 	for _, r := range recs {
 		if len(out) == 0 || out[len(out)-1].ID != r.ID || out[len(out)-1].Table != r.Table {
@@ -668,7 +671,8 @@ func trails(recs []outbox.Record) []trail {
 				TaskKey: r.TaskKey, Attempt: r.Attempt, Kind: r.Kind})
 		}
 		t := &out[len(out)-1]
-		st := state{At: r.UpdatedAt, Status: r.Status, Processor: r.ProcessorUUID, ErrorCode: r.ErrorCode, Calls: r.CreateCalls}
+		st := state{At: r.UpdatedAt, Status: r.Status, Processor: r.ProcessorUUID, ErrorCode: r.ErrorCode, Calls: r.CreateCalls,
+			TraceID: r.TraceID, TraceURL: cfg.traceURL(r.TraceID, r.Queue)}
 		if n := len(t.States); n > 0 && t.States[n-1].Processor != r.ProcessorUUID {
 			st.HandOver = true
 			t.HandOvers++

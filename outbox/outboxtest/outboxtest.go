@@ -119,6 +119,43 @@ var tests = []struct {
 		require.NoError(t, err)
 		require.False(t, ok, "tables are separate")
 	}},
+	{"TraceIDsRoundTripInEveryTable", func(t *testing.T, b *bundle) {
+		const traceID, spanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+		d := dispatch("run1", "traced", "1", outbox.StatusCreated)
+		d.TraceID, d.SpanID = traceID, spanID
+		id, err := naming.NewRetryTimer("run1", "traced", naming.Attempt(1), T0.Add(time.Hour))
+		require.NoError(t, err)
+		tm := outbox.RecordOf(id)
+		tm.Queue, tm.Status, tm.TraceID, tm.SpanID = queue, outbox.StatusCreated, traceID, spanID
+		did, err := naming.Parse(d.ID)
+		require.NoError(t, err)
+		dl := outbox.DeliveryRecordOf(did, "s1")
+		dl.Queue, dl.Status, dl.TraceID, dl.SpanID = "q", outbox.StatusStarted, traceID, spanID
+		untraced := dispatch("run1", "untraced", "1", outbox.StatusCreated)
+		for _, r := range []outbox.Record{d, tm, dl, untraced} {
+			require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, r))
+		}
+		require.NoError(t, b.s.Flush(b.ctx))
+		for _, r := range []outbox.Record{d, tm, dl, untraced} {
+			got := b.latest(t, r.Table, r.ID)
+			require.Equal(t, r.TraceID, got.TraceID, "%s %s", r.Table, r.ID)
+			require.Equal(t, r.SpanID, got.SpanID, "%s %s", r.Table, r.ID)
+		}
+	}},
+	{"MalformedTraceIDsRefused", func(t *testing.T, b *bundle) {
+		for _, tc := range []struct{ traceID, spanID, want string }{
+			{"4BF92F3577B34DA6A3CE929D0E0E4736", "00f067aa0ba902b7", `outbox: record dispatch:run1:a:1: TraceID "4BF92F3577B34DA6A3CE929D0E0E4736" is not a trace context ID; allowed: 32 lowercase hex digits, not all zero, with TraceID and SpanID both set or both empty`},
+			{"4bf92f3577b34da6a3ce929d0e0e4736", "", `outbox: record dispatch:run1:a:1: SpanID is not a trace context ID; allowed: 16 lowercase hex digits, not all zero, with TraceID and SpanID both set or both empty`},
+			{"00000000000000000000000000000000", "00f067aa0ba902b7", `outbox: record dispatch:run1:a:1: TraceID "00000000000000000000000000000000" is not a trace context ID; allowed: 32 lowercase hex digits, not all zero, with TraceID and SpanID both set or both empty`},
+		} {
+			r := dispatch("run1", "a", "1", outbox.StatusCreated)
+			r.TraceID, r.SpanID = tc.traceID, tc.spanID
+			require.EqualError(t, outbox.AppendAndWait(b.ctx, b.s, r), tc.want)
+		}
+		_, ok, err := b.s.Latest(b.ctx, outbox.TableDispatch, "dispatch:run1:a:1")
+		require.NoError(t, err)
+		require.False(t, ok)
+	}},
 	{"TimerKeepsDueAtAndKind", func(t *testing.T, b *bundle) {
 		due := T0.Add(time.Hour + time.Nanosecond)
 		id, err := naming.NewRetryTimer("run1", "extract", naming.Attempt(1), due)

@@ -23,6 +23,12 @@ const (
 	versionedDelivery = 4
 )
 
+// traced is added to the format byte of a record that carries trace and
+// span IDs, which then follow its Version as two strings; records without
+// them are encoded as before the IDs existed. So 7 and 8 are formats 3
+// and 4 with trace IDs.
+const traced = 4
+
 var errBadRecord = errors.New("malformed record")
 
 // appendRecord encodes r after dst: a version byte, then each field as a
@@ -33,7 +39,11 @@ func appendRecord(dst []byte, r *outbox.Record) []byte {
 	if r.Table == outbox.TableDeliveries {
 		version = versionedDelivery
 	}
-	dst = append(dst, version)
+	if r.TraceID != "" || r.SpanID != "" {
+		dst = append(dst, version+traced)
+	} else {
+		dst = append(dst, version)
+	}
 	for _, s := range [...]string{string(r.Table), r.ID, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey,
 		r.Attempt, r.Kind, string(r.Status), r.ErrorCode, r.PayloadSHA256, r.ProcessorUUID} {
 		dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -49,20 +59,30 @@ func appendRecord(dst []byte, r *outbox.Record) []byte {
 			dst = binary.AppendVarint(dst, v)
 		}
 	}
-	return binary.AppendVarint(dst, r.Version)
+	dst = binary.AppendVarint(dst, r.Version)
+	if r.TraceID != "" || r.SpanID != "" {
+		for _, s := range [...]string{r.TraceID, r.SpanID} {
+			dst = binary.AppendUvarint(dst, uint64(len(s)))
+			dst = append(dst, s...)
+		}
+	}
+	return dst
 }
 
 // decodeRecord is the inverse of appendRecord.
 func decodeRecord(b []byte) (outbox.Record, error) {
 	var r outbox.Record
-	if len(b) == 0 || b[0] < recordVersion || b[0] > versionedDelivery {
+	if len(b) == 0 || b[0] < recordVersion || b[0] > versionedDelivery+traced || (b[0] > versionedDelivery && b[0] < versionedRecord+traced) {
 		return r, errBadRecord
 	}
-	version := b[0]
+	version, hasTrace := b[0], b[0] > versionedDelivery
+	if hasTrace {
+		version -= traced
+	}
 	delivery, versioned := version == deliveryVersion || version == versionedDelivery, version >= versionedRecord
 	b = b[1:]
-	var strs [12]string
-	for i := range strs {
+	var strs [14]string
+	for i := range strs[:12] {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < n {
 			return r, errBadRecord
@@ -86,6 +106,14 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		nums[i] = v
 		b = b[k:]
 	}
+	for i := 12; hasTrace && i < 14; i++ {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return r, errBadRecord
+		}
+		strs[i] = string(b[k : k+int(n)])
+		b = b[k+int(n):]
+	}
 	if len(b) != 0 {
 		return r, errBadRecord
 	}
@@ -97,7 +125,7 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 	r = outbox.Record{
 		Table: outbox.Table(strs[0]), ID: strs[1], CloudTaskID: strs[2], Queue: strs[3], RunID: strs[4],
 		TaskKey: strs[5], Attempt: strs[6], Kind: strs[7], Status: outbox.Status(strs[8]), ErrorCode: strs[9],
-		PayloadSHA256: strs[10], ProcessorUUID: strs[11], CreateCalls: int32(nums[0]),
+		PayloadSHA256: strs[10], ProcessorUUID: strs[11], TraceID: strs[12], SpanID: strs[13], CreateCalls: int32(nums[0]),
 		CreatedAt: pqtable.FromMicros(nums[1]), UpdatedAt: pqtable.FromMicros(nums[2]), DueAt: pqtable.FromMicros(nums[3]),
 		Delivery: outbox.DeliveryFields{RetryCount: int32(nums[4]), ExecutionCount: int32(nums[5]),
 			HTTPStatus: int32(nums[6]), Latency: time.Duration(nums[7]) * time.Microsecond},

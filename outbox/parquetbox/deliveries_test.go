@@ -81,10 +81,10 @@ func TestCompactKeepsEachDelivery(t *testing.T) {
 // name alike.
 func joinQueries(dispatchRoot, workerRoot string) []string {
 	latest := `WITH dispatches AS (
-  SELECT * FROM read_parquet('` + dispatchRoot + `/dispatch_outbox/**/*.parquet', hive_partitioning = true)
+  SELECT * FROM read_parquet('` + dispatchRoot + `/dispatch_outbox/**/*.parquet', hive_partitioning = true, union_by_name = true)
   WHERE run_id = 'run1' QUALIFY row_number() OVER (PARTITION BY dispatch_id ORDER BY updated_at DESC) = 1),
 deliveries AS (
-  SELECT * FROM read_parquet('` + workerRoot + `/deliveries/**/*.parquet', hive_partitioning = true)
+  SELECT * FROM read_parquet('` + workerRoot + `/deliveries/**/*.parquet', hive_partitioning = true, union_by_name = true)
   WHERE run_id = 'run1' QUALIFY row_number() OVER (PARTITION BY delivery_id ORDER BY updated_at DESC) = 1)
 `
 	return []string{
@@ -97,9 +97,9 @@ ORDER BY o.dispatch_id, d.delivery_id`,
 FROM dispatches o LEFT JOIN deliveries d USING (dispatch_id)
 GROUP BY ALL ORDER BY o.dispatch_id`,
 		`SELECT t.timer_id, t.kind, d.status AS delivered, d.http_status
-FROM (SELECT * FROM read_parquet('` + dispatchRoot + `/timers/**/*.parquet', hive_partitioning = true)
+FROM (SELECT * FROM read_parquet('` + dispatchRoot + `/timers/**/*.parquet', hive_partitioning = true, union_by_name = true)
       QUALIFY row_number() OVER (PARTITION BY timer_id ORDER BY updated_at DESC) = 1) t
-JOIN (SELECT * FROM read_parquet('` + workerRoot + `/deliveries/**/*.parquet', hive_partitioning = true)
+JOIN (SELECT * FROM read_parquet('` + workerRoot + `/deliveries/**/*.parquet', hive_partitioning = true, union_by_name = true)
       QUALIFY row_number() OVER (PARTITION BY delivery_id ORDER BY updated_at DESC) = 1) d USING (timer_id)`,
 	}
 }

@@ -79,16 +79,16 @@ func TestDuckDBReadsPartitionedTables(t *testing.T) {
 	glob := filepath.Join(b.root, "dispatch_outbox", "**", "*.parquet")
 	got := duckDB(t,
 		// Rows per partition.
-		`SELECT created_date::VARCHAR AS day, count(*) AS n FROM read_parquet('`+glob+`', hive_partitioning = true) GROUP BY ALL ORDER BY day`,
+		`SELECT created_date::VARCHAR AS day, count(*) AS n FROM read_parquet('`+glob+`', hive_partitioning = true, union_by_name = true) GROUP BY ALL ORDER BY day`,
 		// The latest state of each ID, one partition only (pruned by date).
 		`SELECT dispatch_id, status FROM (
 		   SELECT *, row_number() OVER (PARTITION BY dispatch_id ORDER BY updated_at DESC) AS n
-		   FROM read_parquet('`+glob+`', hive_partitioning = true) WHERE created_date = DATE '2026-03-02')
+		   FROM read_parquet('`+glob+`', hive_partitioning = true, union_by_name = true) WHERE created_date = DATE '2026-03-02')
 		 WHERE n = 1 ORDER BY dispatch_id`,
 		// Status counts over the latest states.
 		`SELECT status, count(*) AS n FROM (
 		   SELECT *, row_number() OVER (PARTITION BY dispatch_id ORDER BY updated_at DESC) AS n
-		   FROM read_parquet('`+glob+`', hive_partitioning = true)) WHERE n = 1 GROUP BY ALL ORDER BY status`,
+		   FROM read_parquet('`+glob+`', hive_partitioning = true, union_by_name = true)) WHERE n = 1 GROUP BY ALL ORDER BY status`,
 	)
 	require.Equal(t, []string{
 		`[{"day":"2026-03-01","n":"2"},{"day":"2026-03-02","n":"2"},{"day":"2026-03-03","n":"2"},{"day":"2026-03-04","n":"1"}]`,

@@ -247,6 +247,7 @@ func TestParquetSchemaTypes(t *testing.T) {
 		"create_calls": "INT32 INT(32,true)", "payload_sha256": "BYTE_ARRAY STRING", "processor_uuid": "BYTE_ARRAY STRING",
 		"created_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
 		"updated_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)", "version": "INT64 INT(64,true)",
+		"trace_id": "BYTE_ARRAY STRING", "span_id": "BYTE_ARRAY STRING",
 		"due_at": "INT64 TIMESTAMP(isAdjustedToUTC=true,unit=MICROS)",
 	}, got)
 	encodings := map[string]string{}

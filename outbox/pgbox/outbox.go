@@ -128,7 +128,7 @@ func insertArgs(r *outbox.Record) []any {
 		d := &r.Delivery
 		args = append(args, d.RetryCount, d.ExecutionCount, d.HTTPStatus, d.Latency.Microseconds())
 	}
-	return args
+	return append(args, sql.NullString{String: r.TraceID, Valid: r.TraceID != ""}, sql.NullString{String: r.SpanID, Valid: r.SpanID != ""})
 }
 
 func nullTime(r *outbox.Record) sql.NullTime {

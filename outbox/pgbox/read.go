@@ -142,10 +142,12 @@ func scan(tb *table, rows *sql.Rows) (outbox.Record, error) {
 		d := &r.Delivery
 		dest = append(dest, &d.RetryCount, &d.ExecutionCount, &d.HTTPStatus, &latencyUS)
 	}
+	var traceID, spanID sql.NullString
+	dest = append(dest, &traceID, &spanID)
 	if err := rows.Scan(dest...); err != nil {
 		return r, err
 	}
-	r.Status, r.DueAt = outbox.Status(status), due.Time
+	r.Status, r.DueAt, r.TraceID, r.SpanID = outbox.Status(status), due.Time, traceID.String, spanID.String
 	r.Delivery.Latency = time.Duration(latencyUS) * time.Microsecond
 	r.Normalize()
 	return r, nil

@@ -29,6 +29,9 @@ const (
 	recordColumns = `version, cloud_task_id, queue, run_id, task_key, attempt, kind, status, error_code,
 		create_calls, payload_sha256, processor_uuid, created_at, updated_at, due_at`
 	deliveryColumns = `, retry_count, execution_count, http_status, latency_us`
+	// traceColumns come last in every table: added after the others, by
+	// an ALTER TABLE that Migrate runs on tables made before them.
+	traceColumns = `, trace_id, span_id`
 )
 
 func newTable(o Options, t outbox.Table) *table {
@@ -40,6 +43,8 @@ func newTable(o Options, t outbox.Table) *table {
 		tb.cols += deliveryColumns
 		values += 4
 	}
+	tb.cols += traceColumns
+	values += 2
 	params := make([]string, values)
 	for i := range params {
 		params[i] = "$" + strconv.Itoa(i+1)
@@ -120,6 +125,7 @@ func (tb *table) ddl() []string {
 			updated_at      timestamptz NOT NULL,
 			due_at          timestamptz` + extra + `
 		)`,
+		`ALTER TABLE ` + tb.name + ` ADD COLUMN IF NOT EXISTS trace_id text COLLATE "C", ADD COLUMN IF NOT EXISTS span_id text COLLATE "C"`,
 		`COMMENT ON TABLE ` + tb.name + ` IS 'ctdispatch outbox table ` + string(tb.t) + `: one row per recorded state (github.com/ctdispatch/ctdispatch/outbox/pgbox)'`,
 		// The unique index is what makes a conditional append
 		// linearizable: of two writers of one version, one inserts and

@@ -36,6 +36,9 @@ type Row struct {
 	// Version is the ID's version the row sets (0 in files written before
 	// versions existed, which have no version column).
 	Version int64
+	// TraceID and SpanID are the OpenTelemetry IDs the record was written
+	// under, in hex, or empty (stored as NULL).
+	TraceID, SpanID string
 }
 
 // RowOf returns the columns of r.
@@ -47,6 +50,7 @@ func RowOf(r *outbox.Record) Row {
 		CreatedAt: Micros(r.CreatedAt), UpdatedAt: Micros(r.UpdatedAt), DueAt: Micros(r.DueAt),
 		RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount,
 		HTTPStatus: r.Delivery.HTTPStatus, LatencyMicros: r.Delivery.Latency.Microseconds(), Version: r.Version,
+		TraceID: r.TraceID, SpanID: r.SpanID,
 	}
 }
 
@@ -61,6 +65,7 @@ func (r *Row) Record(t outbox.Table) outbox.Record {
 		Delivery: outbox.DeliveryFields{RetryCount: r.RetryCount, ExecutionCount: r.ExecutionCount,
 			HTTPStatus: r.HTTPStatus, Latency: time.Duration(r.LatencyMicros) * time.Microsecond},
 		Version: r.Version,
+		TraceID: r.TraceID, SpanID: r.SpanID,
 	}
 }
 
@@ -107,6 +112,8 @@ const (
 	FieldHTTPStatus
 	FieldLatency
 	FieldVersion
+	FieldTraceID
+	FieldSpanID
 	numFields
 )
 
@@ -153,6 +160,11 @@ type Column struct {
 	// table's ID column, FieldNone for a column written for queries only
 	// (derived from other fields) and never read back.
 	Field Field
+	// Optional columns store an empty string as NULL. They were added
+	// after files were first written: a file without them reads them as
+	// empty, and so does SQL over a directory that mixes both (as NULL,
+	// with union_by_name).
+	Optional bool
 
 	// str, i32 and i64 point into a Row at the field of a String, Int32,
 	// or Int64 and Timestamp column; derive computes a column of Field
@@ -185,6 +197,9 @@ func idCol(name string) Column {
 
 // The columns the tables share.
 var (
+	colTraceID = Column{Name: "trace_id", Kind: String, Field: FieldTraceID, Optional: true, str: func(r *Row) *string { return &r.TraceID }}
+	colSpanID  = Column{Name: "span_id", Kind: String, Field: FieldSpanID, Optional: true, str: func(r *Row) *string { return &r.SpanID }}
+
 	colCloudTaskID = strCol("cloud_task_id", Plain, FieldCloudTaskID, func(r *Row) *string { return &r.CloudTaskID })
 	colQueue       = strCol("queue", Dict, FieldQueue, func(r *Row) *string { return &r.Queue })
 	colRunID       = strCol("run_id", Dict, FieldRunID, func(r *Row) *string { return &r.RunID })
@@ -243,15 +258,17 @@ var (
 	DispatchSchema = Schema{Table: "dispatch_outbox", Root: "DispatchRow", Columns: []Column{
 		idCol("dispatch_id"), colCloudTaskID, colQueue, colRunID, colTaskKey, colAttempt, colStatus,
 		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt, colVersion,
+		colTraceID, colSpanID,
 	}}
 	TimerSchema = Schema{Table: TableTimers, Root: "TimerRow", Columns: []Column{
 		idCol("timer_id"), colCloudTaskID, colQueue, colRunID, colTaskKey, colAttempt, colKind, colStatus,
 		colErrorCode, colCreateCalls, colPayload, colProcessor, colCreatedAt, colUpdatedAt, colDueAt, colVersion,
+		colTraceID, colSpanID,
 	}}
 	DeliverySchema = Schema{Table: TableDeliveries, Root: "DeliveryRow", Columns: []Column{
 		idCol("delivery_id"), colDeliveryDispatchID, colDeliveryTimerID, colCloudTaskID, colQueue, colRunID,
 		colTaskKey, colAttempt, colKind, colStatus, colRetryCount, colExecutionCount, colHTTPStatus, colLatency,
-		colProcessor, colCreatedAt, colUpdatedAt, colVersion,
+		colProcessor, colCreatedAt, colUpdatedAt, colVersion, colTraceID, colSpanID,
 	}}
 )
 
@@ -295,6 +312,9 @@ func (s Schema) Parquet() *parquet.Schema {
 		if c.Encoding != Plain {
 			tag += "," + string(c.Encoding)
 		}
+		if c.Optional {
+			tag += ",optional"
+		}
 		fields[i] = reflect.StructField{Name: fmt.Sprintf("C%d", i), Type: typ, Tag: reflect.StructTag(`parquet:"` + tag + `"`)}
 	}
 	model := reflect.Zero(reflect.StructOf(fields)).Interface()
@@ -305,6 +325,10 @@ func (s Schema) Parquet() *parquet.Schema {
 func (c *Column) value(r *Row, ci int) parquet.Value {
 	var v parquet.Value
 	switch {
+	case c.Optional && *c.str(r) == "":
+		return parquet.NullValue().Level(0, 0, ci)
+	case c.Optional:
+		return parquet.ByteArrayValue(unsafeBytes(*c.str(r))).Level(0, 1, ci)
 	case c.derive != nil:
 		v = parquet.ByteArrayValue(unsafeBytes(c.derive(r)))
 	case c.str != nil:

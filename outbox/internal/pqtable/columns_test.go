@@ -148,7 +148,7 @@ func TestDeliveryJoinColumns(t *testing.T) {
 // partition column, and BigQuery's options.
 var sqlNotColumns = []string{
 	"select", "from", "where", "order", "by", "group", "all", "and", "or", "as", "desc", "asc", "with",
-	"over", "partition", "row_number", "count", "read_parquet", "hive_partitioning", "true", "false",
+	"over", "partition", "row_number", "count", "read_parquet", "hive_partitioning", "union_by_name", "true", "false",
 	"date", "n", "qualify", "left", "join", "using", "on", "filter", "in", "is", "null", "not",
 	"created_date", "dispatches", "deliveries", "dispatched", "delivered", "finished", "unanswered",
 	"o", "d", "t", "create", "external", "table", "columns", "options", "format", "uris",

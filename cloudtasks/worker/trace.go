@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ctdispatch/ctdispatch/internal/tracing"
+)
+
+// opProcess is the messaging operation name of a delivery's span.
+const opProcess = "process"
+
+// startProcess starts the consumer span of a delivery, a child of the
+// request's context (a server span, when the worker is wrapped in one),
+// linked to the producer span whose context the task's headers carry. It
+// returns r with the span in its context, so that the inbox transaction
+// and the handler run in it, or r and nil when no span would record.
+func (w *Worker) startProcess(r *http.Request) (*http.Request, trace.Span) {
+	tr := w.tracer.Get()
+	if tr == nil {
+		return r, nil
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		semconv.MessagingSystemKey.String(tracing.System),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName(opProcess),
+	)}
+	if producer := w.producer(r.Header); producer.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	ctx, span := tr.Start(r.Context(), opProcess, opts...)
+	return r.WithContext(ctx), span
+}
+
+// producer returns the span context the request's headers carry, as the
+// configured propagator reads them.
+func (w *Worker) producer(h http.Header) trace.SpanContext {
+	prop := w.prop.Get()
+	if prop == nil {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(prop.Extract(context.Background(), propagation.HeaderCarrier(h)))
+}
+
+// endProcess ends the span of a delivery with what became of it.
+func endProcess(span trace.Span, res *result) {
+	if span == nil {
+		return
+	}
+	d := &res.delivery
+	attrs := []attribute.KeyValue{
+		tracing.KeyOutcome.String(string(res.outcome)),
+		tracing.KeyRetryCount.Int(d.RetryCount),
+		tracing.KeyExecutionCount.Int(d.ExecutionCount),
+	}
+	if d.Queue != "" {
+		span.SetName(opProcess + " " + d.Queue)
+		attrs = append(attrs, semconv.MessagingDestinationName(d.Queue))
+	}
+	if d.TaskName != "" {
+		attrs = append(attrs, semconv.MessagingMessageID(d.TaskName))
+	}
+	if !d.ID.IsZero() {
+		attrs = append(attrs, tracing.KeyID.String(d.ID.String()))
+	}
+	span.SetAttributes(attrs...)
+	switch res.outcome {
+	case OutcomeDone, OutcomeDuplicate, OutcomeSlowDown:
+	default:
+		span.SetAttributes(semconv.ErrorTypeKey.String(string(res.outcome)))
+		msg := string(res.outcome)
+		if res.err != nil {
+			msg = res.err.Error()
+		}
+		span.SetStatus(otelcodes.Error, msg)
+	}
+	span.End()
+}
