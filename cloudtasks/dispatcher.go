@@ -122,7 +122,7 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 		}
 		// The dispatcher's attempt spans are the client spans of its
 		// calls; the client's own, under the global provider, would
-		// repeat each of them (ADR 0013).
+		// repeat each of them (ADR 0014).
 		opts = append(opts[:len(opts):len(opts)], option.WithTelemetryDisabled())
 		cl, err := ctapi.NewClient(ctx, opts...)
 		if err != nil {

@@ -193,6 +193,6 @@
 // MaxTaskSize, and stay outside the payload fingerprint: the same ID
 // dispatched under another trace is a repeat, not a conflict. Each record
 // keeps the producer span's trace and span IDs (outbox.Record.TraceID,
-// SpanID; the trace_id and span_id columns). ADR 0013 lists the span names
+// SpanID; the trace_id and span_id columns). ADR 0014 lists the span names
 // and attributes.
 package cloudtasks

@@ -22,7 +22,7 @@ import (
 // span's rpc.method.
 const rpcService = "google.cloud.tasks.v2.CloudTasks/"
 
-// The messaging operation names of the dispatcher's spans (ADR 0013).
+// The messaging operation names of the dispatcher's spans (ADR 0014).
 const (
 	opNameDispatch = "dispatch"
 	opNameTimer    = "schedule_timer"

@@ -158,7 +158,7 @@
 // by default). The inbox transaction and the handler run in it, so the
 // handler's own spans nest under it. It carries the delivery's retry and
 // execution counts and its outcome (ctdispatch.outcome: done, duplicate,
-// rejected, retry, panic, …); ADR 0013 lists the attributes. A delivery's
+// rejected, retry, panic, …); ADR 0014 lists the attributes. A delivery's
 // records keep the span's trace_id and span_id, and the worker's log
 // records carry them too. While no provider is set, no span is made.
 package worker

@@ -1,7 +1,7 @@
 // Package tracing holds what the dispatcher and the worker share about
 // OpenTelemetry tracing: resolving the configured or global tracer and
 // propagator so that a program that set neither pays nothing, the
-// attribute names of ADR 0013, the trace context kept in an outbox record,
+// attribute names of ADR 0014, the trace context kept in an outbox record,
 // and a slog handler that stamps log records with the current span.
 package tracing
 
@@ -29,7 +29,7 @@ var (
 // Scope is the instrumentation scope of the spans of ctdispatch.
 const Scope = "github.com/ctdispatch/ctdispatch"
 
-// The attribute names ADR 0013 chose where OpenTelemetry's messaging and
+// The attribute names ADR 0014 chose where OpenTelemetry's messaging and
 // RPC conventions name none for Cloud Tasks.
 const (
 	// System is the messaging.system value for Cloud Tasks.
