@@ -446,6 +446,14 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
 		d.recordOutcome(ctx, f, rec)
 		return false
+	case code == codes.AlreadyExists && found && prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted &&
+		d.goneButHeld(ctx, f, key, req.GetTask().GetName(), now):
+		// No cancel is visible, but the task may have been deleted by one
+		// not yet readable here: GetTask decides, and a task that is gone
+		// while its name is taken is a held name, not a repeat.
+		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
+		d.recordOutcome(ctx, f, rec)
+		return false
 	case code == codes.AlreadyExists:
 		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
 	case transient(code) || ctx.Err() != nil:
@@ -595,7 +603,7 @@ func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Re
 	if d.cfg.Durability == DurabilityStrict {
 		err := outbox.AppendAndWait(ctx, d.box, rec)
 		if errors.Is(err, outbox.ErrVersionConflict) {
-			d.outcomeOvertaken(rec, err)
+			d.outcomeOvertaken(ctx, rec, err)
 			return
 		}
 		if err != nil {
@@ -616,7 +624,16 @@ func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Re
 func (d *Dispatcher) recordLater(ctx context.Context, f *flight, rec outbox.Record) {
 	f.later = true
 	recorded := func(err error) {
-		d.outcomeRecorded(rec, err)
+		if errors.Is(err, outbox.ErrVersionConflict) && rec.Status == outbox.StatusCreated {
+			// done may not call the outbox: the created record is
+			// written again on a goroutine of its own.
+			go func() {
+				d.outcomeOvertaken(ctx, rec, err)
+				d.flights.finish(rec.ID, f)
+			}()
+			return
+		}
+		d.outcomeRecorded(ctx, rec, err)
 		d.flights.finish(rec.ID, f)
 	}
 	if err := d.box.Append(ctx, rec, recorded); err != nil {
@@ -625,24 +642,61 @@ func (d *Dispatcher) recordLater(ctx context.Context, f *flight, rec outbox.Reco
 }
 
 // outcomeRecorded notes how the outcome record of an answered call ended.
-func (d *Dispatcher) outcomeRecorded(rec outbox.Record, err error) {
+func (d *Dispatcher) outcomeRecorded(ctx context.Context, rec outbox.Record, err error) {
 	if err == nil {
 		d.outboxOK.Store(true)
 		return
 	}
 	if errors.Is(err, outbox.ErrVersionConflict) {
-		d.outcomeOvertaken(rec, err)
+		d.outcomeOvertaken(ctx, rec, err)
 		return
 	}
 	d.outboxFailed(rec.ID, false, err)
 	d.log.Error("outcome not recorded; the record stays pending for Recover", "id", rec.ID, "status", rec.Status, "err", err)
 }
 
-// outcomeOvertaken logs an outcome record refused because another process
-// recorded a later state of the ID first; that state stands.
-func (d *Dispatcher) outcomeOvertaken(rec outbox.Record, err error) {
+// outcomeOvertaken handles an outcome record refused because another
+// process recorded a later state of the ID first. That state stands,
+// except that this call's created is a fact the record must keep: when
+// the later state is only another process's pending record or its
+// already_existed (it raced this call's create and lost), created is
+// written again after it, so the ID's history holds the one "created"
+// its task had. After a cancel, a failure or a not_found, the later state
+// stands as it is.
+func (d *Dispatcher) outcomeOvertaken(ctx context.Context, rec outbox.Record, err error) {
 	d.outboxOK.Store(true)
-	d.log.Info("outcome not recorded: another processor recorded the ID meanwhile", "id", rec.ID, "status", rec.Status, "err", err)
+	for range rereads {
+		var ve *outbox.VersionConflictError
+		if rec.Status != outbox.StatusCreated || !errors.As(err, &ve) ||
+			(ve.Current.Status != outbox.StatusPending && ve.Current.Status != outbox.StatusAlreadyExisted) {
+			break
+		}
+		rec.Follow(&ve.Current, d.clock.Now())
+		if err = outbox.AppendAndWait(ctx, d.box, rec); err == nil {
+			return
+		}
+		if !errors.Is(err, outbox.ErrVersionConflict) {
+			d.outboxFailed(rec.ID, false, err)
+			d.log.ErrorContext(ctx, "created not recorded again after a newer record", "id", rec.ID, "err", err)
+			return
+		}
+	}
+	d.log.InfoContext(ctx, "outcome not recorded: another processor recorded the ID meanwhile", "id", rec.ID, "status", rec.Status, "err", err)
+}
+
+// goneButHeld asks GetTask about a name CreateTask said was taken when
+// the outbox's newest record of the ID does not say the task exists (a
+// cancel, a failure, a not_found, or another process's pending record):
+// NOT_FOUND means the task was deleted and its name is held, and f gets a
+// NameHeldError; a task that exists, or a GetTask that fails, leaves the
+// answer already_existed.
+func (d *Dispatcher) goneButHeld(ctx context.Context, f *flight, id, name string, now time.Time) bool {
+	if codeOf(d.getTask(ctx, name)) != codes.NotFound {
+		return false
+	}
+	f.err = &NameHeldError{ID: id, HeldUntil: now.Add(d.cfg.NameHold)}
+	d.log.InfoContext(ctx, "name held: the task is gone but its name is taken", "id", id)
+	return true
 }
 
 // blindWrites answers a create whose ID's latest version two processes

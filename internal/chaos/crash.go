@@ -71,7 +71,10 @@ func (r *run) crash(ctx context.Context) Result {
 		}
 		plan := killPlan{afterNew: 1 + rng.IntN(min(maxNew, open-1))}
 		if rng.IntN(5) == 0 {
-			plan = killPlan{afterAny: 1 + rng.IntN(n-1)}
+			// Among the answers of any kind, but no further than the
+			// skips of the finished requests plus maxNew: a later one
+			// would let the run use up the batch.
+			plan = killPlan{afterAny: 1 + rng.IntN(min(n-1, n-open+maxNew))}
 		}
 		out, err := r.dispatchUntilKilled(ctx, emu.Addr(), root, file, plan)
 		if err != nil {

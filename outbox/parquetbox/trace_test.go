@@ -9,9 +9,10 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-// A record with trace and span IDs goes through the log under version 3
-// (a dispatch or timer) or 4 (a delivery); one without keeps version 1 or
-// 2, byte for byte what a log written before the IDs holds.
+// A record with trace and span IDs goes through the log under format 7
+// (a dispatch or timer) or 8 (a delivery); one without keeps format 3 or
+// 4 (with its Version), byte for byte what a log written before the IDs
+// holds.
 func TestTracedRecordCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	id, err := naming.NewDispatch("run-9", "task.x", naming.Attempt(3))
@@ -21,7 +22,7 @@ func TestTracedRecordCodecRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		r             outbox.Record
 		plain, traced byte
-	}{{d, 1, 3}, {dl, 2, 4}} {
+	}{{d, 3, 7}, {dl, 4, 8}} {
 		r := tc.r
 		require.NoError(t, r.Prepare(procA, t0))
 		plain := appendRecord(nil, &r)
@@ -36,6 +37,8 @@ func TestTracedRecordCodecRoundTrip(t *testing.T) {
 		_, err = decodeRecord(enc[:len(enc)-1])
 		require.ErrorIs(t, err, errBadRecord)
 	}
-	_, err = decodeRecord([]byte{5})
-	require.ErrorIs(t, err, errBadRecord)
+	for _, b := range []byte{0, 5, 6, 9} {
+		_, err = decodeRecord([]byte{b})
+		require.ErrorIs(t, err, errBadRecord)
+	}
 }
