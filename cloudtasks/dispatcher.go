@@ -447,10 +447,10 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		d.recordOutcome(ctx, f, rec)
 		return false
 	case code == codes.AlreadyExists && found && prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted &&
-		d.goneButHeld(ctx, f, key, req.GetTask().GetName(), now):
+		d.goneButHeld(ctx, f, key, req.GetTask(), now):
 		// No cancel is visible, but the task may have been deleted by one
-		// not yet readable here: GetTask decides, and a task that is gone
-		// while its name is taken is a held name, not a repeat.
+		// not yet readable here: a task that is gone before its schedule
+		// time did not run, so it was deleted, and its name is held.
 		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
 		d.recordOutcome(ctx, f, rec)
 		return false
@@ -684,18 +684,23 @@ func (d *Dispatcher) outcomeOvertaken(ctx context.Context, rec outbox.Record, er
 	d.log.InfoContext(ctx, "outcome not recorded: another processor recorded the ID meanwhile", "id", rec.ID, "status", rec.Status, "err", err)
 }
 
-// goneButHeld asks GetTask about a name CreateTask said was taken when
-// the outbox's newest record of the ID does not say the task exists (a
-// cancel, a failure, a not_found, or another process's pending record):
-// NOT_FOUND means the task was deleted and its name is held, and f gets a
-// NameHeldError; a task that exists, or a GetTask that fails, leaves the
-// answer already_existed.
-func (d *Dispatcher) goneButHeld(ctx context.Context, f *flight, id, name string, now time.Time) bool {
-	if codeOf(d.getTask(ctx, name)) != codes.NotFound {
+// goneButHeld asks GetTask about a task CreateTask said was taken, when
+// the outbox's newest record of the ID does not say it exists (a cancel, a
+// failure, a not_found, or another process's pending record) and its
+// schedule time is still ahead: Cloud Tasks answers NOT_FOUND before a
+// task's schedule time only when it was deleted, so its name is held and
+// f gets a NameHeldError. A task whose time has come may have run (then
+// the call is a repeat, already_existed); a task that exists, or a
+// GetTask that fails, leaves that answer too.
+func (d *Dispatcher) goneButHeld(ctx context.Context, f *flight, id string, task *cloudtaskspb.Task, now time.Time) bool {
+	if st := task.GetScheduleTime(); st == nil || !now.Before(st.AsTime()) {
+		return false
+	}
+	if codeOf(d.getTask(ctx, task.GetName())) != codes.NotFound {
 		return false
 	}
 	f.err = &NameHeldError{ID: id, HeldUntil: now.Add(d.cfg.NameHold)}
-	d.log.InfoContext(ctx, "name held: the task is gone but its name is taken", "id", id)
+	d.log.InfoContext(ctx, "name held: the task is gone before its schedule time but its name is taken", "id", id)
 	return true
 }
 

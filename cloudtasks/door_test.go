@@ -224,26 +224,47 @@ func TestHeartbeatAfterCancelMovesToTheNextCheck(t *testing.T) {
 }
 
 // After a cancel that found the task already gone, ALREADY_EXISTS means
-// the task existed (it ran): already_existed stays the answer.
-func TestScheduleAfterCancelOfAGoneTaskIsAlreadyExisted(t *testing.T) {
+// the task existed: once its schedule time has passed it may have run, and
+// already_existed stays the answer; before that time it cannot have run,
+// so it was deleted (by a cancel this outbox cannot see yet, say), and its
+// name is held.
+func TestScheduleAfterCancelOfAGoneTask(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := openDoor(t, nil)
-	req := heartbeat(b, "")
-	res, err := b.d.ScheduleTimer(ctx, req)
-	require.NoError(t, err)
-	// The task runs and is gone (the service deletes it); its name stays
-	// remembered.
-	client, err := b.emu.NewClient(ctx)
-	require.NoError(t, err)
-	defer client.Close()
-	require.NoError(t, client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName}))
-	got, err := b.d.CancelTimer(ctx, res.TimerID, "")
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.CancelAlreadyGone, got.Outcome)
-	again, err := b.d.ScheduleTimer(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.OutcomeAlreadyExisted, again.Outcome)
+	for _, tc := range []struct {
+		name    string
+		advance time.Duration
+		held    bool
+	}{
+		{"after its schedule time: it ran", 2 * time.Minute, false},
+		{"before its schedule time: it was deleted", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := openDoor(t, nil)
+			req := heartbeat(b, "")
+			res, err := b.d.ScheduleTimer(ctx, req)
+			require.NoError(t, err)
+			// The task is gone (it ran, or another process deleted it);
+			// its name stays remembered.
+			client, err := b.emu.NewClient(ctx)
+			require.NoError(t, err)
+			defer client.Close()
+			require.NoError(t, client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName}))
+			b.clock.Advance(tc.advance)
+			got, err := b.d.CancelTimer(ctx, res.TimerID, "")
+			require.NoError(t, err)
+			require.Equal(t, cloudtasks.CancelAlreadyGone, got.Outcome)
+			again, err := b.d.ScheduleTimer(ctx, req)
+			if tc.held {
+				require.ErrorIs(t, err, cloudtasks.ErrNameHeld)
+				require.Equal(t, 0, b.emu.TaskCount())
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, cloudtasks.OutcomeAlreadyExisted, again.Outcome)
+		})
+	}
 }
 
 // The same holds for a dispatch: Dispatch, Cancel (the task is deleted),

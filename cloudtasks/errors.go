@@ -237,8 +237,8 @@ type NameHeldError struct {
 	// ID is the internal ID.
 	ID string
 	// CancelledAt is when the outbox recorded the delete; zero when no
-	// record of it was visible and GetTask found the task gone while
-	// CreateTask said its name was taken.
+	// record of it was visible and GetTask found the task gone before its
+	// schedule time while CreateTask said its name was taken.
 	CancelledAt time.Time
 	// HeldUntil is CancelledAt plus Config.NameHold: about when the name
 	// is free again.
@@ -247,7 +247,7 @@ type NameHeldError struct {
 
 func (e *NameHeldError) Error() string {
 	if e.CancelledAt.IsZero() {
-		return fmt.Sprintf("cloudtasks: %s: its task is gone (GetTask: NOT_FOUND) while Cloud Tasks still holds its name (CreateTask: ALREADY_EXISTS), until at most about %s; no task exists: %s, or try again after then",
+		return fmt.Sprintf("cloudtasks: %s: its task is gone before its schedule time (GetTask: NOT_FOUND), so it was deleted, and Cloud Tasks holds its name (CreateTask: ALREADY_EXISTS), until at most about %s; no task exists: %s, or try again after then",
 			e.ID, e.HeldUntil.UTC().Format(time.RFC3339), e.advice())
 	}
 	return fmt.Sprintf("cloudtasks: %s: its task was deleted by a cancel at %s and Cloud Tasks holds the name until about %s; no task exists: %s, or try again after then",
