@@ -104,7 +104,7 @@ func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
 	case parquetbox.PartitionBusy:
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
 	case parquetbox.PartitionLost:
-		return fmt.Sprintf("%s: lost, stepped back: another compaction committed it first; outputs discarded, nothing changed", where)
+		return fmt.Sprintf("%s: lost, stepped back: %s", where, p.Reason)
 	case parquetbox.PartitionDropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
 	}

@@ -123,7 +123,7 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, 4, exit.ExitCode(), rest)
 	require.Equal(t, "ctdispatch: lost its lease on unit "+unit+" (commit 1 was made by another compaction); stepped back: its outputs were discarded and nothing changed\n", rest)
-	require.Equal(t, unit+": lost, stepped back: another compaction committed it first; outputs discarded, nothing changed\n"+
+	require.Equal(t, unit+": lost, stepped back: lost its lease on unit "+unit+" (commit 1 was made by another compaction); stepped back: its outputs were discarded and nothing changed\n"+
 		"dispatch_outbox: 4 files, 1000 rows, "+strconv.FormatInt(inBytes, 10)+" bytes -> 0 files, 0 rows, 0 bytes; 0 dropped by retention\n", aOut.String())
 
 	files := list()

@@ -669,7 +669,9 @@ func (c *compaction) stepBack(pc *PartitionCompaction, lost *UnitLostError) erro
 // one read its commit (this one was paused past its lease, say): it then
 // deletes its outputs, removes nothing and returns a *UnitLostError.
 func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *PartitionCompaction, dropped droppedMarks, outs ...*partWriters) error {
-	if err := l.check(ctx, c.o.clock.Now()); err != nil {
+	// Renewed, not only checked: writing the outputs may have taken most
+	// of the lease, and the commit below must land while it is held.
+	if err := l.renew(ctx, c.o.clock.Now()); err != nil {
 		for _, out := range outs {
 			out.abort()
 		}
