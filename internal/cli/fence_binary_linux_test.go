@@ -104,7 +104,7 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	line, err := errs.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "pause: stopped at compact.commit (pid "+strconv.Itoa(a.Process.Pid)+"); resume with SIGCONT\n", line)
-	require.Eventually(t, func() bool { return procState(a.Process.Pid) == "T" }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return pause.Stopped(a.Process.Pid) }, 10*time.Second, 5*time.Millisecond)
 
 	// The second compaction finds the unit busy until the first one's
 	// lease runs out, then folds it.
@@ -136,19 +136,4 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	got, err := r.Lookup(ctx, outbox.Query{RunID: "fence", History: true})
 	require.NoError(t, err)
 	require.Len(t, got, rounds*perRound)
-}
-
-// procState returns the state letter /proc shows for pid ("T" when
-// stopped).
-func procState(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
 }

@@ -34,23 +34,8 @@ func TestChildStopsAtArmedPoint(t *testing.T) {
 	line, err := bufio.NewReader(stderr).ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "pause: stopped at compact.commit (pid "+strconv.Itoa(cmd.Process.Pid)+"); resume with SIGCONT\n", line)
-	require.Eventually(t, func() bool { return processState(cmd.Process.Pid) == "T" }, 10*time.Second, 5*time.Millisecond, "the child never stopped")
+	require.Eventually(t, func() bool { return Stopped(cmd.Process.Pid) }, 10*time.Second, 5*time.Millisecond, "the child never stopped")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
 	require.NoError(t, cmd.Wait())
 	require.Contains(t, out.String(), "went on\n")
-}
-
-// processState returns the state letter /proc shows for pid ("T" when
-// stopped).
-func processState(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	return s[i+2 : i+3]
 }
