@@ -149,6 +149,11 @@ type partition struct {
 	Other int
 }
 
+// schemaDir is the directory, in a partition of its own, of the file with
+// a table's columns and no rows that every outbox opened for writing holds
+// (see package parquetbox): not data, so not shown.
+const schemaDir = "_schema"
+
 // listFiles walks each table directory and groups files by the directory
 // they sit in, so that entries outside the layout (files directly under a
 // table, other directories) show where they are too. A directory it cannot
@@ -159,15 +164,15 @@ func listFiles(root string) ([]tableFiles, error) {
 		tf := tableFiles{Table: t}
 		parts := map[string]*partition{}
 		dir := filepath.Join(root, string(t))
-		if _, err := os.Stat(dir); t == outbox.TableDeliveries && os.IsNotExist(err) {
-			continue // a dispatcher's outbox: workers record deliveries in their own
-		}
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if p == dir && !os.IsNotExist(err) {
 					return err
 				}
 				return fs.SkipDir // no table yet, or a directory this process cannot read
+			}
+			if d.IsDir() && d.Name() == schemaDir && filepath.Dir(filepath.Dir(p)) == dir {
+				return fs.SkipDir
 			}
 			if d.IsDir() || strings.HasPrefix(d.Name(), ".") {
 				return nil
@@ -197,6 +202,9 @@ func listFiles(root string) ([]tableFiles, error) {
 		})
 		if err != nil {
 			return out, err
+		}
+		if t == outbox.TableDeliveries && len(parts) == 0 {
+			continue // a dispatcher's outbox: workers record deliveries in their own
 		}
 		for _, p := range parts {
 			tf.Partitions = append(tf.Partitions, *p)

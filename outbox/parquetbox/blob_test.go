@@ -62,8 +62,11 @@ func TestBucketStorage(t *testing.T) {
 
 			keys := listKeys(t, bkt)
 			require.Equal(t, []string{
+				"deliveries/" + schemaFileName,
+				"dispatch_outbox/" + schemaFileName,
 				"dispatch_outbox/created_date=2026-03-01/" + procA + "-0000000000000000.parquet",
 				"dispatch_outbox/created_date=2026-03-01/" + procA + "-0000000000000001.parquet",
+				"timers/" + schemaFileName,
 				"timers/created_date=2026-03-01/" + procA + "-0000000000000001.parquet",
 			}, keys)
 			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/created_date=2026-03-01/broken.parquet", []byte("no"), nil))
@@ -90,13 +93,15 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, int64(4), st.Tables[0].RowsOut, "four pending kept, one created dropped")
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
 			keys = listKeys(t, bkt)
-			require.Len(t, keys, 6, "%v", keys)
+			require.Len(t, keys, 9, "%v", keys)
 			require.Equal(t, "_commits/dispatch_outbox/created_date=2026-03-01.000000000001", keys[0])
 			require.Equal(t, "_commits/timers/created_date=2026-03-01.000000000001", keys[1], "the timer's unit was dropped whole")
 			require.Equal(t, "_leases/dispatch_outbox/created_date=2026-03-01.000000000000", keys[2])
 			require.Equal(t, "_leases/timers/created_date=2026-03-01.000000000000", keys[3])
 			require.Equal(t, "_manifests/dispatch_outbox", keys[4], "the timers table has no file to list")
-			require.True(t, strings.HasPrefix(keys[5], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[5])
+			require.Equal(t, []string{"deliveries/" + schemaFileName, "dispatch_outbox/" + schemaFileName}, keys[5:7], "compaction leaves the schema files alone")
+			require.True(t, strings.HasPrefix(keys[7], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[7])
+			require.Equal(t, "timers/"+schemaFileName, keys[8])
 			require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 			require.Equal(t, 1, st.Tables[0].Manifest.Files)
 			// o's cached listing still names the files ro compacted away:

@@ -10,6 +10,7 @@
 //	<root>/dispatch_outbox/created_date=YYYY-MM-DD/*.parquet   one row per state of a task attempt
 //	<root>/timers/created_date=YYYY-MM-DD/*.parquet            one row per state of a retry or heartbeat timer
 //	<root>/deliveries/created_date=YYYY-MM-DD/*.parquet        a worker's outbox: one row per state of a delivery
+//	<root>/<table>/created_date=1970-01-01/_schema/empty.parquet  the table's columns, no rows (see below)
 //	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
 //	<root>/wal/<processor>.lock                                held while the process lives
 //	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
@@ -24,6 +25,12 @@
 // cannot read) is never read, and reported where damaged files are
 // (Damaged, Stats' and Compact's Skipped, matching ErrOutsideLayout), so an
 // answer that may miss its records never looks complete.
+//
+// An outbox opened for writing puts a schema file in each table, with the
+// table's columns and no rows, so that a query globbing <table>/**/*.parquet
+// returns no rows before the first publication instead of failing for want
+// of files. It lies below the files of a partition, where this package
+// never reads: it is not counted, compacted or reported.
 //
 // Each process (named by its processor UUID) writes only files of its own,
 // so any number of processes share one root without coordinating. Parquet

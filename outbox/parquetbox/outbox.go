@@ -76,7 +76,10 @@ type Outbox struct {
 // Open opens (creating if needed) the outbox at opts.Root. Unless
 // ReadOnly, it takes this processor's lock and converts every log segment of
 // this processor and of dead processors into Parquet files, dropping torn
-// tails (logged with path and offset).
+// tails (logged with path and offset), and puts each table's schema file
+// in place: a Parquet file with the table's columns and no rows, so that
+// DuckDB's queries of a table nothing was published to yet return no rows
+// instead of failing.
 func Open(ctx context.Context, opts Options) (*Outbox, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -152,6 +155,11 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 	}
 	o.lock = lock
 	if err := o.recover(ctx); err != nil {
+		o.releaseLock()
+		o.store.close()
+		return nil, err
+	}
+	if err := o.writeSchemaFiles(ctx); err != nil {
 		o.releaseLock()
 		o.store.close()
 		return nil, err

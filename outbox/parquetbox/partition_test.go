@@ -18,7 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// partitionFiles lists the Parquet files of a local table, relative to it.
+// partitionFiles lists the Parquet files of a local table, relative to it,
+// the schema file aside.
 func partitionFiles(t *testing.T, root string, table outbox.Table) []string {
 	t.Helper()
 	var out []string
@@ -26,7 +27,9 @@ func partitionFiles(t *testing.T, root string, table outbox.Table) []string {
 	require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && isDataFile(d.Name()) {
 			rel, _ := filepath.Rel(dir, p)
-			out = append(out, rel)
+			if filepath.ToSlash(rel) != schemaFileName {
+				out = append(out, rel)
+			}
 		}
 		return err
 	}))

@@ -29,7 +29,8 @@ import (
 // "created_date=2026-11-23/x.parquet".
 type tableStore interface {
 	// list returns the table's data files in partitions (hidden
-	// temporaries excluded), and the entries outside the layout as entries
+	// temporaries and directories within partitions, such as the schema
+	// file's, excluded), and the entries outside the layout as entries
 	// whose skip is set.
 	list(ctx context.Context, t outbox.Table) ([]storeEntry, error)
 	// open opens a file for random access.

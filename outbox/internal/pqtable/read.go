@@ -199,6 +199,23 @@ func timeUnit(t parquet.Type) (div, mul int64) {
 // Ours reports whether the outbox wrote the file (sorted, its layout).
 func (p *File) Ours() bool { return p.ours }
 
+// HasSchemaOf reports whether the file's columns are the named table's
+// current columns, by name and in file order: a file written before a
+// column was added has fewer.
+func (p *File) HasSchemaOf(table string) bool {
+	want := SchemaOf(table).Columns
+	leaves := p.pf.Schema().Columns()
+	if len(leaves) != len(want) {
+		return false
+	}
+	for i, lp := range leaves {
+		if len(lp) != 1 || lp[0] != want[i].Name {
+			return false
+		}
+	}
+	return true
+}
+
 // NumRows is the number of rows the footer states.
 func (p *File) NumRows() int64 { return p.pf.NumRows() }
 
