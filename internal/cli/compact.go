@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -53,39 +55,50 @@ func (p *progressBar) finish() {
 	}
 }
 
-// printTableTotals writes what was skipped or kept in each table, and its
+// printTableTotals writes what was skipped or kept in a table, and its
 // totals.
-func printTableTotals(w io.Writer, stats parquetbox.CompactStats) {
-	for _, s := range stats.Tables {
-		if s.Table == outbox.TableDeliveries && s.FilesIn == 0 && len(s.Partitions) == 0 && len(s.Skipped) == 0 && len(s.Kept) == 0 {
-			continue // a dispatcher's outbox: workers record deliveries in their own
-		}
-		for _, fe := range s.Skipped {
-			fmt.Fprintf(w, "%s: skipped %s: %s\n", s.Table, fe.Path, fe.Reason)
-		}
-		for _, k := range s.Kept {
-			fmt.Fprintf(w, "%s: kept %s: it holds rows this system did not write\n", s.Table, k)
-		}
-		fmt.Fprintf(w, "%s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention\n",
-			s.Table, s.FilesIn, s.RowsIn, s.BytesIn, s.FilesOut, s.RowsOut, s.BytesOut, s.Dropped)
-		if line := manifestLine(s.Table, s.Manifest); line != "" {
-			fmt.Fprintln(w, line)
+func printTableTotals(w io.Writer, s compactreport.Table) {
+	if s.Table == outbox.TableDeliveries && s.FilesIn == 0 && len(s.Partitions) == 0 && len(s.Skipped) == 0 && len(s.Kept) == 0 {
+		return // a dispatcher's outbox: workers record deliveries in their own
+	}
+	for _, fe := range fileErrors(s.Skipped) {
+		fmt.Fprintf(w, "%s: skipped %s: %s\n", s.Table, fe.Path, fe.Reason)
+	}
+	for _, k := range s.Kept {
+		fmt.Fprintf(w, "%s: kept %s: it holds rows this system did not write\n", s.Table, k)
+	}
+	fmt.Fprintf(w, "%s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention\n",
+		s.Table, s.FilesIn, s.RowsIn, s.BytesIn, s.FilesOut, s.RowsOut, s.BytesOut, s.Dropped)
+	if line := manifestLine(s.Table, s.Manifest); line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// fileErrors returns the files a compaction skipped, each a
+// *parquetbox.FileError.
+func fileErrors(errs []error) []*parquetbox.FileError {
+	out := make([]*parquetbox.FileError, 0, len(errs))
+	for _, err := range errs {
+		var fe *parquetbox.FileError
+		if errors.As(err, &fe) {
+			out = append(out, fe)
 		}
 	}
+	return out
 }
 
 // manifestLine says what compaction did with a table's manifest ("" when
 // the table has nothing for one to list).
-func manifestLine(t outbox.Table, m parquetbox.ManifestReport) string {
+func manifestLine(t outbox.Table, m compactreport.Manifest) string {
 	switch m.Action {
-	case parquetbox.ManifestWritten:
+	case compactreport.ManifestWritten:
 		return fmt.Sprintf("%s: manifest written: %d files, %d row groups (%s)", t, m.Files, m.RowGroups, m.Path)
-	case parquetbox.ManifestCurrent:
+	case compactreport.ManifestCurrent:
 		if m.Files == 0 {
 			return ""
 		}
 		return fmt.Sprintf("%s: manifest up to date: %d files, %d row groups", t, m.Files, m.RowGroups)
-	case parquetbox.ManifestFailed:
+	case compactreport.ManifestFailed:
 		return fmt.Sprintf("%s: manifest not written (lookups open every file instead): %v", t, m.Err)
 	}
 	return ""
@@ -93,19 +106,19 @@ func manifestLine(t outbox.Table, m parquetbox.ManifestReport) string {
 
 // partitionLine says what compaction did with one unit: a partition, or
 // one bucket of it.
-func partitionLine(t outbox.Table, p parquetbox.PartitionCompaction) string {
+func partitionLine(t outbox.Table, p compactreport.Partition) string {
 	where := string(t) + "/" + p.Partition
 	if p.Bucket != "" {
 		where += " " + p.Bucket
 	}
 	switch p.Action {
-	case parquetbox.PartitionUntouched:
+	case compactreport.Untouched:
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
-	case parquetbox.PartitionBusy:
+	case compactreport.Busy:
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
-	case parquetbox.PartitionLost:
+	case compactreport.Lost:
 		return fmt.Sprintf("%s: lost, stepped back: %s", where, p.Reason)
-	case parquetbox.PartitionDropped:
+	case compactreport.Dropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
 	}
 	line := fmt.Sprintf("%s: %s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention",
@@ -238,35 +251,28 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			}
 			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}
 			var bar *progressBar
+			var skipped []*parquetbox.FileError
+			trace := &compactreport.Trace{
+				Partition: func(t outbox.Table, p compactreport.Partition) {
+					if bar != nil {
+						bar.finish()
+					}
+					fmt.Fprintln(w, partitionLine(t, p))
+				},
+				// Each table's totals follow its partitions.
+				Table: func(st compactreport.Table) {
+					if bar != nil {
+						bar.finish()
+					}
+					printTableTotals(w, st)
+					skipped = append(skipped, fileErrors(st.Skipped)...)
+				},
+			}
 			if isTerminal(env.Err) {
 				bar = &progressBar{w: env.Err, now: time.Now}
-				opts.Progress = bar.update
+				trace.Progress = bar.update
 			}
-			opts.OnPartition = func(t outbox.Table, p parquetbox.PartitionCompaction) {
-				if bar != nil {
-					bar.finish()
-				}
-				fmt.Fprintln(w, partitionLine(t, p))
-			}
-			// A table at a time, so each table's total follows its
-			// partitions.
-			var skipped []*parquetbox.FileError
-			for _, t := range outbox.Tables() {
-				opts.Tables = []outbox.Table{t}
-				var st parquetbox.CompactStats
-				st, err = o.Compact(ctx, opts)
-				if bar != nil {
-					bar.finish()
-				}
-				printTableTotals(w, st)
-				for _, ts := range st.Tables {
-					skipped = append(skipped, ts.Skipped...)
-				}
-				if err != nil {
-					break
-				}
-			}
-			if err != nil {
+			if err := o.Compact(compactreport.WithTrace(ctx, trace), opts); err != nil {
 				return err
 			}
 			if err := o.Close(); err != nil {

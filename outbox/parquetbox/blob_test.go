@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
@@ -88,7 +89,7 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, "bucket:/dispatch_outbox/created_date=2026-03-01/broken.parquet", ro.Damaged()[0].Path)
 			require.NoError(t, bkt.Delete(ctx, "dispatch_outbox/created_date=2026-03-01/broken.parquet"))
 
-			st, err := ro.Compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
+			st, err := ro.compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
 			require.NoError(t, err)
 			require.Equal(t, int64(4), st.Tables[0].RowsOut, "four pending kept, one created dropped")
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
@@ -102,7 +103,7 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, []string{"deliveries/" + schemaFileName, "dispatch_outbox/" + schemaFileName}, keys[5:7], "compaction leaves the schema files alone")
 			require.True(t, strings.HasPrefix(keys[7], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[7])
 			require.Equal(t, "timers/"+schemaFileName, keys[8])
-			require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
+			require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
 			require.Equal(t, 1, st.Tables[0].Manifest.Files)
 			// o's cached listing still names the files ro compacted away:
 			// reading one fails as not found, o lists again and finds the

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
@@ -114,12 +115,6 @@ type CompactOptions struct {
 	// long a crashed compaction keeps others out of its partitions.
 	// Defaults to 10m; a compaction renews its lease as it goes.
 	LeaseTTL time.Duration
-	// Progress, if set, is called as rows are read, with the rows read so
-	// far and the total of the partition being compacted.
-	Progress func(t outbox.Table, done, total int64)
-	// OnPartition, if set, is called when a unit (a partition's bucket)
-	// is done (or skipped), with what happened to it.
-	OnPartition func(t outbox.Table, p PartitionCompaction)
 	// Full folds every run of each unit written since its last compaction
 	// into one, instead of merging runs of similar size (see Compact).
 	// Defaults to tiered merges.
@@ -138,90 +133,6 @@ func (c CompactOptions) withDefaults() CompactOptions {
 		c.LeaseTTL = 10 * time.Minute
 	}
 	return c
-}
-
-// CompactStats reports what Compact did, per table.
-type CompactStats struct {
-	// Tables holds one entry per table compacted, in order.
-	Tables []TableCompaction
-}
-
-// TableCompaction reports the compaction of one table: the sums over its
-// partitions, and each partition.
-type TableCompaction struct {
-	// Table is the table.
-	Table outbox.Table
-	// FilesIn and FilesOut count Parquet files before and after.
-	FilesIn, FilesOut int
-	// RowsIn counts rows read; RowsOut rows written (one per ID kept).
-	RowsIn, RowsOut int64
-	// Dropped counts IDs removed by retention.
-	Dropped int64
-	// BytesIn and BytesOut are the sizes of the files read and written.
-	BytesIn, BytesOut int64
-	// Output is the path of the first file written ("" if none was).
-	Output string
-	// ForeignRows counts rows left out of the output because this system
-	// cannot have written them (see ErrForeignRecord).
-	ForeignRows int64
-	// Kept lists the inputs left in place because they hold foreign rows:
-	// compaction never deletes what it did not fold in.
-	Kept []string
-	// Skipped lists damaged or foreign files left out.
-	Skipped []*FileError
-	// Partitions reports each unit (a partition, or a bucket of one), in
-	// order.
-	Partitions []PartitionCompaction
-	// Manifest reports the table's manifest, refreshed after the
-	// partitions (also when every partition was untouched).
-	Manifest ManifestReport
-}
-
-// PartitionAction says what compaction did with a partition.
-type PartitionAction string
-
-// The actions of PartitionCompaction.
-const (
-	// PartitionCompacted: its files were merged into sorted files.
-	PartitionCompacted PartitionAction = "compacted"
-	// PartitionUntouched: its runs are within the tiers' bounds (and
-	// nothing is to drop), so nothing was rewritten.
-	PartitionUntouched PartitionAction = "untouched"
-	// PartitionDropped: every row was past retention; its files were
-	// removed without being rewritten.
-	PartitionDropped PartitionAction = "dropped"
-	// PartitionBusy: another compaction holds its lease; skipped.
-	PartitionBusy PartitionAction = "busy"
-	// PartitionLost: another compaction committed the unit while this
-	// one worked on it (its lease ran out); this one discarded its
-	// outputs and changed nothing (see ErrUnitLost).
-	PartitionLost PartitionAction = "lost"
-)
-
-// PartitionCompaction reports one unit of a compaction: a partition, or
-// one bucket of a partition (see Options.Buckets).
-type PartitionCompaction struct {
-	// Partition is the partition directory (created_date=2026-11-23).
-	Partition string
-	// Bucket is the unit's bucket within the partition (b3of8), or "" for
-	// the partition's files without a bucket.
-	Bucket string
-	// RunsBefore and RunsAfter count the unit's runs (sorted files, or
-	// sets of files one merge wrote) before and after; Merges counts the
-	// merges done, and Full says whether one of them took every run.
-	RunsBefore, RunsAfter, Merges int
-	Full                          bool
-	// Action says what was done; Reason says why when it was skipped.
-	Action PartitionAction
-	Reason string
-	// FilesIn and FilesOut count files read and written.
-	FilesIn, FilesOut int
-	// RowsIn, RowsOut, Dropped, ForeignRows, BytesIn and BytesOut are as
-	// in TableCompaction.
-	RowsIn, RowsOut, Dropped, ForeignRows int64
-	BytesIn, BytesOut                     int64
-	// Outputs are the paths of the files written.
-	Outputs []string
 }
 
 // Compact compacts each table unit by unit: a unit is one bucket of a
@@ -247,22 +158,36 @@ type PartitionCompaction struct {
 // day's units. A merge's outputs become visible only when the unit's next
 // commit record is created (see commitDir), which fails if another
 // compaction committed the unit since this one read it: this one then
-// discards its outputs, reports the unit PartitionLost and returns an
-// error matching ErrUnitLost, having changed nothing. Inputs are removed
-// after the commit: appends continue meanwhile, and an interrupted
-// compaction leaves the outbox as it was or as committed.
-func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) (CompactStats, error) {
+// discards its outputs, leaves the unit as the other one committed it and
+// returns an error matching ErrUnitLost, having changed nothing. Inputs
+// are removed after the commit: appends continue meanwhile, and an
+// interrupted compaction leaves the outbox as it was or as committed.
+//
+// Stats shows the tables afterwards; ctdispatch compact prints what was
+// done to each unit.
+func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) error {
+	_, err := o.compact(ctx, opts)
+	return err
+}
+
+// compact is Compact, returning its report, which it also gives the
+// context's compactreport.Trace as it goes.
+func (o *Outbox) compact(ctx context.Context, opts CompactOptions) (compactreport.Stats, error) {
+	var stats compactreport.Stats
 	if err := o.checkOpen(); err != nil {
-		return CompactStats{}, err
+		return stats, err
 	}
 	opts = opts.withDefaults()
-	var stats CompactStats
+	trace := compactreport.TraceOf(ctx)
 	for _, t := range opts.Tables {
 		if err := t.Validate(); err != nil {
 			return stats, err
 		}
-		st, err := o.compactTable(ctx, t, opts)
+		st, err := o.compactTable(ctx, t, opts, trace)
 		stats.Tables = append(stats.Tables, st)
+		if trace.Table != nil {
+			trace.Table(st)
+		}
 		if err != nil {
 			return stats, err
 		}
@@ -275,9 +200,10 @@ type compaction struct {
 	o      *Outbox
 	t      outbox.Table
 	opts   CompactOptions
+	trace  *compactreport.Trace
 	now    time.Time
 	holder string
-	st     *TableCompaction
+	st     *compactreport.Table
 	// runsSeen is how many runs the unit being compacted held at its
 	// last step.
 	runsSeen int
@@ -289,9 +215,9 @@ type compaction struct {
 	hidden []string
 }
 
-func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions) (TableCompaction, error) {
-	st := TableCompaction{Table: t}
-	c := &compaction{o: o, t: t, opts: opts, now: o.clock.Now(), holder: o.leaseHolder(), st: &st}
+func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions, trace *compactreport.Trace) (compactreport.Table, error) {
+	st := compactreport.Table{Table: t}
+	c := &compaction{o: o, t: t, opts: opts, trace: trace, now: o.clock.Now(), holder: o.leaseHolder(), st: &st}
 	o.store.cleanTemps(ctx, t, c.now.Add(-time.Hour))
 	parts, err := c.listUnits(ctx)
 	if err != nil {
@@ -310,7 +236,9 @@ func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactO
 		}
 	}
 	st.Manifest = c.refreshManifest(ctx)
-	st.Skipped = o.files[t].damaged()
+	for _, fe := range o.files[t].damaged() {
+		st.Skipped = append(st.Skipped, fe)
+	}
 	return st, nil
 }
 
@@ -340,7 +268,7 @@ func (c *compaction) listUnits(ctx context.Context) (map[unitName][]storeEntry, 
 	return out, nil
 }
 
-func (c *compaction) report(pc PartitionCompaction) {
+func (c *compaction) report(pc compactreport.Partition) {
 	st := c.st
 	st.FilesIn += pc.FilesIn
 	st.RowsIn += pc.RowsIn
@@ -354,22 +282,22 @@ func (c *compaction) report(pc PartitionCompaction) {
 		st.Output = pc.Outputs[0]
 	}
 	st.Partitions = append(st.Partitions, pc)
-	if c.opts.OnPartition != nil {
-		c.opts.OnPartition(c.t, pc)
+	if c.trace.Partition != nil {
+		c.trace.Partition(c.t, pc)
 	}
 }
 
 // run does step for one unit under its lease, with the unit's files as
 // they are once the lease is held.
-func (c *compaction) run(ctx context.Context, unit unitName, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) (PartitionCompaction, error) {
-	pc := PartitionCompaction{Partition: unitPartition(unit), Bucket: strings.TrimSuffix(unitBucket(unit), "-")}
+func (c *compaction) run(ctx context.Context, unit unitName, step func(context.Context, *lease, []*openFile, *compactreport.Partition) error) (compactreport.Partition, error) {
+	pc := compactreport.Partition{Partition: unitPartition(unit), Bucket: strings.TrimSuffix(unitBucket(unit), "-")}
 	// A bucket's lease is <partition>~<bucket>, which no other unit's
 	// lease prefix (<partition>.) matches.
 	name := strings.Replace(unit, "/", "~", 1)
 	l, err := acquireLease(ctx, c.o.store, path.Join(leaseDir, string(c.t), name)+".", c.holder, c.o.clock.Now(), c.opts.LeaseTTL)
 	var busy *BusyError
 	if errors.As(err, &busy) {
-		pc.Action, pc.Reason = PartitionBusy, busy.Error()
+		pc.Action, pc.Reason = compactreport.Busy, busy.Error()
 		return pc, nil
 	}
 	if err != nil {
@@ -397,7 +325,7 @@ func (c *compaction) run(ctx context.Context, unit unitName, step func(context.C
 var errMoreRuns = errors.New("more runs to merge")
 
 // step does step once, with the unit's files as they are now.
-func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *PartitionCompaction, step func(context.Context, *lease, []*openFile, *PartitionCompaction) error) error {
+func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *compactreport.Partition, step func(context.Context, *lease, []*openFile, *compactreport.Partition) error) error {
 	// Listed again under the lease: a compaction that held it before may
 	// have replaced these files. The commit is read first: this
 	// compaction's own commit will be the next one, which fails if any
@@ -416,7 +344,7 @@ func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *Part
 	defer fs.release(files)
 	c.hidden = fs.hiddenIn(unit)
 	if len(files) == 0 {
-		pc.Action, pc.Reason = PartitionUntouched, "no readable files"
+		pc.Action, pc.Reason = compactreport.Untouched, "no readable files"
 		return nil
 	}
 	return step(ctx, l, files, pc)
@@ -441,7 +369,7 @@ const maxFanIn = 48
 
 // compactUnit merges a unit's runs as the tiers call for (see Compact).
 // It answers errMoreRuns when a merge took only maxFanIn of its runs.
-func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction) error {
+func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFile, pc *compactreport.Partition) error {
 	runs := groupRuns(files)
 	c.runsSeen = len(runs)
 	if pc.Merges == 0 {
@@ -473,11 +401,11 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 	}
 	if len(merges) == 0 {
 		if pc.Merges == 0 {
-			pc.Action, pc.Reason = PartitionUntouched, "runs within the tiers' bounds"
+			pc.Action, pc.Reason = compactreport.Untouched, "runs within the tiers' bounds"
 		}
 		return nil
 	}
-	pc.Action = PartitionCompacted
+	pc.Action = compactreport.Compacted
 	more := false
 	for i, m := range merges {
 		if len(m) > maxFanIn {
@@ -546,8 +474,8 @@ func (c *compaction) scanRetention(ctx context.Context, files []*openFile, dropp
 }
 
 // dropWhole removes a partition whose every row is past retention.
-func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, dropped droppedMarks) error {
-	pc.Action = PartitionDropped
+func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile, pc *compactreport.Partition, dropped droppedMarks) error {
+	pc.Action = compactreport.Dropped
 	for _, f := range files {
 		pc.FilesIn++
 		pc.BytesIn += f.size
@@ -561,7 +489,7 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 // partition part (to its own partition when part is ""), and then
 // removes the inputs. Retention drops records only when drop is set: when
 // the files are every run of their unit.
-func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *PartitionCompaction, out *partWriters, drop bool, part string) error {
+func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *compactreport.Partition, out *partWriters, drop bool, part string) error {
 	var total, done int64
 	for _, f := range files {
 		total += f.NumRows()
@@ -574,8 +502,8 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	}
 	count := func(n int) {
 		done += int64(n)
-		if c.opts.Progress != nil {
-			c.opts.Progress(c.t, done, total)
+		if c.trace.Progress != nil {
+			c.trace.Progress(c.t, done, total)
 		}
 	}
 	var streams []recordStream
@@ -655,8 +583,8 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 
 // stepBack reports the unit lost (its outputs already discarded by the
 // caller), logs it and returns lost.
-func (c *compaction) stepBack(pc *PartitionCompaction, lost *UnitLostError) error {
-	pc.Action, pc.Reason = PartitionLost, lost.Error()
+func (c *compaction) stepBack(pc *compactreport.Partition, lost *UnitLostError) error {
+	pc.Action, pc.Reason = compactreport.Lost, lost.Error()
 	pc.FilesOut, pc.RowsOut, pc.BytesOut, pc.Outputs = 0, 0, 0, nil
 	c.o.log.Warn("outbox: compaction "+lost.Error(), "table", c.t, "unit", c.unit, "commit", lost.Gen)
 	return lost
@@ -668,7 +596,7 @@ func (c *compaction) stepBack(pc *PartitionCompaction, lost *UnitLostError) erro
 // That create fails if another compaction committed the unit since this
 // one read its commit (this one was paused past its lease, say): it then
 // deletes its outputs, removes nothing and returns a *UnitLostError.
-func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *PartitionCompaction, dropped droppedMarks, outs ...*partWriters) error {
+func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *compactreport.Partition, dropped droppedMarks, outs ...*partWriters) error {
 	// Renewed, not only checked: writing the outputs may have taken most
 	// of the lease, and the commit below must land while it is held.
 	if err := l.renew(ctx, c.o.clock.Now()); err != nil {
@@ -820,7 +748,7 @@ func isCompacted(f *openFile) bool {
 // of about TargetFileBytes each, committed together at the end.
 type partWriters struct {
 	c      *compaction
-	pc     *PartitionCompaction
+	pc     *compactreport.Partition
 	prefix string
 	// weight is the weight of the run written (see parseRun) and gen
 	// the generation of the commit meant to name it (see commitDir),
@@ -841,7 +769,7 @@ type partFile struct {
 	rw   *rowWriter
 }
 
-func newPartWriters(c *compaction, pc *PartitionCompaction) *partWriters {
+func newPartWriters(c *compaction, pc *compactreport.Partition) *partWriters {
 	return &partWriters{c: c, pc: pc, prefix: "compacted-", id: fmt.Sprintf("%d-%s", c.now.UnixMicro(), randomHex(4)), layout: pqfile.FlushLayout, open: map[string]*partFile{}}
 }
 

@@ -97,7 +97,7 @@ func BenchmarkCompactDay(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+		st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -76,11 +77,15 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	before, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	require.Len(t, before, 3)
 
+	// Compact reports through the context's trace what compact returns.
 	var progress []int64
-	st, err := a.Compact(ctx, CompactOptions{
+	var st compactreport.Stats
+	err := a.Compact(compactreport.WithTrace(ctx, &compactreport.Trace{
+		Progress: func(_ outbox.Table, done, _ int64) { progress = append(progress, done) },
+		Table:    func(tc compactreport.Table) { st.Tables = append(st.Tables, tc) },
+	}), CompactOptions{
 		Tables:    []outbox.Table{outbox.TableDispatch},
 		Retention: Retention{"q": 7 * 24 * time.Hour},
-		Progress:  func(_ outbox.Table, done, _ int64) { progress = append(progress, done) },
 	})
 	require.NoError(t, err)
 	require.Len(t, st.Tables, 1)
@@ -113,12 +118,12 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	require.NoError(t, f.scan(func(r outbox.Record) error { ids = append(ids, r.ID); return nil }))
 	f.close()
 	require.Equal(t, []string{"dispatch:r1:b:1", "dispatch:r1:c:1", "dispatch:r1:z:1"}, ids)
-	st, err = a.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, "", st.Tables[0].Output)
 
 	// Retention 0 drops every terminal record, never a pending one.
-	st, err = a.Compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
+	st, err = a.compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), st.Tables[0].Dropped)
 	got, err = a.Lookup(ctx, outbox.Query{RunID: "r1"})
@@ -141,11 +146,11 @@ func TestCompactInterruptedLeavesInputs(t *testing.T) {
 	}
 	dir := filepath.Join(b.root, string(outbox.TableDispatch))
 	before, _ := filepath.Glob(filepath.Join(dir, "*"))
-	_, err := o.Compact(ctx, CompactOptions{Full: true, Progress: func(_ outbox.Table, done, _ int64) {
+	_, err := o.compact(compactreport.WithTrace(ctx, &compactreport.Trace{Progress: func(_ outbox.Table, done, _ int64) {
 		if done > 3000 {
 			cancel()
 		}
-	}})
+	}}), CompactOptions{Full: true})
 	require.ErrorIs(t, err, context.Canceled)
 	entries, _ := os.ReadDir(dir)
 	var names []string
@@ -182,14 +187,14 @@ func TestCompactWhileAppending(t *testing.T) {
 		}
 	}()
 	for range 5 {
-		_, err := c.Compact(ctx, CompactOptions{})
+		_, err := c.compact(ctx, CompactOptions{})
 		require.NoError(t, err)
 	}
 	wg.Wait()
 	close(errs)
 	require.NoError(t, <-errs)
 	require.NoError(t, o.Flush(ctx))
-	_, err = c.Compact(ctx, CompactOptions{})
+	_, err = c.compact(ctx, CompactOptions{})
 	require.NoError(t, err)
 	got, err := c.Lookup(ctx, outbox.Query{RunID: "r"})
 	require.NoError(t, err)

@@ -104,7 +104,7 @@
 // manifest is ignored with one log line. It is written atomically (a
 // temporary file renamed into place, a single object write on a bucket),
 // and Compact refreshes it every run, also when every partition was
-// untouched, reporting what it did in TableCompaction.Manifest. Files
+// untouched (ctdispatch compact prints what it did with it). Files
 // already open (a long-running dispatcher) are read the usual way, with
 // their bloom filters in memory. To save time, a lookup reads the manifest,
 // probes and opens its candidates while the files are being listed; what

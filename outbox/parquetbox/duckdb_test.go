@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -65,9 +66,9 @@ func TestDuckDBReadsPartitionedTables(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(24 * time.Hour)
 	}
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
-	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
+	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
 	units := map[string]bool{}
 	for _, p := range st.Tables[0].Partitions {
 		units[p.Partition+" "+p.Bucket] = true

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gocloud.dev/blob"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -104,13 +105,12 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				// its commit.
 				a := openFenced(t, fenceOptions(b, storage, bkt, ""))
 				gate := pause.NewGate(pause.CompactCommit)
-				var aUnits []PartitionCompaction
+				var aUnits []compactreport.Partition
 				aDone := make(chan error, 1)
 				go func() {
-					_, err := a.Compact(pause.Arm(ctx, gate), CompactOptions{
-						Tables:      []outbox.Table{outbox.TableDispatch},
-						OnPartition: func(_ outbox.Table, p PartitionCompaction) { aUnits = append(aUnits, p) },
-					})
+					_, err := a.compact(compactreport.WithTrace(pause.Arm(ctx, gate), &compactreport.Trace{
+						Partition: func(_ outbox.Table, p compactreport.Partition) { aUnits = append(aUnits, p) },
+					}), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 					aDone <- err
 				}()
 				<-gate.Reached()
@@ -132,7 +132,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				if retention {
 					opts.Retention, want = Retention{"*": 0}, 0
 				}
-				st, err := bc.Compact(ctx, opts)
+				st, err := bc.compact(ctx, opts)
 				require.NoError(t, err)
 				require.Equal(t, want, st.Tables[0].RowsOut)
 				read, listed := tableRows(t, bc, outbox.TableDispatch)
@@ -145,7 +145,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				require.ErrorAs(t, err, &lost)
 				require.Equal(t, UnitLostError{Table: outbox.TableDispatch, Unit: "created_date=2026-03-01", Gen: 1}, *lost)
 				require.Len(t, aUnits, 1)
-				require.Equal(t, PartitionLost, aUnits[0].Action)
+				require.Equal(t, compactreport.Lost, aUnits[0].Action)
 				require.Equal(t, "lost its lease on unit dispatch_outbox/created_date=2026-03-01 (commit 1 was made by another compaction); stepped back: its outputs were discarded and nothing changed", aUnits[0].Reason)
 				require.Contains(t, b.logs.String(), "lost its lease on unit dispatch_outbox/created_date=2026-03-01")
 
@@ -163,7 +163,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				}
 
 				// A later tiered compaction leaves it so.
-				st, err = fresh.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+				st, err = fresh.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 				require.NoError(t, err)
 				read, listed = tableRows(t, fresh, outbox.TableDispatch)
 				require.Equal(t, [2]int64{want, want}, [2]int64{read, listed})
@@ -204,7 +204,7 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 			require.NoError(t, rec.Flush(ctx))
 			b.clock.Advance(time.Minute)
 			c := openFenced(t, fenceOptions(b, storage, bkt, ""))
-			st, err := c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0}})
+			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0}})
 			require.NoError(t, err)
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
 
@@ -244,9 +244,9 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 
 			// Nor does a compaction folding the late file into an
 			// output, which readers serve whole.
-			st, err = c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+			st, err = c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 			require.NoError(t, err)
-			require.Equal(t, PartitionCompacted, st.Tables[0].Partitions[0].Action)
+			require.Equal(t, compactreport.Compacted, st.Tables[0].Partitions[0].Action)
 			require.Equal(t, []string{"dispatch:r:y:1", "dispatch:r:x:2"}, pendingIDs())
 			_, ok, err = reader.Latest(ctx, outbox.TableDispatch, "dispatch:r:x:1")
 			require.NoError(t, err)

@@ -87,3 +87,13 @@ func (fs *fileSet) openFiles() int {
 	defer fs.mu.Unlock()
 	return len(fs.files)
 }
+
+// fileErrors returns the files a compaction skipped, as the
+// *FileErrors they are.
+func fileErrors(errs []error) []*FileError {
+	out := make([]*FileError, 0, len(errs))
+	for _, err := range errs {
+		out = append(out, err.(*FileError))
+	}
+	return out
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"gocloud.dev/blob"
@@ -287,34 +288,6 @@ func (fs *fileSet) probeFile(ctx context.Context, e storeEntry, mf *pqtable.Mani
 	return true, &admission{groups: len(mf.Groups), rgs: admitted}
 }
 
-// ManifestAction says what compaction did with a table's manifest.
-type ManifestAction string
-
-// The actions of ManifestReport.
-const (
-	// ManifestWritten: the manifest was written anew.
-	ManifestWritten ManifestAction = "written"
-	// ManifestCurrent: the manifest already listed every file as it is.
-	ManifestCurrent ManifestAction = "current"
-	// ManifestFailed: it could not be written; lookups open every file
-	// it does not list, so answers stay right, only slower.
-	ManifestFailed ManifestAction = "failed"
-)
-
-// ManifestReport says what compaction did with a table's manifest: the
-// small file that lets a lookup by ID or cloud_task_id skip opening files
-// that cannot hold the value.
-type ManifestReport struct {
-	// Action says what was done.
-	Action ManifestAction
-	// Path names the manifest.
-	Path string
-	// Files and RowGroups count what the manifest lists.
-	Files, RowGroups int
-	// Err says why it could not be written (ManifestFailed).
-	Err error
-}
-
 // refreshManifest writes the table's manifest from its files as listed
 // now, unless the one in place already lists exactly them. Entries of
 // files unchanged since the last manifest are taken over without reading
@@ -323,15 +296,15 @@ type ManifestReport struct {
 // the manifest rebuilt (a few times at most) if they changed meanwhile; a
 // manifest left behind by a race is merely stale, since readers check
 // every entry against their own listing.
-func (c *compaction) refreshManifest(ctx context.Context) ManifestReport {
-	var rep ManifestReport
+func (c *compaction) refreshManifest(ctx context.Context) compactreport.Manifest {
+	var rep compactreport.Manifest
 	for range 3 {
 		before, err := c.o.store.list(ctx, c.t)
 		if err != nil {
 			return c.manifestFailed(err)
 		}
 		rep = c.buildManifest(ctx)
-		if rep.Action != ManifestWritten {
+		if rep.Action != compactreport.ManifestWritten {
 			return rep
 		}
 		after, err := c.o.store.list(ctx, c.t)
@@ -342,8 +315,8 @@ func (c *compaction) refreshManifest(ctx context.Context) ManifestReport {
 	return rep
 }
 
-func (c *compaction) manifestFailed(err error) ManifestReport {
-	rep := ManifestReport{Action: ManifestFailed, Path: manifestWhere(c.o.store, c.t), Err: err}
+func (c *compaction) manifestFailed(err error) compactreport.Manifest {
+	rep := compactreport.Manifest{Action: compactreport.ManifestFailed, Path: manifestWhere(c.o.store, c.t), Err: err}
 	c.o.log.Warn("outbox: manifest not written", "path", rep.Path, "err", err)
 	return rep
 }
@@ -368,8 +341,8 @@ func sameListing(a, b []storeEntry) bool {
 
 // buildManifest writes the manifest of the files open now, or reports it
 // current.
-func (c *compaction) buildManifest(ctx context.Context) ManifestReport {
-	rep := ManifestReport{Path: manifestWhere(c.o.store, c.t)}
+func (c *compaction) buildManifest(ctx context.Context) compactreport.Manifest {
+	rep := compactreport.Manifest{Path: manifestWhere(c.o.store, c.t)}
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	files, err := fs.acquire(ctx)
@@ -402,12 +375,12 @@ func (c *compaction) buildManifest(ctx context.Context) ManifestReport {
 		rep.RowGroups += len(mf.Groups)
 	}
 	if (current && len(old) == len(m.Files)) || (err == nil && old == nil && len(m.Files) == 0) {
-		rep.Action = ManifestCurrent // nothing changed, or nothing to list
+		rep.Action = compactreport.ManifestCurrent // nothing changed, or nothing to list
 		return rep
 	}
 	if err := writeManifest(ctx, c.o.store, c.t, m, c.now); err != nil {
 		return c.manifestFailed(err)
 	}
-	rep.Action = ManifestWritten
+	rep.Action = compactreport.ManifestWritten
 	return rep
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -34,10 +35,10 @@ func manifestDays(t *testing.T, b *testBundle, opts Options) string {
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(24 * time.Hour)
 	}
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	m := st.Tables[0].Manifest
-	require.Equal(t, ManifestWritten, m.Action)
+	require.Equal(t, compactreport.ManifestWritten, m.Action)
 	require.Equal(t, 3, m.Files)
 	require.Equal(t, 3, m.RowGroups)
 	return filepath.Join(b.root, manifestDir, string(outbox.TableDispatch))
@@ -136,9 +137,9 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	// Another compaction replaces the day files those went into; the
 	// manifest put back is the first one, which names files now gone and
 	// misses their replacements.
-	st, err := w.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
+	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.WriteFile(path, first, 0o600))
 	o = readOnly(t, b, b.options(""))
 	lookupBoth(t, o, added)
@@ -148,15 +149,15 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 
 	// The next compaction, with every partition untouched, sees the
 	// manifest is stale and writes it again.
-	st, err = w.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	for _, p := range st.Tables[0].Partitions {
-		require.Equal(t, PartitionUntouched, p.Action)
+		require.Equal(t, compactreport.Untouched, p.Action)
 	}
-	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
-	st, err = w.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
+	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, ManifestCurrent, st.Tables[0].Manifest.Action)
+	require.Equal(t, compactreport.ManifestCurrent, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.Remove(path))
 	// A crashed writer's temporary goes once it is an hour old.
 	old, fresh := filepath.Join(filepath.Dir(path), ".dispatch_outbox.tmp-1"), filepath.Join(filepath.Dir(path), ".dispatch_outbox.tmp-2")
@@ -164,9 +165,9 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 		require.NoError(t, os.WriteFile(f, []byte("CTDMANI1"), 0o600))
 		require.NoError(t, os.Chtimes(f, b.clock.Now().Add(-age), b.clock.Now().Add(-age)))
 	}
-	st, err = w.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "a missing manifest is written again")
+	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action, "a missing manifest is written again")
 	require.NoFileExists(t, old)
 	require.FileExists(t, fresh)
 }
@@ -356,9 +357,9 @@ func TestManifestBoundsOfLongIDs(t *testing.T) {
 		require.NoError(t, outbox.AppendAndWait(ctx, o, rec))
 	}
 	require.NoError(t, o.Flush(ctx))
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
+	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
 	require.NoError(t, o.Close())
 
 	r := readOnly(t, b, opts)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -39,7 +40,7 @@ func partitionFiles(t *testing.T, root string, table outbox.Table) []string {
 
 // actions summarizes a table's compaction: one "partition action files-in
 // rows-out" per partition.
-func actions(tc TableCompaction) []string {
+func actions(tc compactreport.Table) []string {
 	var out []string
 	for _, p := range tc.Partitions {
 		out = append(out, fmt.Sprintf("%s %s in=%d out=%d dropped=%d", p.Partition, p.Action, p.FilesIn, p.RowsOut, p.Dropped))
@@ -77,14 +78,14 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, t0, got.CreatedAt)
 
-	cs, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " compacted in=2 out=3 dropped=0", day2 + " compacted in=1 out=1 dropped=0"}, actions(cs.Tables[0]))
 	compacted := partitionFiles(t, b.root, outbox.TableDispatch)
 	require.Len(t, compacted, 2)
 
 	// Nothing written since: nothing read, nothing rewritten.
-	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " untouched in=0 out=0 dropped=0", day2 + " untouched in=0 out=0 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, "runs within the tiers' bounds", cs.Tables[0].Partitions[0].Reason)
@@ -93,7 +94,7 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	// One more record on day 2: only day 2 is compacted.
 	require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("r", "e", "1", outbox.StatusCreated)))
 	require.NoError(t, o.Flush(ctx))
-	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " untouched in=0 out=0 dropped=0", day2 + " compacted in=2 out=2 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, compacted[0], partitionFiles(t, b.root, outbox.TableDispatch)[0], "day 1's file is the same file")
@@ -101,7 +102,7 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	// A week later with 3 days' retention: day 1 still holds pending
 	// records (b, c), so only its expired rows go; day 2 goes whole.
 	b.clock.Advance(7 * 24 * time.Hour)
-	cs, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 72 * time.Hour}})
+	cs, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 72 * time.Hour}})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " compacted in=1 out=2 dropped=1", day2 + " dropped in=1 out=0 dropped=2"}, actions(cs.Tables[0]))
 	require.NoDirExists(t, filepath.Join(b.root, string(outbox.TableDispatch), day2))
@@ -201,7 +202,7 @@ func compactChild(dir string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(4)
@@ -277,7 +278,7 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 	require.Equal(t, int64(3000), ids)
 	var outputs int64
 	for _, out := range outs {
-		var st CompactStats
+		var st compactreport.Stats
 		require.NoError(t, json.Unmarshal(out, &st))
 		outputs += st.Tables[0].RowsOut
 	}
@@ -310,7 +311,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 	require.Equal(t, int64(6000), rows)
 
 	var wg sync.WaitGroup
-	results := make([]CompactStats, 2)
+	results := make([]compactreport.Stats, 2)
 	for i := range 2 {
 		o := opts("")
 		o.ReadOnly = true
@@ -320,7 +321,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 			require.NoError(t, err)
 			results[i] = st
 		}()
@@ -332,7 +333,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 	var busy int
 	for _, r := range results {
 		for _, p := range r.Tables[0].Partitions {
-			if p.Action == PartitionBusy {
+			if p.Action == compactreport.Busy {
 				busy++
 			}
 		}

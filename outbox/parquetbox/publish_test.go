@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
@@ -110,12 +111,12 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 	r, err := Open(ctx, ro)
 	require.NoError(t, err)
 	defer r.Close()
-	st, err := r.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := r.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	folded := 0
 	for _, p := range st.Tables[0].Partitions {
 		if p.Partition == "created_date=2026-03-02" {
-			require.Equal(t, []any{PartitionCompacted, true, 1}, []any{p.Action, p.Full, p.RunsAfter}, "%+v", p)
+			require.Equal(t, []any{compactreport.Compacted, true, 1}, []any{p.Action, p.Full, p.RunsAfter}, "%+v", p)
 			folded++
 		}
 	}

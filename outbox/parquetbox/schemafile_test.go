@@ -53,7 +53,7 @@ func TestSchemaFileIsInEveryTableAndCountsAsNothing(t *testing.T) {
 	for _, st := range stats {
 		require.True(t, st.Absent(), "%s: %+v", st.Table, st)
 	}
-	cs, err := o.Compact(ctx, CompactOptions{Full: true})
+	cs, err := o.compact(ctx, CompactOptions{Full: true})
 	require.NoError(t, err)
 	for _, tc := range cs.Tables {
 		require.Zero(t, tc.FilesIn, tc.Table)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
@@ -126,7 +127,7 @@ func aDay(t *testing.T, b *testBundle, o *Outbox, rounds, n int) (written, table
 		}
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(time.Minute)
-		st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+		st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 		require.NoError(t, err)
 		written += st.Tables[0].BytesOut
 		runs = map[string]int{}
@@ -211,7 +212,7 @@ func TestRetentionDropsOnlyInAMergeOfEveryRun(t *testing.T) {
 				require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("ret", fmt.Sprint("a", round), "1", outbox.StatusPending)))
 				require.NoError(t, o.Flush(ctx))
 			}
-			st, err := o.Compact(ctx, CompactOptions{})
+			st, err := o.compact(ctx, CompactOptions{})
 			require.NoError(t, err)
 			require.Equal(t, 1, st.Tables[0].Partitions[0].RunsAfter)
 			// Runs 2–5: x created in the first of four more rounds.
@@ -225,10 +226,10 @@ func TestRetentionDropsOnlyInAMergeOfEveryRun(t *testing.T) {
 				require.NoError(t, o.Flush(ctx))
 			}
 			b.clock.Advance(2 * time.Hour)
-			st, err = o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: tc.retention})
+			st, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: tc.retention})
 			require.NoError(t, err)
 			p := st.Tables[0].Partitions[0]
-			require.Equal(t, []any{PartitionCompacted, 5, tc.runsAfter, tc.full}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full})
+			require.Equal(t, []any{compactreport.Compacted, 5, tc.runsAfter, tc.full}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full})
 
 			var states []string
 			got, err := o.Lookup(ctx, outbox.Query{ID: x.ID})
@@ -297,7 +298,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 	}
 	var wg sync.WaitGroup
-	done := make([]map[string]PartitionAction, 2)
+	done := make([]map[string]compactreport.Action, 2)
 	for i := range done {
 		c, err := Open(ctx, Options{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
 		require.NoError(t, err)
@@ -305,8 +306,8 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done[i] = map[string]PartitionAction{}
-			st, err := c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+			done[i] = map[string]compactreport.Action{}
+			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 			if err == nil {
 				for _, p := range st.Tables[0].Partitions {
 					done[i][p.Bucket] = p.Action
@@ -318,7 +319,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 	compacted := map[string]int{}
 	for _, d := range done {
 		for bucket, a := range d {
-			if a == PartitionCompacted {
+			if a == compactreport.Compacted {
 				compacted[bucket]++
 			}
 		}
@@ -417,13 +418,13 @@ func TestPastDayIsFoldedToTheRunBound(t *testing.T) {
 	require.Equal(t, map[string]int{"created_date=2026-03-01/": 4}, runs, "weights 4, 1, 1, 1 within the day")
 
 	b.clock.Advance(24 * time.Hour)
-	st, err := o.Compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
-	require.Equal(t, []any{PartitionCompacted, 4, 1, true}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full}, "bound for 7 rounds: 3")
-	st, err = o.Compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	require.Equal(t, []any{compactreport.Compacted, 4, 1, true}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full}, "bound for 7 rounds: 3")
+	st, err = o.compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, PartitionUntouched, st.Tables[0].Partitions[0].Action)
+	require.Equal(t, compactreport.Untouched, st.Tables[0].Partitions[0].Action)
 }
 
 // A merge never reads more than maxFanIn runs at once: a day of
@@ -449,10 +450,10 @@ func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 	}
 	b.clock.Advance(2 * time.Hour)
-	st, err := o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
+	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
-	require.Equal(t, []any{PartitionCompacted, rounds + 1, 1, 2, true, int64(1), rounds + 1 + 1},
+	require.Equal(t, []any{compactreport.Compacted, rounds + 1, 1, 2, true, int64(1), rounds + 1 + 1},
 		[]any{p.Action, p.RunsBefore, p.RunsAfter, p.Merges, p.Full, p.Dropped, p.FilesIn})
 	got, err := o.Lookup(ctx, outbox.Query{RunID: "many"})
 	require.NoError(t, err)
@@ -488,8 +489,8 @@ func TestCompactionStepOpensOnlyItsUnit(t *testing.T) {
 	require.Len(t, units, 4)
 	c := &compaction{o: o, t: outbox.TableDispatch, now: b.clock.Now()}
 	for unit, n := range units {
-		pc := &PartitionCompaction{}
-		err := c.step(ctx, nil, unit, pc, func(_ context.Context, _ *lease, files []*openFile, _ *PartitionCompaction) error {
+		pc := &compactreport.Partition{}
+		err := c.step(ctx, nil, unit, pc, func(_ context.Context, _ *lease, files []*openFile, _ *compactreport.Partition) error {
 			require.Len(t, files, n)
 			fs.mu.Lock()
 			defer fs.mu.Unlock()

@@ -1,0 +1,156 @@
+// Package compactreport is what a compaction of a parquetbox outbox
+// reports as it goes: each unit (a partition, or one bucket of it), each
+// table's sums and its manifest, and the rows read. A library user calls
+// parquetbox's Compact for its effect; the command that prints a line per
+// unit asks for the report by setting a Trace on the context it passes, as
+// net/http/httptrace does for a request.
+package compactreport
+
+import (
+	"context"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// Stats reports a compaction, per table.
+type Stats struct {
+	// Tables holds one entry per table compacted, in order.
+	Tables []Table
+}
+
+// Table reports the compaction of one table: the sums over its
+// partitions, and each partition.
+type Table struct {
+	// Table is the table.
+	Table outbox.Table
+	// FilesIn and FilesOut count Parquet files before and after.
+	FilesIn, FilesOut int
+	// RowsIn counts rows read; RowsOut rows written (one per ID kept).
+	RowsIn, RowsOut int64
+	// Dropped counts IDs removed by retention.
+	Dropped int64
+	// BytesIn and BytesOut are the sizes of the files read and written.
+	BytesIn, BytesOut int64
+	// Output is the path of the first file written ("" if none was).
+	Output string
+	// ForeignRows counts rows left out of the output because this system
+	// cannot have written them (see parquetbox.ErrForeignRecord).
+	ForeignRows int64
+	// Kept lists the inputs left in place because they hold foreign rows:
+	// compaction never deletes what it did not fold in.
+	Kept []string
+	// Skipped lists damaged or foreign files left out, each with its path
+	// and the reason (a *parquetbox.FileError).
+	Skipped []error
+	// Partitions reports each unit (a partition, or a bucket of one), in
+	// order.
+	Partitions []Partition
+	// Manifest reports the table's manifest, refreshed after the
+	// partitions (also when every partition was untouched).
+	Manifest Manifest
+}
+
+// Action says what compaction did with a unit.
+type Action string
+
+// The actions of a Partition.
+const (
+	// Compacted: its files were merged into sorted files.
+	Compacted Action = "compacted"
+	// Untouched: its runs are within the tiers' bounds (and nothing is to
+	// drop), so nothing was rewritten.
+	Untouched Action = "untouched"
+	// Dropped: every row was past retention; its files were removed
+	// without being rewritten.
+	Dropped Action = "dropped"
+	// Busy: another compaction holds its lease; skipped.
+	Busy Action = "busy"
+	// Lost: another compaction committed the unit while this one worked
+	// on it (its lease ran out); this one discarded its outputs and
+	// changed nothing (see parquetbox.ErrUnitLost).
+	Lost Action = "lost"
+)
+
+// Partition reports one unit of a compaction: a partition, or one bucket
+// of a partition (see parquetbox.Options.Buckets).
+type Partition struct {
+	// Partition is the partition directory (created_date=2026-11-23).
+	Partition string
+	// Bucket is the unit's bucket within the partition (b3of8), or "" for
+	// the partition's files without a bucket.
+	Bucket string
+	// RunsBefore and RunsAfter count the unit's runs (sorted files, or
+	// sets of files one merge wrote) before and after; Merges counts the
+	// merges done, and Full says whether one of them took every run.
+	RunsBefore, RunsAfter, Merges int
+	Full                          bool
+	// Action says what was done; Reason says why when it was skipped.
+	Action Action
+	Reason string
+	// FilesIn and FilesOut count files read and written.
+	FilesIn, FilesOut int
+	// RowsIn, RowsOut, Dropped, ForeignRows, BytesIn and BytesOut are as
+	// in Table.
+	RowsIn, RowsOut, Dropped, ForeignRows int64
+	BytesIn, BytesOut                     int64
+	// Outputs are the paths of the files written.
+	Outputs []string
+}
+
+// ManifestAction says what compaction did with a table's manifest.
+type ManifestAction string
+
+// The actions of a Manifest.
+const (
+	// ManifestWritten: the manifest was written anew.
+	ManifestWritten ManifestAction = "written"
+	// ManifestCurrent: the manifest already listed every file as it is.
+	ManifestCurrent ManifestAction = "current"
+	// ManifestFailed: it could not be written; lookups open every file
+	// it does not list, so answers stay right, only slower.
+	ManifestFailed ManifestAction = "failed"
+)
+
+// Manifest says what compaction did with a table's manifest: the small
+// file that lets a lookup by ID or cloud_task_id skip opening files that
+// cannot hold the value.
+type Manifest struct {
+	// Action says what was done.
+	Action ManifestAction
+	// Path names the manifest.
+	Path string
+	// Files and RowGroups count what the manifest lists.
+	Files, RowGroups int
+	// Err says why it could not be written (ManifestFailed).
+	Err error
+}
+
+// Trace receives a compaction's report while it runs. Each function may be
+// nil; they are called from the goroutine that called Compact.
+type Trace struct {
+	// Progress is called as rows are read, with the rows read so far and
+	// the total of the unit being compacted.
+	Progress func(t outbox.Table, done, total int64)
+	// Partition is called when a unit is done (or skipped), with what
+	// happened to it.
+	Partition func(t outbox.Table, p Partition)
+	// Table is called when a table is done, or stopped by an error, with
+	// its sums, its units and its manifest.
+	Table func(Table)
+}
+
+type traceKey struct{}
+
+// WithTrace returns a context that makes a compaction run under it report
+// to tr.
+func WithTrace(ctx context.Context, tr *Trace) context.Context {
+	return context.WithValue(ctx, traceKey{}, tr)
+}
+
+// TraceOf returns the Trace set on ctx, or an empty one.
+func TraceOf(ctx context.Context) *Trace {
+	if tr, ok := ctx.Value(traceKey{}).(*Trace); ok && tr != nil {
+		return tr
+	}
+	return &Trace{}
+}
