@@ -118,14 +118,14 @@ func (o *Outbox) convertAnswering(seg *segment, job *convJob, queue *[]convJob) 
 			j.done = nil
 		}
 	}
-	b := newHealBackoff()
+	var b healBackoff
 	for err != nil {
 		answer(job)
 		for i := range *queue {
 			answer(&(*queue)[i])
 		}
 		select {
-		case <-o.clock.After(b.Pause()):
+		case <-o.clock.After(b.pause()):
 			err = o.convert(seg)
 		case j, ok := <-o.conv:
 			if ok {

@@ -2,12 +2,13 @@ package parquetbox
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 	"unsafe"
 
+	"github.com/ctdispatch/ctdispatch/internal/backoff"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
-	gax "github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -142,13 +143,13 @@ func (o *Outbox) runWriter() {
 		syncC = syncTicker.Chan()
 	}
 	batch := make([]*request, 0, 256)
-	backoff := newHealBackoff()
+	var heal healBackoff
 	var retry clockwork.Timer
 	var retryC <-chan time.Time
 	defer o.stopPublishTimer()
 	for {
 		if o.unavail.Load() != nil && retry == nil {
-			retry = o.clock.NewTimer(backoff.Pause())
+			retry = o.clock.NewTimer(heal.pause())
 			retryC = retry.Chan()
 		}
 		var publishC <-chan time.Time
@@ -159,7 +160,7 @@ func (o *Outbox) runWriter() {
 		case <-retryC:
 			retry, retryC = nil, nil
 			if o.heal() == nil {
-				backoff = newHealBackoff()
+				heal = healBackoff{}
 			}
 		case req := <-o.reqs:
 			batch = append(batch[:0], req)
@@ -342,12 +343,18 @@ func (o *Outbox) trimIndexLocked() {
 	o.trimAt = 2 * o.ownBytes
 }
 
-// newHealBackoff spaces the writer's retries of an unwritable log: soon
-// at first (a disk freed by an operator), doubling up to every 10s. gax
-// draws each pause at random up to the current bound, which does no harm
-// here and spreads processes that share a disk.
-func newHealBackoff() *gax.Backoff {
-	return &gax.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2}
+// healBackoff spaces the retries of an unwritable log or a failed
+// conversion: soon at first (a disk freed by an operator), the bound
+// doubling up to 10s, by the module's one exponential delay. Each pause is
+// drawn at random up to the bound, which does no harm here and spreads
+// processes that share a disk. The zero value starts afresh.
+type healBackoff struct{ tries uint64 }
+
+// pause returns the wait before the next try.
+func (b *healBackoff) pause() time.Duration {
+	b.tries++
+	bound := backoff.Exponential(100*time.Millisecond, 10*time.Second, 2, b.tries)
+	return time.Duration(1 + rand.Int64N(int64(bound)))
 }
 
 // stopPublishTimer disarms the publish timer (the segment it was armed
