@@ -1,7 +1,8 @@
 // Package backoff is the one exponential delay computation of the module:
 // timers.Backoff names retry timers with it (deterministically), and the
 // dispatcher's retry policy spaces its calls with it, adding jitter on
-// top.
+// top, and parquetbox draws its retries of an unwritable log at random up
+// to it.
 package backoff
 
 import (
