@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -58,70 +59,161 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(timeLayout)
 }
 
-// recordJSON is the JSON form of a record; keys are the Parquet column
-// names, plus table and the derived task_name.
-type recordJSON struct {
-	Table         string `json:"table"`
-	ID            string `json:"id"`
-	CloudTaskID   string `json:"cloud_task_id"`
-	TaskName      string `json:"task_name"`
-	Queue         string `json:"queue"`
-	RunID         string `json:"run_id"`
-	TaskKey       string `json:"task_key"`
-	Attempt       string `json:"attempt"`
-	Kind          string `json:"kind"`
-	Status        string `json:"status"`
-	ErrorCode     string `json:"error_code"`
-	CreateCalls   int32  `json:"create_calls"`
-	PayloadSHA256 string `json:"payload_sha256"`
-	ProcessorUUID string `json:"processor_uuid"`
-	CreatedAt     string `json:"created_at"`
-	UpdatedAt     string `json:"updated_at"`
-	DueAt         string `json:"due_at,omitempty"`
-	TraceID       string `json:"trace_id,omitempty"`
-	SpanID        string `json:"span_id,omitempty"`
-	// The deliveries table's own columns, only in its records.
-	RetryCount     *int32 `json:"retry_count,omitempty"`
-	ExecutionCount *int32 `json:"execution_count,omitempty"`
-	HTTPStatus     *int32 `json:"http_status,omitempty"`
-	LatencyMicros  *int64 `json:"latency_us,omitempty"`
+// queryColumn is a column of query's JSON and CSV output.
+type queryColumn struct {
+	// name is the JSON key and the CSV header.
+	name string
+	// col is the table column it shows; nil for table and task_name,
+	// which are the record's own.
+	col *tableschema.Column
+	// omitEmpty leaves it out of a JSON line when empty: the nullable
+	// columns and the times (due_at, a timer's only).
+	omitEmpty bool
+	// delivery marks the deliveries table's own columns: in JSON only in
+	// its records, in CSV only when deliveries are asked for.
+	delivery bool
 }
 
-func toRecordJSON(r outbox.Record) recordJSON {
-	j := recordJSON{
-		Table: string(r.Table), ID: r.ID, CloudTaskID: r.CloudTaskID, TaskName: r.TaskName, Queue: r.Queue,
-		RunID: r.RunID, TaskKey: r.TaskKey, Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status),
-		ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls, PayloadSHA256: r.PayloadSHA256,
-		ProcessorUUID: r.ProcessorUUID, CreatedAt: formatTime(r.CreatedAt), UpdatedAt: formatTime(r.UpdatedAt),
-		DueAt: formatTime(r.DueAt), TraceID: r.TraceID, SpanID: r.SpanID,
+// queryColumns are the output's columns, taken from the tables' one
+// column list (package tableschema), so a column added there shows here
+// too: the table, then the timers table's columns (every column of
+// dispatch_outbox, plus kind and due_at) with its ID column as id and the
+// task's name after its Cloud Tasks ID, then the deliveries table's own.
+// version is left out, so that the formats stay what scripts read; the
+// states are listed in order already. So are the join columns of the
+// deliveries table, which repeat its ID.
+var queryColumns = func() []queryColumn {
+	cols := []queryColumn{{name: "table"}}
+	seen := map[string]bool{}
+	for i := range tableschema.TimerSchema.Columns {
+		c := &tableschema.TimerSchema.Columns[i]
+		seen[c.Name] = true
+		switch c.Field {
+		case tableschema.FieldVersion:
+			continue
+		case tableschema.FieldID:
+			cols = append(cols, queryColumn{name: "id", col: c})
+			continue
+		}
+		cols = append(cols, queryColumn{name: c.Name, col: c, omitEmpty: c.Optional || c.Kind == tableschema.Timestamp})
+		if c.Field == tableschema.FieldCloudTaskID {
+			cols = append(cols, queryColumn{name: "task_name"})
+		}
 	}
-	if r.Table == outbox.TableDeliveries {
-		d := r.Delivery
-		latency := d.Latency.Microseconds()
-		j.RetryCount, j.ExecutionCount, j.HTTPStatus, j.LatencyMicros = &d.RetryCount, &d.ExecutionCount, &d.HTTPStatus, &latency
+	for i := range tableschema.DeliverySchema.Columns {
+		c := &tableschema.DeliverySchema.Columns[i]
+		if !seen[c.Name] && c.Field != tableschema.FieldNone && c.Field != tableschema.FieldID {
+			cols = append(cols, queryColumn{name: c.Name, col: c, delivery: true})
+		}
 	}
-	return j
+	return cols
+}()
+
+// csvHeader and csvDeliveryHeader are the CSV header's columns, and those
+// added when deliveries are asked for.
+var csvHeader, csvDeliveryHeader = func() (base, delivery []string) {
+	for _, c := range queryColumns {
+		if c.delivery {
+			delivery = append(delivery, c.name)
+		} else {
+			base = append(base, c.name)
+		}
+	}
+	return base, delivery
+}()
+
+// summaryColumn is a column of the table format's records: one of
+// queryColumns under a heading of its own.
+type summaryColumn struct {
+	queryColumn
+	heading string
 }
 
-var csvHeader = []string{"table", "id", "cloud_task_id", "task_name", "queue", "run_id", "task_key", "attempt",
-	"kind", "status", "error_code", "create_calls", "payload_sha256", "processor_uuid", "created_at", "updated_at", "due_at",
-	"trace_id", "span_id"}
-
-// csvDeliveryHeader are the columns added when deliveries are asked for.
-var csvDeliveryHeader = []string{"retry_count", "execution_count", "http_status", "latency_us"}
-
-func (j recordJSON) csvRow(deliveries bool) []string {
-	row := []string{j.Table, j.ID, j.CloudTaskID, j.TaskName, j.Queue, j.RunID, j.TaskKey, j.Attempt, j.Kind,
-		j.Status, j.ErrorCode, strconv.Itoa(int(j.CreateCalls)), j.PayloadSHA256, j.ProcessorUUID,
-		j.CreatedAt, j.UpdatedAt, j.DueAt, j.TraceID, j.SpanID}
-	if !deliveries {
-		return row
+// summaryColumns are the table format's columns for records, a summary
+// (the deliveries have a layout of their own); an empty value shows as -.
+var summaryColumns = func() []summaryColumn {
+	var out []summaryColumn
+	for _, h := range []struct{ name, heading string }{
+		{"id", "ID"}, {"status", "STATUS"}, {"cloud_task_id", "CLOUD TASK ID"}, {"error_code", "ERROR"},
+		{"create_calls", "CALLS"}, {"updated_at", "UPDATED AT"}, {"due_at", "DUE AT"},
+		{"processor_uuid", "PROCESSOR"}, {"trace_id", "TRACE ID"},
+	} {
+		i := slices.IndexFunc(queryColumns, func(c queryColumn) bool { return c.name == h.name })
+		if i < 0 {
+			panic("cli: the table format names " + h.name + ", which is not a column")
+		}
+		out = append(out, summaryColumn{queryColumns[i], h.heading})
 	}
-	if j.HTTPStatus == nil {
-		return append(row, "", "", "", "")
+	return out
+}()
+
+// queryValue is a column's value in a record: text for CSV and tables,
+// number for JSON's integers.
+type queryValue struct {
+	text   string
+	number bool
+}
+
+// value returns c's value in r, whose columns are row.
+func (c queryColumn) value(r *outbox.Record, row *tableschema.Row) queryValue {
+	switch {
+	case c.name == "table":
+		return queryValue{text: string(r.Table)}
+	case c.name == "task_name":
+		return queryValue{text: r.TaskName}
+	case c.col.Kind == tableschema.String:
+		return queryValue{text: c.col.Str(row)}
+	case c.col.Kind == tableschema.Timestamp:
+		return queryValue{text: formatTime(tableschema.FromMicros(c.col.Int(row)))}
 	}
-	return append(row, strconv.Itoa(int(*j.RetryCount)), strconv.Itoa(int(*j.ExecutionCount)),
-		strconv.Itoa(int(*j.HTTPStatus)), strconv.FormatInt(*j.LatencyMicros, 10))
+	return queryValue{text: strconv.FormatInt(c.col.Int(row), 10), number: true}
+}
+
+// appendJSON appends r as one JSON object, keys as the columns', and a
+// newline.
+func appendJSON(b []byte, r *outbox.Record) []byte {
+	row := tableschema.RowOf(r)
+	b = append(b, '{')
+	first := true
+	for _, c := range queryColumns {
+		if c.delivery && r.Table != outbox.TableDeliveries {
+			continue
+		}
+		v := c.value(r, &row)
+		if c.omitEmpty && v.text == "" {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		key, _ := json.Marshal(c.name)
+		b = append(append(b, key...), ':')
+		if v.number {
+			b = append(b, v.text...)
+		} else {
+			text, _ := json.Marshal(v.text)
+			b = append(b, text...)
+		}
+	}
+	return append(b, '}', '\n')
+}
+
+// csvRow returns r's CSV fields; with deliveries, the deliveries table's
+// own columns too (empty for the records of other tables).
+func csvRow(r *outbox.Record, deliveries bool) []string {
+	row := tableschema.RowOf(r)
+	out := make([]string, 0, len(queryColumns))
+	for _, c := range queryColumns {
+		switch {
+		case c.delivery && !deliveries:
+		case c.delivery && r.Table != outbox.TableDeliveries:
+			out = append(out, "")
+		default:
+			out = append(out, c.value(r, &row).text)
+		}
+	}
+	return out
 }
 
 // writeRecords prints recs and then, when deliveries is set (the command
@@ -139,9 +231,10 @@ func writeRecords(w io.Writer, format string, recs []outbox.Record, deliveries b
 func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries bool, dels []outbox.Record) error {
 	switch format {
 	case "json":
-		enc := json.NewEncoder(w)
+		var line []byte
 		for _, r := range append(recs[:len(recs):len(recs)], dels...) {
-			if err := enc.Encode(toRecordJSON(r)); err != nil {
+			line = appendJSON(line[:0], &r)
+			if _, err := w.Write(line); err != nil {
 				return err
 			}
 		}
@@ -156,7 +249,7 @@ func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries 
 			return err
 		}
 		for _, r := range append(recs[:len(recs):len(recs)], dels...) {
-			if err := cw.Write(toRecordJSON(r).csvRow(deliveries)); err != nil {
+			if err := cw.Write(csvRow(&r, deliveries)); err != nil {
 				return err
 			}
 		}
@@ -165,10 +258,17 @@ func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries 
 	}
 	if len(recs) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tCLOUD TASK ID\tERROR\tCALLS\tUPDATED AT\tDUE AT\tPROCESSOR\tTRACE ID")
+		cells := make([]string, len(summaryColumns))
+		for i, c := range summaryColumns {
+			cells[i] = c.heading
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Status, r.CloudTaskID, dash(r.ErrorCode),
-				r.CreateCalls, formatTime(r.UpdatedAt), dash(formatTime(r.DueAt)), r.ProcessorUUID, dash(r.TraceID))
+			row := tableschema.RowOf(&r)
+			for i, c := range summaryColumns {
+				cells[i] = dash(c.value(&r, &row).text)
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
-	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 )
 
 // recordVersion is the first byte of every encoded record, so a later format
@@ -51,7 +51,7 @@ func appendRecord(dst []byte, r *outbox.Record) []byte {
 	}
 	dst = binary.AppendVarint(dst, int64(r.CreateCalls))
 	for _, t := range [...]time.Time{r.CreatedAt, r.UpdatedAt, r.DueAt} {
-		dst = binary.AppendVarint(dst, pqtable.Micros(t))
+		dst = binary.AppendVarint(dst, tableschema.Micros(t))
 	}
 	if version == versionedDelivery {
 		d := &r.Delivery
@@ -126,7 +126,7 @@ func decodeRecord(b []byte) (outbox.Record, error) {
 		Table: outbox.Table(strs[0]), ID: strs[1], CloudTaskID: strs[2], Queue: strs[3], RunID: strs[4],
 		TaskKey: strs[5], Attempt: strs[6], Kind: strs[7], Status: outbox.Status(strs[8]), ErrorCode: strs[9],
 		PayloadSHA256: strs[10], ProcessorUUID: strs[11], TraceID: strs[12], SpanID: strs[13], CreateCalls: int32(nums[0]),
-		CreatedAt: pqtable.FromMicros(nums[1]), UpdatedAt: pqtable.FromMicros(nums[2]), DueAt: pqtable.FromMicros(nums[3]),
+		CreatedAt: tableschema.FromMicros(nums[1]), UpdatedAt: tableschema.FromMicros(nums[2]), DueAt: tableschema.FromMicros(nums[3]),
 		Delivery: outbox.DeliveryFields{RetryCount: int32(nums[4]), ExecutionCount: int32(nums[5]),
 			HTTPStatus: int32(nums[6]), Latency: time.Duration(nums[7]) * time.Microsecond},
 		Version: recVersion,

@@ -59,7 +59,7 @@ func (s *fileStream) next() (outbox.Record, error) {
 		}
 		return outbox.Record{}, fileError(s.f.path, "reading rows", err)
 	}
-	// What Normalize does but TaskName: times from pqtable.FromMicros are whole
+	// What Normalize does but TaskName: times from tableschema.FromMicros are whole
 	// microseconds in UTC already.
 	rec := s.f.record(&r)
 	if rec.Table == outbox.TableDispatch {

@@ -7,20 +7,21 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // field identifies the Record field a column fills.
-type field = pqtable.Field
+type field = tableschema.Field
 
 const (
-	fieldID          = pqtable.FieldID
-	fieldCloudTaskID = pqtable.FieldCloudTaskID
-	fieldQueue       = pqtable.FieldQueue
-	fieldRunID       = pqtable.FieldRunID
-	fieldStatus      = pqtable.FieldStatus
-	fieldProcessor   = pqtable.FieldProcessor
-	fieldUpdatedAt   = pqtable.FieldUpdatedAt
+	fieldID          = tableschema.FieldID
+	fieldCloudTaskID = tableschema.FieldCloudTaskID
+	fieldQueue       = tableschema.FieldQueue
+	fieldRunID       = tableschema.FieldRunID
+	fieldStatus      = tableschema.FieldStatus
+	fieldProcessor   = tableschema.FieldProcessor
+	fieldUpdatedAt   = tableschema.FieldUpdatedAt
 )
 
 // pqFile is one Parquet file of a table as the outbox sees it: where it
@@ -67,16 +68,16 @@ func (p *pqFile) close() error { return p.f.Close() }
 
 // record turns a row of this file into a Record, without normalizing it
 // (projected scans fill a few fields only).
-func (p *pqFile) record(r *pqtable.Row) outbox.Record { return r.Record(p.table) }
+func (p *pqFile) record(r *tableschema.Row) outbox.Record { return r.Record(p.table) }
 
 // decode turns a whole row of this file into a normalized Record.
-func (p *pqFile) decode(r *pqtable.Row) outbox.Record {
+func (p *pqFile) decode(r *tableschema.Row) outbox.Record {
 	rec := p.record(r)
 	rec.Normalize()
 	return rec
 }
 
-func (p *pqFile) decodeAll(rows []pqtable.Row) []outbox.Record {
+func (p *pqFile) decodeAll(rows []tableschema.Row) []outbox.Record {
 	recs := make([]outbox.Record, len(rows))
 	for i := range rows {
 		recs[i] = p.decode(&rows[i])
@@ -86,7 +87,7 @@ func (p *pqFile) decodeAll(rows []pqtable.Row) []outbox.Record {
 
 // scan calls fn for every row of the file, in file order.
 func (p *pqFile) scan(fn func(outbox.Record) error) error {
-	return fileError(p.path, "reading rows", p.Scan(func(r *pqtable.Row) error { return fn(p.decode(r)) }))
+	return fileError(p.path, "reading rows", p.Scan(func(r *tableschema.Row) error { return fn(p.decode(r)) }))
 }
 
 // find returns every record whose column fld equals value (see
@@ -112,7 +113,7 @@ func (p *pqFile) readRows(rg int, idx []int64) ([]outbox.Record, error) {
 // scanProjected calls fn for every row of the file with only the given
 // fields filled (and Table), reading nothing but those columns.
 func (p *pqFile) scanProjected(ctx context.Context, fields []field, fn func(rg int, row int64, r *outbox.Record)) error {
-	err := p.ScanProjected(ctx, fields, func(rg int, row int64, r *pqtable.Row) {
+	err := p.ScanProjected(ctx, fields, func(rg int, row int64, r *tableschema.Row) {
 		rec := p.record(r)
 		fn(rg, row, &rec)
 	})

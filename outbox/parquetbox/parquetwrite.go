@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
@@ -43,7 +44,7 @@ func newRowWriter(w io.Writer, t outbox.Table, l pqfile.Layout) *rowWriter {
 }
 
 func (rw *rowWriter) write(r *outbox.Record) error {
-	row := pqtable.RowOf(r)
+	row := tableschema.RowOf(r)
 	return rw.w.Write(&row)
 }
 

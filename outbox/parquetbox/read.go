@@ -8,14 +8,15 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
 )
 
 // summaryFields are the columns a Summary lookup reads: those its records
 // keep, and those deciding whether a row is trusted and which state is
 // the latest.
-var summaryFields = []field{fieldID, fieldCloudTaskID, fieldStatus, pqtable.FieldErrorCode,
-	pqtable.FieldCreateCalls, fieldUpdatedAt, pqtable.FieldDueAt, fieldProcessor, pqtable.FieldVersion}
+var summaryFields = []field{fieldID, fieldCloudTaskID, fieldStatus, tableschema.FieldErrorCode,
+	tableschema.FieldCreateCalls, fieldUpdatedAt, tableschema.FieldDueAt, fieldProcessor, tableschema.FieldVersion}
 
 func queryField(q outbox.Query) (field, string) {
 	switch {

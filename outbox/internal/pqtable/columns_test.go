@@ -15,16 +15,17 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-var schemas = []Schema{DispatchSchema, TimerSchema, DeliverySchema}
+var schemas = []tableschema.Schema{tableschema.DispatchSchema, tableschema.TimerSchema, tableschema.DeliverySchema}
 
 // writeOne writes a file of schema s holding row r and opens it.
-func writeOne(t *testing.T, s Schema, r Row) *parquet.File {
+func writeOne(t *testing.T, s tableschema.Schema, r tableschema.Row) *parquet.File {
 	t.Helper()
 	var buf bytes.Buffer
 	w := NewWriter(&buf, s.Table, s.Columns[0].Name, pqfile.FlushLayout)
@@ -44,7 +45,7 @@ func TestWrittenSchemaIsTheColumnList(t *testing.T) {
 	for _, s := range schemas {
 		t.Run(s.Table, func(t *testing.T) {
 			t.Parallel()
-			pf := writeOne(t, s, Row{ID: "dispatch:r:t:1#x", Kind: "dispatch", Status: "created", CreatedAt: 1, UpdatedAt: 2})
+			pf := writeOne(t, s, tableschema.Row{ID: "dispatch:r:t:1#x", Kind: "dispatch", Status: "created", CreatedAt: 1, UpdatedAt: 2})
 			var got strings.Builder
 			fmt.Fprintln(&got, pf.Schema())
 			leaves := pf.Schema().Columns()
@@ -72,7 +73,7 @@ func TestWrittenSchemaIsTheColumnList(t *testing.T) {
 }
 
 // A record goes through a file and back unchanged, every column of its
-// table included: a column missing from RowOf, Row.Record or the list
+// table included: a column missing from tableschema.RowOf, Row.Record or the list
 // loses its value here.
 func TestRecordRoundTripsThroughEachTable(t *testing.T) {
 	t.Parallel()
@@ -90,20 +91,20 @@ func TestRecordRoundTripsThroughEachTable(t *testing.T) {
 		Delivery: outbox.DeliveryFields{RetryCount: 2, ExecutionCount: 1, HTTPStatus: 200, Latency: 1500 * time.Microsecond},
 	}
 	for _, tc := range []struct {
-		schema Schema
+		schema tableschema.Schema
 		table  outbox.Table
 		rec    outbox.Record
 	}{
-		{DispatchSchema, outbox.TableDispatch, base},
-		{TimerSchema, outbox.TableTimers, timer},
-		{DeliverySchema, outbox.TableDeliveries, delivery},
+		{tableschema.DispatchSchema, outbox.TableDispatch, base},
+		{tableschema.TimerSchema, outbox.TableTimers, timer},
+		{tableschema.DeliverySchema, outbox.TableDeliveries, delivery},
 	} {
 		t.Run(tc.schema.Table, func(t *testing.T) {
 			t.Parallel()
 			tc.rec.Table = tc.table
 			require.Equal(t, string(tc.table), tc.schema.Table)
 			require.Equal(t, tc.table.IDColumn(), tc.schema.Columns[0].Name)
-			row := RowOf(&tc.rec)
+			row := tableschema.RowOf(&tc.rec)
 			var buf bytes.Buffer
 			w := NewWriter(&buf, tc.schema.Table, tc.schema.Columns[0].Name, pqfile.FlushLayout)
 			require.NoError(t, w.Write(&row))
@@ -111,7 +112,7 @@ func TestRecordRoundTripsThroughEachTable(t *testing.T) {
 			f, err := Open(bytes.NewReader(buf.Bytes()), int64(buf.Len()), tc.schema.Table, tc.schema.Columns[0].Name)
 			require.NoError(t, err)
 			var got []outbox.Record
-			require.NoError(t, f.Scan(func(r *Row) error {
+			require.NoError(t, f.Scan(func(r *tableschema.Row) error {
 				got = append(got, r.Record(tc.table))
 				return nil
 			}))
@@ -131,7 +132,7 @@ func TestDeliveryJoinColumns(t *testing.T) {
 		{"timer:r:t:1#u2", "retry", "", "timer:r:t:1"},
 		{"timer:r:t:1", "heartbeat", "", "timer:r:t:1"},
 	} {
-		pf := writeOne(t, DeliverySchema, Row{ID: tc.id, Kind: tc.kind})
+		pf := writeOne(t, tableschema.DeliverySchema, tableschema.Row{ID: tc.id, Kind: tc.kind})
 		type joinRow struct {
 			DispatchID string `parquet:"dispatch_id"`
 			TimerID    string `parquet:"timer_id"`

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"hash/crc32"
 	"io"
 
@@ -226,7 +227,7 @@ func (p *File) ManifestGroups() (_ []ManifestGroup, err error) {
 	for _, rg := range p.pf.RowGroups() {
 		g := ManifestGroup{Rows: rg.NumRows()}
 		chunks := rg.ColumnChunks()
-		if ci, ok := p.byFld[FieldID]; ok {
+		if ci, ok := p.byFld[tableschema.FieldID]; ok {
 			if cc, ok := chunks[ci].(*parquet.FileColumnChunk); ok {
 				if min, max, ok := cc.Bounds(); ok && cc.Type().Kind() == parquet.ByteArray {
 					g.HasBounds, g.MinID, g.MaxID = true, string(min.ByteArray()), string(max.ByteArray())
@@ -236,7 +237,7 @@ func (p *File) ManifestGroups() (_ []ManifestGroup, err error) {
 				}
 			}
 		}
-		if ci, ok := p.byFld[FieldCloudTaskID]; ok {
+		if ci, ok := p.byFld[tableschema.FieldCloudTaskID]; ok {
 			if cc, ok := chunks[ci].(*parquet.FileColumnChunk); ok {
 				if g.CloudBloom, err = p.bitset(cc); err != nil {
 					return nil, err
@@ -271,19 +272,19 @@ func Hash(value string) uint64 { return bloom.XXH64{}.Sum64([]byte(value)) }
 
 // OutOfBounds reports whether the row group's ID bounds exclude value
 // (for a lookup by ID; other columns have no bounds in a manifest).
-func (g *ManifestGroup) OutOfBounds(fld Field, value string) bool {
-	return fld == FieldID && g.HasBounds && (value < g.MinID || value > g.MaxID)
+func (g *ManifestGroup) OutOfBounds(fld tableschema.Field, value string) bool {
+	return fld == tableschema.FieldID && g.HasBounds && (value < g.MinID || value > g.MaxID)
 }
 
 // MayHold reports whether the row group may hold a row whose column fld
-// (FieldID or FieldCloudTaskID) is value, whose Hash is h. It reads at
+// (tableschema.FieldID or tableschema.FieldCloudTaskID) is value, whose Hash is h. It reads at
 // most one 32-byte block of a bitset through ra, the data file.
-func (g *ManifestGroup) MayHold(fld Field, value string, h uint64, ra io.ReaderAt) (bool, error) {
+func (g *ManifestGroup) MayHold(fld tableschema.Field, value string, h uint64, ra io.ReaderAt) (bool, error) {
 	if g.OutOfBounds(fld, value) {
 		return false, nil
 	}
 	bs := g.CloudBloom
-	if fld == FieldID {
+	if fld == tableschema.FieldID {
 		bs = g.IDBloom
 	}
 	if bs.Length == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -19,7 +20,7 @@ func tableFile(t *testing.T, n int) []byte {
 	var buf bytes.Buffer
 	w := NewWriter(&buf, "dispatch_outbox", "dispatch_id", pqfile.CompactLayout)
 	for i := range n {
-		r := Row{ID: fmt.Sprintf("dispatch:r%06d:t:1", i), CloudTaskID: fmt.Sprintf("d_%026x", uint64(i)*0x9E3779B97F4A7C15), Status: "created"}
+		r := tableschema.Row{ID: fmt.Sprintf("dispatch:r%06d:t:1", i), CloudTaskID: fmt.Sprintf("d_%026x", uint64(i)*0x9E3779B97F4A7C15), Status: "created"}
 		require.NoError(t, w.Write(&r))
 	}
 	require.NoError(t, w.Close())
@@ -49,10 +50,10 @@ func TestMayHoldAgreesWithTheWholeFilter(t *testing.T) {
 		cloud := fmt.Sprintf("d_%026x", uint64(i)*0x9E3779B97F4A7C15)
 		for gi, rg := range pf.RowGroups() {
 			for _, c := range []struct {
-				fld   Field
+				fld   tableschema.Field
 				col   int
 				value string
-			}{{FieldID, 0, id}, {FieldCloudTaskID, 1, cloud}} {
+			}{{tableschema.FieldID, 0, id}, {tableschema.FieldCloudTaskID, 1, cloud}} {
 				want, err := rg.ColumnChunks()[c.col].BloomFilter().Check(parquet.ByteArrayValue([]byte(c.value)))
 				require.NoError(t, err)
 				got, err := groups[gi].MayHold(c.fld, c.value, Hash(c.value), ra)

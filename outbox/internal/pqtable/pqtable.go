@@ -3,10 +3,10 @@ package pqtable
 import (
 	"fmt"
 	"io"
-	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 )
@@ -14,7 +14,7 @@ import (
 // Writer streams sorted rows of one table into a Parquet file.
 type Writer struct {
 	w      *parquet.GenericWriter[any]
-	schema Schema
+	schema tableschema.Schema
 	buf    []parquet.Row
 	n      int
 }
@@ -22,7 +22,7 @@ type Writer struct {
 // NewWriter returns a writer of the named table (timers, deliveries, or
 // else dispatch_outbox), whose ID column is idColumn, in layout l.
 func NewWriter(w io.Writer, table, idColumn string, l pqfile.Layout) *Writer {
-	s := SchemaOf(table)
+	s := tableschema.SchemaOf(table)
 	opts := append([]parquet.WriterOption{s.Parquet()}, pqfile.WriterOptions(idColumn, l)...)
 	buf := make([]parquet.Row, writeBatch)
 	for i := range buf {
@@ -35,10 +35,10 @@ func NewWriter(w io.Writer, table, idColumn string, l pqfile.Layout) *Writer {
 const writeBatch = 1024
 
 // Write adds r after the rows written before it.
-func (w *Writer) Write(r *Row) error {
+func (w *Writer) Write(r *tableschema.Row) error {
 	row := w.buf[w.n]
 	for ci := range w.schema.Columns {
-		row[ci] = w.schema.Columns[ci].value(r, ci)
+		row[ci] = w.schema.Columns[ci].Value(r, ci)
 	}
 	w.n++
 	if w.n == len(w.buf) {
@@ -60,10 +60,6 @@ func (w *Writer) Close() error {
 	}
 	return w.w.Close()
 }
-
-// unsafeBytes returns the bytes of s without copying them; parquet-go
-// copies a value's bytes into its buffers when the row is written.
-func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // RecordWriter writes one table's records as a Parquet file in the layout
 // the outbox's log conversions write (sorted, zstd, bloom filters and page
@@ -98,7 +94,7 @@ func (rw *RecordWriter) Write(r outbox.Record) error {
 	r.Normalize()
 	rw.last = r.ID
 	rw.n++
-	row := RowOf(&r)
+	row := tableschema.RowOf(&r)
 	return rw.w.Write(&row)
 }
 

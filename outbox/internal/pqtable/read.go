@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"io"
 	"slices"
 	"sync"
@@ -42,10 +43,10 @@ func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// column describes how one leaf column of a file maps onto a Row.
+// column describes how one leaf column of a file maps onto a tableschema.Row.
 type column struct {
-	field Field
-	spec  *Column // nil for a column the outbox does not read
+	field tableschema.Field
+	spec  *tableschema.Column // nil for a column the outbox does not read
 	// timeDiv and timeMul turn a stored time into microseconds: a divisor
 	// (nanoseconds) or a multiplier (milliseconds).
 	timeDiv, timeMul int64
@@ -56,7 +57,7 @@ type column struct {
 type File struct {
 	pf    *parquet.File
 	cols  []column // by leaf index
-	byFld map[Field]int
+	byFld map[tableschema.Field]int
 	ours  bool
 	// footerLen is the footer's stored size, for a cache's budget.
 	footerLen int64
@@ -83,7 +84,7 @@ func Open(ra io.ReaderAt, size int64, table, idColumn string) (p *File, err erro
 	if err := pqfile.CheckBounds(pf.Metadata(), size); err != nil {
 		return nil, &Error{Reason: "implausible Parquet footer", Err: fmt.Errorf("%w: %v", ErrDamaged, err)}
 	}
-	p = &File{pf: pf, byFld: map[Field]int{}, footerLen: footerLen}
+	p = &File{pf: pf, byFld: map[tableschema.Field]int{}, footerLen: footerLen}
 	leaves := pf.Schema().Columns()
 	p.cols = make([]column, len(leaves))
 	for i, lp := range leaves {
@@ -91,9 +92,9 @@ func Open(ra io.ReaderAt, size int64, table, idColumn string) (p *File, err erro
 			continue // nested columns are not part of the outbox layout
 		}
 		name := lp[0]
-		spec := byName[name]
+		spec := tableschema.ByName(name)
 		if name == idColumn {
-			spec = byField[FieldID]
+			spec = tableschema.ByField(tableschema.FieldID)
 		}
 		if spec == nil {
 			continue
@@ -103,13 +104,13 @@ func Open(ra io.ReaderAt, size int64, table, idColumn string) (p *File, err erro
 			return nil, &Error{Reason: fmt.Sprintf("column %s is %s; %v", name, describeNode(leaf.Node), err), Err: ErrForeign}
 		}
 		c := column{field: spec.Field, spec: spec, timeDiv: 1, timeMul: 1}
-		if spec.Kind == Timestamp {
+		if spec.Kind == tableschema.Timestamp {
 			c.timeDiv, c.timeMul = timeUnit(leaf.Node.Type())
 		}
 		p.cols[i] = c
 		p.byFld[spec.Field] = i
 	}
-	if _, ok := p.byFld[FieldID]; !ok {
+	if _, ok := p.byFld[tableschema.FieldID]; !ok {
 		return nil, &Error{Reason: fmt.Sprintf("no column %s: not a %s file", idColumn, table), Err: ErrForeign}
 	}
 	_, p.ours = pf.Lookup(pqfile.MetaKeyWriter)
@@ -130,7 +131,7 @@ func recoverRead(err *error) {
 // into a column of kind k: strings are BYTE_ARRAY (plain, STRING or ENUM),
 // integers are INT32 or INT64 (plain or a signed INTEGER), times are INT64
 // (plain or TIMESTAMP of any unit). No column may repeat.
-func checkColumn(k Kind, n parquet.Node) error {
+func checkColumn(k tableschema.Kind, n parquet.Node) error {
 	if n.Repeated() {
 		return errors.New("a repeated column; want one value per row")
 	}
@@ -140,14 +141,14 @@ func checkColumn(k Kind, n parquet.Node) error {
 		lt = l.Value
 	}
 	switch k {
-	case Int32, Int64:
+	case tableschema.Int32, tableschema.Int64:
 		if typ.Kind() != parquet.Int32 && typ.Kind() != parquet.Int64 {
 			return errors.New("want INT32 or INT64")
 		}
 		if it, ok := lt.(*format.IntType); lt != nil && (!ok || !it.IsSigned) {
 			return errors.New("want a signed integer")
 		}
-	case Timestamp:
+	case tableschema.Timestamp:
 		if typ.Kind() != parquet.Int64 {
 			return errors.New("want INT64 (TIMESTAMP)")
 		}
@@ -203,7 +204,7 @@ func (p *File) Ours() bool { return p.ours }
 // current columns, by name and in file order: a file written before a
 // column was added has fewer.
 func (p *File) HasSchemaOf(table string) bool {
-	want := SchemaOf(table).Columns
+	want := tableschema.SchemaOf(table).Columns
 	leaves := p.pf.Schema().Columns()
 	if len(leaves) != len(want) {
 		return false
@@ -246,29 +247,17 @@ func (p *File) CachedBytes() int64 {
 }
 
 // set stores the value of leaf column ci in the field it maps to.
-func (p *File) set(r *Row, ci int, v parquet.Value) {
+func (p *File) set(r *tableschema.Row, ci int, v parquet.Value) {
 	if ci < 0 || ci >= len(p.cols) || v.IsNull() {
 		return
 	}
 	if c := &p.cols[ci]; c.spec != nil {
-		c.spec.set(r, v, c.timeDiv, c.timeMul)
+		c.spec.Set(r, v, c.timeDiv, c.timeMul)
 	}
-}
-
-// intValue returns an INT32 or INT64 value as an int64 (checkColumn
-// allows either for integer columns), 0 for any other kind.
-func intValue(v parquet.Value) int64 {
-	switch v.Kind() {
-	case parquet.Int32:
-		return int64(v.Int32())
-	case parquet.Int64:
-		return v.Int64()
-	}
-	return 0
 }
 
 // Scan calls fn for every row of the file, in file order.
-func (p *File) Scan(fn func(*Row) error) (err error) {
+func (p *File) Scan(fn func(*tableschema.Row) error) (err error) {
 	defer recoverRead(&err)
 	rr := p.NewRowReader(nil)
 	defer rr.Close()
@@ -312,13 +301,13 @@ func (p *File) NewRowReader(count func(int)) *RowReader {
 }
 
 // Next returns the next row, or io.EOF after the last.
-func (s *RowReader) Next() (_ Row, err error) {
+func (s *RowReader) Next() (_ tableschema.Row, err error) {
 	defer recoverRead(&err)
 	for s.i >= s.n {
 		if s.rows == nil {
 			groups := s.f.pf.RowGroups()
 			if s.rg >= len(groups) {
-				return Row{}, io.EOF
+				return tableschema.Row{}, io.EOF
 			}
 			s.rows = groups[s.rg].Rows()
 			s.rg++
@@ -334,15 +323,15 @@ func (s *RowReader) Next() (_ Row, err error) {
 		} else if err != nil {
 			s.rows.Close()
 			s.rows = nil
-			return Row{}, fail("reading rows", err)
+			return tableschema.Row{}, fail("reading rows", err)
 		}
 	}
 	s.i++
-	var r Row
+	var r tableschema.Row
 	for _, v := range s.buf[s.i-1] {
 		ci := v.Column()
-		if ci >= 0 && ci < len(s.f.cols) && !v.IsNull() && s.f.cols[ci].spec != nil && s.f.cols[ci].spec.dictionary() {
-			*r.str(s.f.cols[ci].field) = s.internBytes(v.ByteArray())
+		if ci >= 0 && ci < len(s.f.cols) && !v.IsNull() && s.f.cols[ci].spec != nil && s.f.cols[ci].spec.Dictionary() {
+			*r.StringField(s.f.cols[ci].field) = s.internBytes(v.ByteArray())
 			continue
 		}
 		s.f.set(&r, ci, v)
@@ -398,21 +387,21 @@ type FindOptions struct {
 	// Fields, when not nil, are the only fields of the rows returned
 	// that are filled (besides the searched one): the other columns are
 	// not read, which spares decoding a page of each.
-	Fields []Field
+	Fields []tableschema.Field
 }
 
 // Find returns every row whose column fld equals value. It skips row
 // groups by their statistics and bloom filters, and pages by the page
 // index, so a hit reads a few pages and a miss usually reads nothing
 // beyond the footer.
-func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error) {
+func (p *File) Find(fld tableschema.Field, value string, o FindOptions) (_ []tableschema.Row, err error) {
 	defer recoverRead(&err)
 	ci, ok := p.byFld[fld]
 	if !ok {
 		return nil, nil
 	}
 	want := []byte(value)
-	var out []Row
+	var out []tableschema.Row
 	for gi, rg := range p.pf.RowGroups() {
 		if o.Admit != nil && !o.Admit(gi) {
 			continue
@@ -449,7 +438,7 @@ func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error)
 			return nil, err
 		}
 		for i := range rows {
-			*rows[i].str(fld) = value
+			*rows[i].StringField(fld) = value
 		}
 		if o.Unique {
 			return rows, nil
@@ -464,8 +453,8 @@ func (p *File) Find(fld Field, value string, o FindOptions) (_ []Row, err error)
 }
 
 // bloomCheck reports whether the row group may contain value.
-func (p *File) bloomCheck(gi int, cc *parquet.FileColumnChunk, fld Field, want []byte, cacheBloom bool) (bool, error) {
-	if cacheBloom && fld == FieldID {
+func (p *File) bloomCheck(gi int, cc *parquet.FileColumnChunk, fld tableschema.Field, want []byte, cacheBloom bool) (bool, error) {
+	if cacheBloom && fld == tableschema.FieldID {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		f, ok := p.blooms[gi]
@@ -567,7 +556,7 @@ func (p *File) matchRows(cc *parquet.FileColumnChunk, numRows int64, want []byte
 
 // ReadRows reads whole rows at the given (ascending) indexes of row group
 // rg.
-func (p *File) ReadRows(rg int, idx []int64) (_ []Row, err error) {
+func (p *File) ReadRows(rg int, idx []int64) (_ []tableschema.Row, err error) {
 	defer recoverRead(&err)
 	groups := p.pf.RowGroups()
 	if rg < 0 || rg >= len(groups) {
@@ -582,11 +571,11 @@ func (p *File) ReadRows(rg int, idx []int64) (_ []Row, err error) {
 // two is ever decoded in memory: reading all columns at once would hold a
 // page of every column, and in a short-lived process (the CLI) touching
 // that much fresh memory costs more than the reads.
-func (p *File) readRows(rg parquet.RowGroup, idx []int64, read func(leaf int) bool) ([]Row, error) {
-	rows := make([]Row, len(idx))
+func (p *File) readRows(rg parquet.RowGroup, idx []int64, read func(leaf int) bool) ([]tableschema.Row, error) {
+	rows := make([]tableschema.Row, len(idx))
 	vals := make([]parquet.Value, 256)
 	for ci, chunk := range rg.ColumnChunks() {
-		if ci >= len(p.cols) || p.cols[ci].field == FieldNone || !read(ci) {
+		if ci >= len(p.cols) || p.cols[ci].field == tableschema.FieldNone || !read(ci) {
 			continue
 		}
 		cc, ok := chunk.(*parquet.FileColumnChunk)
@@ -625,7 +614,7 @@ func (p *File) readRows(rg parquet.RowGroup, idx []int64, read func(leaf int) bo
 // ScanProjected calls fn for every row of the file with only the given
 // fields filled, reading nothing but those columns. Status and processor
 // strings are interned, so a scan allocates little beyond the IDs.
-func (p *File) ScanProjected(ctx context.Context, fields []Field, fn func(rg int, row int64, r *Row)) (err error) {
+func (p *File) ScanProjected(ctx context.Context, fields []tableschema.Field, fn func(rg int, row int64, r *tableschema.Row)) (err error) {
 	defer recoverRead(&err)
 	intern := map[string]string{}
 	vals := make([]parquet.Value, 512)
@@ -634,7 +623,7 @@ func (p *File) ScanProjected(ctx context.Context, fields []Field, fn func(rg int
 			return err
 		}
 		n := rg.NumRows()
-		rows := make([]Row, n)
+		rows := make([]tableschema.Row, n)
 		for _, fld := range fields {
 			ci, ok := p.byFld[fld]
 			if !ok {
@@ -646,14 +635,14 @@ func (p *File) ScanProjected(ctx context.Context, fields []Field, fn func(rg int
 					if r >= n {
 						return false
 					}
-					if (fld == FieldStatus || fld == FieldProcessor) && !v.IsNull() {
+					if (fld == tableschema.FieldStatus || fld == tableschema.FieldProcessor) && !v.IsNull() {
 						b := v.ByteArray()
 						s, ok := intern[string(b)]
 						if !ok {
 							s = string(b)
 							intern[s] = s
 						}
-						*rows[r].str(fld) = s
+						*rows[r].StringField(fld) = s
 						return true
 					}
 					p.set(&rows[r], ci, v)

@@ -1,10 +1,11 @@
-package pqtable
+package tableschema
 
 import (
 	"fmt"
 	"reflect"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -321,8 +322,8 @@ func (s Schema) Parquet() *parquet.Schema {
 	return parquet.NewSchema(s.Root, parquet.SchemaOf(model))
 }
 
-// value returns the column's value in r, as leaf column ci.
-func (c *Column) value(r *Row, ci int) parquet.Value {
+// Value returns the column's value in r, as leaf column ci.
+func (c *Column) Value(r *Row, ci int) parquet.Value {
 	var v parquet.Value
 	switch {
 	case c.Optional && *c.str(r) == "":
@@ -341,9 +342,9 @@ func (c *Column) value(r *Row, ci int) parquet.Value {
 	return v.Level(0, 0, ci)
 }
 
-// set stores v, read from a column of c's kind, in r; div and mul turn a
+// Set stores v, read from a column of c's kind, in r; div and mul turn a
 // Timestamp into microseconds.
-func (c *Column) set(r *Row, v parquet.Value, div, mul int64) {
+func (c *Column) Set(r *Row, v parquet.Value, div, mul int64) {
 	switch {
 	case c.str != nil:
 		*c.str(r) = string(v.ByteArray())
@@ -356,9 +357,26 @@ func (c *Column) set(r *Row, v parquet.Value, div, mul int64) {
 	}
 }
 
-// dictionary reports whether the column is a string column with few
+// Dictionary reports whether the column is a string column with few
 // distinct values (dictionary-encoded in the outbox's layout).
-func (c *Column) dictionary() bool { return c.Kind == String && c.Encoding == Dict }
+func (c *Column) Dictionary() bool { return c.Kind == String && c.Encoding == Dict }
+
+// Str returns the value of a String column in r (derived or stored).
+func (c *Column) Str(r *Row) string {
+	if c.derive != nil {
+		return c.derive(r)
+	}
+	return *c.str(r)
+}
+
+// Int returns the value of an Int32, Int64 or Timestamp column in r
+// (microseconds for a Timestamp).
+func (c *Column) Int(r *Row) int64 {
+	if c.i32 != nil {
+		return int64(*c.i32(r))
+	}
+	return *c.i64(r)
+}
 
 // byField holds, for each Field, the column read into it (the ID column
 // of any table for FieldID), and byName the readable columns of every
@@ -384,5 +402,29 @@ func init() {
 	}
 }
 
-// str returns the string field fld of r.
-func (r *Row) str(fld Field) *string { return byField[fld].str(r) }
+// ByField returns the column read into fld (the ID column of any table for
+// FieldID), nil for FieldNone.
+func ByField(fld Field) *Column { return byField[fld] }
+
+// ByName returns the column of any table named name that is read back,
+// nil for another name (an ID column's name included: see ByField).
+func ByName(name string) *Column { return byName[name] }
+
+// StringField returns the string field fld of r.
+func (r *Row) StringField(fld Field) *string { return byField[fld].str(r) }
+
+// unsafeBytes returns the bytes of s without copying them; parquet-go
+// copies a value's bytes into its buffers when the row is written.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// intValue returns an INT32 or INT64 value as an int64 (readers allow
+// either for integer columns), 0 for any other kind.
+func intValue(v parquet.Value) int64 {
+	switch v.Kind() {
+	case parquet.Int32:
+		return int64(v.Int32())
+	case parquet.Int64:
+		return v.Int64()
+	}
+	return 0
+}
