@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -42,8 +43,21 @@ func TestGSURL(t *testing.T) {
 
 	list, err := srv.ListObjectsWithOptionsPaginated("outbox-test", fakestorage.ListOptions{Prefix: "prod/"})
 	require.NoError(t, err)
-	require.Len(t, list.Objects, 1, "three attempts of one task: one bucket")
-	require.Regexp(t, `^prod/dispatch_outbox/created_date=[0-9-]{10}/b[0-7]of8-[0-9a-f-]{36}-0000000000000000\.parquet$`, list.Objects[0].Name)
+	var schemaFiles, data []string
+	for _, obj := range list.Objects {
+		if strings.Contains(obj.Name, "/created_date=1970-01-01/_schema/") {
+			schemaFiles = append(schemaFiles, obj.Name)
+		} else {
+			data = append(data, obj.Name)
+		}
+	}
+	require.Equal(t, []string{
+		"prod/deliveries/created_date=1970-01-01/_schema/empty.parquet",
+		"prod/dispatch_outbox/created_date=1970-01-01/_schema/empty.parquet",
+		"prod/timers/created_date=1970-01-01/_schema/empty.parquet",
+	}, schemaFiles, "each table's schema file, for queries before the first publication")
+	require.Len(t, data, 1, "three attempts of one task: one bucket")
+	require.Regexp(t, `^prod/dispatch_outbox/created_date=[0-9-]{10}/b[0-7]of8-[0-9a-f-]{36}-0000000000000000\.parquet$`, data[0])
 
 	ro, err := parquetbox.Open(ctx, parquetbox.Options{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
 	require.NoError(t, err)
