@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -336,7 +337,7 @@ func Example_parquetOutbox() {
 	if err := box.Close(); err != nil {
 		log.Fatal(err)
 	}
-	files, _ := os.ReadDir(root + "/dispatch_outbox")
+	files, _ := filepath.Glob(filepath.Join(root, "dispatch_outbox", "created_date=*", "*.parquet"))
 	fmt.Println(res.Outcome, len(files) > 0)
 	// Output:
 	// created true
