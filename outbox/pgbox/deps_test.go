@@ -26,6 +26,7 @@ func TestOnlyTheDriversImporterLinksPgx(t *testing.T) {
 		{mod + "cloudtasks", false},
 		{mod + "outbox", false},
 		{mod + "outbox/pgbox", false},
+		{mod + "outbox/pgbox/pgxtx", true},
 		{"./testdata/parquetonly", false},
 		{mod + "internal/cli", true},
 	} {

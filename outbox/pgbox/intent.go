@@ -18,6 +18,12 @@ const IntentTable = "intents"
 
 var _ outbox.Intents = (*Outbox)(nil)
 
+// IntentTableName returns the quoted name (schema.table) of the intents
+// table opts name.
+func IntentTableName(opts Options) string {
+	return newIntents(opts.withDefaults()).name
+}
+
 // intents is the layout of the intents table and its statements.
 type intents struct {
 	name, bare                    string
