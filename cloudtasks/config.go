@@ -84,8 +84,11 @@ type Config struct {
 	RelayQueues []string
 	// RelayInterval is how often the relay looks for intents that other
 	// transactions committed, when nothing wakes it sooner: a
-	// WaitOutcome call on this dispatcher wakes it at once. Defaults to
-	// DefaultRelayInterval (500ms).
+	// WaitOutcome call on this dispatcher wakes it at once. An intent
+	// committed elsewhere waits up to this long for a relay (about this
+	// long when intents come one at a time), and every relay runs one
+	// claim statement per interval when idle. Defaults to
+	// DefaultRelayInterval (200ms).
 	RelayInterval time.Duration
 	// NoRelay keeps NewDispatcher from starting the relay that it starts
 	// when the outbox records intents (outbox.Intents: pgbox) and
@@ -193,7 +196,7 @@ const (
 	DefaultRetryMaxCalls   = 10
 	DefaultRetryMaxElapsed = time.Minute
 	// DefaultRelayInterval is Config.RelayInterval's default.
-	DefaultRelayInterval = 500 * time.Millisecond
+	DefaultRelayInterval = 200 * time.Millisecond
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.

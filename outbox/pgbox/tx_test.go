@@ -22,7 +22,12 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
-const txQueue = "projects/p/locations/l/queues/q"
+// txQueue is the queue of the tests' dispatches; txRemoteQueue, one only
+// a benchmark's remote relay takes.
+const (
+	txQueue       = "projects/p/locations/l/queues/q"
+	txRemoteQueue = "projects/p/locations/l/queues/remote"
+)
 
 // txWorld is an emulator and a migrated schema of one database, for
 // dispatchers that record inside transactions.
@@ -35,9 +40,9 @@ type txWorld struct {
 	calls atomic.Int64 // CreateTask calls that reached the emulator
 }
 
-func newTxWorld(t *testing.T, clock clockwork.Clock) *txWorld {
+func newTxWorld(t testing.TB, clock clockwork.Clock) *txWorld {
 	t.Helper()
-	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock, Queues: []emulator.QueueConfig{{Name: txQueue}}})
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock, Queues: []emulator.QueueConfig{{Name: txQueue}, {Name: txRemoteQueue}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { emu.Close() })
 	w := &txWorld{emu: emu, dsn: pgtest.New(t), clock: clock,
@@ -48,7 +53,7 @@ func newTxWorld(t *testing.T, clock clockwork.Clock) *txWorld {
 }
 
 // open returns a pool of its own, as another process would have.
-func (w *txWorld) open(t *testing.T) *sql.DB {
+func (w *txWorld) open(t testing.TB) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("pgx", w.dsn)
 	require.NoError(t, err)
@@ -69,7 +74,7 @@ func (c countingClient) CreateTask(ctx context.Context, req *cloudtaskspb.Create
 
 // dispatcher returns a dispatcher over its own pool and outbox (its own
 // processor), configured by cfg's relay fields.
-func (w *txWorld) dispatcher(t *testing.T, cfg cloudtasks.Config) (*cloudtasks.Dispatcher, *pgbox.Outbox) {
+func (w *txWorld) dispatcher(t testing.TB, cfg cloudtasks.Config) (*cloudtasks.Dispatcher, *pgbox.Outbox) {
 	t.Helper()
 	box, err := pgbox.New(w.open(t), w.opts)
 	require.NoError(t, err)
