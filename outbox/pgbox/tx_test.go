@@ -291,3 +291,54 @@ func TestDispatchTxNeedsAnIntentOutbox(t *testing.T) {
 	_, err = d.Relay(t.Context())
 	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
 }
+
+// A Dispatch of an ID that an open transaction has recorded waits for
+// that transaction on the version's unique index; once it commits, the
+// Dispatch re-reads, creates the task as a repeat of the pending record
+// would, and the relay drops the intent without a call: one task, one
+// CreateTask call. About 2 s.
+func TestDispatchWaitsForAnOpenDispatchTx(t *testing.T) {
+	t.Parallel()
+	w := newTxWorld(t, clockwork.NewRealClock())
+	a, box := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	b, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	tx, err := w.db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	_, err = a.DispatchTx(t.Context(), pgbox.SQLTx(tx), txRequest("open", "body"))
+	require.NoError(t, err)
+
+	answered := make(chan cloudtasks.DispatchResult, 1)
+	go func() {
+		res, err := b.Dispatch(context.Background(), txRequest("open", "body"))
+		if err != nil {
+			t.Error(err)
+		}
+		answered <- res
+	}()
+	require.Eventually(t, func() bool { // B's insert waits for A's transaction
+		var waiting int
+		err := w.db.QueryRowContext(t.Context(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 30*time.Second, 10*time.Millisecond)
+	select {
+	case res := <-answered:
+		t.Fatalf("B answered %s before A's transaction ended", res.Outcome)
+	default:
+	}
+	require.NoError(t, tx.Commit())
+	res := <-answered
+	require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
+
+	st, err := a.Relay(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Moved: 1}, st)
+	require.Equal(t, int64(1), w.calls.Load())
+	hist, err := box.Lookup(t.Context(), outbox.Query{ID: "dispatch:tx:open:1", History: true})
+	require.NoError(t, err)
+	got := make([]string, len(hist))
+	for i, r := range hist {
+		got[i] = fmt.Sprintf("v%d %s", r.Version, r.Status)
+	}
+	require.Equal(t, []string{"v1 pending", "v2 pending", "v3 created"}, got)
+}
