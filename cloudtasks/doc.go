@@ -2,7 +2,8 @@
 // exactly once per logical attempt, through the official client, and
 // records every dispatch and timer in the outbox it is given. It is the one
 // package orchestration code needs: Dispatch, ScheduleTimer,
-// Cancel/CancelTimer, Recover, Latest, History and Close, with package
+// Cancel/CancelTimer, Recover, Latest, History and Close (and DispatchTx,
+// ScheduleTimerTx, WaitOutcome and Relay with a PostgreSQL outbox), with package
 // naming for the identity of an attempt and an outbox of the caller's
 // choice (outbox.NewMemory, or parquetbox.Open for Parquet files).
 //
@@ -138,6 +139,19 @@
 // UUID on each record is an audit trail of who did what, and every hand-over
 // is logged and counted. A caller that repeats an interrupted Dispatch
 // finishes it the same way and gets outcome recovered.
+//
+// # Transactional dispatch
+//
+// With a PostgreSQL outbox (package outbox/pgbox), DispatchTx and
+// ScheduleTimerTx record a dispatch inside the caller's own transaction
+// (pgbox.SQLTx for a *sql.Tx, pgxtx.Tx for a pgx.Tx): the ID's checks run
+// there, and the pending record and an intent holding the whole
+// CreateTask request commit with the caller's change or not at all. A
+// relay creates the task after commit: NewDispatcher starts one for
+// Config.RelayQueues (by default Config.Queue) unless Config.NoRelay, and
+// relays of every dispatcher on the database share the intents through
+// claims. WaitOutcome waits for the relay's outcome; Relay runs one pass.
+// See docs/transactional.md.
 //
 // # Errors
 //
