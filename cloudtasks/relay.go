@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"path"
 	"sync"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
@@ -30,6 +31,10 @@ type RelayStats struct {
 	// Failed counts creates refused with a permanent code (recorded
 	// failed: the ID may be dispatched again).
 	Failed int
+	// Cancelled counts cancels carried out (CancelTx): the task deleted,
+	// found gone, or unknown, and the cancel recorded as Cancel records
+	// it.
+	Cancelled int
 	// Moved counts intents whose ID had moved on (a Dispatch, a Cancel or
 	// a later transaction wrote after the intent's pending record):
 	// dropped without a call.
@@ -204,6 +209,8 @@ func (st *RelayStats) count(s outbox.Status, err error) {
 		st.AlreadyExisted++
 	case s == outbox.StatusFailed:
 		st.Failed++
+	case s == outbox.StatusCancelled:
+		st.Cancelled++
 	default:
 		st.Moved++
 	}
@@ -214,6 +221,9 @@ func (st *RelayStats) count(s outbox.Status, err error) {
 // it theirs). It returns the status it recorded, or "" when the ID had
 // moved on.
 func (d *Dispatcher) relayOne(ctx context.Context, store outbox.Intents, in outbox.Intent) (outbox.Status, error) {
+	if in.Delete {
+		return d.relayCancel(ctx, store, in)
+	}
 	f, _, err := d.flights.do(ctx, in.ID, opRelay, func(f *flight) { d.relayIntent(ctx, f, store, in) })
 	if err != nil {
 		return "", err
@@ -222,6 +232,33 @@ func (d *Dispatcher) relayOne(ctx context.Context, store outbox.Intents, in outb
 		d.log.WarnContext(ctx, "relay: intent left for a later pass", "id", in.ID, "err", f.err)
 	}
 	return f.relayed, f.err
+}
+
+// relayCancel carries out a delete intent with Cancel's own flight and
+// records, then drops the intent. A cancel Cancel refuses (the queue
+// recorded since differs) is dropped too: it can never succeed.
+func (d *Dispatcher) relayCancel(ctx context.Context, store outbox.Intents, in outbox.Intent) (outbox.Status, error) {
+	id, err := naming.Parse(in.ID)
+	if err != nil {
+		return "", fmt.Errorf("cloudtasks: relay %s: %w", in.ID, err)
+	}
+	_, err = d.cancelID(ctx, id, path.Base(in.Queue))
+	var re *RequestError
+	switch {
+	case errors.As(err, &re):
+		d.log.WarnContext(ctx, "relay: cancel refused; intent dropped", "id", in.ID, "err", err)
+	case err != nil:
+		return "", err
+	default:
+		d.relay.recorded()
+	}
+	if derr := d.dropIntent(ctx, store, in); derr != nil {
+		return "", derr
+	}
+	if err != nil {
+		return "", err
+	}
+	return outbox.StatusCancelled, nil
 }
 
 // relayIntent is the work of a relay flight: if the intent's pending
@@ -300,10 +337,11 @@ func (d *Dispatcher) dropIntent(ctx context.Context, store outbox.Intents, in ou
 }
 
 // WaitOutcome waits until the latest record of id (a dispatch or timer ID)
-// is no longer pending, and returns it: created, already_existed or failed
-// (with its gRPC code in ErrorCode) once a relay has created the task of a
-// committed DispatchTx or ScheduleTimerTx, or whatever a Dispatch, Cancel
-// or Recover recorded meanwhile. It wakes this dispatcher's relay, and
+// is no longer pending and no intent of the ID waits for a relay, and
+// returns it: created, already_existed or failed (with its gRPC code in
+// ErrorCode) once a relay has created the task of a committed DispatchTx
+// or ScheduleTimerTx, cancelled once it has carried out a CancelTx, or
+// whatever a Dispatch, Cancel or Recover recorded meanwhile. It wakes this dispatcher's relay, and
 // reads the outbox again whenever a relay of this process records an
 // outcome and every Config.RelayInterval, so it sees other processes'
 // relays too.
@@ -330,7 +368,9 @@ func (d *Dispatcher) WaitOutcome(ctx context.Context, id string) (outbox.Record,
 			return outbox.Record{}, &RequestError{Field: "ID", Value: shorten(id),
 				Rule: "has no record: nothing was dispatched under it, or its transaction rolled back or has not committed"}
 		case rec.Status != outbox.StatusPending:
-			return rec, nil
+			if waiting, err := d.intentWaiting(ctx, nid.String()); err != nil || !waiting {
+				return rec, err
+			}
 		}
 		d.relay.nudge()
 		select {
@@ -340,4 +380,13 @@ func (d *Dispatcher) WaitOutcome(ctx context.Context, id string) (outbox.Record,
 			return outbox.Record{}, &WaitError{ID: id, Op: "wait for the outcome", Started: true, Err: ctx.Err()}
 		}
 	}
+}
+
+// intentWaiting reports whether id has an intent no relay has finished.
+func (d *Dispatcher) intentWaiting(ctx context.Context, id string) (bool, error) {
+	store, ok := d.box.(outbox.Intents)
+	if !ok {
+		return false, nil
+	}
+	return store.HasIntent(ctx, id)
 }

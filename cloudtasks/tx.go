@@ -185,3 +185,63 @@ func (d *Dispatcher) answerFromRecord(ctx context.Context, res *DispatchResult, 
 	}
 	return false, nil
 }
+
+// CancelTx records a cancel of an internal ID (a dispatch or a timer)
+// inside the caller's database transaction tx, for a relay to carry out
+// once tx commits: the relay deletes the task and records the cancel as
+// Cancel does (deleted, already gone, or unknown). A DispatchTx or
+// ScheduleTimerTx of the ID that no relay has finished is replaced, so its
+// task is never created. Inside tx it checks the queue as Cancel does: the
+// one the outbox recorded for the ID, which queue may name or leave
+// empty; an ID the outbox does not know needs queue. The answer is
+// CancelQueued; WaitOutcome then waits for the cancel's record. A tx that
+// rolls back cancels nothing.
+//
+// Errors: *RequestError before anything is written (a malformed ID, a
+// queue that differs from the record or is missing, a queue no relay of
+// this dispatcher takes is not checked: name it in some relay's
+// RelayQueues); *OutboxError; a *ConfigError when the outbox records no
+// intents.
+func (d *Dispatcher) CancelTx(ctx context.Context, tx outbox.Tx, id, queue string) (CancelResult, error) {
+	store, ok := d.box.(outbox.Intents)
+	if !ok {
+		return CancelResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+			Rule: "records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox)"}
+	}
+	nid, err := parseID("ID", id)
+	if err != nil {
+		return CancelResult{}, err
+	}
+	if queue != "" && !queuePattern.MatchString(queue) {
+		return CancelResult{}, &RequestError{Field: "Queue", Value: shorten(queue), Rule: "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]"}
+	}
+	if tx == nil {
+		return CancelResult{}, &RequestError{Field: "tx", Value: "nil", Rule: "is required: the transaction to record the cancel in"}
+	}
+	if d.flights.isClosed() {
+		return CancelResult{}, ErrClosed
+	}
+	key, table := nid.String(), outbox.TableOf(nid)
+	prev, known, err := store.LatestTx(ctx, tx, table, key)
+	if err != nil {
+		return CancelResult{}, &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
+	}
+	var queuePath string
+	switch {
+	case known && queue != "" && d.queueOf(queue) != prev.Queue:
+		return CancelResult{}, &RequestError{Field: "Queue", Value: queue,
+			Rule: fmt.Sprintf("differs from the queue the outbox recorded for %s (%s); leave it empty or name that queue", key, prev.Queue)}
+	case known:
+		queuePath = prev.Queue
+	case queue == "":
+		return CancelResult{}, &RequestError{Field: "Queue",
+			Rule: fmt.Sprintf("is required: the outbox has no record of %s, so it cannot tell which queue holds the task", key)}
+	default:
+		queuePath = d.queueOf(queue)
+	}
+	in := outbox.Intent{Delete: true, Table: table, ID: key, Version: prev.Version, Queue: queuePath}
+	if err := store.AppendCancel(ctx, tx, in); err != nil {
+		return CancelResult{}, &OutboxError{ID: key, Op: OpRecordCancel, Err: err}
+	}
+	return CancelResult{ID: key, CloudTaskID: nid.CloudTaskID(), TaskName: nid.TaskName(queuePath), Outcome: CancelQueued}, nil
+}

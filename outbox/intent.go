@@ -29,18 +29,24 @@ type Rows interface {
 	Close()
 }
 
-// Intent is a task to create that a caller's transaction recorded, together
-// with the pending record of its ID, for a relay to create once that
-// transaction has committed.
+// Intent is a task to create (or to delete) that a caller's transaction
+// recorded, for a relay to create (or delete) once that transaction has
+// committed. A create is recorded together with the pending record of its
+// ID.
 type Intent struct {
+	// Delete makes the intent a cancel: the relay deletes the ID's task
+	// and records the cancel as a dispatcher's Cancel does. Request is
+	// then empty.
+	Delete bool
 	// Table is the table of the ID's records: TableDispatch or
 	// TableTimers.
 	Table Table
 	// ID is the internal ID.
 	ID string
-	// Version is the Version of the pending record written with the
+	// Version is the Version of the pending record written with a create
 	// intent: the relay records the outcome as the version after it, and
-	// only while it is still the ID's latest.
+	// only while it is still the ID's latest. For a delete, the ID's
+	// version when the cancel was recorded (0 when it had none).
 	Version int64
 	// Queue is the full resource name of the task's queue.
 	Queue string
@@ -66,6 +72,13 @@ type Intents interface {
 	// Version or a higher one); in replaces an intent of the same ID that
 	// no relay has finished.
 	AppendIntent(ctx context.Context, tx Tx, r Record, in Intent) error
+	// AppendCancel appends in, a delete intent (no record), inside tx,
+	// replacing an unfinished intent of the same ID: a create not yet
+	// relayed is then never made.
+	AppendCancel(ctx context.Context, tx Tx, in Intent) error
+	// HasIntent reports whether id has an intent that no relay has
+	// finished, as committed now.
+	HasIntent(ctx context.Context, id string) (bool, error)
 	// ClaimIntents returns up to max committed intents whose queue is one
 	// of queues (full resource names), oldest first, leaving out those
 	// another claim holds, and claims them for claimFor: until then no

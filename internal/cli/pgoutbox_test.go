@@ -132,11 +132,11 @@ func TestRelayCommand(t *testing.T) {
 	relay := []string{"relay", "--outbox", pg, "--project", "p", "--location", "europe-west1", "--queues", "work,other", "--once"}
 	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", append(relay, "--json")...)
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, `{"already_existed":0,"claimed":1,"created":1,"errors":0,"failed":0,"moved":0}`+"\n", stdout)
+	require.Equal(t, `{"already_existed":0,"cancelled":0,"claimed":1,"created":1,"errors":0,"failed":0,"moved":0}`+"\n", stdout)
 	require.Len(t, emu.Tasks(dqQueue), 1)
 	code, stdout, stderr = runWithEnv(t, emu.Addr(), "", relay...)
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, "0 claimed: 0 created, 0 already existed, 0 failed, 0 moved on, 0 errors\n", stdout)
+	require.Equal(t, "0 claimed: 0 created, 0 already existed, 0 failed, 0 cancelled, 0 moved on, 0 errors\n", stdout)
 
 	for _, c := range []struct {
 		args []string

@@ -20,7 +20,8 @@ func newRelayCmd(env *Env) *cobra.Command {
 		Short: "Create the tasks that committed transactions recorded (DispatchTx), until interrupted",
 		Long: `Create the tasks that callers' transactions recorded in a PostgreSQL outbox
 (DispatchTx and ScheduleTimerTx of package cloudtasks) once they committed,
-and record each outcome: created, already_existed or failed.
+and record each outcome: created, already_existed or failed; and carry out
+the cancels they recorded (CancelTx).
 
 Every dispatcher of a Go program on that database relays the intents of its
 own queues already (Config.RelayQueues); this command is a relay alone, for
@@ -32,8 +33,9 @@ call. The one-shot commands (dispatch, timer, recover) do not relay.
 It relays the intents of --queues (default: --queue) in --project and
 --location, looking every --interval, until interrupted (SIGINT, SIGTERM).
 With --once it runs one pass and prints what it did: "N claimed: N created,
-N already existed, N failed, N moved on, N errors", or with --json one
-object {"claimed","created","already_existed","failed","moved","errors"};
+N already existed, N failed, N cancelled, N moved on, N errors", or with
+--json one object {"claimed","created","already_existed","failed",
+"cancelled","moved","errors"};
 the exit status is then 1 when an intent could not be finished (it is left
 for a later pass).
 
@@ -83,13 +85,13 @@ for a later pass).
 			out := cmd.OutOrStdout()
 			if conn.jsonOut {
 				err = json.NewEncoder(out).Encode(map[string]int{"claimed": st.Claimed, "created": st.Created,
-					"already_existed": st.AlreadyExisted, "failed": st.Failed, "moved": st.Moved, "errors": st.Errors})
+					"already_existed": st.AlreadyExisted, "failed": st.Failed, "cancelled": st.Cancelled, "moved": st.Moved, "errors": st.Errors})
 				if err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(out, "%d claimed: %d created, %d already existed, %d failed, %d moved on, %d errors\n",
-					st.Claimed, st.Created, st.AlreadyExisted, st.Failed, st.Moved, st.Errors)
+				fmt.Fprintf(out, "%d claimed: %d created, %d already existed, %d failed, %d cancelled, %d moved on, %d errors\n",
+					st.Claimed, st.Created, st.AlreadyExisted, st.Failed, st.Cancelled, st.Moved, st.Errors)
 			}
 			if st.Errors > 0 {
 				return fmt.Errorf("%d %s could not be finished (left for a later pass; -v logs why)", st.Errors, plural(st.Errors, "intent", "intents"))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -26,8 +27,8 @@ func IntentTableName(opts Options) string {
 
 // intents is the layout of the intents table and its statements.
 type intents struct {
-	name, bare                    string
-	upsert, claim, drop, excluded string
+	name, bare               string
+	upsert, claim, drop, has string
 }
 
 func newIntents(o Options) intents {
@@ -37,16 +38,17 @@ func newIntents(o Options) intents {
 	// the newer pending record's version) and frees it from any claim:
 	// the relay that held the older one records nothing over the newer
 	// version, and drops only the version it claimed.
-	in.upsert = `INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (id) DO UPDATE SET record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
+	in.upsert = `INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (id) DO UPDATE SET op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
 			task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request,
 			created_at = EXCLUDED.created_at, claimed_by = NULL, claim_expires = NULL`
 	in.claim = `UPDATE ` + in.name + ` SET claimed_by = $2, claim_expires = $3 WHERE id IN (
 			SELECT id FROM ` + in.name + ` WHERE queue = ANY($1::text[]) AND (claim_expires IS NULL OR claim_expires <= $4)
 			ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED)
-		RETURNING record_table, id, version, queue, request, created_at`
-	in.drop = `DELETE FROM ` + in.name + ` WHERE id = $1 AND version = $2`
+		RETURNING op, record_table, id, version, queue, request, created_at`
+	in.drop = `DELETE FROM ` + in.name + ` WHERE id = $1 AND version = $2 AND op = $3`
+	in.has = `SELECT EXISTS (SELECT 1 FROM ` + in.name + ` WHERE id = $1)`
 	return in
 }
 
@@ -62,8 +64,9 @@ func (in *intents) ddl() []string {
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + in.name + ` (
 			id             text COLLATE "C" PRIMARY KEY,
+			op             text COLLATE "C" NOT NULL CHECK (op IN ('create', 'delete')),
 			record_table   text COLLATE "C" NOT NULL,
-			version        bigint NOT NULL CHECK (version > 0),
+			version        bigint NOT NULL CHECK (version >= 0),
 			queue          text COLLATE "C" NOT NULL,
 			task_name      text COLLATE "C" NOT NULL,
 			schedule_time  timestamptz,
@@ -199,10 +202,61 @@ func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record
 	if !r.DueAt.IsZero() {
 		schedule = sql.NullTime{Time: r.DueAt, Valid: true}
 	}
-	if _, err := tx.Exec(ctx, o.intents.upsert, r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt); err != nil {
+	if _, err := tx.Exec(ctx, o.intents.upsert, r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
 		return txError(o.intents.name, "append intent to", err)
 	}
 	return nil
+}
+
+// The intents' op column.
+const (
+	opCreate = "create"
+	opDelete = "delete"
+)
+
+func opOf(in outbox.Intent) string {
+	if in.Delete {
+		return opDelete
+	}
+	return opCreate
+}
+
+// AppendCancel implements outbox.Intents: inside tx it records in, a
+// delete intent, replacing an unfinished intent of the same ID; it is kept
+// if and only if tx commits.
+func (o *Outbox) AppendCancel(ctx context.Context, tx outbox.Tx, in outbox.Intent) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case !in.Delete:
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.Delete", Value: "false", Rule: "must be true: a create intent goes with its pending record (AppendIntent)"}
+	case in.Table != outbox.TableDispatch && in.Table != outbox.TableTimers:
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.Table", Value: string(in.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
+	case in.ID == "" || in.Queue == "":
+		return &outbox.RecordError{ID: in.ID, Field: "Intent", Value: fmt.Sprintf("ID %q, queue %q", in.ID, in.Queue), Rule: "needs an ID and a queue"}
+	case in.Version < 0:
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.Version", Value: fmt.Sprint(in.Version), Rule: "is negative"}
+	}
+	cloudTaskID, err := naming.CloudTaskID(in.ID)
+	if err != nil {
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.ID", Value: in.ID, Rule: err.Error()}
+	}
+	now := o.clock.Now()
+	if _, err := tx.Exec(ctx, o.intents.upsert, in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),
+		sql.NullTime{}, []byte{}, now, opDelete); err != nil {
+		return txError(o.intents.name, "append intent to", err)
+	}
+	return nil
+}
+
+// HasIntent implements outbox.Intents.
+func (o *Outbox) HasIntent(ctx context.Context, id string) (bool, error) {
+	var has bool
+	if err := o.db.QueryRowContext(ctx, o.intents.has, id).Scan(&has); err != nil {
+		return false, txError(o.intents.name, "read", err)
+	}
+	return has, nil
 }
 
 // ClaimIntents implements outbox.Intents: in one statement (a short
@@ -229,11 +283,11 @@ func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, cla
 	var out []outbox.Intent
 	for rows.Next() {
 		var in outbox.Intent
-		var table string
-		if err := rows.Scan(&table, &in.ID, &in.Version, &in.Queue, &in.Request, &in.CreatedAt); err != nil {
+		var op, table string
+		if err := rows.Scan(&op, &table, &in.ID, &in.Version, &in.Queue, &in.Request, &in.CreatedAt); err != nil {
 			return nil, fmt.Errorf("pgbox: claim from %s: %w", o.intents.name, err)
 		}
-		in.Table, in.CreatedAt = outbox.Table(table), in.CreatedAt.UTC()
+		in.Delete, in.Table, in.CreatedAt = op == opDelete, outbox.Table(table), in.CreatedAt.UTC()
 		out = append(out, in)
 	}
 	if err := rows.Err(); err != nil {
@@ -245,9 +299,9 @@ func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, cla
 }
 
 // DropIntent implements outbox.Intents: it deletes in unless a later
-// transaction replaced it with another version.
+// transaction replaced it with another version or another op.
 func (o *Outbox) DropIntent(ctx context.Context, in outbox.Intent) error {
-	if _, err := o.db.ExecContext(ctx, o.intents.drop, in.ID, in.Version); err != nil {
+	if _, err := o.db.ExecContext(ctx, o.intents.drop, in.ID, in.Version, opOf(in)); err != nil {
 		return txError(o.intents.name, "drop from", err)
 	}
 	return nil

@@ -342,3 +342,55 @@ func TestDispatchWaitsForAnOpenDispatchTx(t *testing.T) {
 	}
 	require.Equal(t, []string{"v1 pending", "v2 pending", "v3 created"}, got)
 }
+
+// A cancel recorded in a transaction is carried out by the relay after
+// commit, and not at all after a rollback; one committed over a dispatch
+// intent not yet relayed replaces it, so that task is never created.
+// About 2 s.
+func TestCancelTx(t *testing.T) {
+	t.Parallel()
+	w := newTxWorld(t, clockwork.NewRealClock())
+	d, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	ctx := t.Context()
+	created, err := d.Dispatch(ctx, txRequest("made", "body"))
+	require.NoError(t, err)
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.DispatchTx(ctx, tx, txRequest("never", "body"))
+		require.NoError(t, err)
+	})
+
+	inTx(t, w.db, false, func(tx outbox.Tx) {
+		res, err := d.CancelTx(ctx, tx, created.ID, "")
+		require.NoError(t, err)
+		require.Equal(t, cloudtasks.CancelResult{ID: created.ID, CloudTaskID: created.CloudTaskID, TaskName: created.TaskName, Outcome: cloudtasks.CancelQueued}, res)
+	})
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.CancelTx(ctx, tx, "dispatch:tx:never:1", "")
+		require.NoError(t, err)
+		_, err = d.CancelTx(ctx, tx, "dispatch:tx:unknown:1", "")
+		require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest)
+		require.ErrorContains(t, err, "is required: the outbox has no record of dispatch:tx:unknown:1")
+		_, err = d.CancelTx(ctx, tx, created.ID, "elsewhere")
+		require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest)
+	})
+	st, err := d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Cancelled: 1}, st, "the rolled-back cancel left nothing")
+	require.Len(t, w.emu.Tasks(txQueue), 1, "the dispatched task stays")
+	require.Equal(t, int64(1), w.calls.Load(), "the replaced intent's task was never created")
+	rec, err := d.WaitOutcome(ctx, "dispatch:tx:never:1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"cancelled", "NotFound"}, []string{string(rec.Status), rec.ErrorCode})
+
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.CancelTx(ctx, tx, created.ID, "q")
+		require.NoError(t, err)
+	})
+	st, err = d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Cancelled: 1}, st)
+	require.Empty(t, w.emu.Tasks(txQueue))
+	rec, err = d.WaitOutcome(ctx, created.ID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"cancelled", ""}, []string{string(rec.Status), rec.ErrorCode}, "deleted by the cancel")
+}
