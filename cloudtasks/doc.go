@@ -3,7 +3,8 @@
 // records every dispatch and timer in the outbox it is given. It is the one
 // package orchestration code needs: Dispatch, ScheduleTimer,
 // Cancel/CancelTimer, Recover, Latest, History and Close (and DispatchTx,
-// ScheduleTimerTx, WaitOutcome and Relay with a PostgreSQL outbox), with package
+// ScheduleTimerTx, CancelTx, WaitOutcome and Relay with a PostgreSQL
+// outbox), with package
 // naming for the identity of an attempt and an outbox of the caller's
 // choice (outbox.NewMemory, or parquetbox.Open for Parquet files).
 //
@@ -150,7 +151,8 @@
 // relay creates the task after commit: NewDispatcher starts one for
 // Config.RelayQueues (by default Config.Queue) unless Config.NoRelay, and
 // relays of every dispatcher on the database share the intents through
-// claims. WaitOutcome waits for the relay's outcome; Relay runs one pass.
+// claims. CancelTx records a cancel the same way, carried out by a relay.
+// WaitOutcome waits for the relay's outcome; Relay runs one pass.
 // See docs/transactional.md.
 //
 // # Errors
