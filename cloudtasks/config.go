@@ -79,7 +79,7 @@ type Config struct {
 	// RelayQueues are the queue IDs whose transactional dispatches
 	// (DispatchTx, ScheduleTimerTx) this dispatcher's relay creates: the
 	// queues its client can reach. Defaults to Queue alone, or none when
-	// Queue is empty. Intents of other queues are left to the relays of
+	// Queue is empty; an empty non-nil list relays none. Intents of other queues are left to the relays of
 	// dispatchers that name them (or "ctdispatch relay --queue").
 	RelayQueues []string
 	// RelayInterval is how often the relay looks for intents that other
