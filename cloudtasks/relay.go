@@ -116,10 +116,16 @@ func (d *Dispatcher) stopRelay(ctx context.Context) error {
 // RelayInterval otherwise, and again at once after a full batch.
 func (d *Dispatcher) relayLoop(ctx context.Context) {
 	defer close(d.relay.done)
+	failing := false // logged once per run of failed passes, not every interval
 	for {
 		st, err := d.relayPass(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.WarnContext(ctx, "relay pass failed; trying again after the interval", "err", err)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			d.log.WarnContext(ctx, "relay passes fail; trying again every interval", "err", err)
+		case err == nil && failing:
+			failing = false
+			d.log.InfoContext(ctx, "relay passes work again")
 		}
 		if err == nil && st.Claimed == relayBatch {
 			continue

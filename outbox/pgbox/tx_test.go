@@ -13,6 +13,7 @@ import (
 	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -393,4 +394,55 @@ func TestCancelTx(t *testing.T) {
 	rec, err = d.WaitOutcome(ctx, created.ID)
 	require.NoError(t, err)
 	require.Equal(t, []string{"cancelled", ""}, []string{string(rec.Status), rec.ErrorCode}, "deleted by the cancel")
+}
+
+// A relay whose create took effect but whose answer was lost leaves the
+// intent and its pending record; no relay takes the intent while the
+// claim lasts, and once it expires the next create meets ALREADY_EXISTS
+// and records already_existed: one task. A permanent refusal is recorded
+// failed. About 2 s.
+func TestRelayLostAnswerAndRefusal(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	w := newTxWorld(t, clock)
+	d, box := w.dispatcher(t, cloudtasks.Config{NoRelay: true, Retry: cloudtasks.RetryPolicy{MaxCalls: 1}})
+	ctx := t.Context()
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.DispatchTx(ctx, tx, txRequest("lost", "body"))
+		require.NoError(t, err)
+	})
+	require.NoError(t, w.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: true}}}))
+	st, err := d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Errors: 1}, st)
+	require.Equal(t, 1, w.emu.TaskCount(), "the create took effect")
+	st, err = d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{}, st, "claimed still")
+
+	require.NoError(t, w.emu.SetFaults(emulator.Faults{}))
+	clock.Advance(2*cloudtasks.DefaultRetryMaxElapsed + cloudtasks.DefaultStaleAfter)
+	st, err = d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, AlreadyExisted: 1}, st)
+	require.Equal(t, 1, w.emu.TaskCount())
+	hist, err := box.Lookup(ctx, outbox.Query{ID: "dispatch:tx:lost:1", History: true})
+	require.NoError(t, err)
+	require.Len(t, hist, 2)
+	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, []outbox.Status{hist[0].Status, hist[1].Status})
+	require.Equal(t, int32(1), hist[1].CreateCalls, "the lost try counts no call in the record: its relay recorded nothing")
+
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.DispatchTx(ctx, tx, txRequest("refused", "body"))
+		require.NoError(t, err)
+	})
+	require.NoError(t, w.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
+		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.PermissionDenied}}}))
+	st, err = d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Failed: 1}, st)
+	rec, err := d.WaitOutcome(ctx, "dispatch:tx:refused:1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"failed", "PermissionDenied"}, []string{string(rec.Status), rec.ErrorCode})
 }
