@@ -86,7 +86,8 @@ type Intents interface {
 	// its own.
 	ClaimIntents(ctx context.Context, queues []string, max int, claimFor time.Duration) ([]Intent, error)
 	// DropIntent removes in once a relay has recorded its outcome (or
-	// found the ID moved on); an intent replaced since (another Version)
-	// is kept.
+	// found the ID moved on). An intent a later transaction recorded in
+	// its place (another Version, or a delete) is kept; it stays claimed
+	// while the older one is worked on, and DropIntent releases it.
 	DropIntent(ctx context.Context, in Intent) error
 }

@@ -27,27 +27,30 @@ func IntentTableName(opts Options) string {
 
 // intents is the layout of the intents table and its statements.
 type intents struct {
-	name, bare               string
-	upsert, claim, drop, has string
+	name, bare                        string
+	upsert, claim, drop, release, has string
 }
 
 func newIntents(o Options) intents {
 	in := intents{bare: o.TablePrefix + IntentTable}
 	in.name = `"` + o.Schema + `"."` + in.bare + `"`
-	// A repeat of an ID in a later transaction replaces its intent (with
-	// the newer pending record's version) and frees it from any claim:
-	// the relay that held the older one records nothing over the newer
-	// version, and drops only the version it claimed.
+	// A later transaction's intent of an ID (a repeat, with the newer
+	// pending record's version, or a cancel) replaces the ID's intent but
+	// keeps its claim: a relay working on the older one finishes first
+	// (it records nothing over a newer version), and its DropIntent, which
+	// finds the intent replaced, releases the claim for the next pass. A
+	// cancel thus never runs beside the create it replaces.
 	in.upsert = `INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (id) DO UPDATE SET op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
 			task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request,
-			created_at = EXCLUDED.created_at, claimed_by = NULL, claim_expires = NULL`
+			created_at = EXCLUDED.created_at`
 	in.claim = `UPDATE ` + in.name + ` SET claimed_by = $2, claim_expires = $3 WHERE id IN (
 			SELECT id FROM ` + in.name + ` WHERE queue = ANY($1::text[]) AND (claim_expires IS NULL OR claim_expires <= $4)
 			ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED)
 		RETURNING op, record_table, id, version, queue, request, created_at`
 	in.drop = `DELETE FROM ` + in.name + ` WHERE id = $1 AND version = $2 AND op = $3`
+	in.release = `UPDATE ` + in.name + ` SET claimed_by = NULL, claim_expires = NULL WHERE id = $1 AND claimed_by = $2`
 	in.has = `SELECT EXISTS (SELECT 1 FROM ` + in.name + ` WHERE id = $1)`
 	return in
 }
@@ -299,10 +302,19 @@ func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, cla
 }
 
 // DropIntent implements outbox.Intents: it deletes in unless a later
-// transaction replaced it with another version or another op.
+// transaction replaced it with another version or another op; then it
+// releases this processor's claim on the replacement, which the next
+// ClaimIntents returns.
 func (o *Outbox) DropIntent(ctx context.Context, in outbox.Intent) error {
-	if _, err := o.db.ExecContext(ctx, o.intents.drop, in.ID, in.Version, opOf(in)); err != nil {
+	res, err := o.db.ExecContext(ctx, o.intents.drop, in.ID, in.Version, opOf(in))
+	if err != nil {
 		return txError(o.intents.name, "drop from", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	if _, err := o.db.ExecContext(ctx, o.intents.release, in.ID, o.processor); err != nil {
+		return txError(o.intents.name, "release a claim in", err)
 	}
 	return nil
 }

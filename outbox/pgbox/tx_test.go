@@ -446,3 +446,46 @@ func TestRelayLostAnswerAndRefusal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"failed", "PermissionDenied"}, []string{string(rec.Status), rec.ErrorCode})
 }
+
+// An intent replaced while a relay holds the claim on it (here a cancel
+// committed over a dispatch being created) stays claimed, so no other
+// relay runs the cancel beside the create; the first relay's DropIntent
+// finds it replaced and releases it, and the next claim returns the
+// cancel. About 1 s.
+func TestReplacedIntentWaitsForItsClaim(t *testing.T) {
+	t.Parallel()
+	w := newTxWorld(t, clockwork.NewRealClock())
+	d, first := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	_, second := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	ctx := t.Context()
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.DispatchTx(ctx, tx, txRequest("raced", "body"))
+		require.NoError(t, err)
+	})
+	claimed, err := first.ClaimIntents(ctx, []string{txQueue}, 10, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.False(t, claimed[0].Delete)
+
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.CancelTx(ctx, tx, "dispatch:tx:raced:1", "")
+		require.NoError(t, err)
+	})
+	none, err := second.ClaimIntents(ctx, []string{txQueue}, 10, time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, none, "the cancel waits for the claimed create")
+	has, err := second.HasIntent(ctx, "dispatch:tx:raced:1")
+	require.NoError(t, err)
+	require.True(t, has)
+
+	require.NoError(t, first.DropIntent(ctx, claimed[0]))
+	next, err := second.ClaimIntents(ctx, []string{txQueue}, 10, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, next, 1)
+	require.Equal(t, outbox.Intent{Delete: true, Table: outbox.TableDispatch, ID: "dispatch:tx:raced:1", Version: 1, Queue: txQueue,
+		Request: []byte{}, CreatedAt: next[0].CreatedAt}, next[0])
+	require.NoError(t, second.DropIntent(ctx, next[0]))
+	has, err = second.HasIntent(ctx, "dispatch:tx:raced:1")
+	require.NoError(t, err)
+	require.False(t, has)
+}
