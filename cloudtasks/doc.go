@@ -184,6 +184,11 @@
 //	ctdispatch.recover.records            counter    kind, result
 //	ctdispatch.recover.handovers          counter    kind
 //
+// A relay counts each outcome it records in ctdispatch.dispatch.outcomes
+// and .duration (outcome created, already_existed or failed; the duration
+// runs from the intent's recording, so it includes the wait for commit
+// and for a relay), and its CreateTask calls in ctdispatch.cloudtasks.calls.
+//
 // Logs go to Config.Logger. Every line about a dispatch carries its internal
 // ID under the key "id", and the trace_id and span_id of the call's span
 // when it has one; bodies, header values and credentials are never logged.
