@@ -309,7 +309,7 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgtest.Cluster, kills int)
 	effectsSeen := &atomic.Int64{}
 	pgKills := []int64{1 + l.rng.Int64N(int64(max(1, l.n/4))), int64(l.n/4) + 1 + l.rng.Int64N(int64(max(1, l.n/4)))}
 	for w := range e2eWorkers {
-		pauseAt := 1 + l.rng.Int64N(int64(max(1, l.n/(2*e2eWorkers))))
+		pauseAt := 1 + l.rng.Int64N(int64(max(1, l.n/10)))
 		wwg.Go(func() { l.workerSlot(wctx, w, workerPlans[w], pauseAt, effectsSeen, pgKills) })
 	}
 	if !l.waitWorkers(ctx) {
@@ -498,6 +498,7 @@ func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, of
 				return
 			}
 			if !stop {
+				l.hist.add(e2eEvent{Proc: name, Hop: hopOrchestrator, Op: "killed"})
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				return
 			}
@@ -505,11 +506,13 @@ func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, of
 			// another process re-drives its pending records, then it
 			// goes on. The stop is a duration by nature.
 			_ = cmd.Process.Signal(syscall.SIGSTOP)
+			l.hist.add(e2eEvent{Proc: name, Hop: hopOrchestrator, Op: "stopped"})
 			time.Sleep(e2eStaleAfter + 500*time.Millisecond)
 			if _, err := l.child(ctx, e2eChild{Role: roleRecover, Name: fmt.Sprintf("recover-%s", name), StaleAfter: e2eStaleAfter}, nil); err != nil {
 				l.problem("recover while %s is stopped: %v", name, err)
 			}
 			l.faults.add(faultOrchStop, 1)
+			l.hist.add(e2eEvent{Proc: name, Hop: hopOrchestrator, Op: "continued"})
 			_ = cmd.Process.Signal(syscall.SIGCONT)
 		}
 		c := e2eChild{Role: roleOrchestrator, Name: name, Order: uint64(slot*100 + run), ClockOffset: offset}
@@ -598,6 +601,7 @@ func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt 
 					continue
 				}
 				l.setWorker(name, "")
+				l.hist.add(e2eEvent{Proc: name, Hop: hopWorker, Op: "killed", Detail: plan})
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				l.faults.add(map[string]string{pause.E2EWorkerBeforeCommit: faultWorkerBefore, pause.E2EWorkerAfterCommit: faultWorkerAfter}[plan], 1)
 			}

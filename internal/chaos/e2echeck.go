@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
-	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -61,19 +60,40 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 	problem := func(rule, id string) { problems[rule] = append(problems[rule], id) }
 
 	acked := map[string]bool{}
-	// What the workers said: inbox outcomes done, kills after a commit,
-	// delivery records their outbox could not keep.
-	workerDone, afterCommit, recordFailedDone := map[string]int{}, map[string]int{}, map[string]int{}
+	// What the workers said and did: inbox outcomes done, effects,
+	// delivery records their outbox could not keep, split between the
+	// processes the run killed (whose last deliveries may have committed
+	// without a word, or been recorded without an answer) and the others.
+	killed, killedUUID := map[string]bool{}, map[string]bool{}
+	for _, ev := range history {
+		if ev.Hop == hopWorker && ev.Op == "killed" {
+			killed[ev.Proc] = true
+		}
+	}
+	type byLife struct{ live, killed int }
+	workerDone, effectsBy, recordFailedDone := map[string]*byLife{}, map[string]*byLife{}, map[string]int{}
+	count := func(m map[string]*byLife, id, proc string) {
+		if m[id] == nil {
+			m[id] = &byLife{}
+		}
+		if killed[proc] {
+			m[id].killed++
+		} else {
+			m[id].live++
+		}
+	}
 	recordFailed2xx := 0
 	for _, ev := range history {
 		if ev.Hop != hopWorker {
 			continue
 		}
 		switch {
+		case ev.Op == "listening" && killed[ev.Proc]:
+			killedUUID[ev.Processor] = true
 		case ev.Op == "inbox" && ev.Outcome == string(outbox.StatusDone):
-			workerDone[ev.ID]++
-		case ev.Op == "pause" && ev.Detail == pause.E2EWorkerAfterCommit:
-			afterCommit[ev.ID]++
+			count(workerDone, ev.ID, ev.Proc)
+		case ev.Op == "effect":
+			count(effectsBy, ev.ID, ev.Proc)
 		case ev.Op == "record_failed":
 			if ev.Outcome == string(outbox.StatusDone) {
 				recordFailedDone[ev.ID]++
@@ -134,8 +154,8 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			emuSucceeded++
 		}
 	}
-	done := map[string]int{}
-	worker2xx := 0
+	done := map[string]*byLife{}
+	worker2xx, killed2xx := 0, 0
 	for _, r := range f.deliveryRows {
 		id, _, ok := outbox.SplitDeliveryID(r.ID)
 		if !ok {
@@ -144,12 +164,22 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 		}
 		switch r.Status {
 		case outbox.StatusDone:
-			done[id]++
+			if done[id] == nil {
+				done[id] = &byLife{}
+			}
+			if killedUUID[r.ProcessorUUID] {
+				done[id].killed++
+			} else {
+				done[id].live++
+			}
 		case outbox.StatusDuplicate:
 			rep.Absorbed++
 		}
 		if r.Delivery.HTTPStatus/100 == 2 {
 			worker2xx++
+			if killedUUID[r.ProcessorUUID] {
+				killed2xx++
+			}
 		}
 	}
 
@@ -187,11 +217,12 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			if succeeded[cid] == 0 {
 				problem("emulator never delivered it with success", id)
 			}
-			if workerDone[id] != effects {
-				problem("workers' inbox outcomes done differ from the effects", id)
+			wd, eb, dr := orZero(workerDone[id]), orZero(effectsBy[id]), orZero(done[id])
+			if wd.live != eb.live || wd.killed > eb.killed {
+				problem("workers' inbox outcomes done differ from their effects", id)
 			}
-			if done[id] != workerDone[id]-afterCommit[id]-recordFailedDone[id] {
-				problem("deliveries table's done rows differ from the workers' (less kills after a commit and records not kept)", id)
+			if dr.live != wd.live-recordFailedDone[id] || dr.killed > wd.killed {
+				problem("deliveries table's done rows differ from the workers' outcomes (less records not kept)", id)
 			}
 		case it.Kind == itemHeld:
 			if effects > 0 {
@@ -226,8 +257,9 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			problem("effect of an ID no one planned", id)
 		}
 	}
-	if want := emuSucceeded + f.extra2xx - f.dropped - recordFailed2xx; worker2xx != want {
-		problems[fmt.Sprintf("deliveries table has %d 2xx answers; the emulator saw %d, its transport kept %d more from it and answered %d itself, and the workers could not record %d", worker2xx, emuSucceeded, f.extra2xx, f.dropped, recordFailed2xx)] = nil
+	// A killed worker may have recorded answers it never sent.
+	if want := emuSucceeded + f.extra2xx - f.dropped - recordFailed2xx; worker2xx < want || worker2xx > want+killed2xx {
+		problems[fmt.Sprintf("deliveries table has %d 2xx answers (%d by killed workers); the emulator saw %d, its transport kept %d more from it and answered %d itself, and the workers could not record %d", worker2xx, killed2xx, emuSucceeded, f.extra2xx, f.dropped, recordFailed2xx)] = nil
 	}
 	for _, rule := range slices.Sorted(maps.Keys(problems)) {
 		ids := problems[rule]
@@ -238,6 +270,14 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d (e.g. %s)", rule, len(ids), ids[0]))
 	}
 	return rep
+}
+
+func orZero[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }
 
 // line summarises the report for the scenario's result line.

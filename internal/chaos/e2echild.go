@@ -102,6 +102,8 @@ type e2eEvent struct {
 	Status  int    `json:"status,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
 	Detail  string `json:"detail,omitempty"`
+	// Processor is a worker's processor UUID, in its deliveries records.
+	Processor string `json:"processor,omitempty"`
 }
 
 // The hops of the history.
@@ -267,11 +269,14 @@ type e2eInbox struct {
 	n       atomic.Int64
 	pauseAt int64
 	point   string
+	paused  atomic.Bool
 }
 
-// pause reaches the armed point at the armed delivery, saying so first.
+// pause reaches the armed point in the first delivery from the armed one
+// on that gets there (a duplicate never reaches the point before the
+// commit), saying so first.
 func (in *e2eInbox) pause(ctx context.Context, n int64, point, key string) {
-	if n != in.pauseAt || point != in.point {
+	if in.pauseAt == 0 || n < in.pauseAt || point != in.point || !in.paused.CompareAndSwap(false, true) {
 		return
 	}
 	in.ew.emit(e2eEvent{Hop: hopWorker, Op: "pause", ID: key, Detail: point})
@@ -369,7 +374,7 @@ func (c *e2eChild) serve(ctx context.Context, ew *eventWriter) error {
 	if err != nil {
 		return err
 	}
-	ew.emit(e2eEvent{Hop: hopWorker, Op: "listening", Detail: l.Addr().String()})
+	ew.emit(e2eEvent{Hop: hopWorker, Op: "listening", Detail: l.Addr().String(), Processor: deliveries.ProcessorUUID()})
 	srv := &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
