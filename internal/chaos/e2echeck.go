@@ -95,7 +95,7 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 		case ev.Op == "effect":
 			count(effectsBy, ev.ID, ev.Proc)
 		case ev.Op == "record_failed":
-			if ev.Outcome == string(outbox.StatusDone) {
+			if ev.Outcome == string(outbox.StatusDone) && !killed[ev.Proc] {
 				recordFailedDone[ev.ID]++
 			}
 			if ev.Status/100 == 2 {

@@ -35,6 +35,12 @@ Scenarios:
              bad URLs, an unknown queue and damaged outbox files, through
              the library and the CLI: each refused with an error naming
              the value or rule, nothing accepted lost
+  busy-day   three long-running writers fed 3,000 requests over a 30 s day
+             and two processes compacting every few seconds share one
+             root, with SIGKILLs of both; on a directory, and on a bucket
+             with --gcs-emulator: after a final compaction every answered
+             ID has exactly one row; reports the kills that landed during
+             a compaction and the bytes compactions wrote
   e2e        on a Parquet directory and on PostgreSQL (started here from
              /usr/lib/postgresql/*/bin), three orchestrator processes
              dispatch, schedule and cancel 150 logical attempts while the
@@ -45,12 +51,6 @@ Scenarios:
              killed around their commit, dropped database connections,
              clock offsets); a checker reads the JSON-lines history: no lost
              or duplicate effect, every indeterminate call resolved
-  busy-day   three long-running writers fed 3,000 requests over a 30 s day
-             and two processes compacting every few seconds share one
-             root, with SIGKILLs of both; on a directory, and on a bucket
-             with --gcs-emulator: after a final compaction every answered
-             ID has exactly one row; reports the kills that landed during
-             a compaction and the bytes compactions wrote
 
 The child processes are this executable. Each scenario prints one line,
 "PASS|FAIL SCENARIO: what was tried; what held", and the run ends with
