@@ -143,6 +143,8 @@ type Options struct {
 	afterRun func(scenario string, emu *emulator.Server)
 	// e2eMutation plants a fault in the e2e scenario's running system.
 	e2eMutation e2eMutation
+	// e2eStores limits the e2e scenario to these stores (default both).
+	e2eStores []string
 	// e2eReport, when set, receives each e2e leg's checker report.
 	e2eReport func(store string, rep e2eReport)
 }

@@ -222,7 +222,11 @@ func (r *run) e2e(ctx context.Context) Result {
 	rng := r.rng(ScenarioE2E)
 	var held []string
 	var problems []string
-	for _, store := range []string{storeParquet, storePostgres} {
+	stores := []string{storeParquet, storePostgres}
+	if len(r.opts.e2eStores) > 0 {
+		stores = r.opts.e2eStores
+	}
+	for _, store := range stores {
 		l := &e2eLeg{r: r, store: store, n: n, seed: rng.Uint64(), faults: &faultCounter{}, mutate: r.opts.e2eMutation}
 		l.rng = rand.New(rand.NewPCG(l.seed, 1))
 		rep, faults, secs := l.runLeg(ctx, cluster, kills)

@@ -50,7 +50,8 @@ func TestE2EShort(t *testing.T) {
 // Faults planted in the running system make the checker fail: a worker
 // that applies one effect outside its inbox (a duplicate effect), a
 // delivery the emulator answers OK without making (a lost effect), and a
-// held timer's create answered OK whose task is gone.
+// held timer's create answered OK whose task is gone. Each runs the
+// Parquet leg with 60 logical attempts: about 30 s on 2 cores.
 func TestE2ECatchesPlantedFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the e2e scenario starts PostgreSQL and many processes")
@@ -68,7 +69,7 @@ func TestE2ECatchesPlantedFaults(t *testing.T) {
 			var out bytes.Buffer
 			rep, err := Run(context.Background(), Options{
 				Seed: 7, Binary: binary, Out: &out, Dir: t.TempDir(), Only: []string{ScenarioE2E},
-				Requests: 60, e2eMutation: tt.mutation,
+				Requests: 60, e2eMutation: tt.mutation, e2eStores: []string{storeParquet},
 			})
 			require.NoError(t, err)
 			require.Equal(t, 1, rep.Failed, out.String())
