@@ -347,6 +347,11 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgtest.Cluster, kills int)
 	} else {
 		l.faults.add(faultRedeploy, 1)
 	}
+	// Recover runs again, as it would on a schedule: a call of the
+	// redeployed orchestrator that gave up left its record pending.
+	if _, err := l.child(ctx, e2eChild{Role: roleRecover, Name: "recover-last", StaleAfter: time.Nanosecond}, nil); err != nil {
+		l.problem("last recover: %v", err)
+	}
 	l.drain(ctx)
 	stopWorkers()
 	wwg.Wait()

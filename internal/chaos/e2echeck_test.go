@@ -22,8 +22,8 @@ type checkerWorld struct {
 
 func newCheckerWorld() *checkerWorld {
 	w := &checkerWorld{
-		plan: []e2eItem{{0, itemDispatch}, {1, itemRetry}, {2, itemHeld}, {3, itemCancel}},
-		q:    e2eRequests{run: "r", url: e2eURL, account: e2eAccount, base: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)},
+		plan:  []e2eItem{{0, itemDispatch}, {1, itemRetry}, {2, itemHeld}, {3, itemCancel}},
+		q:     e2eRequests{run: "r", url: e2eURL, account: e2eAccount, base: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)},
 		final: e2eFinal{records: map[string]outbox.Record{}, tasks: map[string]bool{}, effects: map[string]int{}},
 	}
 	for _, it := range w.plan {

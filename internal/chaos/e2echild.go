@@ -358,8 +358,10 @@ func (c *e2eChild) serve(ctx context.Context, ew *eventWriter) error {
 	}, func(ctx context.Context, d *worker.Delivery) error {
 		if c.BypassOnce && bypassed.CompareAndSwap(false, true) {
 			// The planted fault: the effect commits on its own and the
-			// delivery fails, so the redelivery applies it again.
+			// delivery fails, so the redelivery applies it again. An
+			// insert that fails (a dropped connection) leaves it armed.
 			if _, err := db.ExecContext(ctx, insert, d.ID.String(), c.Name, d.RetryCount); err != nil {
+				bypassed.Store(false)
 				return err
 			}
 			return errors.New("planted fault: effect applied outside the inbox")
