@@ -585,7 +585,7 @@ func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt 
 				c.PausePoint = pause.E2EWorkerBeforeCommit
 			}
 			env = append(env, pause.EnvVar+"="+c.PausePoint)
-			c.BypassOnce = l.mutate == mutationBypassInbox && slot == 0
+			c.BypassOnce = l.mutate == mutationBypassInbox && plan == "stall" // a worker the run does not kill
 		}
 		cmd, err := l.start(ctx, c, env)
 		if err != nil {

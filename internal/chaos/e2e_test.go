@@ -3,7 +3,6 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -68,12 +67,8 @@ func TestE2ECatchesPlantedFaults(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(string(tt.mutation), func(t *testing.T) {
 			var out bytes.Buffer
-			dir := t.TempDir()
-			if d := os.Getenv("E2E_DEBUG_DIR"); d != "" {
-				dir = d
-			}
 			rep, err := Run(context.Background(), Options{
-				Seed: 7, Binary: binary, Out: &out, Dir: dir, Only: []string{ScenarioE2E},
+				Seed: 7, Binary: binary, Out: &out, Dir: t.TempDir(), Only: []string{ScenarioE2E},
 				Requests: 60, e2eMutation: tt.mutation, e2eStores: []string{storeParquet},
 			})
 			require.NoError(t, err)
