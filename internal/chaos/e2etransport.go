@@ -35,6 +35,7 @@ type deliveryFaults struct {
 	rng     *rand.Rand
 	workers []string // live workers' host:port
 	next    int
+	n       int // attempts seen
 	counts  map[string]int
 	// extra2xx counts 2xx answers the emulator never saw: the second
 	// delivery of a doubled attempt and the lost ones.
@@ -64,6 +65,24 @@ func (f *deliveryFaults) pick() (addr, fault string, delay time.Duration) {
 		f.counts[faultDropped]++
 		return "", faultDropped, 0
 	}
+	f.n++
+	// The first attempts meet each kind once, so every kind lands in any
+	// run; the rest are drawn.
+	if first := map[int]string{3: faultDupAfter2xx, 6: faultLost2xx, 9: faultReset, 12: faultDelay}[f.n]; first != "" {
+		fault, delay = first, 100*time.Millisecond
+	} else {
+		fault, delay = f.draw()
+	}
+	if len(f.workers) == 0 {
+		return "", fault, delay
+	}
+	f.next++
+	return f.workers[f.next%len(f.workers)], fault, delay
+}
+
+// draw draws the fault of one attempt: 4% doubled, 4% lost 2xx, 3% reset,
+// 10% delayed up to 300 ms.
+func (f *deliveryFaults) draw() (fault string, delay time.Duration) {
 	switch x := f.rng.IntN(100); {
 	case x < 4:
 		fault = faultDupAfter2xx
@@ -74,11 +93,7 @@ func (f *deliveryFaults) pick() (addr, fault string, delay time.Duration) {
 	case x < 21:
 		fault, delay = faultDelay, time.Duration(f.rng.IntN(300))*time.Millisecond
 	}
-	if len(f.workers) == 0 {
-		return "", fault, delay
-	}
-	f.next++
-	return f.workers[f.next%len(f.workers)], fault, delay
+	return fault, delay
 }
 
 func (f *deliveryFaults) count(fault string, extra2xx bool) {
