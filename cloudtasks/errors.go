@@ -69,13 +69,24 @@ const (
 	// last cancelled or dispatched has no answer that does not trust a
 	// clock.
 	UnknownWriteOrder Unknown = "write_order"
+	// UnknownTaskExists: the outbox says the task was created, but it
+	// cannot read every process's records (a Parquet outbox on a bucket
+	// sees others' cancels only once published), and GetTask, which would
+	// settle it, failed.
+	UnknownTaskExists Unknown = "task_exists"
+	// UnknownDeletion: the outbox says the task was created, but it cannot
+	// read every process's records; GetTask found no task, after its
+	// schedule time, and no completed delivery is recorded: whether the
+	// task ran or a cancel not yet readable deleted it is unknown.
+	UnknownDeletion Unknown = "deletion"
 )
 
 // IndeterminateError is the answer to a call whose true outcome cannot be
 // known from the outbox and Cloud Tasks: Unknown names what is missing.
 // Nothing was created by the call. It matches ErrIndeterminate and
 // unwraps to its cause (for UnknownWriteOrder an
-// *outbox.ConcurrentWritesError naming the records).
+// *outbox.ConcurrentWritesError naming the records; for UnknownTaskExists
+// GetTask's error).
 type IndeterminateError struct {
 	// ID is the internal ID.
 	ID string
