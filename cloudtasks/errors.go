@@ -249,10 +249,12 @@ type NameHeldError struct {
 	ID string
 	// CancelledAt is when the outbox recorded the delete; zero when no
 	// record of it was visible and GetTask found the task gone before its
-	// schedule time while CreateTask said its name was taken.
+	// schedule time, while CreateTask said its name was taken or the
+	// outbox's record said it was created.
 	CancelledAt time.Time
-	// HeldUntil is CancelledAt plus Config.NameHold: about when the name
-	// is free again.
+	// HeldUntil is CancelledAt plus Config.NameHold (when CancelledAt is
+	// zero, the time of the answer plus NameHold): about when the name is
+	// free again.
 	HeldUntil time.Time
 }
 
