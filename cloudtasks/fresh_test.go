@@ -151,10 +151,10 @@ func TestRepeatOnABucketIsConfirmedByGetTask(t *testing.T) {
 		},
 		outcome: cloudtasks.OutcomeAlreadyExisted,
 	}, {
-		name: "GetTask fails: whether the task exists is unknown",
+		name:      "GetTask fails: whether the task exists is unknown",
 		elsewhere: func(_ *testing.T, _ *bucketWorld, _ *proc, _, _ string, getsFail *atomic.Bool) { getsFail.Store(true) },
-		err:     cloudtasks.ErrIndeterminate,
-		unknown: cloudtasks.UnknownTaskExists,
+		err:       cloudtasks.ErrIndeterminate,
+		unknown:   cloudtasks.UnknownTaskExists,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
