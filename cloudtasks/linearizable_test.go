@@ -266,6 +266,7 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 		h := runHistory(t, false, seed+1)
 		require.Len(t, h, 3*historyOps)
 		res, info := porcupine.CheckOperationsVerbose(timerModel, h, 30*time.Second)
+		t.Logf("seed %d: %d operations of 3 processes checked: %s", seed+1, len(h), res)
 		if res != porcupine.Ok {
 			dir, _ := os.MkdirTemp("", "ctdispatch-history-") // kept for a look after the test
 			path := dir + "/history.html"
