@@ -83,6 +83,7 @@ func newTable(o Options, t outbox.Table) *table {
 		GROUP BY status, queue, kind, processor_uuid`
 	tb.retain = `DELETE FROM ` + tb.name + ` WHERE ` + tb.id + ` IN (
 		SELECT l.` + tb.id + ` FROM ` + tb.name + ` l WHERE l.updated_at < $1 AND l.status <> 'pending' AND ` + latest("l") + `
+		AND ` + exportedCondition(o, tb, "l") + `
 		LIMIT ` + strconv.Itoa(retainBatch) + `)`
 	return tb
 }
@@ -148,9 +149,11 @@ func (tb *table) ddl() []string {
 const migrateLock = 7_304_119_220_260_002
 
 // Migrate creates, in db, the schema and the three tables (with their
-// indexes) that opts name, if they do not exist. It is idempotent and
+// indexes) that opts name, and the exporter's two tables (see Exporter),
+// if they do not exist. It is idempotent and
 // safe to run from several processes at once.
 func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
+	opts.Export = ExportOptions{} // migrating runs no exporter
 	o, err := New(db, opts)
 	if err != nil {
 		return err
@@ -173,6 +176,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 	for _, tb := range o.tables {
 		stmts = append(stmts, tb.ddl()...)
 	}
+	stmts = append(stmts, o.exportDDL()...)
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
