@@ -340,3 +340,77 @@ func TestExportOptionsAreChecked(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "Options.Export.Root", ce.Field)
 }
+
+// Options.Export runs an exporter inside the outbox: its first pass at
+// New, then one every Interval; Flush exports what is left, and Close
+// stops it.
+func TestOptionsExportRunsInsideTheOutbox(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	openSchema(t, db, "inside", clock)
+	root := t.TempDir()
+	o, err := pgbox.New(db, pgbox.Options{Schema: "inside", Clock: clock, Export: pgbox.ExportOptions{Root: root, Interval: time.Minute, Buckets: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the first pass is done; Run waits for the interval")
+
+	appendStates(t, o, "inside", "a", outbox.StatusPending, outbox.StatusCreated)
+	clock.Advance(time.Minute)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the second pass is done")
+	rows, _ := exportedTree(t, root, "inside")
+	require.Equal(t, [3]int64{2, 0, 0}, rows, "the interval's pass exported both states")
+
+	appendStates(t, o, "inside", "b", outbox.StatusPending)
+	require.NoError(t, o.Flush(t.Context()))
+	rows, _ = exportedTree(t, root, "inside")
+	require.Equal(t, [3]int64{3, 0, 0}, rows, "Flush exported the rest")
+	require.NoError(t, o.Close())
+	require.NoError(t, o.Close(), "Close may be called again")
+}
+
+// The exported files are runs like any other: a compaction folds them to
+// the latest state of each ID, and reads answer the same before and after.
+func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	root := t.TempDir()
+	e := newExporter(t, o, root)
+	// Six batches: each dispatches a task and answers the one before.
+	for i := range 6 {
+		appendStates(t, o, "fold", fmt.Sprintf("t%d", i), outbox.StatusPending)
+		if i > 0 {
+			id, err := naming.NewDispatch("fold", fmt.Sprintf("t%d", i-1), naming.Attempt(1))
+			require.NoError(t, err)
+			r := outbox.RecordOf(id)
+			r.Queue, r.Status, r.Version = testQueue, outbox.StatusCreated, 2
+			require.NoError(t, outbox.AppendAndWait(t.Context(), o, r))
+		}
+		st, err := e.ExportOnce(t.Context())
+		require.NoError(t, err)
+		require.Len(t, st.Batches, 1)
+	}
+	require.Len(t, files(t, root), 6)
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
+	require.NoError(t, err)
+	defer pq.Close()
+	before, err := pq.Lookup(t.Context(), outbox.Query{RunID: "fold"})
+	require.NoError(t, err)
+	want, err := o.Lookup(t.Context(), outbox.Query{RunID: "fold"})
+	require.NoError(t, err)
+	require.Equal(t, want, before)
+
+	st, err := pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true})
+	require.NoError(t, err)
+	var actions []parquetbox.PartitionAction
+	for _, p := range st.Tables[0].Partitions {
+		actions = append(actions, p.Action)
+	}
+	require.Equal(t, []parquetbox.PartitionAction{parquetbox.PartitionCompacted}, actions)
+	require.Len(t, files(t, root), 1, "six runs folded into one file")
+	rows, after := exportedTree(t, root, "fold")
+	require.Equal(t, [3]int64{6, 0, 0}, rows, "one row per ID")
+	require.Equal(t, want, after)
+}
