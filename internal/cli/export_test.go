@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/internal/gcsjson"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
@@ -161,4 +162,30 @@ func TestBinaryDuckDBSeesAnExportedDispatchWithinAMinute(t *testing.T) {
 
 	require.NoError(t, stdin.Close())
 	require.NoError(t, cmd.Wait(), dispatchErr.String())
+}
+
+// The exporter writes to a gs:// bucket as to a directory, and the bucket
+// commands read and compact what it wrote (fake-gcs-server stands in for
+// Cloud Storage).
+func TestBinaryExportToABucket(t *testing.T) {
+	t.Parallel()
+	gcs := startFakeGCS(t, "exported")
+	emu := startCLIEmulator(t)
+	pg := postgresURL(t, "")
+	code, _, stderr := runCLI(t, "migrate", "--outbox", pg)
+	require.Equal(t, 0, code, stderr)
+	env := []string{gcsjson.EmulatorEnv + "=" + gcs, emulatorEnv + "=" + emu.Addr()}
+	root := "gs://exported?prefix=pg/"
+	res := runBinary(t, env, "", dispatchWith("--outbox", pg, "--export-to", root, "--json")...)
+	require.Equal(t, 0, res.code, res.stderr)
+
+	res = runBinary(t, env, "", "export", "--outbox", pg, "--to", root, "--once")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, "nothing to export\n", res.stdout, "the dispatcher's Close exported its records")
+	res = runBinary(t, env, "", "query", "--outbox", root, "--run", "r", "--history", "--format", "csv")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Len(t, strings.Split(strings.TrimSpace(res.stdout), "\n"), 3, res.stdout)
+	res = runBinary(t, env, "", "compact", "--outbox", root, "--full")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `(?m)^dispatch_outbox: 1 files, 2 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention$`, res.stdout)
 }

@@ -28,8 +28,9 @@ const (
 	// writes a file per table, day and bucket it touches, so shorter would
 	// only multiply small files.
 	MinExportInterval = time.Second
-	// DefaultExportBatchRows bounds the rows of each table one batch holds.
-	DefaultExportBatchRows = 50_000
+	// DefaultExportBatchRows bounds the rows of each table one batch holds:
+	// about 10 MB of records in memory per table while the batch is written.
+	DefaultExportBatchRows = 20_000
 	// DefaultExportLease is how long a batch stays its exporter's before
 	// another may take it over and write it.
 	DefaultExportLease = 2 * time.Minute
@@ -186,9 +187,13 @@ type Exporter struct {
 	lock string // the tables' hash, the advisory lock's second key
 	// unexported asks whether any row is in no batch yet.
 	unexported string
-	mu         sync.Mutex
-	src        string             // the database's export source, once registered
-	files      *parquetbox.Outbox // the Parquet tables, once opened
+	// passing serialises this exporter's passes, so that ExportOnce
+	// (Flush) waits for Run's pass under way, whose batch it could not
+	// take, and returns only once that batch is written too.
+	passing sync.Mutex
+	mu      sync.Mutex
+	src     string             // the database's export source, once registered
+	files   *parquetbox.Outbox // the Parquet tables, once opened
 }
 
 // NewExporter returns an exporter of o's tables to opts.Root. It does no
@@ -272,6 +277,8 @@ func (e *Exporter) Close() error {
 // recently another batch may have been claimed before this pass claims a
 // new one (batches taken over are written regardless).
 func (e *Exporter) pass(ctx context.Context, spacing time.Duration) (ExportStats, error) {
+	e.passing.Lock()
+	defer e.passing.Unlock()
 	var st ExportStats
 	files, err := e.prepare(ctx)
 	if err != nil {
