@@ -414,3 +414,24 @@ func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
 	require.Equal(t, [3]int64{6, 0, 0}, rows, "one row per ID")
 	require.Equal(t, want, after)
 }
+
+// A pass goes on while its batches are full: BatchRows bounds a batch,
+// not what a pass exports.
+func TestExportWritesFullBatchesUntilOneIsNot(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	root := t.TempDir()
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, BatchRows: 3, Buckets: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	for i := range 7 {
+		appendStates(t, o, "full", fmt.Sprintf("t%d", i), outbox.StatusPending)
+	}
+	st, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1, 2, 3}, Rows: [3]int64{7, 0, 0}}, st)
+	rows, _ := exportedTree(t, root, "full")
+	require.Equal(t, [3]int64{7, 0, 0}, rows)
+}
