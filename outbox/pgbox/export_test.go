@@ -1,6 +1,7 @@
 package pgbox_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
@@ -434,4 +436,60 @@ func TestExportWritesFullBatchesUntilOneIsNot(t *testing.T) {
 	require.Equal(t, pgbox.ExportStats{Batches: []int64{1, 2, 3}, Rows: [3]int64{7, 0, 0}}, st)
 	rows, _ := exportedTree(t, root, "full")
 	require.Equal(t, [3]int64{7, 0, 0}, rows)
+}
+
+// Two exporters running on one database write about one batch per
+// interval between them, not one each: a pass claims no new batch when
+// another exporter claimed one within half the interval. Here B wakes 10 s
+// after A, every minute; the rows B finds go out with A's next batch.
+func TestRunningExportersShareOneBatchPerInterval(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openSchema(t, db, "spaced", clock)
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	var running sync.WaitGroup
+	start := func() {
+		e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Interval: time.Minute, Buckets: 1})
+		require.NoError(t, err)
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			assert.NoError(t, e.Run(ctx))
+			assert.NoError(t, e.Close())
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		running.Wait()
+	})
+	written := func() (batches, unexported int) {
+		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM "spaced"."ctdispatch_export_batches" WHERE written_at IS NOT NULL`).Scan(&batches))
+		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM "spaced"."ctdispatch_dispatch_outbox" WHERE export_batch IS NULL`).Scan(&unexported))
+		return batches, unexported
+	}
+	step := func(d time.Duration) {
+		clock.Advance(d)
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 2), "both passes are done")
+	}
+
+	start() // A, at 0 s
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(10 * time.Second)
+	start() // B, at 10 s
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
+	appendStates(t, o, "spaced", "a", outbox.StatusPending)
+	step(50 * time.Second) // 60 s: A exports a
+	b, u := written()
+	require.Equal(t, [2]int{1, 0}, [2]int{b, u})
+	appendStates(t, o, "spaced", "b", outbox.StatusPending)
+	step(10 * time.Second) // 70 s: B finds A's batch 10 s old
+	b, u = written()
+	require.Equal(t, [2]int{1, 1}, [2]int{b, u}, "B claimed nothing")
+	step(50 * time.Second) // 120 s: A exports b
+	b, u = written()
+	require.Equal(t, [2]int{2, 0}, [2]int{b, u})
+	rows, _ := exportedTree(t, root, "spaced")
+	require.Equal(t, [3]int64{2, 0, 0}, rows)
 }
