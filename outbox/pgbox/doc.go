@@ -9,6 +9,9 @@
 //	box, err := pgbox.New(db, pgbox.Options{})
 //	…
 //	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{…})
+//	…
+//	d.Close(ctx)
+//	box.Close() // stops the exporter, when Options.Export runs one
 //
 // Create the tables first, once per database, with Migrate or
 // "ctdispatch migrate --outbox postgres://…"; both are idempotent and safe
