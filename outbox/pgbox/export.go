@@ -60,8 +60,8 @@ type ExportOptions struct {
 	// Buckets splits each day's rows into this many files by the hash of
 	// their task, as parquetbox.Options.Buckets does. Defaults to 8.
 	Buckets int
-	// Logger receives the failures of Run's passes (Run goes on). Defaults
-	// to discarding.
+	// Logger receives the failures of Run's passes (Run goes on), and at
+	// debug level the batches each pass wrote. Defaults to discarding.
 	Logger *slog.Logger
 }
 
@@ -249,8 +249,12 @@ func (e *Exporter) ExportOnce(ctx context.Context) (ExportStats, error) {
 // about one batch per interval between them, not one each.
 func (e *Exporter) Run(ctx context.Context) error {
 	for {
-		if _, err := e.pass(ctx, e.opts.Interval/2); err != nil && ctx.Err() == nil {
+		st, err := e.pass(ctx, e.opts.Interval/2)
+		if err != nil && ctx.Err() == nil {
 			e.opts.Logger.Error("pgbox: export pass failed; the next retries", "root", e.opts.Root, "err", err)
+		}
+		if len(st.Batches) > 0 {
+			e.opts.Logger.Debug("pgbox: exported", "root", e.opts.Root, "batches", st.Batches, "rows", st.Rows)
 		}
 		select {
 		case <-ctx.Done():
