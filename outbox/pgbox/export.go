@@ -21,8 +21,9 @@ import (
 // Defaults of ExportOptions.
 const (
 	// DefaultExportInterval is how often an exporter looks for changes:
-	// a committed change is in Parquet within about this long (plus the
-	// time a batch takes to write), well inside a minute.
+	// a committed change is in Parquet within this long (one and a half
+	// times this with several exporters, which space their batches), plus
+	// the time a batch takes to write: inside a minute.
 	DefaultExportInterval = 30 * time.Second
 	// MinExportInterval is the shortest ExportOptions.Interval: every batch
 	// writes a file per table, day and bucket it touches, so shorter would
@@ -246,7 +247,8 @@ func (e *Exporter) ExportOnce(ctx context.Context) (ExportStats, error) {
 // fails is logged and the next one tries again. A pass claims a new batch
 // only when no other exporter on the database claimed one within half the
 // interval (unless that batch was full), so that several exporters write
-// about one batch per interval between them, not one each.
+// about one batch per interval between them, not one each; a change then
+// waits at most one and a half intervals.
 func (e *Exporter) Run(ctx context.Context) error {
 	for {
 		st, err := e.pass(ctx, e.opts.Interval/2)
