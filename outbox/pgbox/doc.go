@@ -118,6 +118,6 @@
 // same files again, several exporters never write a row twice, and a
 // transaction that commits after a later one's rows were exported still
 // has its rows exported, by the next batch. With the defaults a committed
-// change is in Parquet within about 30 s (Interval) plus the time its
-// batch takes to write.
+// change is in Parquet within 30 s (Interval; 45 s with several exporters)
+// plus the time its batch takes to write.
 package pgbox
