@@ -161,10 +161,8 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		mode = durability.Overlapped
 	}
 	pg := isPostgresURL(c.outbox)
-	if !pg {
-		if err := c.checkExport(pg); err != nil {
-			return nil, err
-		}
+	if err := c.checkExport(pg); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.outbox == "":
@@ -175,9 +173,6 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		}
 		if c.logDir != "" {
 			return nil, usagef("--log-dir is the write-ahead log of a file or bucket outbox; a PostgreSQL outbox has none")
-		}
-		if err := c.checkExport(pg); err != nil {
-			return nil, err
 		}
 	default:
 		if isBucketURL(c.outbox) {

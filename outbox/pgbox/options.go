@@ -37,8 +37,8 @@ type Options struct {
 	// Pending, ClaimPending and Retain, and claims' expiry. Defaults to the
 	// real clock. Give it the clock the dispatcher uses.
 	Clock clockwork.Clock
-	// Export, when its Root is set, runs an Exporter inside the outbox
-	// from New until Close: every Export.Interval it writes the changes
+	// Export, when set (Root is then required), runs an Exporter inside
+	// the outbox from New until Close: every Export.Interval it writes the changes
 	// not yet exported to Parquet tables at Export.Root, and Flush (which
 	// a dispatcher's Close calls) writes those left. Run it in every
 	// dispatcher on the database, or in one "ctdispatch export" process:
