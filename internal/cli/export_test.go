@@ -20,7 +20,8 @@ import (
 
 // A PostgreSQL outbox exported with "export --once" is a Parquet outbox
 // the file commands read: query answers the same history and stats the
-// same counts, compact folds it; a second export finds nothing new.
+// same counts, compact folds it; a second export finds nothing new, and
+// the database's stats say nothing is left to export.
 // About 3 s on an idle machine.
 func TestExportCommandWritesATreeTheFileCommandsRead(t *testing.T) {
 	t.Parallel()
@@ -35,9 +36,20 @@ func TestExportCommandWritesATreeTheFileCommandsRead(t *testing.T) {
 		require.Equal(t, 0, code, stderr)
 	}
 
-	code, stdout, stderr := runCLI(t, "export", "--outbox", pg, "--to", tree, "--once")
+	unexported := func() string { // the last paragraph of stats
+		code, stdout, stderr := runCLI(t, "stats", "--outbox", pg)
+		require.Equal(t, 0, code, stderr)
+		return stdout[strings.LastIndex(stdout, "\n\n")+2:]
+	}
+	code, stdout, stderr := runCLI(t, "stats", "--outbox", pg, "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "unexported", "no exporter has run")
+	require.NotContains(t, unexported(), "not yet exported")
+
+	code, stdout, stderr = runCLI(t, "export", "--outbox", pg, "--to", tree, "--once")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "exported batch 1: dispatch_outbox 4 rows, timers 0 rows, deliveries 0 rows\n", stdout)
+	require.Equal(t, "dispatch_outbox: 0 rows not yet exported to Parquet\ntimers: 0 rows not yet exported to Parquet\n", unexported())
 	code, stdout, stderr = runCLI(t, "export", "--outbox", pg, "--to", tree, "--once")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "nothing to export\n", stdout)
