@@ -87,6 +87,10 @@ the write-ahead logs of running dispatchers. The first table also shows the
 files, their bytes and rows (rows include states not yet folded by
 compaction). Reads everything, streaming.
 
+A PostgreSQL outbox (postgres://…) shows its rows and size on the server
+instead of files, and, once "ctdispatch export" has run on it, the rows of
+each table not yet exported to Parquet ("unexported" in JSON).
+
 --format json prints JSON Lines: one object per table.
 
 Damaged or foreign files are skipped, so the counts may be incomplete: they
