@@ -23,6 +23,7 @@ type Outbox struct {
 	clock     clockwork.Clock
 	processor string
 	tables    [3]*table // in the order of outbox.Tables
+	intents   intents
 
 	// export runs Options.Export's exporter until Close.
 	export     *Exporter
@@ -49,7 +50,7 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String()}
+	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String(), intents: newIntents(opts)}
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
 	}
