@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -404,13 +405,14 @@ func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, before)
 
-	st, err := pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true})
-	require.NoError(t, err)
-	var actions []parquetbox.PartitionAction
-	for _, p := range st.Tables[0].Partitions {
-		actions = append(actions, p.Action)
-	}
-	require.Equal(t, []parquetbox.PartitionAction{parquetbox.PartitionCompacted}, actions)
+	var actions []compactreport.Action
+	trace := &compactreport.Trace{Partition: func(tb outbox.Table, p compactreport.Partition) {
+		if tb == outbox.TableDispatch {
+			actions = append(actions, p.Action)
+		}
+	}}
+	require.NoError(t, pq.Compact(compactreport.WithTrace(t.Context(), trace), parquetbox.CompactOptions{Full: true}))
+	require.Equal(t, []compactreport.Action{compactreport.Compacted}, actions)
 	require.Len(t, files(t, root), 1, "six runs folded into one file")
 	rows, after := exportedTree(t, root, "fold")
 	require.Equal(t, [3]int64{6, 0, 0}, rows, "one row per ID")
