@@ -130,8 +130,9 @@ func (o *Outbox) readError(tb *table, err error) error {
 	return fmt.Errorf("pgbox: read %s: %w", tb.name, err)
 }
 
-// scan reads one row of tb's columns.
-func scan(tb *table, rows *sql.Rows) (outbox.Record, error) {
+// scan reads one row of tb's columns, and into extra the columns that
+// follow them.
+func scan(tb *table, rows *sql.Rows, extra ...any) (outbox.Record, error) {
 	r := outbox.Record{Table: tb.t}
 	var status string
 	var due sql.NullTime
@@ -144,6 +145,7 @@ func scan(tb *table, rows *sql.Rows) (outbox.Record, error) {
 	}
 	var traceID, spanID sql.NullString
 	dest = append(dest, &traceID, &spanID)
+	dest = append(dest, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return r, err
 	}
