@@ -167,7 +167,11 @@ func (o *Outbox) appendError(r *outbox.Record, err error) error {
 // insertBatch runs tb's batch statement over ws and sets each one's kept
 // and, when refused, the rows of its ID the statement saw.
 func (o *Outbox) insertBatch(ctx context.Context, tb *table, ws []*write) error {
-	arg, err := batchArg(ws)
+	recs := make([]*outbox.Record, len(ws))
+	for i, w := range ws {
+		recs[i] = w.rec
+	}
+	arg, err := batchArg(recs)
 	if err != nil {
 		return err
 	}
@@ -227,11 +231,10 @@ type batchRow struct {
 	SpanID         *string `json:"span_id"`
 }
 
-// batchArg encodes the records of ws as the batch statement's argument.
-func batchArg(ws []*write) (string, error) {
-	rows := make([]batchRow, len(ws))
-	for i, w := range ws {
-		r := w.rec
+// batchArg encodes recs as a batch statement's argument.
+func batchArg(recs []*outbox.Record) (string, error) {
+	rows := make([]batchRow, len(recs))
+	for i, r := range recs {
 		rows[i] = batchRow{ID: r.ID, Version: r.Version, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
 			Attempt: r.Attempt, Kind: r.Kind, Status: string(r.Status), ErrorCode: r.ErrorCode, CreateCalls: r.CreateCalls,
 			PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID, CreatedAt: timestamp(r.CreatedAt), UpdatedAt: timestamp(r.UpdatedAt),
@@ -267,14 +270,13 @@ func nonEmpty(s string) *string {
 // inserted rows marked true and, for each record refused, the rows of its
 // ID marked false: the winner comes back in the same round trip.
 func batchStatement(tb *table) string {
-	var list, values, returned, current []string
+	var values, returned, current []string
 	for _, c := range strings.Split(tb.cols, ",") {
 		c = strings.TrimSpace(c)
 		name := c
 		if c == tb.id {
 			name = "id"
 		}
-		list = append(list, name+" "+columnTypes[name])
 		v := "i." + name
 		if c == "updated_at" {
 			v = `GREATEST(i.updated_at, (SELECT max(t.updated_at) FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id) + interval '1 microsecond')`
@@ -283,7 +285,7 @@ func batchStatement(tb *table) string {
 		returned = append(returned, c)
 		current = append(current, "t."+c)
 	}
-	return `WITH i AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(` + strings.Join(list, ", ") + `)),
+	return `WITH i AS (` + recordset(tb) + `),
 		ins AS (INSERT INTO ` + tb.name + ` (` + strings.Join(returned, ", ") + `)
 			SELECT ` + strings.Join(values, ", ") + ` FROM i
 			WHERE i.version = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id AND t.version >= i.version)
@@ -294,6 +296,20 @@ func batchStatement(tb *table) string {
 		UNION ALL
 		SELECT ` + strings.Join(current, ", ") + `, false FROM i JOIN ` + tb.name + ` t ON t.` + tb.id + ` = i.id
 			WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.` + tb.id + ` = i.id)`
+}
+
+// recordset is the query that reads a batch statement's JSON argument
+// ($1) as rows of tb's columns, the ID's named id.
+func recordset(tb *table) string {
+	var list []string
+	for _, c := range strings.Split(tb.cols, ",") {
+		name := strings.TrimSpace(c)
+		if name == tb.id {
+			name = "id"
+		}
+		list = append(list, name+" "+columnTypes[name])
+	}
+	return `SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(` + strings.Join(list, ", ") + `)`
 }
 
 // columnTypes are the SQL types of the columns a batch row carries.
