@@ -52,9 +52,10 @@ type writeKey struct {
 
 // write is one queued append and, once done is closed, its result.
 type write struct {
-	tb   *table
-	rec  *outbox.Record
-	done chan struct{}
+	tb    *table
+	rec   *outbox.Record
+	first bool // refused if the ID has any record (Reserve)
+	done  chan struct{}
 
 	kept    bool
 	current []outbox.Record // the ID's rows, when refused
@@ -63,8 +64,8 @@ type write struct {
 
 // write queues r for the next batch and waits for its result. A ctx that
 // ends first is an error that cannot say whether r is kept.
-func (o *Outbox) write(ctx context.Context, tb *table, r *outbox.Record) (*write, error) {
-	w := &write{tb: tb, rec: r, done: make(chan struct{})}
+func (o *Outbox) write(ctx context.Context, tb *table, r *outbox.Record, first bool) (*write, error) {
+	w := &write{tb: tb, rec: r, first: first, done: make(chan struct{})}
 	o.w.mu.Lock()
 	o.w.queue = append(o.w.queue, w)
 	start := o.w.running < maxInFlight
@@ -168,10 +169,12 @@ func (o *Outbox) appendError(r *outbox.Record, err error) error {
 // and, when refused, the rows of its ID the statement saw.
 func (o *Outbox) insertBatch(ctx context.Context, tb *table, ws []*write) error {
 	recs := make([]*outbox.Record, len(ws))
+	var first []bool
 	for i, w := range ws {
 		recs[i] = w.rec
+		first = append(first, w.first)
 	}
-	arg, err := batchArg(recs)
+	arg, err := batchArg(recs, first)
 	if err != nil {
 		return err
 	}
@@ -229,10 +232,12 @@ type batchRow struct {
 	LatencyUS      int64   `json:"latency_us"`
 	TraceID        *string `json:"trace_id"`
 	SpanID         *string `json:"span_id"`
+	First          bool    `json:"first"`
 }
 
-// batchArg encodes recs as a batch statement's argument.
-func batchArg(recs []*outbox.Record) (string, error) {
+// batchArg encodes recs as a batch statement's argument, each marked
+// first as first (nil: none) says.
+func batchArg(recs []*outbox.Record, first []bool) (string, error) {
 	rows := make([]batchRow, len(recs))
 	for i, r := range recs {
 		rows[i] = batchRow{ID: r.ID, Version: r.Version, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
@@ -240,6 +245,9 @@ func batchArg(recs []*outbox.Record) (string, error) {
 			PayloadSHA256: r.PayloadSHA256, ProcessorUUID: r.ProcessorUUID, CreatedAt: timestamp(r.CreatedAt), UpdatedAt: timestamp(r.UpdatedAt),
 			RetryCount: r.Delivery.RetryCount, ExecutionCount: r.Delivery.ExecutionCount, HTTPStatus: r.Delivery.HTTPStatus,
 			LatencyUS: r.Delivery.Latency.Microseconds(), TraceID: nonEmpty(r.TraceID), SpanID: nonEmpty(r.SpanID)}
+		if first != nil {
+			rows[i].First = first[i]
+		}
 		if !r.DueAt.IsZero() {
 			due := timestamp(r.DueAt)
 			rows[i].DueAt = &due
@@ -268,7 +276,8 @@ func nonEmpty(s string) *string {
 // settles two writers of one version), in ID order, with updated_at
 // nudged past the ID's latest as a single append does, and returns the
 // inserted rows marked true and, for each record refused, the rows of its
-// ID marked false: the winner comes back in the same round trip.
+// ID marked false: the winner comes back in the same round trip. A record
+// marked first (Reserve) is refused when its ID has any row.
 func batchStatement(tb *table) string {
 	var values, returned, current []string
 	for _, c := range strings.Split(tb.cols, ",") {
@@ -288,7 +297,7 @@ func batchStatement(tb *table) string {
 	return `WITH i AS (` + recordset(tb) + `),
 		ins AS (INSERT INTO ` + tb.name + ` (` + strings.Join(returned, ", ") + `)
 			SELECT ` + strings.Join(values, ", ") + ` FROM i
-			WHERE i.version = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id AND t.version >= i.version)
+			WHERE i.version = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id AND (t.version >= i.version OR i.first))
 			ORDER BY i.id
 			ON CONFLICT (` + tb.id + `, version) WHERE version > 0 DO NOTHING
 			RETURNING ` + strings.Join(returned, ", ") + `)
@@ -309,7 +318,7 @@ func recordset(tb *table) string {
 		}
 		list = append(list, name+" "+columnTypes[name])
 	}
-	return `SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(` + strings.Join(list, ", ") + `)`
+	return `SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(` + strings.Join(list, ", ") + `, first boolean)`
 }
 
 // columnTypes are the SQL types of the columns a batch row carries.
@@ -344,13 +353,17 @@ func newest(recs []outbox.Record) outbox.Record {
 
 var _ outbox.Reserver = (*Outbox)(nil)
 
-// Reserve implements outbox.Reserver: it appends r as Append does, in the
-// same batch statement, and when r's Version is refused returns the ID's
-// newest record, which that statement returned (so a refusal costs no
-// second round trip, except when the winner committed after the
-// statement began and is read again).
+// Reserve implements outbox.Reserver: it appends r, an ID's first record
+// (Version 1), as Append does, in the same batch statement, unless the ID
+// has any record (one of Version 0 too), and then returns the ID's newest
+// record, which that statement returned (so a refusal costs no second
+// round trip, except when the winner committed after the statement began
+// and is read again).
 func (o *Outbox) Reserve(ctx context.Context, r outbox.Record) (outbox.Record, bool, error) {
-	err := o.Append(ctx, r, nil)
+	if r.Version != 1 {
+		return outbox.Record{}, false, &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1: Reserve writes an ID's first record"}
+	}
+	err := o.appendRecord(ctx, r, nil, true)
 	var vc *outbox.VersionConflictError
 	if errors.As(err, &vc) {
 		return vc.Current, false, nil

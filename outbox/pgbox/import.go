@@ -93,7 +93,7 @@ type importKey struct {
 // importRecords inserts those of recs that tb does not hold, as they are,
 // and returns how many it inserted.
 func (o *Outbox) importRecords(ctx context.Context, tb *table, recs []*outbox.Record) (int64, error) {
-	arg, err := batchArg(recs)
+	arg, err := batchArg(recs, nil)
 	if err != nil {
 		return 0, err
 	}

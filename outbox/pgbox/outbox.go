@@ -80,6 +80,12 @@ func (o *Outbox) ProcessorUUID() string { return o.processor }
 // increases per ID. An error from the database itself (a connection lost
 // while committing) cannot say whether the record was kept: read Latest.
 func (o *Outbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	return o.appendRecord(ctx, r, done, false)
+}
+
+// appendRecord is Append; when first, r is refused if the ID has any
+// record at all (Reserve).
+func (o *Outbox) appendRecord(ctx context.Context, r outbox.Record, done func(error), first bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -93,7 +99,7 @@ func (o *Outbox) Append(ctx context.Context, r outbox.Record, done func(error)) 
 	if r.Version < 0 {
 		return &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "is negative; allowed: 0 (unconditional) or above"}
 	}
-	w, err := o.write(ctx, tb, &r)
+	w, err := o.write(ctx, tb, &r, first)
 	if err != nil {
 		return err
 	}
