@@ -331,13 +331,18 @@ var columnTypes = map[string]string{
 }
 
 // refused returns the conflict for r, refused with the rows current of
-// its ID in hand; with none (the winner committed after the statement's
-// snapshot was taken) it reads the ID again.
+// its ID in hand. When they hold no row that refuses r, the winner
+// committed after the statement's snapshot was taken (the unique index
+// made the statement wait for it), and the ID is read again.
 func (o *Outbox) refused(ctx context.Context, r *outbox.Record, current []outbox.Record) error {
 	if len(current) == 0 {
 		return o.conflict(ctx, r)
 	}
-	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: newest(current)}
+	cur := newest(current)
+	if cur.Version < r.Version {
+		return o.conflict(ctx, r)
+	}
+	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
 }
 
 // newest returns the newest of recs (not empty) by outbox.Newer.

@@ -54,7 +54,7 @@ func TestReserve(t *testing.T) {
 	_, _, err := box.Reserve(t.Context(), record("late", 2, outbox.StatusPending))
 	var re *outbox.RecordError
 	require.ErrorAs(t, err, &re)
-	require.Equal(t, `outbox: record dispatch:reserve:late:1: Version \"2\" must be 1: Reserve writes an ID's first record`, err.Error())
+	require.Equal(t, `outbox: record dispatch:reserve:late:1: Version "2" must be 1: Reserve writes an ID's first record`, err.Error())
 }
 
 // Of processes that reserve one ID at once, one keeps its record and each
