@@ -30,6 +30,10 @@ const (
 	// CancelUnknown means neither the outbox nor Cloud Tasks knows the ID
 	// (a mistyped ID, say): nothing was deleted or recorded.
 	CancelUnknown CancelOutcome = "unknown"
+	// CancelQueued is CancelTx's answer: the cancel is recorded in the
+	// caller's transaction, and a relay deletes the task once that
+	// transaction commits.
+	CancelQueued CancelOutcome = "queued"
 )
 
 // CancelResult is the answer to Cancel and CancelTimer.

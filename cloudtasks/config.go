@@ -76,6 +76,26 @@ type Config struct {
 	// created by queue.yaml.
 	NameHold time.Duration
 
+	// RelayQueues are the queue IDs whose transactional dispatches
+	// (DispatchTx, ScheduleTimerTx) this dispatcher's relay creates: the
+	// queues its client can reach. Defaults to Queue alone, or none when
+	// Queue is empty; an empty non-nil list relays none. Intents of other queues are left to the relays of
+	// dispatchers that name them (or "ctdispatch relay --queue").
+	RelayQueues []string
+	// RelayInterval is how often the relay looks for intents that other
+	// transactions committed, when nothing wakes it sooner: a
+	// WaitOutcome call on this dispatcher wakes it at once. An intent
+	// committed elsewhere waits up to this long for a relay (about this
+	// long when intents come one at a time), and every relay runs one
+	// claim statement per interval when idle. Defaults to
+	// DefaultRelayInterval (200ms).
+	RelayInterval time.Duration
+	// NoRelay keeps NewDispatcher from starting the relay that it starts
+	// when the outbox records intents (outbox.Intents: pgbox) and
+	// RelayQueues names a queue. Relay still runs a pass when called.
+	// Defaults to off: every dispatcher on the database relays.
+	NoRelay bool
+
 	// OnRetry, if set, is called before each retry of a transient failure
 	// (CreateTask, GetTask, DeleteTask), for example to tell a waiting user
 	// why a command takes long. It must return quickly.
@@ -175,6 +195,8 @@ const (
 	DefaultRetryJitter     = 0.5
 	DefaultRetryMaxCalls   = 10
 	DefaultRetryMaxElapsed = time.Minute
+	// DefaultRelayInterval is Config.RelayInterval's default.
+	DefaultRelayInterval = 200 * time.Millisecond
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -189,6 +211,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.RelayQueues == nil && c.Queue != "" {
+		c.RelayQueues = []string{c.Queue}
+	}
+	if c.RelayInterval == 0 {
+		c.RelayInterval = DefaultRelayInterval
 	}
 	if c.BatchInFlight == 0 {
 		c.BatchInFlight = DefaultBatchInFlight
@@ -263,6 +291,8 @@ func (c Config) validate() error {
 		return bad("StaleAfter", c.StaleAfter.String(), "is negative")
 	case c.NameHold < 0:
 		return bad("NameHold", c.NameHold.String(), "is negative")
+	case c.RelayInterval < 0:
+		return bad("RelayInterval", c.RelayInterval.String(), "is negative")
 	case c.BatchInFlight < 0:
 		return bad("BatchInFlight", fmt.Sprint(c.BatchInFlight), "is negative; allowed: 1 or more, 0 for the default")
 	case c.Retry.Initial < 0:
@@ -277,6 +307,11 @@ func (c Config) validate() error {
 		return bad("Retry.MaxCalls", fmt.Sprint(c.Retry.MaxCalls), "is below 1")
 	case c.Retry.MaxElapsed < 0:
 		return bad("Retry.MaxElapsed", c.Retry.MaxElapsed.String(), "is negative")
+	}
+	for i, q := range c.RelayQueues {
+		if !queuePattern.MatchString(q) {
+			return bad(fmt.Sprintf("RelayQueues[%d]", i), q, "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]")
+		}
 	}
 	if _, err := parseDurability(string(c.Durability)); err != nil {
 		return err

@@ -46,6 +46,10 @@ func TestConfigErrors(t *testing.T) {
 			cloudtasks.ConfigError{Field: "StaleAfter", Value: "-1s", Rule: "is negative"}},
 		{"negative NameHold", func(c *cloudtasks.Config) { c.NameHold = -time.Hour },
 			cloudtasks.ConfigError{Field: "NameHold", Value: "-1h0m0s", Rule: "is negative"}},
+		{"negative RelayInterval", func(c *cloudtasks.Config) { c.RelayInterval = -time.Second },
+			cloudtasks.ConfigError{Field: "RelayInterval", Value: "-1s", Rule: "is negative"}},
+		{"bad relay queue", func(c *cloudtasks.Config) { c.RelayQueues = []string{"q", "no/slash"} },
+			cloudtasks.ConfigError{Field: "RelayQueues[1]", Value: "no/slash", Rule: "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]"}},
 		{"negative BatchInFlight", func(c *cloudtasks.Config) { c.BatchInFlight = -1 },
 			cloudtasks.ConfigError{Field: "BatchInFlight", Value: "-1", Rule: "is negative; allowed: 1 or more, 0 for the default"}},
 		{"negative Retry.Initial", func(c *cloudtasks.Config) { c.Retry.Initial = -time.Millisecond },
@@ -143,6 +147,11 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.Equal(t, 4, cloudtasks.DefaultBatchInFlight)
 	require.Equal(t, time.Minute, got.StaleAfter)
 	require.Equal(t, 24*time.Hour, got.NameHold)
+	require.Equal(t, []string{"q"}, got.RelayQueues, "the relay takes the default queue")
+	require.Equal(t, 200*time.Millisecond, got.RelayInterval)
+	require.False(t, got.NoRelay)
+	require.Nil(t, cloudtasks.Config{Project: "p", Location: "l"}.WithDefaults().RelayQueues, "no default queue, no relay queue")
+	require.Equal(t, []string{}, cloudtasks.Config{Queue: "q", RelayQueues: []string{}}.WithDefaults().RelayQueues, "an empty list relays nothing")
 	require.Equal(t, cloudtasks.RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10, MaxElapsed: time.Minute}, got.Retry)
 	require.False(t, got.Batch)
 	require.False(t, got.EnforceOwnership)

@@ -24,7 +24,8 @@ import (
 )
 
 // Outcome says how a dispatch or timer ended. Every outcome is a success:
-// the task exists exactly once.
+// the task exists exactly once (for OutcomeQueued, once the caller's
+// transaction commits).
 type Outcome string
 
 // The outcomes.
@@ -39,6 +40,11 @@ const (
 	// OutcomeRecovered means this call finished a dispatch that an earlier,
 	// interrupted call left pending past Config.StaleAfter.
 	OutcomeRecovered Outcome = "recovered"
+	// OutcomeQueued is DispatchTx's and ScheduleTimerTx's answer: the task
+	// is recorded in the caller's transaction, and a relay creates it
+	// once that transaction commits (WaitOutcome waits for that). It is a
+	// success only if the transaction commits.
+	OutcomeQueued Outcome = "queued"
 )
 
 // DispatchResult is the answer to Dispatch (and, through the timers
@@ -76,6 +82,7 @@ type Dispatcher struct {
 	m         *metrics
 	flights   flights
 	batches   *batcher // nil unless Config.Batch
+	relay     *relay
 	tracer    *tracing.Tracer
 	prop      tracing.Propagator
 	// outboxOK is true once the outbox kept a record, and false again
@@ -134,6 +141,7 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	if c.Batch {
 		d.batches = newBatcher(d, c.BatchInFlight)
 	}
+	d.startRelay()
 	return d, nil
 }
 
@@ -153,6 +161,9 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	if err := d.stopRelay(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("cloudtasks: close: the relay's pass did not end: %w", err))
+	}
 	if err := wait(ctx, d.flights.close()); err != nil {
 		errs = append(errs, fmt.Errorf("cloudtasks: close: %d calls still in flight (their records stay pending for Recover): %w", d.flights.inFlight(), err))
 	}

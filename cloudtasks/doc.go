@@ -2,7 +2,9 @@
 // exactly once per logical attempt, through the official client, and
 // records every dispatch and timer in the outbox it is given. It is the one
 // package orchestration code needs: Dispatch, ScheduleTimer,
-// Cancel/CancelTimer, Recover, Latest, History and Close, with package
+// Cancel/CancelTimer, Recover, Latest, History and Close (and DispatchTx,
+// ScheduleTimerTx, CancelTx, WaitOutcome and Relay with a PostgreSQL
+// outbox), with package
 // naming for the identity of an attempt and an outbox of the caller's
 // choice (outbox.NewMemory, or parquetbox.Open for Parquet files).
 //
@@ -145,6 +147,20 @@
 // is logged and counted. A caller that repeats an interrupted Dispatch
 // finishes it the same way and gets outcome recovered.
 //
+// # Transactional dispatch
+//
+// With a PostgreSQL outbox (package outbox/pgbox), DispatchTx and
+// ScheduleTimerTx record a dispatch inside the caller's own transaction
+// (pgbox.SQLTx for a *sql.Tx, pgxtx.Tx for a pgx.Tx): the ID's checks run
+// there, and the pending record and an intent holding the whole
+// CreateTask request commit with the caller's change or not at all. A
+// relay creates the task after commit: NewDispatcher starts one for
+// Config.RelayQueues (by default Config.Queue) unless Config.NoRelay, and
+// relays of every dispatcher on the database share the intents through
+// claims. CancelTx records a cancel the same way, carried out by a relay.
+// WaitOutcome waits for the relay's outcome; Relay runs one pass.
+// See docs/transactional.md.
+//
 // # Errors
 //
 // Every error matches a sentinel with errors.Is and a type with errors.As:
@@ -173,6 +189,11 @@
 //	ctdispatch.dispatch.duration          histogram  kind, outcome (seconds)
 //	ctdispatch.recover.records            counter    kind, result
 //	ctdispatch.recover.handovers          counter    kind
+//
+// A relay counts each outcome it records in ctdispatch.dispatch.outcomes
+// and .duration (outcome created, already_existed or failed; the duration
+// runs from the intent's recording, so it includes the wait for commit
+// and for a relay), and its CreateTask calls in ctdispatch.cloudtasks.calls.
 //
 // Logs go to Config.Logger. Every line about a dispatch carries its internal
 // ID under the key "id", and the trace_id and span_id of the call's span

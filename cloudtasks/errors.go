@@ -308,6 +308,9 @@ const (
 	OpRecordCancel OutboxOp = "record the cancel"
 	// OpListPending is Recover's listing of stale pending records.
 	OpListPending OutboxOp = "list the pending records"
+	// OpClaimIntents is a relay's claim of committed intents, or its
+	// removal of one it finished.
+	OpClaimIntents OutboxOp = "claim or drop intents"
 )
 
 func (e *OutboxError) Error() string {
@@ -317,13 +320,17 @@ func (e *OutboxError) Error() string {
 		when = "the cancel's DeleteTask was made"
 	case e.Op == OpRecordOutcome:
 		when = "the create call was made; repeat it to record the outcome"
+	case e.Op == OpClaimIntents && !e.BeforeCall:
+		when = "the outcome is recorded; a later relay pass drops the intent"
 	case e.Op == OpRecordPending && !e.BeforeCall:
 		when = "the task may exist; repeat the call once the outbox works"
 	default:
 		when = "the Cloud Tasks call was not made"
 	}
 	subject := e.ID
-	if subject == "" {
+	if subject == "" && e.Op == OpClaimIntents {
+		subject = "relay"
+	} else if subject == "" {
 		subject = "recover"
 	}
 	return fmt.Sprintf("cloudtasks: %s: outbox could not %s (%s): %v", subject, e.Op, when, e.Err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // opKind is the operation a flight performs for an ID.
@@ -15,6 +17,7 @@ const (
 	opCreate  opKind = iota // Dispatch and ScheduleTimer
 	opCancel                // Cancel and CancelTimer
 	opRecover               // one record of a Recover pass
+	opRelay                 // one intent of a relay pass
 )
 
 // verdict is what a recover flight decided about one pending record.
@@ -47,6 +50,8 @@ type flight struct {
 	cancelled CancelResult
 	// recover
 	verdict verdict
+	// relay: the status recorded, "" when the ID had moved on
+	relayed outbox.Status
 
 	err      error
 	answered bool // touched by the work goroutine only

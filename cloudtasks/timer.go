@@ -52,7 +52,8 @@ type TimerResult struct {
 	CloudTaskID string
 	// TaskName is the full task resource name.
 	TaskName string
-	// Outcome says what happened: created, already_existed or recovered.
+	// Outcome says what happened: created, already_existed or recovered
+	// (queued from ScheduleTimerTx).
 	Outcome Outcome
 	// FirstRecorded is when the timer was first recorded in the outbox.
 	FirstRecorded time.Time
@@ -99,28 +100,43 @@ func (e tooFar) Unwrap() error        { return e.RequestError }
 // the same timer requested twice is one task. Its records go to the
 // outbox's timers table.
 func (d *Dispatcher) ScheduleTimer(ctx context.Context, req TimerRequest) (TimerResult, error) {
-	id, err := req.ID()
+	id, task, err := d.timerTask(&req)
 	if err != nil {
 		return TimerResult{}, err
 	}
+	res, err := d.submit(ctx, id, &task)
+	if err != nil {
+		return TimerResult{}, err
+	}
+	return timerResult(res, id), nil
+}
+
+// timerTask checks req and returns its timer ID and the task to create,
+// scheduled at the timer's due time.
+func (d *Dispatcher) timerTask(req *TimerRequest) (naming.ID, Task, error) {
+	id, err := req.ID()
+	if err != nil {
+		return naming.ID{}, Task{}, err
+	}
 	if !req.Task.ScheduleTime.IsZero() {
-		return TimerResult{}, &RequestError{Field: "Task.ScheduleTime", Value: req.Task.ScheduleTime.UTC().Format(time.RFC3339),
+		return naming.ID{}, Task{}, &RequestError{Field: "Task.ScheduleTime", Value: req.Task.ScheduleTime.UTC().Format(time.RFC3339),
 			Rule: "must be zero for a timer; At sets it"}
 	}
 	due := id.Time()
 	if ahead := due.Sub(d.clock.Now()); ahead > timers.MaxAhead {
-		return TimerResult{}, tooFar{&RequestError{Field: "At", Value: due.Format(time.RFC3339),
+		return naming.ID{}, Task{}, tooFar{&RequestError{Field: "At", Value: due.Format(time.RFC3339),
 			Rule: fmt.Sprintf("is %s ahead; Cloud Tasks schedules at most 30 days (720h) ahead: schedule a nearer timer and re-arm it when it fires (timers.Arm)",
 				ahead.Round(time.Second))}}
 	}
 	task := req.Task
 	task.ScheduleTime = due
-	res, err := d.submit(ctx, id, &task)
-	if err != nil {
-		return TimerResult{}, err
-	}
+	return id, task, nil
+}
+
+// timerResult is the answer to a timer's submission res.
+func timerResult(res DispatchResult, id naming.ID) TimerResult {
 	return TimerResult{
 		TimerID: res.ID, CloudTaskID: res.CloudTaskID, TaskName: res.TaskName, Outcome: res.Outcome,
-		FirstRecorded: res.FirstRecorded, Due: due, Skipped: res.Skipped,
-	}, nil
+		FirstRecorded: res.FirstRecorded, Due: id.Time(), Skipped: res.Skipped,
+	}
 }

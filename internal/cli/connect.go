@@ -186,6 +186,9 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		limitOutboxMemory(env)
 	}
 	cfg.Durability = mode.Dispatcher()
+	// Only the relay command relays: a one-shot command would claim other
+	// processes' intents and hold them while it exits.
+	cfg.NoRelay = cfg.NoRelay || cfg.RelayQueues == nil
 	s := &session{ctx: ctx}
 	fail := func(err error) (*session, error) {
 		for _, c := range s.closers {

@@ -21,9 +21,10 @@ func newMigrateCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate --outbox postgres://…",
 		Short: "Create the tables of a PostgreSQL outbox (idempotent)",
-		Long: `Create the schema and the three tables of a PostgreSQL outbox (package
+		Long: `Create the schema and the tables of a PostgreSQL outbox (package
 outbox/pgbox), with their indexes, if they do not exist: dispatch_outbox,
-timers and deliveries, each prefixed. Running it again, or from several
+timers and deliveries, and intents (the tasks that transactions recorded
+for a relay to create, see "ctdispatch relay"), each prefixed. Running it again, or from several
 machines at once, is safe. Then give the same URL as --outbox to dispatch,
 timer, recover and query. A worker's inbox table is created by
 "ctdispatch worker migrate".
@@ -50,6 +51,7 @@ timer, recover and query. A worker's inbox table is created by
 			for _, name := range pgbox.TableNames(opts) {
 				fmt.Fprintf(env.Out, "outbox table %s ready\n", name)
 			}
+			fmt.Fprintf(env.Out, "intents table %s ready\n", pgbox.IntentTableName(opts))
 			return nil
 		},
 	}

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"net/url"
 	"strings"
@@ -8,7 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
 // postgresURL returns a postgres:// URL of a new database (pgtest gives a
@@ -34,7 +39,7 @@ func TestPostgresOutboxCommands(t *testing.T) {
 
 	code, stdout, stderr := runCLI(t, "migrate", "--outbox", pg)
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, "outbox table \"jobs\".\"cd_dispatch_outbox\" ready\noutbox table \"jobs\".\"cd_timers\" ready\noutbox table \"jobs\".\"cd_deliveries\" ready\n", stdout)
+	require.Equal(t, "outbox table \"jobs\".\"cd_dispatch_outbox\" ready\noutbox table \"jobs\".\"cd_timers\" ready\noutbox table \"jobs\".\"cd_deliveries\" ready\nintents table \"jobs\".\"cd_intents\" ready\n", stdout)
 
 	args := append(append([]string(nil), dispatchArgs...), "--outbox", pg,
 		"--run", "run1", "--task", "extract", "--attempt", "1", "--url", "https://worker.example/x", "--json")
@@ -91,6 +96,56 @@ func TestPostgresOutboxCommands(t *testing.T) {
 		{[]string{"migrate", "--outbox", strings.Replace(pg, "=jobs", "=Bad", 1)}, "--outbox: ctdispatch_schema=Bad is not a plain identifier"},
 		{[]string{"migrate", "--outbox", pg + "&ctdispatch_schema=jobs"}, "--outbox: ctdispatch_schema is given 2 times; give it once"},
 		{[]string{"retain", "--outbox", pg}, "--older-than 0s is not positive"},
+	} {
+		code, _, stderr := runWithEnv(t, emu.Addr(), "", c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, stderr)
+		require.Contains(t, stderr, c.want, c.args)
+	}
+}
+
+// A dispatch a Go program recorded in its transaction is created by
+// "ctdispatch relay --once" after commit, once; usage errors name the
+// flag. About 2 s.
+func TestRelayCommand(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	pg := postgresURL(t, "")
+	code, _, stderr := runCLI(t, "migrate", "--outbox", pg)
+	require.Equal(t, 0, code, stderr)
+
+	db, err := sql.Open("pgx", pg)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	box, err := pgbox.New(db, pgbox.Options{})
+	require.NoError(t, err)
+	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cloudtasks.Config{Project: "p", Location: "europe-west1", Queue: "work",
+		EmulatorAddr: emu.Addr(), NoRelay: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	_, err = d.DispatchTx(t.Context(), pgbox.SQLTx(tx), cloudtasks.DispatchRequest{RunID: "run1", TaskKey: "load", Identity: naming.Attempt(1),
+		Task: cloudtasks.Task{URL: "https://worker.example/load"}})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+
+	relay := []string{"relay", "--outbox", pg, "--project", "p", "--location", "europe-west1", "--queues", "work,other", "--once"}
+	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", append(relay, "--json")...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, `{"already_existed":0,"cancelled":0,"claimed":1,"created":1,"errors":0,"failed":0,"moved":0}`+"\n", stdout)
+	require.Len(t, emu.Tasks(dqQueue), 1)
+	code, stdout, stderr = runWithEnv(t, emu.Addr(), "", relay...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "0 claimed: 0 created, 0 already existed, 0 failed, 0 cancelled, 0 moved on, 0 errors\n", stdout)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"relay", "--outbox", "./outbox", "--project", "p", "--location", "l", "--queue", "q"}, `--outbox "./outbox" is not a PostgreSQL URL`},
+		{[]string{"relay", "--outbox", pg, "--project", "p", "--location", "l"}, "--queue or --queues is required"},
+		{[]string{"relay", "--outbox", pg, "--location", "l", "--queue", "q"}, "--project is required"},
+		{[]string{"relay", "--outbox", pg, "--project", "p", "--location", "l", "--queue", "q", "--interval", "0s"}, "--interval 0s must be positive"},
 	} {
 		code, _, stderr := runWithEnv(t, emu.Addr(), "", c.args...)
 		require.Equal(t, 2, code, "%v: %s", c.args, stderr)

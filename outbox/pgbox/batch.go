@@ -345,17 +345,6 @@ func (o *Outbox) refused(ctx context.Context, r *outbox.Record, current []outbox
 	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
 }
 
-// newest returns the newest of recs (not empty) by outbox.Newer.
-func newest(recs []outbox.Record) outbox.Record {
-	latest := recs[0]
-	for i := range recs[1:] {
-		if outbox.Newer(&recs[i+1], &latest) {
-			latest = recs[i+1]
-		}
-	}
-	return latest
-}
-
 var _ outbox.Reserver = (*Outbox)(nil)
 
 // Reserve implements outbox.Reserver: it appends r, an ID's first record

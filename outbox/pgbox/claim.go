@@ -24,8 +24,12 @@ var _ outbox.Claimer = (*Outbox)(nil)
 // share the stale records instead of each asking Cloud Tasks about all.
 // The claim only divides the work: the verdict a recoverer then writes is
 // kept only if the ID's version is still the one it read (a conditional
-// Append), whoever else wrote meanwhile. The deliveries table has nothing
-// to recover: it returns none.
+// Append), whoever else wrote meanwhile. A record whose ID has an intent
+// waiting (written by a dispatcher's DispatchTx or ScheduleTimerTx) is
+// left to the relays, which alone hold its CreateTask request: were
+// Recover to find no task and record not_found, a relay creating it a
+// moment later would leave the record saying the task does not exist. The
+// deliveries table has nothing to recover: it returns none.
 func (o *Outbox) ClaimPending(ctx context.Context, t outbox.Table, olderThan, claimFor time.Duration) ([]outbox.Record, error) {
 	tb, err := o.table(t)
 	if err != nil {

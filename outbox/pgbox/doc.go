@@ -16,9 +16,10 @@
 //
 // # Tables
 //
-// Three tables, named Options.TablePrefix followed by the outbox table's
-// own name (ctdispatch_dispatch_outbox, ctdispatch_timers,
-// ctdispatch_deliveries) in Options.Schema, hold one row per record: the
+// Three tables (and the intents table, below), named
+// Options.TablePrefix followed by the outbox table's own name
+// (ctdispatch_dispatch_outbox, ctdispatch_timers, ctdispatch_deliveries)
+// in Options.Schema, hold one row per record: the
 // columns of outbox.Record under their Parquet names, the record's
 // version, and a claim (dispatch_outbox and timers) for Recover. A row is
 // never updated except for its claim, so a table is the history of every
@@ -89,6 +90,19 @@
 // (ErrVersionConflict) comes before the answer, and the winner's record
 // says what is known: already_existed, or pending while the winner's own
 // call is on the wire.
+//
+// # Intents: dispatching inside the caller's transaction
+//
+// A fourth table (Options.TablePrefix + "intents") holds, per ID, the
+// encoded CreateTask request that a dispatcher's DispatchTx or
+// ScheduleTimerTx wrote inside the caller's transaction (SQLTx, or
+// pgxtx.Tx for pgx), beside the ID's pending record: both commit with the
+// caller's change or not at all (AppendIntent). Relays claim committed
+// intents of their queues in one short statement with FOR UPDATE SKIP
+// LOCKED (ClaimIntents), create the tasks outside any transaction, record
+// the outcome with a conditional Append over the intent's pending
+// version, and delete the intent (DropIntent). ClaimPending leaves IDs
+// with an intent to the relays.
 //
 // # Recovery, claims and retention
 //

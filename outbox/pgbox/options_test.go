@@ -28,6 +28,7 @@ func TestOptionsRefusedNameTheField(t *testing.T) {
 	}
 	require.Equal(t, [3]string{`"public"."ctdispatch_dispatch_outbox"`, `"public"."ctdispatch_timers"`, `"public"."ctdispatch_deliveries"`},
 		pgbox.TableNames(pgbox.Options{}))
+	require.Equal(t, `"jobs"."cd_intents"`, pgbox.IntentTableName(pgbox.Options{Schema: "jobs", TablePrefix: "cd_"}))
 }
 
 // Migrate twice is a no-op the second time; a store whose tables were not
@@ -41,7 +42,15 @@ func TestMigrateIsIdempotentAndNamedWhenMissing(t *testing.T) {
 	require.EqualError(t, err, `pgbox: "jobs"."cd_dispatch_outbox": the outbox tables do not exist; create them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate`)
 	require.NoError(t, o.Migrate(t.Context()))
 	require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Options{Schema: "jobs", TablePrefix: "cd_"}))
-	var n int
-	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'jobs'`).Scan(&n))
-	require.Equal(t, 3, n)
+	var names []string
+	rows, err := db.QueryContext(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = 'jobs' ORDER BY tablename`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		names = append(names, name)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"cd_deliveries", "cd_dispatch_outbox", "cd_intents", "cd_timers"}, names)
 }

@@ -24,6 +24,7 @@ type Outbox struct {
 	tables    [3]*table // in the order of outbox.Tables
 	batchStmt map[outbox.Table]string
 	w         writer
+	intents   intents
 }
 
 // New returns an outbox in db's tables that opts name, whose records name
@@ -43,7 +44,7 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String()}
+	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String(), intents: newIntents(opts)}
 	o.batchStmt = make(map[outbox.Table]string, len(o.tables))
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
@@ -72,8 +73,8 @@ func (o *Outbox) ProcessorUUID() string { return o.processor }
 // Append checks r and fills it in as Record.Prepare does, then inserts it
 // in one statement, which commits before Append returns; done (when not
 // nil) is then called with nil before Append returns. Concurrent appends
-// share their statement and its commit (see the package's "Round trips"). Every error is
-// returned instead of passed to done. A record whose Version is above 0 is
+// share their statement and its commit (see the package's "Round trips").
+// Every error is returned instead of passed to done. A record whose Version is above 0 is
 // inserted only if no record of its ID has that Version or a higher one:
 // otherwise Append returns a *outbox.VersionConflictError holding the
 // newest record. UpdatedAt is nudged past the ID's latest, so it strictly
@@ -122,6 +123,21 @@ func (o *Outbox) conflict(ctx context.Context, r *outbox.Record) error {
 		return fmt.Errorf("pgbox: append %s %s: version %d refused, but no record of the ID is left to read (removed by Retain?)", r.Table, r.ID, r.Version)
 	}
 	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
+}
+
+// insertArgs are the values of tb.insert, in the order of its columns.
+func insertArgs(r *outbox.Record) []any {
+	args := []any{r.ID, r.Version, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey, r.Attempt, r.Kind, string(r.Status), r.ErrorCode,
+		r.CreateCalls, r.PayloadSHA256, r.ProcessorUUID, r.CreatedAt, r.UpdatedAt, nullTime(r)}
+	if r.Table == outbox.TableDeliveries {
+		d := &r.Delivery
+		args = append(args, d.RetryCount, d.ExecutionCount, d.HTTPStatus, d.Latency.Microseconds())
+	}
+	return append(args, sql.NullString{String: r.TraceID, Valid: r.TraceID != ""}, sql.NullString{String: r.SpanID, Valid: r.SpanID != ""})
+}
+
+func nullTime(r *outbox.Record) sql.NullTime {
+	return sql.NullTime{Time: r.DueAt, Valid: !r.DueAt.IsZero()}
 }
 
 // Flush returns at once: every record is committed when Append returns.

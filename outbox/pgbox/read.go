@@ -20,13 +20,19 @@ func (o *Outbox) Latest(ctx context.Context, t outbox.Table, id string) (outbox.
 	if err != nil || len(recs) == 0 {
 		return outbox.Record{}, false, err
 	}
+	return newest(recs), true, nil
+}
+
+// newest returns the record of recs (one ID's, at least one) that no other
+// is outbox.Newer than.
+func newest(recs []outbox.Record) outbox.Record {
 	latest := recs[0]
 	for i := range recs[1:] {
 		if outbox.Newer(&recs[i+1], &latest) {
 			latest = recs[i+1]
 		}
 	}
-	return latest, true, nil
+	return latest
 }
 
 // Lookup returns the records matching q, arranged as outbox.Arrange does.
@@ -130,9 +136,10 @@ func (o *Outbox) readError(tb *table, err error) error {
 	return fmt.Errorf("pgbox: read %s: %w", tb.name, err)
 }
 
-// scan reads one row of tb's columns, and into extra the columns that
+// scan reads one row of tb's columns from rows (*sql.Rows, or the
+// outbox.Rows of a caller's transaction), and into extra the columns that
 // follow them.
-func scan(tb *table, rows *sql.Rows, extra ...any) (outbox.Record, error) {
+func scan(tb *table, rows interface{ Scan(dest ...any) error }, extra ...any) (outbox.Record, error) {
 	r := outbox.Record{Table: tb.t}
 	var status string
 	var due sql.NullTime

@@ -76,6 +76,7 @@ func newTable(o Options, t outbox.Table) *table {
 	if tb.claims {
 		tb.claim = `UPDATE ` + tb.name + ` SET claimed_by = $2, claim_expires = $3 WHERE seq IN (
 			SELECT p.seq FROM ` + tb.name + ` p WHERE ` + stale + ` AND (p.claim_expires IS NULL OR p.claim_expires <= $4)
+			AND ` + newIntents(o).notAwaitingRelay(tb.id) + `
 			ORDER BY p.updated_at, p.` + tb.id + ` LIMIT ` + strconv.Itoa(claimBatch) + ` FOR UPDATE SKIP LOCKED)
 			RETURNING ` + tb.cols
 	}
@@ -173,6 +174,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 	for _, tb := range o.tables {
 		stmts = append(stmts, tb.ddl()...)
 	}
+	stmts = append(stmts, o.intents.ddl()...)
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)

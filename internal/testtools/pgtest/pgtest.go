@@ -88,6 +88,18 @@ func New(t testing.TB) string {
 	return dsn
 }
 
+// Database is New for an Example function, which has no testing.TB to
+// skip or clean up with: it returns a DSN naming a new, empty database in
+// the package's cluster and a function that drops it, or the error that
+// kept the cluster from starting (PostgreSQL not installed, say).
+func Database() (dsn string, drop func() error, err error) {
+	c, err := sharedCluster()
+	if err != nil {
+		return "", nil, err
+	}
+	return c.CreateDatabase(context.Background())
+}
+
 // skippable reports whether a start failure skips the test: only a
 // missing installation, and never under CI=true, where it must fail.
 func skippable(err error, ci string) bool {

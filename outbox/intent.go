@@ -1,0 +1,93 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Tx is a caller's open database transaction, as a store that records
+// inside it (Intents) needs it: statements with $1 placeholders. Package
+// outbox/pgbox makes one of a *sql.Tx (pgbox.SQLTx) and package
+// outbox/pgbox/pgxtx of a pgx.Tx, so that only programs that use pgx link
+// it.
+type Tx interface {
+	// Exec runs a statement and returns how many rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (rowsAffected int64, err error)
+	// Query runs a statement that returns rows.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+}
+
+// Rows is the result of Tx.Query, read as database/sql's *sql.Rows is.
+type Rows interface {
+	// Next prepares the next row for Scan and reports whether there is one.
+	Next() bool
+	// Scan copies the current row's columns into dest.
+	Scan(dest ...any) error
+	// Err returns the error, if any, that ended the iteration.
+	Err() error
+	// Close frees the rows; it is safe to call more than once.
+	Close()
+}
+
+// Intent is a task to create (or to delete) that a caller's transaction
+// recorded, for a relay to create (or delete) once that transaction has
+// committed. A create is recorded together with the pending record of its
+// ID.
+type Intent struct {
+	// Delete makes the intent a cancel: the relay deletes the ID's task
+	// and records the cancel as a dispatcher's Cancel does. Request is
+	// then empty.
+	Delete bool
+	// Table is the table of the ID's records: TableDispatch or
+	// TableTimers.
+	Table Table
+	// ID is the internal ID.
+	ID string
+	// Version is the Version of the pending record written with a create
+	// intent: the relay records the outcome as the version after it, and
+	// only while it is still the ID's latest. For a delete, the ID's
+	// version when the cancel was recorded (0 when it had none).
+	Version int64
+	// Queue is the full resource name of the task's queue.
+	Queue string
+	// Request is the whole CreateTask request (a
+	// cloudtaskspb.CreateTaskRequest in protobuf encoding): task name,
+	// HTTP target, headers, body, OIDC settings and schedule time.
+	Request []byte
+	// CreatedAt is when the intent was recorded.
+	CreatedAt time.Time
+}
+
+// Intents is implemented by an Outbox that records dispatches inside a
+// caller's database transaction and hands them to relays after it commits
+// (package outbox/pgbox). A dispatcher's DispatchTx and ScheduleTimerTx
+// use it, and so does its relay.
+type Intents interface {
+	// LatestTx is Latest read inside tx, so that it sees what tx wrote and
+	// locks nothing.
+	LatestTx(ctx context.Context, tx Tx, t Table, id string) (r Record, ok bool, err error)
+	// AppendIntent appends r, a pending record, and in, its task, inside
+	// tx: both are kept if and only if tx commits. r is conditional on its
+	// Version as Append is (a *VersionConflictError when the ID has that
+	// Version or a higher one); in replaces an intent of the same ID that
+	// no relay has finished.
+	AppendIntent(ctx context.Context, tx Tx, r Record, in Intent) error
+	// AppendCancel appends in, a delete intent (no record), inside tx,
+	// replacing an unfinished intent of the same ID: a create not yet
+	// relayed is then never made.
+	AppendCancel(ctx context.Context, tx Tx, in Intent) error
+	// HasIntent reports whether id has an intent that no relay has
+	// finished, as committed now.
+	HasIntent(ctx context.Context, id string) (bool, error)
+	// ClaimIntents returns up to max committed intents whose queue is one
+	// of queues (full resource names), oldest first, leaving out those
+	// another claim holds, and claims them for claimFor: until then no
+	// other ClaimIntents returns them. It runs in a short transaction of
+	// its own.
+	ClaimIntents(ctx context.Context, queues []string, max int, claimFor time.Duration) ([]Intent, error)
+	// DropIntent removes in once a relay has recorded its outcome (or
+	// found the ID moved on). An intent a later transaction recorded in
+	// its place (another Version, or a delete) is kept; it stays claimed
+	// while the older one is worked on, and DropIntent releases it.
+	DropIntent(ctx context.Context, in Intent) error
+}

@@ -1,0 +1,330 @@
+package pgbox
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// IntentTable is the name, after Options.TablePrefix, of the table of
+// intents: the CreateTask requests that callers' transactions recorded and
+// that no relay has finished yet.
+const IntentTable = "intents"
+
+var _ outbox.Intents = (*Outbox)(nil)
+
+// IntentTableName returns the quoted name (schema.table) of the intents
+// table opts name.
+func IntentTableName(opts Options) string {
+	return newIntents(opts.withDefaults()).name
+}
+
+// intents is the layout of the intents table and its statements.
+type intents struct {
+	name, bare                        string
+	upsert, claim, drop, release, has string
+}
+
+func newIntents(o Options) intents {
+	in := intents{bare: o.TablePrefix + IntentTable}
+	in.name = `"` + o.Schema + `"."` + in.bare + `"`
+	// A later transaction's intent of an ID (a repeat, with the newer
+	// pending record's version, or a cancel) replaces the ID's intent but
+	// keeps its claim: a relay working on the older one finishes first
+	// (it records nothing over a newer version), and its DropIntent, which
+	// finds the intent replaced, releases the claim for the next pass. A
+	// cancel thus never runs beside the create it replaces.
+	in.upsert = `INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (id) DO UPDATE SET op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
+			task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request,
+			created_at = EXCLUDED.created_at`
+	in.claim = `UPDATE ` + in.name + ` SET claimed_by = $2, claim_expires = $3 WHERE id IN (
+			SELECT id FROM ` + in.name + ` WHERE queue = ANY($1::text[]) AND (claim_expires IS NULL OR claim_expires <= $4)
+			ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED)
+		RETURNING op, record_table, id, version, queue, request, created_at`
+	in.drop = `DELETE FROM ` + in.name + ` WHERE id = $1 AND version = $2 AND op = $3`
+	in.release = `UPDATE ` + in.name + ` SET claimed_by = NULL, claim_expires = NULL WHERE id = $1 AND claimed_by = $2`
+	in.has = `SELECT EXISTS (SELECT 1 FROM ` + in.name + ` WHERE id = $1)`
+	return in
+}
+
+// notAwaitingRelay is true of a row p of an outbox table whose ID has no
+// intent waiting for a relay: Recover leaves those to the relays, which
+// alone can create their tasks.
+func (in intents) notAwaitingRelay(idColumn string) string {
+	return `NOT EXISTS (SELECT 1 FROM ` + in.name + ` i WHERE i.id = p.` + idColumn + `)`
+}
+
+// ddl returns the statements that create the intents table and its index.
+func (in *intents) ddl() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + in.name + ` (
+			id             text COLLATE "C" PRIMARY KEY,
+			op             text COLLATE "C" NOT NULL CHECK (op IN ('create', 'delete')),
+			record_table   text COLLATE "C" NOT NULL,
+			version        bigint NOT NULL CHECK (version >= 0),
+			queue          text COLLATE "C" NOT NULL,
+			task_name      text COLLATE "C" NOT NULL,
+			schedule_time  timestamptz,
+			request        bytea NOT NULL,
+			created_at     timestamptz NOT NULL,
+			claimed_by     text COLLATE "C",
+			claim_expires  timestamptz
+		)`,
+		`COMMENT ON TABLE ` + in.name + ` IS 'ctdispatch intents: CreateTask requests recorded in callers'' transactions, until a relay creates them (github.com/ctdispatch/ctdispatch/outbox/pgbox)'`,
+		`CREATE INDEX IF NOT EXISTS "` + in.bare + `_queue" ON ` + in.name + ` (queue, created_at)`,
+	}
+}
+
+// SQLTx returns tx, a transaction on the outbox's database, as the
+// transaction a dispatcher's DispatchTx and ScheduleTimerTx take. The
+// caller still commits or rolls it back.
+func SQLTx(tx *sql.Tx) outbox.Tx { return sqlTx{tx} }
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) Query(ctx context.Context, query string, args ...any) (outbox.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }
+
+// LatestTx implements outbox.Intents: Latest, read inside tx.
+func (o *Outbox) LatestTx(ctx context.Context, tx outbox.Tx, t outbox.Table, id string) (outbox.Record, bool, error) {
+	tb, err := o.table(t)
+	if err != nil {
+		return outbox.Record{}, false, err
+	}
+	recs, err := queryTx(ctx, tx, tb, tb.byID, id)
+	if err != nil || len(recs) == 0 {
+		return outbox.Record{}, false, err
+	}
+	return newest(recs), true, nil
+}
+
+// queryTx is query on a caller's transaction.
+func queryTx(ctx context.Context, tx outbox.Tx, tb *table, stmt string, args ...any) ([]outbox.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, txError(tb.name, "read", err)
+	}
+	defer rows.Close()
+	var out []outbox.Record
+	for rows.Next() {
+		r, err := scan(tb, rows)
+		if err != nil {
+			return nil, fmt.Errorf("pgbox: read %s: %w", tb.name, err)
+		}
+		if r.Trusted() {
+			out = append(out, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, txError(tb.name, "read", err)
+	}
+	return out, nil
+}
+
+// txError wraps an error of a statement on table, saying how to create the
+// tables when they are missing.
+func txError(table, op string, err error) error {
+	if sqlState(err) == undefinedTable {
+		return fmt.Errorf("pgbox: %s %s: %w", op, table, errNotMigrated)
+	}
+	return fmt.Errorf("pgbox: %s %s: %w", op, table, err)
+}
+
+// AppendIntent implements outbox.Intents: inside tx it inserts r (a pending
+// record, conditional on its Version as Append is) and then in, the task's
+// CreateTask request, replacing an unfinished intent of the same ID. Both
+// are kept if and only if tx commits; until then no other transaction sees
+// them, and a concurrent writer of the same version waits for tx to end.
+func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record, in outbox.Intent) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tb, err := o.table(r.Table)
+	if err != nil {
+		return err
+	}
+	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
+		return err
+	}
+	switch {
+	case r.Table == outbox.TableDeliveries:
+		return &outbox.RecordError{ID: r.ID, Field: "Table", Value: string(r.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
+	case r.Status != outbox.StatusPending:
+		return &outbox.RecordError{ID: r.ID, Field: "Status", Value: string(r.Status), Rule: "must be pending: an intent's record is the pending one"}
+	case r.Version < 1:
+		return &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1 or above: an intent's record is conditional"}
+	case in.ID != r.ID || in.Table != r.Table || in.Version != r.Version || in.Queue != r.Queue:
+		return &outbox.RecordError{ID: r.ID, Field: "Intent", Value: fmt.Sprintf("%s %s v%d in %s", in.Table, in.ID, in.Version, in.Queue),
+			Rule: fmt.Sprintf("must name the record's table, ID, version and queue (%s %s v%d in %s)", r.Table, r.ID, r.Version, r.Queue)}
+	case len(in.Request) == 0:
+		return &outbox.RecordError{ID: r.ID, Field: "Intent.Request", Rule: "is empty: the relay needs the whole CreateTask request"}
+	}
+	n, err := tx.Exec(ctx, tb.insert, insertArgs(&r)...)
+	if err != nil {
+		return txError(tb.name, "append", err)
+	}
+	if n == 0 {
+		cur, ok, err := o.LatestTx(ctx, tx, r.Table, r.ID)
+		switch {
+		case err != nil:
+			return fmt.Errorf("pgbox: append %s %s: version %d refused; reading the winner: %w", r.Table, r.ID, r.Version, err)
+		case !ok:
+			return fmt.Errorf("pgbox: append %s %s: version %d refused, but no record of the ID is left to read", r.Table, r.ID, r.Version)
+		}
+		return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
+	}
+	schedule := sql.NullTime{}
+	if !r.DueAt.IsZero() {
+		schedule = sql.NullTime{Time: r.DueAt, Valid: true}
+	}
+	if _, err := tx.Exec(ctx, o.intents.upsert, r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
+		return txError(o.intents.name, "append intent to", err)
+	}
+	return nil
+}
+
+// The intents' op column.
+const (
+	opCreate = "create"
+	opDelete = "delete"
+)
+
+func opOf(in outbox.Intent) string {
+	if in.Delete {
+		return opDelete
+	}
+	return opCreate
+}
+
+// AppendCancel implements outbox.Intents: inside tx it records in, a
+// delete intent, replacing an unfinished intent of the same ID; it is kept
+// if and only if tx commits.
+func (o *Outbox) AppendCancel(ctx context.Context, tx outbox.Tx, in outbox.Intent) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case !in.Delete:
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.Delete", Value: "false", Rule: "must be true: a create intent goes with its pending record (AppendIntent)"}
+	case in.Table != outbox.TableDispatch && in.Table != outbox.TableTimers:
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.Table", Value: string(in.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
+	case in.ID == "" || in.Queue == "":
+		return &outbox.RecordError{ID: in.ID, Field: "Intent", Value: fmt.Sprintf("ID %q, queue %q", in.ID, in.Queue), Rule: "needs an ID and a queue"}
+	case in.Version < 0:
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.Version", Value: fmt.Sprint(in.Version), Rule: "is negative"}
+	}
+	cloudTaskID, err := naming.CloudTaskID(in.ID)
+	if err != nil {
+		return &outbox.RecordError{ID: in.ID, Field: "Intent.ID", Value: in.ID, Rule: err.Error()}
+	}
+	now := o.clock.Now()
+	if _, err := tx.Exec(ctx, o.intents.upsert, in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),
+		sql.NullTime{}, []byte{}, now, opDelete); err != nil {
+		return txError(o.intents.name, "append intent to", err)
+	}
+	return nil
+}
+
+// HasIntent implements outbox.Intents.
+func (o *Outbox) HasIntent(ctx context.Context, id string) (bool, error) {
+	var has bool
+	if err := o.db.QueryRowContext(ctx, o.intents.has, id).Scan(&has); err != nil {
+		return false, txError(o.intents.name, "read", err)
+	}
+	return has, nil
+}
+
+// ClaimIntents implements outbox.Intents: in one statement (a short
+// transaction of its own) it picks up to max unclaimed intents of queues,
+// oldest first, skipping those another ClaimIntents is claiming at that
+// moment (FOR UPDATE SKIP LOCKED), and claims them for this processor
+// until claimFor from now. Only committed intents are seen: a transaction
+// that rolls back leaves none.
+func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, claimFor time.Duration) ([]outbox.Intent, error) {
+	switch {
+	case max < 1:
+		return nil, &ConfigError{Field: "max", Value: fmt.Sprint(max), Rule: "must be 1 or more"}
+	case claimFor <= 0:
+		return nil, &ConfigError{Field: "claimFor", Value: claimFor.String(), Rule: "must be positive: a claim that has expired already shares nothing"}
+	case len(queues) == 0:
+		return nil, ctx.Err()
+	}
+	now := o.clock.Now()
+	rows, err := o.db.QueryContext(ctx, o.intents.claim, queues, o.processor, now.Add(claimFor), now, max)
+	if err != nil {
+		return nil, txError(o.intents.name, "claim from", err)
+	}
+	defer rows.Close()
+	var out []outbox.Intent
+	for rows.Next() {
+		var in outbox.Intent
+		var op, table string
+		if err := rows.Scan(&op, &table, &in.ID, &in.Version, &in.Queue, &in.Request, &in.CreatedAt); err != nil {
+			return nil, fmt.Errorf("pgbox: claim from %s: %w", o.intents.name, err)
+		}
+		in.Delete, in.Table, in.CreatedAt = op == opDelete, outbox.Table(table), in.CreatedAt.UTC()
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, txError(o.intents.name, "claim from", err)
+	}
+	// RETURNING gives no order: oldest first, as the claim picked them.
+	sortIntents(out)
+	return out, nil
+}
+
+// DropIntent implements outbox.Intents: it deletes in unless a later
+// transaction replaced it with another version or another op; then it
+// releases this processor's claim on the replacement, which the next
+// ClaimIntents returns.
+func (o *Outbox) DropIntent(ctx context.Context, in outbox.Intent) error {
+	res, err := o.db.ExecContext(ctx, o.intents.drop, in.ID, in.Version, opOf(in))
+	if err != nil {
+		return txError(o.intents.name, "drop from", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	if _, err := o.db.ExecContext(ctx, o.intents.release, in.ID, o.processor); err != nil {
+		return txError(o.intents.name, "release a claim in", err)
+	}
+	return nil
+}
+
+// sortIntents orders intents oldest first, then by ID.
+func sortIntents(ins []outbox.Intent) {
+	slices.SortFunc(ins, func(a, b outbox.Intent) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+}
