@@ -22,7 +22,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // already_existed exactly while the task exists, cancelled only while it
 // does not; never not_found or failed (nothing here recovers). A Latest of
 // pending is allowed: it is a schedule's own record while its call is on
-// the wire, which no single point of that schedule can stand for.
+// the wire, which no single point of that schedule can stand for. A
+// schedule refused before its call (other processes' records took each
+// version it read; it made no call) is allowed as timerModel allows it:
+// it changed nothing.
 var strictTimerModel = porcupine.Model{
 	Partition:         timerModel.Partition,
 	Init:              timerModel.Init,

@@ -112,6 +112,8 @@ func TestHistoryProcess(t *testing.T) {
 				op.Out = "name_held"
 			case errors.Is(err, cloudtasks.ErrIndeterminate):
 				op.Out = "indeterminate"
+			case refusedBeforeCall(err):
+				op.Out = "refused"
 			default:
 				op.Out = "error: " + err.Error()
 			}
@@ -159,6 +161,14 @@ func historyOutbox(t *testing.T) (outbox.Outbox, func() error) {
 	return pb, pb.Close
 }
 
+// refusedBeforeCall reports an error of a schedule whose pending record
+// other processes' writes kept refusing (each time it read again), so it
+// made no call and changed nothing: an answer with no effect.
+func refusedBeforeCall(err error) bool {
+	var oe *cloudtasks.OutboxError
+	return errors.Is(err, outbox.ErrVersionConflict) && errors.As(err, &oe) && oe.BeforeCall
+}
+
 // timerState is the model's state of one timer ID: whether the emulator
 // holds its task, and whether a cancel deleted it (its name is then held
 // for the whole run).
@@ -194,7 +204,7 @@ var timerModel = porcupine.Model{
 				return s.exists, s
 			case "name_held":
 				return s.held && !s.exists, s
-			case "indeterminate":
+			case "indeterminate", "refused":
 				return true, s
 			}
 		case "cancel":
