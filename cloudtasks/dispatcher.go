@@ -60,9 +60,11 @@ type DispatchResult struct {
 	Outcome Outcome
 	// FirstRecorded is when the ID was first recorded in the outbox.
 	FirstRecorded time.Time
-	// Skipped is true when the recorded outcome answered without a Cloud
-	// Tasks call: read from the outbox, or from the outcome an earlier
-	// identical call was still writing.
+	// Skipped is true when the recorded outcome answered without a
+	// CreateTask call: read from the outbox, or from the outcome an
+	// earlier identical call was still writing. An outbox that cannot read
+	// every process's records (a Parquet outbox on a bucket) has the
+	// record confirmed by a GetTask call first.
 	Skipped bool
 	// Calls counts the CreateTask calls this call made (0 when skipped or
 	// shared with a concurrent identical call).
@@ -208,7 +210,9 @@ func (d *Dispatcher) queueOf(queue string) string {
 // as failed; the ID may be dispatched again) or ErrGaveUp when transient
 // errors outlasted the retry policy (the record stays pending; call again
 // or let Recover finish it); *WaitError when ctx ended first (ErrNotStarted
-// if nothing was started, ErrStoppedWaiting if the work goes on).
+// if nothing was started, ErrStoppedWaiting if the work goes on);
+// *IndeterminateError (ErrIndeterminate) when the outbox and Cloud Tasks
+// together cannot decide the answer (see docs/consistency.md).
 func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
 	id, err := req.ID()
 	if err != nil {
@@ -362,7 +366,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 // nothing called; f.err then holds the refusal.
 func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) (again bool) {
 	key := id.String()
-	prev, found, reserved, err := d.reserve(ctx, f, id, req, now)
+	prev, found, reserved, unseen, err := d.reserve(ctx, f, id, req, now)
 	if errors.Is(err, outbox.ErrConcurrentWrites) {
 		f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
 		if recorded := recordedTaskName(err); recorded != "" {
@@ -408,6 +412,9 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		}
 		switch prev.Status {
 		case outbox.StatusCreated, outbox.StatusAlreadyExisted:
+			if unseen > 0 && !d.confirmExisted(ctx, f, id, req.GetTask(), now, unseen) {
+				return false
+			}
 			d.m.kindCount(ctx, d.m.skips, id.Kind().String())
 			d.log.DebugContext(ctx, "idempotent skip: already dispatched", "id", key, "status", prev.Status)
 			f.res.Outcome = OutcomeAlreadyExisted
@@ -491,6 +498,75 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 	}
 	d.recordOutcome(ctx, f, rec)
 	return false
+}
+
+// latest reads the outbox's newest record of id. A record that would
+// answer the call without a create (created or already_existed) is read
+// again as fresh as the store allows (outbox.FreshReader), so that a
+// cancel another process recorded since this process last looked is
+// seen; unseen is then the store's bound on what even that read cannot
+// see (0 for stores whose Latest sees every record). Any other record
+// leads to a create call, whose answer does not rest on the read alone,
+// and spares the fresher read.
+func (d *Dispatcher) latest(ctx context.Context, id naming.ID) (prev outbox.Record, found bool, unseen time.Duration, err error) {
+	t, key := outbox.TableOf(id), id.String()
+	prev, found, err = d.box.Latest(ctx, t, key)
+	fr, fresher := d.box.(outbox.FreshReader)
+	if err != nil || !found || !fresher || (prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted) {
+		return prev, found, 0, err
+	}
+	return fr.LatestFresh(ctx, t, key)
+}
+
+// confirmExisted decides a repeat that the outbox would answer
+// already_existed, when the store may not see another process's cancel
+// (unseen > 0): GetTask does. It reports true when the answer stands: the
+// task exists, or it is gone after its schedule time and a delivery the
+// worker answered with 2xx is recorded (it ran and completed). Otherwise
+// f gets the answer: a held name when the task is gone before its
+// schedule time (it cannot have run, so it was deleted), and an
+// *IndeterminateError naming what is unknown when GetTask fails or the
+// task is gone after its time with no completed delivery recorded (it
+// ran, or a cancel not yet readable here deleted it).
+func (d *Dispatcher) confirmExisted(ctx context.Context, f *flight, id naming.ID, task *cloudtaskspb.Task, now time.Time, unseen time.Duration) bool {
+	key, name := id.String(), task.GetName()
+	err := d.getTask(ctx, name)
+	switch {
+	case err == nil:
+		return true
+	case codeOf(err) != codes.NotFound:
+		f.err = &IndeterminateError{ID: key, Unknown: UnknownTaskExists, Err: err}
+		return false
+	}
+	if st := task.GetScheduleTime(); st != nil && now.Before(st.AsTime()) {
+		f.err = &NameHeldError{ID: key, HeldUntil: now.Add(d.cfg.NameHold)}
+		d.log.InfoContext(ctx, "name held: the recorded task is gone before its schedule time", "id", key)
+		return false
+	}
+	ran, lerr := completedDelivery(ctx, d.box, key)
+	if ran {
+		return true
+	}
+	f.err = &IndeterminateError{ID: key, Unknown: UnknownDeletion, Err: errors.Join(fmt.Errorf(
+		"task %s is gone after its schedule time, no completed delivery of it is recorded, and another process's cancel may stay unreadable here for up to %s",
+		name, unseen), lerr)}
+	return false
+}
+
+// completedDelivery reports whether the outbox records a delivery of id's
+// task that the worker answered with 2xx: Cloud Tasks then deleted the
+// task because it completed, not because a cancel did.
+func completedDelivery(ctx context.Context, box outbox.Outbox, id string) (bool, error) {
+	recs, err := outbox.LookupDeliveries(ctx, box, outbox.Query{ID: id})
+	for _, r := range recs {
+		if r.Delivery.HTTPStatus >= 200 && r.Delivery.HTTPStatus < 300 {
+			return true, nil
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("read deliveries: %w", err)
+	}
+	return false, nil
 }
 
 // inRecordedQueue returns the create request of an ID the outbox already

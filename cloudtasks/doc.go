@@ -175,7 +175,9 @@
 // outbox could not be read or could not record the pending state, the
 // outcome or a cancel), ErrIndeterminate (*IndeterminateError: two
 // processes wrote the ID's newest state blind of each other and GetTask did
-// not settle it; Unknown names what is unknown; see docs/consistency.md)
+// not settle it, or, on an outbox that cannot read every process's
+// records, GetTask could not confirm a recorded task; Unknown names what
+// is unknown; see docs/consistency.md)
 // and ErrClosed.
 //
 // # Observability

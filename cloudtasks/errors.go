@@ -69,13 +69,24 @@ const (
 	// last cancelled or dispatched has no answer that does not trust a
 	// clock.
 	UnknownWriteOrder Unknown = "write_order"
+	// UnknownTaskExists: the outbox says the task was created, but it
+	// cannot read every process's records (a Parquet outbox on a bucket
+	// sees others' cancels only once published), and GetTask, which would
+	// settle it, failed.
+	UnknownTaskExists Unknown = "task_exists"
+	// UnknownDeletion: the outbox says the task was created, but it cannot
+	// read every process's records; GetTask found no task, after its
+	// schedule time, and no completed delivery is recorded: whether the
+	// task ran or a cancel not yet readable deleted it is unknown.
+	UnknownDeletion Unknown = "deletion"
 )
 
 // IndeterminateError is the answer to a call whose true outcome cannot be
 // known from the outbox and Cloud Tasks: Unknown names what is missing.
 // Nothing was created by the call. It matches ErrIndeterminate and
 // unwraps to its cause (for UnknownWriteOrder an
-// *outbox.ConcurrentWritesError naming the records).
+// *outbox.ConcurrentWritesError naming the records; for UnknownTaskExists
+// GetTask's error).
 type IndeterminateError struct {
 	// ID is the internal ID.
 	ID string
@@ -238,10 +249,12 @@ type NameHeldError struct {
 	ID string
 	// CancelledAt is when the outbox recorded the delete; zero when no
 	// record of it was visible and GetTask found the task gone before its
-	// schedule time while CreateTask said its name was taken.
+	// schedule time, while CreateTask said its name was taken or the
+	// outbox's record said it was created.
 	CancelledAt time.Time
-	// HeldUntil is CancelledAt plus Config.NameHold: about when the name
-	// is free again.
+	// HeldUntil is CancelledAt plus Config.NameHold (when CancelledAt is
+	// zero, the time of the answer plus NameHold): about when the name is
+	// free again.
 	HeldUntil time.Time
 }
 

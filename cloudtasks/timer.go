@@ -59,7 +59,8 @@ type TimerResult struct {
 	FirstRecorded time.Time
 	// Due is when the timer fires (At, to the second).
 	Due time.Time
-	// Skipped is true when the outbox answered without a Cloud Tasks call.
+	// Skipped is true when the outbox answered without a CreateTask call
+	// (see DispatchResult.Skipped).
 	Skipped bool
 }
 

@@ -71,6 +71,13 @@ type proc struct {
 // open opens a processor on w; edit may change its config first.
 func (w *world) open(t *testing.T, edit func(*cloudtasks.Config)) *proc {
 	t.Helper()
+	return w.openWith(t, edit, nil)
+}
+
+// openWith is open whose editBox may also change the processor's outbox
+// options, for example to keep the tables in a bucket.
+func (w *world) openWith(t *testing.T, edit func(*cloudtasks.Config), editBox func(*parquetbox.Options)) *proc {
+	t.Helper()
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(),
@@ -78,7 +85,11 @@ func (w *world) open(t *testing.T, edit func(*cloudtasks.Config)) *proc {
 	if edit != nil {
 		edit(&cfg)
 	}
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: w.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock})
+	opts := parquetbox.Options{Root: w.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock}
+	if editBox != nil {
+		editBox(&opts)
+	}
+	box, err := parquetbox.Open(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, box.Close()) })
 	p := &proc{cfg: cfg, box: box, reader: reader}

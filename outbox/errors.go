@@ -56,7 +56,10 @@ func (e *ConcurrentWritesError) Is(target error) bool { return target == ErrConc
 
 // NewestOf returns the newest of recs by Newer, or a *ConcurrentWritesError
 // when two records share the highest Version (> 0) with different
-// processors and different statuses. ok is false when recs is empty.
+// processors and different statuses, unless they agree that the task was
+// made (created or already_existed, with or without a pending beside
+// them): then the newest of those is the answer. ok is false when recs is
+// empty.
 // Stores that read records written without a shared lock call it.
 func NewestOf(recs []Record) (newest Record, ok bool, err error) {
 	if len(recs) == 0 {
@@ -83,6 +86,9 @@ func NewestOf(recs []Record) (newest Record, ok bool, err error) {
 	if len(blind) == 0 {
 		return newest, true, nil
 	}
+	if exists, ok := taskMade(newest, blind); ok {
+		return exists, true, nil
+	}
 	blind = append(blind, newest)
 	slices.SortFunc(blind, func(a, b Record) int {
 		switch {
@@ -94,6 +100,30 @@ func NewestOf(recs []Record) (newest Record, ok bool, err error) {
 		return 0
 	})
 	return newest, true, &ConcurrentWritesError{Records: blind}
+}
+
+// taskMade reports whether blind writes of one version agree that the
+// ID's task was made: every status is created, already_existed or
+// pending, and at least one is not pending. A created and an
+// already_existed both say the task was created; a pending beside them is
+// a create still in flight (or whose writer died) for the same
+// deterministic task name, which the other's outcome already settled.
+// exists is the newest of the records that are not pending. Any other
+// mix (a cancel beside a create, say) stays a conflict.
+func taskMade(newest Record, blind []Record) (exists Record, ok bool) {
+	made := func(s Status) bool { return s == StatusCreated || s == StatusAlreadyExisted }
+	found := false
+	for _, r := range append([]Record{newest}, blind...) {
+		switch {
+		case made(r.Status):
+			if !found || Newer(&r, &exists) {
+				exists, found = r, true
+			}
+		case r.Status != StatusPending:
+			return Record{}, false
+		}
+	}
+	return exists, found
 }
 
 // RecordError names the field of a record that is wrong, its value and

@@ -49,6 +49,26 @@ type Outbox interface {
 	Flush(ctx context.Context) error
 }
 
+// FreshReader is implemented by an Outbox whose Latest may answer from a
+// view of other processes' records older than the store could read (a
+// parquetbox reuses its listing of others' logs and files for
+// RefreshInterval), or that cannot read some of their records at all
+// until they publish them (a parquetbox on a bucket: others' logs stay on
+// their machines). A dispatcher calls LatestFresh before it answers a
+// repeat from the outbox without a Cloud Tasks call. Memory and pgbox
+// read every kept record in Latest and do not implement it.
+type FreshReader interface {
+	Outbox
+	// LatestFresh is Latest read after looking again at every process's
+	// records, as fresh as the store can read them. unseen bounds how long
+	// a record another process has kept may stay unreadable here even so:
+	// 0 when this read sees every kept record; on a bucket, the interval
+	// at which processes publish their logs. A caller for whom a record not
+	// yet seen would change the answer asks another source when unseen
+	// is above 0.
+	LatestFresh(ctx context.Context, t Table, id string) (r Record, ok bool, unseen time.Duration, err error)
+}
+
 // AppendAndWait appends r to o and returns once it is kept, with the error
 // that kept it from being kept, or ctx's error if ctx ends first (r may
 // still be kept).

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -84,6 +85,29 @@ func TestNewestOfReportsBlindWrites(t *testing.T) {
 	same.Status = outbox.StatusCancelled
 	_, _, err = outbox.NewestOf([]outbox.Record{a, same})
 	require.NoError(t, err, "two writers that agree on the status are not a conflict")
+
+	// Blind writes that agree the task was made are no conflict: the
+	// newest record that says so is the answer, whatever the order.
+	created := outbox.Record{Table: outbox.TableTimers, ID: "x", Version: 2, Status: outbox.StatusCreated, ProcessorUUID: "a", UpdatedAt: t0.Add(time.Millisecond)}
+	existed := outbox.Record{Table: outbox.TableTimers, ID: "x", Version: 2, Status: outbox.StatusAlreadyExisted, ProcessorUUID: "b", UpdatedAt: t0}
+	pending := outbox.Record{Table: outbox.TableTimers, ID: "x", Version: 2, Status: outbox.StatusPending, ProcessorUUID: "c", UpdatedAt: t0.Add(time.Second)}
+	for _, recs := range [][]outbox.Record{{created, existed}, {existed, created}, {pending, existed, created}, {old, pending, created}} {
+		got, ok, err = outbox.NewestOf(recs)
+		require.NoError(t, err, "%v", recs)
+		require.True(t, ok)
+		if slices.Contains(recs, created) {
+			require.Equal(t, created, got)
+		} else {
+			require.Equal(t, existed, got)
+		}
+	}
+	got, _, err = outbox.NewestOf([]outbox.Record{pending, existed})
+	require.NoError(t, err)
+	require.Equal(t, existed, got, "a pending beside an outcome of the same version yields to it")
+	cancel := a
+	cancel.ProcessorUUID = "d"
+	_, _, err = outbox.NewestOf([]outbox.Record{created, existed, cancel})
+	require.ErrorIs(t, err, outbox.ErrConcurrentWrites, "a cancel beside a create stays a conflict")
 
 	_, ok, err = outbox.NewestOf(nil)
 	require.NoError(t, err)

@@ -31,13 +31,17 @@ const (
 	// (a directory, and a bucket when Options.GCSEmulator is set) through
 	// a day of SIGKILLs.
 	ScenarioBusyDay = "busy-day"
+	// ScenarioE2E follows logical attempts from the orchestrators through
+	// the emulator's deliveries to the workers' effects, with faults at
+	// every hop, on a Parquet directory and on PostgreSQL.
+	ScenarioE2E = "e2e"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioFaults, ScenarioBadInput, ScenarioRecoverHerd, ScenarioDiskFull, ScenarioBusyDay}
+var Scenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioFaults, ScenarioBadInput, ScenarioRecoverHerd, ScenarioDiskFull, ScenarioBusyDay, ScenarioE2E}
 
 // childScenarios start ctdispatch processes, so they need Options.Binary.
-var childScenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioBadInput, ScenarioRecoverHerd, ScenarioDiskFull, ScenarioBusyDay}
+var childScenarios = []string{ScenarioHerd, ScenarioCrash, ScenarioBadInput, ScenarioRecoverHerd, ScenarioDiskFull, ScenarioBusyDay, ScenarioE2E}
 
 // Default sizes; Long multiplies them (see Options).
 const (
@@ -137,6 +141,12 @@ type Options struct {
 	// checks, with the scenario's emulator: tests plant faults to prove
 	// that the checks catch them.
 	afterRun func(scenario string, emu *emulator.Server)
+	// e2eMutation plants a fault in the e2e scenario's running system.
+	e2eMutation e2eMutation
+	// e2eStores limits the e2e scenario to these stores (default both).
+	e2eStores []string
+	// e2eReport, when set, receives each e2e leg's checker report.
+	e2eReport func(store string, rep e2eReport)
 }
 
 func (o Options) withDefaults() Options {
@@ -313,7 +323,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	scenarios := map[string]func(context.Context) Result{
 		ScenarioHerd: r.herd, ScenarioCrash: r.crash, ScenarioFaults: r.faults, ScenarioBadInput: r.badInput,
-		ScenarioRecoverHerd: r.recoverHerd, ScenarioDiskFull: r.diskFull, ScenarioBusyDay: r.busyDay,
+		ScenarioRecoverHerd: r.recoverHerd, ScenarioDiskFull: r.diskFull, ScenarioBusyDay: r.busyDay, ScenarioE2E: r.e2e,
 	}
 	for _, name := range Scenarios {
 		if !slices.Contains(opts.Only, name) {

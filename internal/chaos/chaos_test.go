@@ -53,7 +53,8 @@ func buildAndRun(m *testing.M) int {
 }
 
 // TestSuite runs every scenario at the default sizes and requires that
-// all held; the busy day runs short in TestBusyDayShort instead. With
+// all held; the busy day runs short in TestBusyDayShort instead, and e2e
+// in TestE2EShort. With
 // CTDISPATCH_CHAOS_LONG=1 it runs every scenario at the long sizes, the
 // busy day included (on a directory and on fake-gcs-server).
 func TestSuite(t *testing.T) {
@@ -62,7 +63,7 @@ func TestSuite(t *testing.T) {
 	}
 	long := os.Getenv("CTDISPATCH_CHAOS_LONG") == "1"
 	opts := Options{Seed: 20260601, Binary: binary, Long: long, Dir: t.TempDir()}
-	opts.Only = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == ScenarioBusyDay })
+	opts.Only = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == ScenarioBusyDay || s == ScenarioE2E })
 	if long {
 		opts.Only, opts.GCSEmulator = Scenarios, startFakeGCS(t)
 	}
@@ -144,8 +145,8 @@ func TestOptionsErrors(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day`},
-		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash, bad-input, recover-herd, disk-full, busy-day scenarios start ctdispatch processes`},
+		{Options{Only: []string{"nope"}}, `chaos: Options.Only "nope" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day, e2e`},
+		{Options{Only: []string{ScenarioCrash}}, `chaos: Options.Binary "" is required: the herd, crash, bad-input, recover-herd, disk-full, busy-day, e2e scenarios start ctdispatch processes`},
 		{Options{Only: []string{ScenarioFaults}, Requests: -1}, `chaos: Options.Requests "-1" is negative`},
 		{Options{Only: []string{ScenarioFaults}, Kills: -2}, `chaos: Options.Kills "-2" is negative`},
 		{Options{Only: []string{ScenarioFaults}, DayLength: -time.Second}, `chaos: Options.DayLength "-1s" is negative`},

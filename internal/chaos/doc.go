@@ -43,6 +43,21 @@
 //     request is recorded, and once space returns a new run finishes the
 //     batch with one task per ID and nothing lost. Mounting needs root;
 //     elsewhere the scenario is reported as skipped, never as passed.
+//   - e2e: on a Parquet directory, then on PostgreSQL (a throwaway
+//     cluster the scenario starts), three orchestrator processes run 150
+//     logical attempts (dispatches, fired retry timers, held heartbeats,
+//     cancels) while the emulator delivers them with OIDC tokens to three
+//     worker processes that apply an effect row inside their SQL inbox's
+//     transaction, with faults at every hop: orchestrators SIGKILLed and
+//     SIGSTOPped on answers (Recover by another process meanwhile), a
+//     redeploy with another default queue, RPCs that commit then fail,
+//     deliveries doubled, lost, delayed and reset, workers killed at named
+//     points before and after their commit or stopped past their lock
+//     timeout, connections dropped, clocks offset. Every call and answer
+//     goes to a JSON-lines history, and a checker reports lost and
+//     duplicate effects (both must be 0), absorbed duplicate deliveries,
+//     how each indeterminate call resolved, and whether the outbox, the
+//     emulator, the effects and the deliveries table agree.
 //
 // # Output
 //
@@ -61,8 +76,8 @@
 //
 // # Child processes
 //
-// The herd, crash, recover-herd, disk-full and the CLI half of bad-input
-// start Options.Binary, the
+// The herd, crash, recover-herd, disk-full, busy-day, e2e and the CLI half
+// of bad-input start Options.Binary, the
 // ctdispatch executable: `ctdispatch chaos` passes itself; the package's
 // tests build it once without the race detector, so the children run at
 // full speed while the emulator and checks in the test process are still

@@ -14,12 +14,15 @@ import (
 // a directory.
 func isBucketURL(root string) bool { return strings.Contains(root, "://") }
 
-// checkBucketURL refuses a bucket scheme this binary cannot open, saying
-// how to get one that can.
-func checkBucketURL(root string) error {
+// checkBucketURL refuses a bucket scheme this binary cannot open, given
+// as --outbox, saying how to get one that can.
+func checkBucketURL(root string) error { return checkBucketFlag("--outbox", root) }
+
+// checkBucketFlag is checkBucketURL for a bucket given as flag.
+func checkBucketFlag(flag, root string) error {
 	u, err := url.Parse(root)
 	if err != nil {
-		return usagef("--outbox %q is not a bucket URL: %v", root, err)
+		return usagef("%s %q is not a bucket URL: %v", flag, root, err)
 	}
 	switch u.Scheme {
 	case "gs", "mem":
@@ -28,9 +31,9 @@ func checkBucketURL(root string) error {
 		if s3Linked {
 			return nil
 		}
-		return fmt.Errorf("--outbox %s: this ctdispatch was built without the S3 driver; build one with: go build -tags s3 -o bin/ctdispatch ./cmd/ctdispatch", root)
+		return fmt.Errorf("%s %s: this ctdispatch was built without the S3 driver; build one with: go build -tags s3 -o bin/ctdispatch ./cmd/ctdispatch", flag, root)
 	}
-	return usagef("--outbox %q: scheme %q unknown; allowed: a directory, gs://BUCKET[?prefix=P/], s3://BUCKET[?region=R&prefix=P/] or mem://", root, u.Scheme)
+	return usagef("%s %q: scheme %q unknown; allowed: a directory, gs://BUCKET[?prefix=P/], s3://BUCKET[?region=R&prefix=P/] or mem://", flag, root, u.Scheme)
 }
 
 // checkLogDir requires --log-dir with a bucket root for commands that

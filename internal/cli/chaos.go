@@ -41,6 +41,16 @@ Scenarios:
              with --gcs-emulator: after a final compaction every answered
              ID has exactly one row; reports the kills that landed during
              a compaction and the bytes compactions wrote
+  e2e        on a Parquet directory and on PostgreSQL (started here from
+             /usr/lib/postgresql/*/bin), three orchestrator processes
+             dispatch, schedule and cancel 150 logical attempts while the
+             emulator delivers them with OIDC tokens to three worker
+             processes (SQL inbox, effect row in its transaction); faults at
+             every hop (kills, stops with Recover by another process, lost
+             replies, doubled, lost, delayed and reset deliveries, workers
+             killed around their commit, dropped database connections,
+             clock offsets); a checker reads the JSON-lines history: no lost
+             or duplicate effect, every indeterminate call resolved
 
 The child processes are this executable. Each scenario prints one line,
 "PASS|FAIL SCENARIO: what was tried; what held", and the run ends with
@@ -88,5 +98,25 @@ The child processes are this executable. Each scenario prints one line,
 	f.StringVar(&opts.Dir, "dir", "", "work directory for outboxes and request files (default: a temporary directory)")
 	f.BoolVar(&opts.Keep, "keep", false, "leave the work directory behind")
 	f.StringVar(&binary, "binary", "", "ctdispatch executable for the child processes (default: this one)")
+	cmd.AddCommand(newChaosE2EChildCmd(env))
 	return cmd
+}
+
+// newChaosE2EChildCmd is the e2e scenario's child process (an
+// orchestrator, a Recover pass or a worker), configured through
+// $CTDISPATCH_E2E_CHILD by the scenario that starts it; not for users.
+func newChaosE2EChildCmd(env *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:    "e2e-child",
+		Short:  "A child process of the e2e chaos scenario (started by it)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := env.Getenv(chaos.E2EChildEnv)
+			if cfg == "" {
+				return usagef("$%s is not set: this command is started by `ctdispatch chaos --only e2e`", chaos.E2EChildEnv)
+			}
+			return chaos.RunE2EChild(cmd.Context(), cfg, cmd.OutOrStdout())
+		},
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/internal/chaos"
 )
 
 // The command runs the library-only scenario in-process (the others start
@@ -68,5 +70,27 @@ func TestChaosUsage(t *testing.T) {
 	var errb bytes.Buffer
 	code := Run(context.Background(), []string{"chaos", "--only", "nope"}, Env{Err: &errb})
 	require.Equal(t, 2, code)
-	require.Equal(t, "ctdispatch: chaos: Options.Only \"nope\" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day\n", errb.String())
+	require.Equal(t, "ctdispatch: chaos: Options.Only \"nope\" is not a scenario; allowed: herd, crash, faults, bad-input, recover-herd, disk-full, busy-day, e2e\n", errb.String())
+}
+
+// The e2e scenario's child command runs only as the scenario starts it:
+// without its configuration it says where that comes from, and a role it
+// does not know is named.
+func TestChaosE2EChild(t *testing.T) {
+	t.Parallel()
+	var errb bytes.Buffer
+	code := Run(context.Background(), []string{"chaos", "e2e-child"}, Env{Err: &errb, Getenv: func(string) string { return "" }})
+	require.Equal(t, 2, code)
+	require.Equal(t, "ctdispatch: $CTDISPATCH_E2E_CHILD is not set: this command is started by `ctdispatch chaos --only e2e`\n", errb.String())
+
+	errb.Reset()
+	env := Env{Err: &errb, Getenv: func(k string) string {
+		if k == chaos.E2EChildEnv {
+			return `{"role":"juggler"}`
+		}
+		return ""
+	}}
+	code = Run(context.Background(), []string{"chaos", "e2e-child"}, env)
+	require.Equal(t, 1, code)
+	require.Equal(t, "ctdispatch: chaos: CTDISPATCH_E2E_CHILD: role \"juggler\" is not one of orchestrator, recover, worker\n", errb.String())
 }

@@ -161,6 +161,9 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		mode = durability.Overlapped
 	}
 	pg := isPostgresURL(c.outbox)
+	if err := c.checkExport(pg); err != nil {
+		return nil, err
+	}
 	switch {
 	case c.outbox == "":
 		mode = durability.Memory
@@ -240,11 +243,11 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 // PostgreSQL database, or the outbox of mode.
 func (c *connFlags) openOutbox(ctx context.Context, env *Env, mode durability.Mode, pg bool) (outbox.Outbox, func() error, error) {
 	if pg {
-		box, db, err := openPostgres(ctx, c.outbox)
+		box, db, err := openPostgresExporting(ctx, c.outbox, c.exportOptions(env))
 		if err != nil {
 			return nil, nil, err
 		}
-		return box, db.Close, nil
+		return box, closeExporting(box, db.Close), nil
 	}
 	return durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
 // emulatorEnv names the variable that points the CLI at an emulator, as the
@@ -39,6 +40,9 @@ type connFlags struct {
 	batchInFlight   int
 	// publishInterval is how often the outbox's log reaches Parquet.
 	publishInterval time.Duration
+	// exportTo and exportInterval run a PostgreSQL outbox's exporter.
+	exportTo       string
+	exportInterval time.Duration
 }
 
 // registerModes adds the flags that choose how calls are recorded and
@@ -70,6 +74,8 @@ func (c *connFlags) registerFor(cmd *cobra.Command, env *Env, recovering bool) {
 	f.StringVar(&c.outbox, "outbox", "", "outbox that records every request: a directory, a bucket URL (gs://BUCKET?prefix=P/) or a PostgreSQL URL (postgres://…, tables made by \"ctdispatch migrate\") (default: none, records kept in memory)")
 	f.StringVar(&c.logDir, "log-dir", "", "local directory of the write-ahead log; required with a bucket --outbox")
 	f.DurationVar(&c.publishInterval, "publish-interval", parquetbox.DefaultPublishInterval, "with --outbox: most time a record waits in the log before it is in a Parquet file that DuckDB and BigQuery read (at least "+parquetbox.MinPublishInterval.String()+")")
+	f.StringVar(&c.exportTo, "export-to", "", "with a PostgreSQL --outbox: also write its records to Parquet tables in this directory or bucket (gs://BUCKET?prefix=P/), as \"ctdispatch export\" does")
+	f.DurationVar(&c.exportInterval, "export-interval", pgbox.DefaultExportInterval, "with --export-to: how often to export (at least "+pgbox.MinExportInterval.String()+")")
 	f.BoolVar(&c.jsonOut, "json", false, "print one JSON object per request")
 	if recovering {
 		for _, name := range []string{"project", "location", "queue"} {

@@ -24,7 +24,8 @@ func newMigrateCmd(env *Env) *cobra.Command {
 		Long: `Create the schema and the tables of a PostgreSQL outbox (package
 outbox/pgbox), with their indexes, if they do not exist: dispatch_outbox,
 timers and deliveries, and intents (the tasks that transactions recorded
-for a relay to create, see "ctdispatch relay"), each prefixed. Running it again, or from several
+for a relay to create, see "ctdispatch relay"), each prefixed, and the
+tables "ctdispatch export" keeps its batches in. Running it again, or from several
 machines at once, is safe. Then give the same URL as --outbox to dispatch,
 timer, recover and query. A worker's inbox table is created by
 "ctdispatch worker migrate".
@@ -69,7 +70,8 @@ func newRetainCmd(env *Env) *cobra.Command {
 record is terminal (not pending) and was written more than --older-than
 ago, in batches of at most 1,000 IDs per statement, and print how many
 rows went from each table. Pending records are kept however old: recover
-needs them. A repeat of a deleted ID is answered as a new one (Cloud Tasks
+needs them; once "ctdispatch export" (or --export-to) has run on the
+database, so are the IDs with a record not yet exported. A repeat of a deleted ID is answered as a new one (Cloud Tasks
 answers already_existed while it still holds the name), so keep records
 as long as callers may repeat a dispatch. A file outbox applies retention
 when it compacts ("ctdispatch compact --retention").

@@ -58,10 +58,17 @@ const maxIdleConns = 128
 // returns its outbox and the pool, which the caller closes. A database
 // that cannot be reached is an error at once, not at the first record.
 func openPostgres(ctx context.Context, raw string) (*pgbox.Outbox, *sql.DB, error) {
+	return openPostgresExporting(ctx, raw, pgbox.ExportOptions{})
+}
+
+// openPostgresExporting is openPostgres for an outbox that runs export
+// (none when it is zero) until its Close.
+func openPostgresExporting(ctx context.Context, raw string, export pgbox.ExportOptions) (*pgbox.Outbox, *sql.DB, error) {
 	dsn, opts, err := postgresOptions(raw)
 	if err != nil {
 		return nil, nil, err
 	}
+	opts.Export = export
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, nil, asUsage(fmt.Errorf("--outbox: %w", err))
@@ -80,6 +87,7 @@ func openPostgres(ctx context.Context, raw string) (*pgbox.Outbox, *sql.DB, erro
 		return nil, nil, err
 	}
 	if err := db.PingContext(ctx); err != nil {
+		box.Close()
 		db.Close()
 		return nil, nil, fmt.Errorf("outbox: cannot reach PostgreSQL: %w", err)
 	}

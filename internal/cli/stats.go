@@ -28,6 +28,9 @@ type statsJSON struct {
 	ByQueue     map[string]int64 `json:"by_queue"`
 	ByKind      map[string]int64 `json:"by_kind"`
 	ByProcessor map[string]int64 `json:"by_processor"`
+	// Unexported is a PostgreSQL outbox's rows not yet exported to
+	// Parquet, once an exporter has run on it.
+	Unexported *int64 `json:"unexported,omitempty"`
 }
 
 func writeStats(w io.Writer, stats []parquetbox.TableStats) error {
@@ -58,6 +61,20 @@ func writeStats(w io.Writer, stats []parquetbox.TableStats) error {
 	return tw.Flush()
 }
 
+// writeUnexported says, after the tables, how many rows of each a
+// PostgreSQL outbox's exporter has still to write.
+func writeUnexported(w io.Writer, stats []parquetbox.TableStats, unexported map[outbox.Table]int64) {
+	if len(unexported) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, s := range stats {
+		if n, ok := unexported[s.Table]; ok {
+			fmt.Fprintf(w, "%s: %d rows not yet exported to Parquet\n", s.Table, n)
+		}
+	}
+}
+
 func newStatsCmd(env *Env) *cobra.Command {
 	var dir, format string
 	cmd := &cobra.Command{
@@ -69,6 +86,10 @@ Each ID is counted once, in its latest state, across every Parquet file and
 the write-ahead logs of running dispatchers. The first table also shows the
 files, their bytes and rows (rows include states not yet folded by
 compaction). Reads everything, streaming.
+
+A PostgreSQL outbox (postgres://…) shows its rows and size on the server
+instead of files, and, once "ctdispatch export" has run on it, the rows of
+each table not yet exported to Parquet ("unexported" in JSON).
 
 --format json prints JSON Lines: one object per table.
 
@@ -84,7 +105,7 @@ exit status is 3.`,
 				return usagef("--format %q unknown; allowed: table, json", format)
 			}
 			ctx := cmd.Context()
-			stats, skipped, err := outboxStats(ctx, env, dir)
+			stats, unexported, skipped, err := outboxStats(ctx, env, dir)
 			if err != nil {
 				return err
 			}
@@ -95,15 +116,22 @@ exit status is 3.`,
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, s := range stats {
-					err := enc.Encode(statsJSON{Table: string(s.Table), Files: s.Files, Bytes: s.Bytes, Rows: s.Rows,
+					js := statsJSON{Table: string(s.Table), Files: s.Files, Bytes: s.Bytes, Rows: s.Rows,
 						LogRecords: s.LogRecords, IDs: s.IDs, ByStatus: s.ByStatus, ByQueue: s.ByQueue,
-						ByKind: s.ByKind, ByProcessor: s.ByProcessor})
+						ByKind: s.ByKind, ByProcessor: s.ByProcessor}
+					if n, ok := unexported[s.Table]; ok {
+						js.Unexported = &n
+					}
+					err := enc.Encode(js)
 					if err != nil {
 						return err
 					}
 				}
-			} else if err := writeStats(cmd.OutOrStdout(), stats); err != nil {
-				return err
+			} else {
+				if err := writeStats(cmd.OutOrStdout(), stats); err != nil {
+					return err
+				}
+				writeUnexported(cmd.OutOrStdout(), stats, unexported)
 			}
 			return reportSkipped(cmd.OutOrStdout(), format == "json", skipped, "")
 		},
@@ -115,30 +143,38 @@ exit status is 3.`,
 
 // outboxStats reads the statistics of the outbox at where and the files
 // it skipped. A PostgreSQL outbox has no files and no log: its rows and
-// its size on the server are counted instead.
-func outboxStats(ctx context.Context, env *Env, where string) ([]parquetbox.TableStats, []*parquetbox.FileError, error) {
+// its size on the server are counted instead, and, once an exporter has
+// run on it, the rows of each table not yet exported (unexported; nil
+// otherwise).
+func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbox.TableStats, unexported map[outbox.Table]int64, skipped []*parquetbox.FileError, err error) {
 	if isPostgresURL(where) {
 		box, db, err := openPostgres(ctx, where)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		defer db.Close()
 		pg, err := box.Stats(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		stats := make([]parquetbox.TableStats, 0, len(pg))
 		for _, s := range pg {
 			stats = append(stats, parquetbox.TableStats{Table: s.Table, Bytes: s.Bytes, Rows: s.Rows, IDs: s.IDs,
 				ByStatus: s.ByStatus, ByQueue: s.ByQueue, ByKind: s.ByKind, ByProcessor: s.ByProcessor})
+			if s.Exporting {
+				if unexported == nil {
+					unexported = map[outbox.Table]int64{}
+				}
+				unexported[s.Table] = s.Unexported
+			}
 		}
-		return stats, nil, nil
+		return stats, unexported, nil, nil
 	}
 	o, err := openOutbox(ctx, env, where, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer o.Close()
-	stats, err := o.Stats(ctx)
-	return stats, o.Damaged(), err
+	stats, err = o.Stats(ctx)
+	return stats, nil, o.Damaged(), err
 }

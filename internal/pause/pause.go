@@ -44,6 +44,14 @@ const (
 	// of its lease and before its commit record makes its outputs
 	// visible.
 	CompactCommit = "compact.commit"
+	// E2EWorkerBeforeCommit is in the chaos suite's e2e worker, after
+	// the handler applied its effect in the inbox's transaction and
+	// before the transaction commits.
+	E2EWorkerBeforeCommit = "e2e.worker.before_commit"
+	// E2EWorkerAfterCommit is in the chaos suite's e2e worker, after the
+	// inbox committed the effect and the key's done mark and before the
+	// worker answers.
+	E2EWorkerAfterCommit = "e2e.worker.after_commit"
 )
 
 // fromEnv holds the points the environment armed and not yet reached.

@@ -97,6 +97,24 @@ var versionTests = []struct {
 		require.Equal(t, outbox.StatusCreated, latest.Status)
 		require.Equal(t, int64(2), latest.Version)
 	}},
+	{"LatestFreshAgreesWithLatest", func(t *testing.T, b *bundle) {
+		fr, ok := b.s.(outbox.FreshReader)
+		if !ok {
+			t.Skip("the store's Latest sees every kept record: it is no FreshReader")
+		}
+		r := dispatch("v", "t", "1", outbox.StatusPending)
+		require.NoError(t, b.appendVersion(r, 1))
+		r.Status = outbox.StatusCreated
+		require.NoError(t, b.appendVersion(r, 2))
+		got, found, unseen, err := fr.LatestFresh(b.ctx, outbox.TableDispatch, r.ID)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, b.latest(t, outbox.TableDispatch, r.ID), got)
+		require.GreaterOrEqual(t, unseen, time.Duration(0))
+		_, found, _, err = fr.LatestFresh(b.ctx, outbox.TableDispatch, "dispatch:v:t:2")
+		require.NoError(t, err)
+		require.False(t, found)
+	}},
 	{"NegativeVersionRefused", func(t *testing.T, b *bundle) {
 		err := b.appendVersion(dispatch("v", "t", "1", outbox.StatusPending), -1)
 		var re *outbox.RecordError

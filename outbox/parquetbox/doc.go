@@ -65,6 +65,10 @@
 // wrote is read in others' logs and the files too, so another process's
 // later cancel is seen), and Append refuses a record whose version any of
 // them already holds (outbox.ErrVersionConflict); see docs/consistency.md.
+// LatestFresh (outbox.FreshReader) reads others' logs and files again
+// whatever RefreshInterval allows, and says how long another process's
+// record may still be unseen: 0 when the logs are in the root directory,
+// PublishInterval on a bucket.
 // A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
 // a small fraction of a large file; a Query with Summary set reads only the

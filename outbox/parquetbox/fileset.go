@@ -550,6 +550,14 @@ func (w *walTails) records() ([][]outbox.Record, error) {
 	return w.snapshotLocked(), nil
 }
 
+// expire makes the next records look at the logs again, whatever the
+// refresh interval allows.
+func (w *walTails) expire() {
+	w.mu.Lock()
+	w.lookedAt = time.Time{}
+	w.mu.Unlock()
+}
+
 func (w *walTails) snapshotLocked() [][]outbox.Record {
 	var out [][]outbox.Record
 	for _, t := range w.segs {

@@ -3,8 +3,10 @@ package parquetbox
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
@@ -61,6 +63,35 @@ func (o *Outbox) Latest(ctx context.Context, t outbox.Table, id string) (outbox.
 		return outbox.Record{}, false, err
 	}
 	return outbox.NewestOf(append(recs, others...))
+}
+
+var _ outbox.FreshReader = (*Outbox)(nil)
+
+// LatestFresh is Latest after looking again at other processes' logs and
+// at the table's files, whatever RefreshInterval allows Latest to reuse.
+// unseen is 0 when the root is a directory that also holds this process's
+// log (LogDir unset or the Root): processes sharing it read each other's
+// logs, so every kept record is read. Otherwise (a bucket, or a log kept
+// elsewhere) others' records are read once they are published, and unseen
+// is Options.PublishInterval: the longest a record of a process with the
+// same options waits in its log.
+func (o *Outbox) LatestFresh(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, time.Duration, error) {
+	if err := t.Validate(); err != nil {
+		return outbox.Record{}, false, 0, err
+	}
+	o.files[t].invalidate()
+	o.tails.expire()
+	r, ok, err := o.Latest(ctx, t, id)
+	return r, ok, o.unseen(), err
+}
+
+// unseen is LatestFresh's bound on how long another process's kept
+// record may stay unreadable here.
+func (o *Outbox) unseen() time.Duration {
+	if _, local := o.store.(localStore); local && (o.opts.LogDir == "" || filepath.Clean(o.opts.LogDir) == filepath.Clean(o.opts.Root)) {
+		return 0
+	}
+	return o.opts.PublishInterval
 }
 
 // others returns the records of an ID that this process's memory may not

@@ -9,6 +9,9 @@
 //	box, err := pgbox.New(db, pgbox.Options{})
 //	…
 //	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{…})
+//	…
+//	d.Close(ctx)
+//	box.Close() // stops the exporter, when Options.Export runs one
 //
 // Create the tables first, once per database, with Migrate or
 // "ctdispatch migrate --outbox postgres://…"; both are idempotent and safe
@@ -116,6 +119,29 @@
 //
 // Retain deletes the whole history of IDs finished longer ago than its
 // argument, in batches of at most 1,000 IDs per statement; an ID still
-// pending is kept however old. "ctdispatch retain --outbox postgres://…"
-// runs it.
+// pending is kept however old, and so is one with a state not yet
+// exported once an exporter has run. "ctdispatch retain --outbox
+// postgres://…" runs it.
+//
+// # Export to Parquet
+//
+// An Exporter writes every row of the three tables, once, to Parquet
+// tables in outbox/parquetbox's layout (a directory or a bucket), so that
+// analysts query this store's history with the same DuckDB or BigQuery
+// queries as a Parquet outbox's, and "ctdispatch compact", "stats" and
+// the manifests work on the exported tree. Options.Export runs one inside
+// every dispatcher's outbox; "ctdispatch export --outbox postgres://… --to
+// DIR" runs one alone. Rows go in numbered batches: a batch is claimed in
+// one short transaction under an advisory lock, which marks up to
+// BatchRows rows of each table that are in no batch yet (the export_batch
+// column) and records the batch with a lease (the export_batches table);
+// only then are its rows read and written, as files named
+// b<k>of<n>-<source>-<batch>.parquet, and the batch marked written. So a
+// batch's rows and file names are fixed before any file exists, a re-run
+// after a crash (by any exporter, once the lease has expired) writes the
+// same files again, several exporters never write a row twice, and a
+// transaction that commits after a later one's rows were exported still
+// has its rows exported, by the next batch. With the defaults a committed
+// change is in Parquet within 30 s (Interval; 45 s with several exporters)
+// plus the time its batch takes to write.
 package pgbox

@@ -37,6 +37,13 @@ type Options struct {
 	// Pending, ClaimPending and Retain, and claims' expiry. Defaults to the
 	// real clock. Give it the clock the dispatcher uses.
 	Clock clockwork.Clock
+	// Export, when set (Root is then required), runs an Exporter inside
+	// the outbox from New until Close: every Export.Interval it writes the changes
+	// not yet exported to Parquet tables at Export.Root, and Flush (which
+	// a dispatcher's Close calls) writes those left. Run it in every
+	// dispatcher on the database, or in one "ctdispatch export" process:
+	// exporters share the work. Unset, nothing is exported.
+	Export ExportOptions
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -55,6 +62,11 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
+	if o.Export != (ExportOptions{}) {
+		if err := o.Export.withDefaults().validate("Options.Export"); err != nil {
+			return err
+		}
+	}
 	for _, f := range []struct {
 		field, v string
 		max      int

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
@@ -25,6 +26,13 @@ type Outbox struct {
 	batchStmt map[outbox.Table]string
 	w         writer
 	intents   intents
+
+	// export runs Options.Export's exporter until Close.
+	export     *Exporter
+	stopExport context.CancelFunc
+	exportDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // New returns an outbox in db's tables that opts name, whose records name
@@ -50,7 +58,35 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 		o.tables[i] = newTable(opts, t)
 		o.batchStmt[t] = batchStatement(o.tables[i])
 	}
+	if opts.Export != (ExportOptions{}) {
+		e, err := NewExporter(o, opts.Export)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		o.export, o.stopExport, o.exportDone = e, cancel, make(chan struct{})
+		go func() {
+			defer close(o.exportDone)
+			e.Run(ctx) //nolint:errcheck // Run logs its failures and returns nil
+		}()
+	}
 	return o, nil
+}
+
+// Close stops the exporter that Options.Export runs, if any, and waits for
+// its pass under way; it does not close the database. Without an
+// exporter there is nothing to close. Call it after the dispatcher's
+// Close, whose Flush exports what is left.
+func (o *Outbox) Close() error {
+	o.closeOnce.Do(func() {
+		if o.export == nil {
+			return
+		}
+		o.stopExport()
+		<-o.exportDone
+		o.closeErr = o.export.Close()
+	})
+	return o.closeErr
 }
 
 // table returns the layout of t, or an error naming it when it is not a
@@ -140,8 +176,17 @@ func nullTime(r *outbox.Record) sql.NullTime {
 	return sql.NullTime{Time: r.DueAt, Valid: !r.DueAt.IsZero()}
 }
 
-// Flush returns at once: every record is committed when Append returns.
-func (o *Outbox) Flush(ctx context.Context) error { return ctx.Err() }
+// Flush returns at once when the outbox runs no exporter: every record is
+// committed when Append returns. With Options.Export it exports what is
+// committed and not yet exported, so that a dispatcher's Close leaves its
+// records in the Parquet tables too.
+func (o *Outbox) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil || o.export == nil {
+		return err
+	}
+	_, err := o.export.ExportOnce(ctx)
+	return err
+}
 
 // errNotMigrated is wrapped into a read or write on a table that does not
 // exist, with the command that creates it.

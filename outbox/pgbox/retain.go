@@ -27,7 +27,11 @@ type RetainStats struct {
 // pending is never deleted, however old: Recover needs it. A repeat of a
 // deleted ID is answered as if it were new (Cloud Tasks answers
 // AlreadyExists while it still holds the name), so keep records at least
-// as long as callers may repeat a dispatch. olderThan must be positive.
+// as long as callers may repeat a dispatch. Once an Exporter has run on
+// the database (the prefix's export table holds its row), an ID with a
+// state not yet exported (in no batch, or in a batch whose files are not
+// written) is kept too, until an export has written it; delete that row
+// to stop exporting and keeping. olderThan must be positive.
 func (o *Outbox) Retain(ctx context.Context, olderThan time.Duration) ([]RetainStats, error) {
 	if olderThan <= 0 {
 		return nil, &ConfigError{Field: "olderThan", Value: olderThan.String(), Rule: "must be positive: it would delete the current state of every finished ID"}

@@ -67,3 +67,40 @@ func TestRetainDeletesFinishedIDsInBatches(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "olderThan", ce.Field)
 }
+
+// Once an exporter has run on the database, Retain keeps every ID with a
+// state not yet exported: not in a batch, or in a batch whose files are
+// not written (its exporter died); it deletes the rest as before.
+func TestRetainKeepsWhatIsNotExported(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openSchema(t, db, "retainexp", clock)
+	e := newExporter(t, o, t.TempDir())
+	appendStates(t, o, "ret", "exported", outbox.StatusPending, outbox.StatusCreated)
+	_, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	appendStates(t, o, "ret", "unwritten", outbox.StatusPending, outbox.StatusCreated)
+	exported, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []int64{2}, exported.Batches)
+	_, err = db.ExecContext(t.Context(), `UPDATE "retainexp"."ctdispatch_export_batches" SET written_at = NULL WHERE batch = 2`)
+	require.NoError(t, err)
+	appendStates(t, o, "ret", "unexported", outbox.StatusPending, outbox.StatusCreated)
+	clock.Advance(2 * time.Hour)
+	st, err := o.Stats(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{4, 0}, [2]int64{st[0].Unexported, st[1].Unexported}, "Stats counts what is left to export")
+	require.True(t, st[0].Exporting)
+
+	stats, err := o.Retain(t.Context(), time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []pgbox.RetainStats{{Table: outbox.TableDispatch, Rows: 2}, {Table: outbox.TableTimers}, {Table: outbox.TableDeliveries}}, stats)
+	left, err := o.Lookup(t.Context(), outbox.Query{RunID: "ret"})
+	require.NoError(t, err)
+	var tasks []string
+	for _, r := range left {
+		tasks = append(tasks, r.TaskKey)
+	}
+	require.Equal(t, []string{"unexported", "unwritten"}, tasks)
+}

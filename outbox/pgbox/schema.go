@@ -84,6 +84,7 @@ func newTable(o Options, t outbox.Table) *table {
 		GROUP BY status, queue, kind, processor_uuid`
 	tb.retain = `DELETE FROM ` + tb.name + ` WHERE ` + tb.id + ` IN (
 		SELECT l.` + tb.id + ` FROM ` + tb.name + ` l WHERE l.updated_at < $1 AND l.status <> 'pending' AND ` + latest("l") + `
+		AND ` + exportedCondition(o, tb, "l") + `
 		LIMIT ` + strconv.Itoa(retainBatch) + `)`
 	return tb
 }
@@ -149,9 +150,11 @@ func (tb *table) ddl() []string {
 const migrateLock = 7_304_119_220_260_002
 
 // Migrate creates, in db, the schema and the three tables (with their
-// indexes) that opts name, if they do not exist. It is idempotent and
-// safe to run from several processes at once.
+// indexes) that opts name, and the exporter's two tables (see Exporter),
+// if they do not exist. It is idempotent and safe to run from several
+// processes at once. It runs no exporter, whatever opts.Export says.
 func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
+	opts.Export = ExportOptions{} // migrating runs no exporter
 	o, err := New(db, opts)
 	if err != nil {
 		return err
@@ -175,6 +178,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 		stmts = append(stmts, tb.ddl()...)
 	}
 	stmts = append(stmts, o.intents.ddl()...)
+	stmts = append(stmts, o.exportDDL()...)
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)

@@ -21,19 +21,36 @@ type TableStats struct {
 	// ByStatus, ByQueue, ByKind and ByProcessor count IDs by their latest
 	// state's status, queue, kind and writing processor.
 	ByStatus, ByQueue, ByKind, ByProcessor map[string]int64
+	// Unexported counts the rows an Exporter has still to write to
+	// Parquet (in no batch, or in a batch not yet written), once an
+	// exporter has run on the database; Exporting says whether one has.
+	Unexported int64
+	Exporting  bool
 }
 
 // Stats summarizes every table, in the order of outbox.Tables. It reads
 // every row, on the server: run it on a replica's connection when the
 // tables are large (New on that pool), not on the dispatchers' primary.
 func (o *Outbox) Stats(ctx context.Context) ([]TableStats, error) {
+	et := exportTablesOf(o.opts)
+	var exporting bool
+	if err := o.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+et.source+`)`).Scan(&exporting); err != nil {
+		return nil, o.readError(o.tables[0], err)
+	}
 	out := make([]TableStats, 0, len(o.tables))
 	for _, tb := range o.tables {
 		st := TableStats{Table: tb.t, ByStatus: map[string]int64{}, ByQueue: map[string]int64{},
-			ByKind: map[string]int64{}, ByProcessor: map[string]int64{}}
+			ByKind: map[string]int64{}, ByProcessor: map[string]int64{}, Exporting: exporting}
 		err := o.db.QueryRowContext(ctx, `SELECT count(*), pg_total_relation_size('`+tb.name+`') FROM `+tb.name).Scan(&st.Rows, &st.Bytes)
 		if err != nil {
 			return nil, o.readError(tb, err)
+		}
+		if exporting {
+			err := o.db.QueryRowContext(ctx, `SELECT count(*) FROM `+tb.name+` u LEFT JOIN `+et.batches+` b ON b.batch = u.export_batch
+				WHERE b.written_at IS NULL`).Scan(&st.Unexported)
+			if err != nil {
+				return nil, o.readError(tb, err)
+			}
 		}
 		rows, err := o.db.QueryContext(ctx, tb.stats)
 		if err != nil {

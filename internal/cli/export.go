@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
+)
+
+func newExportCmd(env *Env) *cobra.Command {
+	var where, to string
+	var once bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "export --outbox postgres://… --to DIR|gs://… [--once]",
+		Short: "Write a PostgreSQL outbox's records to Parquet tables that DuckDB and BigQuery read",
+		Long: `Write every record of a PostgreSQL outbox, once, to Parquet tables in the
+layout of a file outbox (dispatch_outbox, timers and deliveries under
+--to, partitioned by created_date=YYYY-MM-DD, files named by bucket,
+the database's export source and the batch), so that the queries of
+docs/outbox.md, "ctdispatch query", "stats" and "compact" work on them.
+
+Records go in numbered batches whose rows are fixed in the database
+before any file is written: a batch interrupted by a crash is written
+again, to the same files, by the next exporter once its lease (2 minutes)
+expires, and exporters on several machines share the work without
+writing a row twice. Without --once it exports every --interval until
+interrupted; a record is then in Parquet within about --interval. The
+same exporter runs inside "dispatch", "timer" and "recover" with
+--export-to. Once an exporter has run on a database, "ctdispatch retain"
+keeps the records it has not yet exported.
+
+` + postgresURLHelp,
+		Example: `  ctdispatch export --outbox "$DATABASE_URL" --to ./outbox --once
+  ctdispatch export --outbox "$DATABASE_URL" --to "gs://analytics?prefix=ctdispatch/"
+  ctdispatch compact --outbox ./outbox`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !isPostgresURL(where) {
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file or bucket outbox is in Parquet already)", where)
+			}
+			if err := checkExportTo(to); err != nil {
+				return err
+			}
+			if interval < pgbox.MinExportInterval {
+				return usagef("--interval %s is below the minimum %s", interval, pgbox.MinExportInterval)
+			}
+			box, db, err := openPostgres(cmd.Context(), where)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Interval: interval, Logger: env.Logger})
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			if !once {
+				return e.Run(cmd.Context())
+			}
+			st, err := e.ExportOnce(cmd.Context())
+			printExport(env.Out, st)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&where, "outbox", "", "PostgreSQL URL of the outbox, postgres://… (required)")
+	cmd.Flags().StringVar(&to, "to", "", "where the Parquet tables go: a directory or a bucket URL, gs://BUCKET[?prefix=P/] (required)")
+	cmd.Flags().BoolVar(&once, "once", false, "export what is committed now, print what was written, and exit")
+	cmd.Flags().DurationVar(&interval, "interval", pgbox.DefaultExportInterval, "without --once: how often to export (at least "+pgbox.MinExportInterval.String()+")")
+	return cmd
+}
+
+// checkExportTo checks the destination of an export: required, and a
+// directory or a bucket this binary can open.
+func checkExportTo(to string) error {
+	if to == "" {
+		return usagef("--to is required: a directory or a bucket URL for the Parquet tables")
+	}
+	if isPostgresURL(to) {
+		return usagef("--to %s is a PostgreSQL URL; want a directory or a bucket URL for the Parquet tables", redact(to))
+	}
+	if isBucketURL(to) {
+		return checkBucketFlag("--to", to)
+	}
+	return nil
+}
+
+// printExport says what an export pass wrote.
+func printExport(w io.Writer, st pgbox.ExportStats) {
+	if len(st.Batches) == 0 {
+		fmt.Fprintln(w, "nothing to export")
+		return
+	}
+	first, last := st.Batches[0], st.Batches[len(st.Batches)-1]
+	span := fmt.Sprintf("batch %d", first)
+	if last != first {
+		span = fmt.Sprintf("%d batches, %d to %d", len(st.Batches), first, last)
+	}
+	fmt.Fprintf(w, "exported %s: dispatch_outbox %d rows, timers %d rows, deliveries %d rows\n",
+		span, st.Rows[0], st.Rows[1], st.Rows[2])
+}
+
+// exportOptions are the export a dispatcher's PostgreSQL outbox runs, from
+// --export-to and --export-interval (none without --export-to).
+func (c *connFlags) exportOptions(env *Env) pgbox.ExportOptions {
+	if c.exportTo == "" {
+		return pgbox.ExportOptions{}
+	}
+	return pgbox.ExportOptions{Root: c.exportTo, Interval: c.exportInterval, Logger: env.Logger}
+}
+
+// checkExport checks --export-to and --export-interval for a dispatcher
+// over outbox.
+func (c *connFlags) checkExport(pg bool) error {
+	if c.exportTo == "" {
+		return nil
+	}
+	if !pg {
+		return usagef("--export-to applies to a PostgreSQL --outbox; a file or bucket outbox is in Parquet already")
+	}
+	if c.exportInterval < pgbox.MinExportInterval {
+		return usagef("--export-interval %s is below the minimum %s", c.exportInterval, pgbox.MinExportInterval)
+	}
+	return checkExportTo(c.exportTo)
+}
+
+// closeExporting closes a PostgreSQL outbox (its exporter) and then its
+// database.
+func closeExporting(box *pgbox.Outbox, close func() error) func() error {
+	return func() error { return errors.Join(box.Close(), close()) }
+}

@@ -1,0 +1,50 @@
+package parquetbox
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// WriteRun writes another store's records as a run in the layout a log
+// conversion writes, keeping their processor, times and version; writing
+// it again writes the same bytes; a bad source or record writes nothing.
+func TestWriteRunWritesAnotherStoresRecordsAsARun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	o, err := Open(t.Context(), Options{Root: b.root, ReadOnly: true, Buckets: 1, Clock: b.clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
+	pending := dispatchRec("run", "a", "1", outbox.StatusPending)
+	pending.ProcessorUUID, pending.Version, pending.CreatedAt, pending.UpdatedAt = procB, 1, t0, t0
+	created := pending
+	created.Status, created.Version, created.UpdatedAt = outbox.StatusCreated, 2, t0.Add(time.Second)
+	recs := []outbox.Record{created, pending}
+
+	require.NoError(t, o.WriteRun(t.Context(), "src_1", 7, recs))
+	path := filepath.Join(b.root, "dispatch_outbox", "created_date=2026-03-01", "src_1-0000000000000007.parquet")
+	first, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, o.WriteRun(t.Context(), "src_1", 7, recs))
+	again, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	got, err := o.Lookup(t.Context(), outbox.Query{RunID: "run", History: true})
+	require.NoError(t, err)
+	pending.Normalize()
+	created.Normalize()
+	require.Equal(t, []outbox.Record{pending, created}, got)
+
+	require.ErrorContains(t, o.WriteRun(t.Context(), "../x", 8, recs), `run source "../x" is not a UUID or a name of [0-9a-z_]`)
+	bad := pending
+	bad.CloudTaskID = "d_0000000000000000000000000a"
+	require.ErrorIs(t, o.WriteRun(t.Context(), "src_1", 8, []outbox.Record{pending, bad}), outbox.ErrForeignRecord)
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the refused runs wrote nothing")
+}

@@ -1,0 +1,487 @@
+package pgbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+)
+
+// Defaults of ExportOptions.
+const (
+	// DefaultExportInterval is how often an exporter looks for changes:
+	// a committed change is in Parquet within this long (one and a half
+	// times this with several exporters, which space their batches), plus
+	// the time a batch takes to write: inside a minute.
+	DefaultExportInterval = 30 * time.Second
+	// MinExportInterval is the shortest ExportOptions.Interval: every batch
+	// writes a file per table, day and bucket it touches, so shorter would
+	// only multiply small files.
+	MinExportInterval = time.Second
+	// DefaultExportBatchRows bounds the rows of each table one batch holds:
+	// about 10 MB of records in memory per table while the batch is written.
+	DefaultExportBatchRows = 20_000
+	// DefaultExportLease is how long a batch stays its exporter's before
+	// another may take it over and write it.
+	DefaultExportLease = 2 * time.Minute
+)
+
+// ExportOptions configures an Exporter (and Options.Export, which runs one
+// inside the outbox). The zero value exports nothing: Root is required.
+type ExportOptions struct {
+	// Root is where the Parquet tables go, in the layout of
+	// outbox/parquetbox: a local directory (created 0700 if missing) or a
+	// bucket URL (gs://bucket/prefix once package outbox/cloudblob is
+	// imported; any gocloud.dev/blob URL whose driver is registered).
+	Root string
+	// Interval is how often the exporter looks for changes that are not yet
+	// exported. Several exporters on one database space their batches by
+	// half of it between them. Defaults to DefaultExportInterval; at least
+	// MinExportInterval.
+	Interval time.Duration
+	// BatchRows bounds the rows of each table one batch takes (a batch is
+	// held in memory while its files are written); a full batch is
+	// followed at once by the next. Defaults to DefaultExportBatchRows.
+	BatchRows int
+	// Lease is how long a batch stays claimed by its exporter: an exporter
+	// that died with a batch unwritten leaves it to another after this
+	// long. Defaults to DefaultExportLease; at least a second.
+	Lease time.Duration
+	// Buckets splits each day's rows into this many files by the hash of
+	// their task, as parquetbox.Options.Buckets does. Defaults to 8.
+	Buckets int
+	// Logger receives the failures of Run's passes (Run goes on), and at
+	// debug level the batches each pass wrote. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (e ExportOptions) withDefaults() ExportOptions {
+	if e.Interval == 0 {
+		e.Interval = DefaultExportInterval
+	}
+	if e.BatchRows == 0 {
+		e.BatchRows = DefaultExportBatchRows
+	}
+	if e.Lease == 0 {
+		e.Lease = DefaultExportLease
+	}
+	if e.Logger == nil {
+		e.Logger = slog.New(slog.DiscardHandler)
+	}
+	return e
+}
+
+func (e ExportOptions) validate(field string) error {
+	switch {
+	case e.Root == "":
+		return &ConfigError{Field: field + ".Root", Value: `""`, Rule: "is required: a directory or a bucket URL for the Parquet tables"}
+	case e.Interval < MinExportInterval:
+		return &ConfigError{Field: field + ".Interval", Value: e.Interval.String(), Rule: "is below the minimum " + MinExportInterval.String()}
+	case e.BatchRows < 1:
+		return &ConfigError{Field: field + ".BatchRows", Value: strconv.Itoa(e.BatchRows), Rule: "must be positive"}
+	case e.Lease < time.Second:
+		return &ConfigError{Field: field + ".Lease", Value: e.Lease.String(), Rule: "is below the minimum 1s"}
+	case e.Buckets < 0 || e.Buckets > 256:
+		return &ConfigError{Field: field + ".Buckets", Value: strconv.Itoa(e.Buckets), Rule: "is out of range; allowed: 1 to 256 (0 for the default, 8)"}
+	}
+	return nil
+}
+
+// exportTables are the names of the exporter's own two tables.
+type exportTables struct {
+	source  string // one row: the name the database's files carry
+	batches string // one row per batch
+	bare    string // the batches table's own name, for its index
+}
+
+func exportTablesOf(o Options) exportTables {
+	q := func(name string) string { return `"` + o.Schema + `"."` + o.TablePrefix + name + `"` }
+	return exportTables{source: q("export"), batches: q("export_batches"), bare: o.TablePrefix + "export_batches"}
+}
+
+// exportDDL returns the statements that create the exporter's tables and
+// the batch column of every record table. A row's export_batch is NULL
+// until a batch claims it: that, not a sequence's high-water mark, is what
+// finds a row whose transaction committed after a later row's.
+func (o *Outbox) exportDDL() []string {
+	et := exportTablesOf(o.opts)
+	stmts := []string{
+		`CREATE TABLE IF NOT EXISTS ` + et.source + ` (
+			singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+			source    text COLLATE "C" NOT NULL,
+			since     timestamptz NOT NULL
+		)`,
+		`COMMENT ON TABLE ` + et.source + ` IS 'ctdispatch outbox export: its row names the exported files; while it exists, Retain keeps unexported rows (github.com/ctdispatch/ctdispatch/outbox/pgbox)'`,
+		`CREATE TABLE IF NOT EXISTS ` + et.batches + ` (
+			batch         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			rows          bigint NOT NULL DEFAULT 0,
+			full_batch    boolean NOT NULL DEFAULT false,
+			claimed_by    text COLLATE "C" NOT NULL,
+			lease_expires timestamptz NOT NULL,
+			created_at    timestamptz NOT NULL,
+			written_at    timestamptz
+		)`,
+		`CREATE INDEX IF NOT EXISTS "` + et.bare + `_unwritten" ON ` + et.batches + ` (batch) WHERE written_at IS NULL`,
+	}
+	for _, tb := range o.tables {
+		stmts = append(stmts,
+			`ALTER TABLE `+tb.name+` ADD COLUMN IF NOT EXISTS export_batch bigint`,
+			`CREATE INDEX IF NOT EXISTS "`+tb.bare+`_unexported" ON `+tb.name+` (seq) WHERE export_batch IS NULL`,
+			`CREATE INDEX IF NOT EXISTS "`+tb.bare+`_export_batch" ON `+tb.name+` (export_batch) WHERE export_batch IS NOT NULL`,
+		)
+	}
+	return stmts
+}
+
+// exportedCondition is true of a row l of tb whose ID Retain may delete as
+// far as the export goes: no exporter was ever started on the database, or
+// every row of the ID is in a batch whose files are written.
+func exportedCondition(o Options, tb *table, l string) string {
+	et := exportTablesOf(o)
+	return `(NOT EXISTS (SELECT 1 FROM ` + et.source + `) OR NOT EXISTS (
+			SELECT 1 FROM ` + tb.name + ` u LEFT JOIN ` + et.batches + ` b ON b.batch = u.export_batch
+			WHERE u.` + tb.id + ` = ` + l + `.` + tb.id + ` AND b.written_at IS NULL))`
+}
+
+// exportLock is the advisory lock (with the tables' hash as its second
+// key) under which exporters claim batches, one at a time per database
+// and tables.
+const exportLock = 73_041_192
+
+// Exporter writes every state the outbox's tables record to Parquet
+// tables in the layout of outbox/parquetbox (dispatch_outbox, timers and
+// deliveries; created_date=YYYY-MM-DD partitions; bucketed file names),
+// each state once, so that analysts query a PostgreSQL outbox's history
+// as they query a Parquet one, and "ctdispatch compact", "stats" and the
+// manifests work on the exported tree.
+//
+// Rows go out in batches. A batch is claimed in one short transaction,
+// under an advisory lock: it gets the next number and marks up to
+// BatchRows rows of each table not yet in a batch as its own
+// (export_batch), so its membership is fixed in the database before any
+// file is written. The batch's rows are then written as a run named by
+// the database's export source and the batch number
+// (b<k>of<n>-<source>-<batch>.parquet), and the batch is marked written.
+// An exporter that dies before that leaves the batch claimed until its
+// lease expires; the next exporter then writes the same rows under the
+// same names again, which replaces the files whole. A row whose
+// transaction commits after rows of a later batch were claimed is still
+// unclaimed, and goes into the next batch. Several exporters on one
+// database (one per dispatcher) share the work and never export a row
+// twice.
+type Exporter struct {
+	o    *Outbox
+	opts ExportOptions
+	id   string // claims batches
+	et   exportTables
+	lock string // the tables' hash, the advisory lock's second key
+	// unexported asks whether any row is in no batch yet.
+	unexported string
+	// passing serialises this exporter's passes, so that ExportOnce
+	// (Flush) waits for Run's pass under way, whose batch it could not
+	// take, and returns only once that batch is written too.
+	passing sync.Mutex
+	mu      sync.Mutex
+	src     string             // the database's export source, once registered
+	files   *parquetbox.Outbox // the Parquet tables, once opened
+}
+
+// NewExporter returns an exporter of o's tables to opts.Root. It does no
+// I/O: the first pass registers the export in the database (from then on
+// Retain keeps unexported rows) and opens Root.
+func NewExporter(o *Outbox, opts ExportOptions) (*Exporter, error) {
+	if o == nil {
+		return nil, &ConfigError{Field: "o", Value: "nil", Rule: "is required"}
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate("ExportOptions"); err != nil {
+		return nil, err
+	}
+	var exists []string
+	for _, tb := range o.tables {
+		exists = append(exists, `EXISTS (SELECT 1 FROM `+tb.name+` WHERE export_batch IS NULL)`)
+	}
+	return &Exporter{o: o, opts: opts, id: uuid.Must(uuid.NewV7()).String(), et: exportTablesOf(o.opts),
+		lock:       `hashtext('` + o.opts.Schema + `.` + o.opts.TablePrefix + `')`,
+		unexported: `SELECT ` + strings.Join(exists, ` OR `)}, nil
+}
+
+// ExportStats says what a pass exported.
+type ExportStats struct {
+	// Batches are the numbers of the batches written, in order.
+	Batches []int64
+	// Rows counts the rows written, per table in the order of
+	// outbox.Tables.
+	Rows [3]int64
+}
+
+// Source returns the name the exported files carry after their bucket,
+// the database's export source (a UUID chosen by the first exporter ever
+// started on the database), or "" before the first pass.
+func (e *Exporter) Source() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.src
+}
+
+// ExportOnce exports every change committed before it was called (but
+// those in a batch another live exporter is writing), and returns what it
+// wrote: it writes batches, first those of exporters whose lease expired,
+// until one is not full.
+func (e *Exporter) ExportOnce(ctx context.Context) (ExportStats, error) {
+	return e.pass(ctx, 0)
+}
+
+// Run exports every Interval until ctx ends, then returns nil. A pass that
+// fails is logged and the next one tries again. A pass claims a new batch
+// only when no other exporter on the database claimed one within half the
+// interval (unless that batch was full), so that several exporters write
+// about one batch per interval between them, not one each; a change then
+// waits at most one and a half intervals.
+func (e *Exporter) Run(ctx context.Context) error {
+	for {
+		st, err := e.pass(ctx, e.opts.Interval/2)
+		if err != nil && ctx.Err() == nil {
+			e.opts.Logger.Error("pgbox: export pass failed; the next retries", "root", e.opts.Root, "err", err)
+		}
+		if len(st.Batches) > 0 {
+			e.opts.Logger.Debug("pgbox: exported", "root", e.opts.Root, "batches", st.Batches, "rows", st.Rows)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.o.clock.After(e.opts.Interval):
+		}
+	}
+}
+
+// Close closes the Parquet tables' handles. The exporter is not used
+// after.
+func (e *Exporter) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.files == nil {
+		return nil
+	}
+	err := e.files.Close()
+	e.files = nil
+	return err
+}
+
+// pass writes batches until none is left; spacing, when positive, is how
+// recently another batch may have been claimed before this pass claims a
+// new one (batches taken over are written regardless).
+func (e *Exporter) pass(ctx context.Context, spacing time.Duration) (ExportStats, error) {
+	e.passing.Lock()
+	defer e.passing.Unlock()
+	var st ExportStats
+	files, err := e.prepare(ctx)
+	if err != nil {
+		return st, err
+	}
+	for {
+		b, err := e.claim(ctx, spacing)
+		if err != nil || b.batch == 0 {
+			return st, err
+		}
+		rows, written, err := e.write(ctx, files, b.batch)
+		if err != nil {
+			return st, errors.Join(err, e.release(ctx, b.batch))
+		}
+		if written {
+			st.Batches = append(st.Batches, b.batch)
+			for i := range rows {
+				st.Rows[i] += rows[i]
+			}
+		}
+		if !b.full && !b.takenOver {
+			// It took every row committed before its claim: the pass is
+			// done (what commits meanwhile waits for the next pass, so a
+			// busy database cannot keep a pass going).
+			return st, nil
+		}
+	}
+}
+
+// prepare registers the export in the database (once) and opens the
+// Parquet tables.
+func (e *Exporter) prepare(ctx context.Context) (*parquetbox.Outbox, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.files != nil {
+		return e.files, nil
+	}
+	if e.src == "" {
+		_, err := e.o.db.ExecContext(ctx, `INSERT INTO `+e.et.source+` (source, since) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			uuid.Must(uuid.NewV7()).String(), e.o.clock.Now())
+		if err == nil {
+			err = e.o.db.QueryRowContext(ctx, `SELECT source FROM `+e.et.source).Scan(&e.src)
+		}
+		if sqlState(err) == undefinedTable {
+			return nil, fmt.Errorf("pgbox: export: %w", errNotMigrated)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pgbox: export: register: %w", err)
+		}
+	}
+	if !strings.Contains(e.opts.Root, "://") {
+		if err := os.MkdirAll(e.opts.Root, 0o700); err != nil {
+			return nil, fmt.Errorf("pgbox: export: %w", err)
+		}
+	}
+	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: e.opts.Root, ReadOnly: true, Buckets: e.opts.Buckets, Clock: e.o.clock})
+	if err != nil {
+		return nil, fmt.Errorf("pgbox: export: open %s: %w", e.opts.Root, err)
+	}
+	e.files = files
+	return files, nil
+}
+
+// claimed is a batch a claim returned (batch 0: none).
+type claimed struct {
+	batch           int64
+	full, takenOver bool
+}
+
+// claim returns a batch to write: one whose exporter's lease expired, or
+// a new one holding the rows no batch holds yet (up to BatchRows per
+// table), or none. It runs in one transaction under the export lock.
+func (e *Exporter) claim(ctx context.Context, spacing time.Duration) (claimed, error) {
+	tx, err := e.o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return claimed{}, fmt.Errorf("pgbox: export: claim: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	c, err := e.claimIn(ctx, tx, spacing)
+	if err != nil {
+		return claimed{}, fmt.Errorf("pgbox: export: claim: %w", err)
+	}
+	if c.batch == 0 {
+		return c, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return claimed{}, fmt.Errorf("pgbox: export: claim: %w", err)
+	}
+	return c, nil
+}
+
+func (e *Exporter) claimIn(ctx context.Context, tx *sql.Tx, spacing time.Duration) (claimed, error) {
+	now := e.o.clock.Now()
+	expires := now.Add(e.opts.Lease)
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(exportLock)+`, `+e.lock+`)`); err != nil {
+		return claimed{}, err
+	}
+	var c claimed
+	err := tx.QueryRowContext(ctx, `UPDATE `+e.et.batches+` SET claimed_by = $1, lease_expires = $2 WHERE batch = (
+		SELECT batch FROM `+e.et.batches+` WHERE written_at IS NULL AND lease_expires <= $3 ORDER BY batch LIMIT 1)
+		RETURNING batch`, e.id, expires, now).Scan(&c.batch)
+	if err == nil {
+		c.takenOver = true
+		return c, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return claimed{}, err
+	}
+	if spacing > 0 {
+		var last time.Time
+		var full bool
+		err := tx.QueryRowContext(ctx, `SELECT created_at, full_batch FROM `+e.et.batches+` ORDER BY batch DESC LIMIT 1`).Scan(&last, &full)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return claimed{}, err
+		}
+		if err == nil && !full && last.After(now.Add(-spacing)) {
+			return claimed{}, nil
+		}
+	}
+	// Most passes find nothing: they ask before taking a batch number, so
+	// that numbers run without gaps (but after a claim that skipped every
+	// row it found, locked by another transaction, and rolled back).
+	var any bool
+	if err := tx.QueryRowContext(ctx, e.unexported).Scan(&any); err != nil || !any {
+		return claimed{}, err
+	}
+	if err := tx.QueryRowContext(ctx, `INSERT INTO `+e.et.batches+` (claimed_by, lease_expires, created_at) VALUES ($1, $2, $3) RETURNING batch`,
+		e.id, expires, now).Scan(&c.batch); err != nil {
+		return claimed{}, err
+	}
+	var rows int64
+	for _, tb := range e.o.tables {
+		res, err := tx.ExecContext(ctx, `UPDATE `+tb.name+` SET export_batch = $1 WHERE seq IN (
+			SELECT seq FROM `+tb.name+` WHERE export_batch IS NULL ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED)`, c.batch, e.opts.BatchRows)
+		if err != nil {
+			return claimed{}, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return claimed{}, err
+		}
+		rows += n
+		c.full = c.full || n == int64(e.opts.BatchRows)
+	}
+	if rows == 0 {
+		return claimed{}, nil // rolled back: no empty batch
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+e.et.batches+` SET rows = $2, full_batch = $3 WHERE batch = $1`, c.batch, rows, c.full); err != nil {
+		return claimed{}, err
+	}
+	return c, nil
+}
+
+// write writes a claimed batch's rows as one run and marks the batch
+// written. written is false when another exporter took the batch over
+// before its files were begun (its lease had expired): that one writes it.
+func (e *Exporter) write(ctx context.Context, files *parquetbox.Outbox, batch int64) (rows [3]int64, written bool, err error) {
+	res, err := e.o.db.ExecContext(ctx, `UPDATE `+e.et.batches+` SET lease_expires = $3 WHERE batch = $1 AND claimed_by = $2 AND written_at IS NULL`,
+		batch, e.id, e.o.clock.Now().Add(e.opts.Lease))
+	if err != nil {
+		return rows, false, fmt.Errorf("pgbox: export: batch %d: renew its lease: %w", batch, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return rows, false, err
+	}
+	var recs []outbox.Record
+	for i, tb := range e.o.tables {
+		got, err := e.o.query(ctx, tb, `SELECT `+tb.cols+` FROM `+tb.name+` WHERE export_batch = $1 ORDER BY seq`, batch)
+		if err != nil {
+			return rows, false, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
+		}
+		rows[i] = int64(len(got))
+		recs = append(recs, got...)
+	}
+	if err := files.WriteRun(ctx, e.Source(), uint64(batch), recs); err != nil {
+		return rows, false, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
+	}
+	if _, err := e.o.db.ExecContext(ctx, `UPDATE `+e.et.batches+` SET written_at = $2 WHERE batch = $1 AND written_at IS NULL`,
+		batch, e.o.clock.Now()); err != nil {
+		return rows, false, fmt.Errorf("pgbox: export: batch %d: written, but not marked so (the next exporter writes it again): %w", batch, err)
+	}
+	return rows, true, nil
+}
+
+// releaseTimeout bounds the release of a batch whose write failed.
+const releaseTimeout = 5 * time.Second
+
+// release ends this exporter's lease on a batch it failed to write (its
+// context ended, Root refused a file), so that the next pass of any
+// exporter writes it without waiting for the lease to expire.
+func (e *Exporter) release(ctx context.Context, batch int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, err := e.o.db.ExecContext(ctx, `UPDATE `+e.et.batches+` SET lease_expires = $3 WHERE batch = $1 AND claimed_by = $2 AND written_at IS NULL`,
+		batch, e.id, e.o.clock.Now())
+	if err != nil {
+		return fmt.Errorf("pgbox: export: batch %d: release it (another exporter takes it when its lease expires): %w", batch, err)
+	}
+	return nil
+}

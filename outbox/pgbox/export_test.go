@@ -1,0 +1,495 @@
+package pgbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
+)
+
+const testQueue = "projects/p/locations/l/queues/q"
+
+// appendStates appends a dispatch of task under run with the given states
+// (versions 1, 2, …), through o.
+func appendStates(t *testing.T, o outbox.Outbox, run, task string, statuses ...outbox.Status) {
+	t.Helper()
+	id, err := naming.NewDispatch(run, task, naming.Attempt(1))
+	require.NoError(t, err)
+	r := outbox.RecordOf(id)
+	r.Queue = testQueue
+	for i, st := range statuses {
+		r.Status, r.Version = st, int64(i+1)
+		require.NoError(t, outbox.AppendAndWait(t.Context(), o, r))
+	}
+}
+
+// exportedTree reads the Parquet tables at root: each table's row count
+// (every row of every file) and the whole history of run there.
+func exportedTree(t *testing.T, root, run string) (rows [3]int64, history []outbox.Record) {
+	t.Helper()
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1})
+	require.NoError(t, err)
+	defer pq.Close()
+	st, err := pq.Stats(t.Context())
+	require.NoError(t, err)
+	for i, s := range st {
+		rows[i] = s.Rows
+		require.Empty(t, s.Skipped)
+	}
+	history, err = pq.Lookup(t.Context(), outbox.Query{RunID: run, History: true})
+	require.NoError(t, err)
+	return rows, history
+}
+
+// files lists the data files under root, relative to it.
+func files(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".parquet") {
+			rel, _ := filepath.Rel(root, p)
+			out = append(out, rel)
+		}
+		return err
+	})
+	require.NoError(t, err)
+	sort.Strings(out)
+	return out
+}
+
+// newExporter returns an exporter of o to root.
+func newExporter(t *testing.T, o *pgbox.Outbox, root string) *pgbox.Exporter {
+	t.Helper()
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Buckets: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// Every state of every table goes to Parquet once, in the layout a
+// Parquet outbox writes: one file per table and day per batch, named by
+// the database's export source and the batch; the history read from the
+// files is the database's.
+func TestExportWritesEveryStateOnceInTheParquetLayout(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 23, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	root := t.TempDir()
+	e := newExporter(t, o, root)
+
+	appendStates(t, o, "exp", "a", outbox.StatusPending, outbox.StatusCreated)
+	due := clock.Now().Add(time.Hour)
+	tid, err := naming.NewRetryTimer("exp", "a", naming.Attempt(2), due)
+	require.NoError(t, err)
+	timer := outbox.RecordOf(tid)
+	timer.Queue, timer.Status, timer.DueAt = testQueue, outbox.StatusCreated, due
+	require.NoError(t, outbox.AppendAndWait(t.Context(), o, timer))
+	did, err := naming.NewDispatch("exp", "a", naming.Attempt(1))
+	require.NoError(t, err)
+	delivery := outbox.DeliveryRecordOf(did, "1")
+	delivery.Queue, delivery.Status = testQueue, outbox.StatusDone
+	delivery.Delivery = outbox.DeliveryFields{RetryCount: 0, ExecutionCount: 1, HTTPStatus: 200, Latency: 1500 * time.Microsecond}
+	require.NoError(t, outbox.AppendAndWait(t.Context(), o, delivery))
+	clock.Advance(2 * time.Hour) // the next day
+	appendStates(t, o, "exp", "b", outbox.StatusPending)
+
+	st, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1}, Rows: [3]int64{3, 1, 1}}, st)
+	src := e.Source()
+	require.Regexp(t, `^[0-9a-f-]{36}$`, src)
+	name := func(table, day string, batch int) string {
+		return fmt.Sprintf("%s/created_date=%s/%s-%016d.parquet", table, day, src, batch)
+	}
+	require.Equal(t, []string{
+		name("deliveries", "2026-03-01", 1),
+		name("dispatch_outbox", "2026-03-01", 1),
+		name("dispatch_outbox", "2026-03-02", 1),
+		name("timers", "2026-03-01", 1),
+	}, files(t, root))
+
+	st, err = e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{}, st, "nothing new, no batch")
+
+	appendStates(t, o, "exp", "c", outbox.StatusPending, outbox.StatusFailed)
+	st, err = e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{2}, Rows: [3]int64{2, 0, 0}}, st)
+	require.Contains(t, files(t, root), name("dispatch_outbox", "2026-03-02", 2))
+
+	rows, history := exportedTree(t, root, "exp")
+	require.Equal(t, [3]int64{5, 1, 1}, rows)
+	want, err := o.Lookup(t.Context(), outbox.Query{RunID: "exp", History: true})
+	require.NoError(t, err)
+	require.Equal(t, want, history)
+}
+
+// A transaction held open across an export, whose rows come before rows
+// that are exported, still has its rows exported once it commits: the
+// exporter tracks unexported rows, not a sequence's high-water mark.
+func TestExportTakesATransactionThatCommitsAfterALaterOne(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openSchema(t, db, "held", clock)
+	root := t.TempDir()
+	e := newExporter(t, o, root)
+	writer := openSchema(t, db, "held", clock)
+
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(t.Context(), `INSERT INTO `+pgbox.TableNames(pgbox.Options{Schema: "held"})[0]+` (dispatch_id, version, cloud_task_id, queue, run_id, task_key,
+		attempt, kind, status, error_code, create_calls, payload_sha256, processor_uuid, created_at, updated_at)
+		VALUES ($1, 1, $2, $3, 'held', 'early', '1', 'dispatch', 'pending', '', 0, '', $4, $5, $5)`,
+		"dispatch:held:early:1", mustCloudTaskID(t, "dispatch:held:early:1"), testQueue, writer.ProcessorUUID(), clock.Now())
+	require.NoError(t, err)
+	appendStates(t, writer, "held", "late", outbox.StatusPending) // a higher seq, committed first
+
+	st, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1}, Rows: [3]int64{1, 0, 0}}, st)
+	require.NoError(t, tx.Commit())
+	st, err = e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{2}, Rows: [3]int64{1, 0, 0}}, st)
+
+	rows, history := exportedTree(t, root, "held")
+	require.Equal(t, [3]int64{2, 0, 0}, rows)
+	var tasks []string
+	for _, r := range history {
+		tasks = append(tasks, r.TaskKey)
+	}
+	require.Equal(t, []string{"early", "late"}, tasks)
+}
+
+func mustCloudTaskID(t *testing.T, id string) string {
+	t.Helper()
+	c, err := naming.CloudTaskID(id)
+	require.NoError(t, err)
+	return c
+}
+
+// openSchema returns a migrated outbox in schema of db.
+func openSchema(t *testing.T, db *sql.DB, schema string, clock clockwork.Clock) *pgbox.Outbox {
+	t.Helper()
+	o, err := pgbox.New(db, pgbox.Options{Schema: schema, Clock: clock})
+	require.NoError(t, err)
+	require.NoError(t, o.Migrate(t.Context()))
+	return o
+}
+
+// Two exporters on one database, each running passes while records are
+// appended, write every row exactly once between them.
+func TestTwoExportersRacingExportEveryRowOnce(t *testing.T) {
+	t.Parallel()
+	const writers, ids = 4, 100
+	dsn := pgtest.New(t)
+	clock := clockwork.NewRealClock()
+	root := t.TempDir()
+	var boxes [2]*pgbox.Outbox
+	var exporters [2]*pgbox.Exporter
+	for i := range boxes {
+		db, err := sql.Open("pgx", dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		boxes[i], err = pgbox.New(db, pgbox.Options{Schema: "racing", Clock: clock})
+		require.NoError(t, err)
+		require.NoError(t, boxes[i].Migrate(t.Context()))
+		exporters[i] = newExporter(t, boxes[i], root)
+	}
+
+	var stop atomic.Bool
+	var exporting sync.WaitGroup
+	var batches [2][]int64
+	for i, e := range exporters {
+		exporting.Add(1)
+		go func() {
+			defer exporting.Done()
+			for !stop.Load() {
+				st, err := e.ExportOnce(t.Context())
+				if err != nil {
+					t.Errorf("exporter %d: %v", i, err)
+					return
+				}
+				batches[i] = append(batches[i], st.Batches...)
+			}
+		}()
+	}
+	var writing sync.WaitGroup
+	for w := range writers {
+		writing.Add(1)
+		go func() {
+			defer writing.Done()
+			for i := range ids {
+				appendStates(t, boxes[w%2], "racing", fmt.Sprintf("w%d-%d", w, i), outbox.StatusPending, outbox.StatusCreated)
+			}
+		}()
+	}
+	writing.Wait()
+	stop.Store(true)
+	exporting.Wait()
+	st, err := exporters[0].ExportOnce(t.Context())
+	require.NoError(t, err)
+	batches[0] = append(batches[0], st.Batches...)
+
+	all := append(append([]int64(nil), batches[0]...), batches[1]...)
+	seen := map[int64]bool{}
+	for _, b := range all {
+		require.False(t, seen[b], "batch %d written twice", b)
+		seen[b] = true
+	}
+	require.NotEmpty(t, batches[0])
+	require.NotEmpty(t, batches[1], "both exporters wrote batches")
+	rows, history := exportedTree(t, root, "racing")
+	require.Equal(t, [3]int64{2 * writers * ids, 0, 0}, rows, "every row once across the files")
+	want, err := boxes[0].Lookup(t.Context(), outbox.Query{RunID: "racing", History: true})
+	require.NoError(t, err)
+	require.Len(t, want, 2*writers*ids)
+	require.Equal(t, want, history)
+}
+
+// An exporter that died with a batch claimed, or written but not marked
+// so, leaves it to the next exporter once its lease expires; that one
+// writes the same rows under the same names (the same bytes), and the
+// first, back, finds the batch taken and writes nothing.
+func TestExportRerunAfterACrashRewritesTheSameFiles(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openSchema(t, db, "crash", clock)
+	root := t.TempDir()
+	first, second := newExporter(t, o, root), newExporter(t, o, root)
+	for i := range 20 {
+		appendStates(t, o, "crash", fmt.Sprintf("t%d", i), outbox.StatusPending, outbox.StatusCreated)
+	}
+	st, err := first.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, st.Batches)
+	written := files(t, root)
+	require.Len(t, written, 1)
+	before, err := os.ReadFile(filepath.Join(root, written[0]))
+	require.NoError(t, err)
+	// The crash: the files are written, the batch is not marked so.
+	const et = `"crash"."ctdispatch_export_batches"`
+	_, err = db.ExecContext(t.Context(), `UPDATE `+et+` SET written_at = NULL WHERE batch = 1`)
+	require.NoError(t, err)
+
+	st, err = second.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{}, st, "the lease still holds")
+	clock.Advance(pgbox.DefaultExportLease)
+	st, err = second.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1}, Rows: [3]int64{40, 0, 0}}, st)
+	require.Equal(t, written, files(t, root))
+	after, err := os.ReadFile(filepath.Join(root, written[0]))
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	rows, _ := exportedTree(t, root, "crash")
+	require.Equal(t, [3]int64{40, 0, 0}, rows)
+
+	var writtenAt sql.NullTime
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT written_at FROM `+et+` WHERE batch = 1`).Scan(&writtenAt))
+	require.True(t, writtenAt.Valid)
+	st, err = first.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{}, st)
+}
+
+// Bad export options are refused with the field, the value and the rule.
+func TestExportOptionsAreChecked(t *testing.T) {
+	t.Parallel()
+	o, err := pgbox.New(&sql.DB{}, pgbox.Options{})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		opts  pgbox.ExportOptions
+		field string
+	}{
+		{pgbox.ExportOptions{}, "ExportOptions.Root"},
+		{pgbox.ExportOptions{Root: "x", Interval: time.Millisecond}, "ExportOptions.Interval"},
+		{pgbox.ExportOptions{Root: "x", BatchRows: -1}, "ExportOptions.BatchRows"},
+		{pgbox.ExportOptions{Root: "x", Lease: time.Millisecond}, "ExportOptions.Lease"},
+		{pgbox.ExportOptions{Root: "x", Buckets: 257}, "ExportOptions.Buckets"},
+	} {
+		_, err := pgbox.NewExporter(o, c.opts)
+		var ce *pgbox.ConfigError
+		require.ErrorAs(t, err, &ce, c.field)
+		require.Equal(t, c.field, ce.Field)
+	}
+	_, err = pgbox.New(&sql.DB{}, pgbox.Options{Export: pgbox.ExportOptions{Interval: time.Minute}})
+	var ce *pgbox.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Options.Export.Root", ce.Field)
+}
+
+// Options.Export runs an exporter inside the outbox: its first pass at
+// New, then one every Interval; Flush exports what is left, and Close
+// stops it.
+func TestOptionsExportRunsInsideTheOutbox(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	openSchema(t, db, "inside", clock)
+	root := t.TempDir()
+	o, err := pgbox.New(db, pgbox.Options{Schema: "inside", Clock: clock, Export: pgbox.ExportOptions{Root: root, Interval: time.Minute, Buckets: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the first pass is done; Run waits for the interval")
+
+	appendStates(t, o, "inside", "a", outbox.StatusPending, outbox.StatusCreated)
+	clock.Advance(time.Minute)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the second pass is done")
+	rows, _ := exportedTree(t, root, "inside")
+	require.Equal(t, [3]int64{2, 0, 0}, rows, "the interval's pass exported both states")
+
+	appendStates(t, o, "inside", "b", outbox.StatusPending)
+	require.NoError(t, o.Flush(t.Context()))
+	rows, _ = exportedTree(t, root, "inside")
+	require.Equal(t, [3]int64{3, 0, 0}, rows, "Flush exported the rest")
+	require.NoError(t, o.Close())
+	require.NoError(t, o.Close(), "Close may be called again")
+}
+
+// The exported files are runs like any other: a compaction folds them to
+// the latest state of each ID, and reads answer the same before and after.
+func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	root := t.TempDir()
+	e := newExporter(t, o, root)
+	// Six batches: each dispatches a task and answers the one before.
+	for i := range 6 {
+		appendStates(t, o, "fold", fmt.Sprintf("t%d", i), outbox.StatusPending)
+		if i > 0 {
+			id, err := naming.NewDispatch("fold", fmt.Sprintf("t%d", i-1), naming.Attempt(1))
+			require.NoError(t, err)
+			r := outbox.RecordOf(id)
+			r.Queue, r.Status, r.Version = testQueue, outbox.StatusCreated, 2
+			require.NoError(t, outbox.AppendAndWait(t.Context(), o, r))
+		}
+		st, err := e.ExportOnce(t.Context())
+		require.NoError(t, err)
+		require.Len(t, st.Batches, 1)
+	}
+	require.Len(t, files(t, root), 6)
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
+	require.NoError(t, err)
+	defer pq.Close()
+	before, err := pq.Lookup(t.Context(), outbox.Query{RunID: "fold"})
+	require.NoError(t, err)
+	want, err := o.Lookup(t.Context(), outbox.Query{RunID: "fold"})
+	require.NoError(t, err)
+	require.Equal(t, want, before)
+
+	st, err := pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true})
+	require.NoError(t, err)
+	var actions []parquetbox.PartitionAction
+	for _, p := range st.Tables[0].Partitions {
+		actions = append(actions, p.Action)
+	}
+	require.Equal(t, []parquetbox.PartitionAction{parquetbox.PartitionCompacted}, actions)
+	require.Len(t, files(t, root), 1, "six runs folded into one file")
+	rows, after := exportedTree(t, root, "fold")
+	require.Equal(t, [3]int64{6, 0, 0}, rows, "one row per ID")
+	require.Equal(t, want, after)
+}
+
+// A pass goes on while its batches are full: BatchRows bounds a batch,
+// not what a pass exports.
+func TestExportWritesFullBatchesUntilOneIsNot(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	root := t.TempDir()
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, BatchRows: 3, Buckets: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	for i := range 7 {
+		appendStates(t, o, "full", fmt.Sprintf("t%d", i), outbox.StatusPending)
+	}
+	st, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1, 2, 3}, Rows: [3]int64{7, 0, 0}}, st)
+	rows, _ := exportedTree(t, root, "full")
+	require.Equal(t, [3]int64{7, 0, 0}, rows)
+}
+
+// Two exporters running on one database write about one batch per
+// interval between them, not one each: a pass claims no new batch when
+// another exporter claimed one within half the interval. Here B wakes 10 s
+// after A, every minute; the rows B finds go out with A's next batch.
+func TestRunningExportersShareOneBatchPerInterval(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openSchema(t, db, "spaced", clock)
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	var running sync.WaitGroup
+	start := func() {
+		e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Interval: time.Minute, Buckets: 1})
+		require.NoError(t, err)
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			assert.NoError(t, e.Run(ctx))
+			assert.NoError(t, e.Close())
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		running.Wait()
+	})
+	written := func() (batches, unexported int) {
+		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM "spaced"."ctdispatch_export_batches" WHERE written_at IS NOT NULL`).Scan(&batches))
+		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM "spaced"."ctdispatch_dispatch_outbox" WHERE export_batch IS NULL`).Scan(&unexported))
+		return batches, unexported
+	}
+	step := func(d time.Duration) {
+		clock.Advance(d)
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 2), "both passes are done")
+	}
+
+	start() // A, at 0 s
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(10 * time.Second)
+	start() // B, at 10 s
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
+	appendStates(t, o, "spaced", "a", outbox.StatusPending)
+	step(50 * time.Second) // 60 s: A exports a
+	b, u := written()
+	require.Equal(t, [2]int{1, 0}, [2]int{b, u})
+	appendStates(t, o, "spaced", "b", outbox.StatusPending)
+	step(10 * time.Second) // 70 s: B finds A's batch 10 s old
+	b, u = written()
+	require.Equal(t, [2]int{1, 1}, [2]int{b, u}, "B claimed nothing")
+	step(50 * time.Second) // 120 s: A exports b
+	b, u = written()
+	require.Equal(t, [2]int{2, 0}, [2]int{b, u})
+	rows, _ := exportedTree(t, root, "spaced")
+	require.Equal(t, [3]int64{2, 0, 0}, rows)
+}
