@@ -27,7 +27,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/pause"
-	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+	"github.com/ctdispatch/ctdispatch/internal/pgserver"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
@@ -214,7 +214,7 @@ func (r *run) e2e(ctx context.Context) Result {
 	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one with another default queue repeated them; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction) with faults at every hop",
 		e2eOrchestrators, n, 2*kills, kills, e2eWorkers)
 	fail := func(problems ...string) Result { return failed(tried, problems) }
-	cluster, err := pgtest.Start()
+	cluster, err := pgserver.Start()
 	if err != nil {
 		return fail("start PostgreSQL: " + err.Error())
 	}
@@ -251,7 +251,7 @@ func (r *run) e2e(ctx context.Context) Result {
 
 // runLeg runs one store's leg and checks it. It returns the checker's
 // report, the faults line and the wall time.
-func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgtest.Cluster, kills int) (e2eReport, string, float64) {
+func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills int) (e2eReport, string, float64) {
 	start := time.Now()
 	var rep e2eReport
 	l.dir = filepath.Join(l.r.dir, "e2e-"+l.store)

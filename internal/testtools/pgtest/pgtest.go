@@ -1,22 +1,11 @@
-// Package pgtest runs a throwaway PostgreSQL cluster for a test package,
-// built from the Debian postgresql package's binaries
-// (/usr/lib/postgresql/*/bin), and hands each test a fresh database in it.
-//
-// One cluster serves a whole test binary: the first call to New starts it
-// (initdb, then postgres on a Unix socket in a temporary directory), and Main
-// stops it and removes its files when the tests are done. initdb and
-// postgres refuse to run as root, which is how CI and these machines run, so
-// when the process is root both run as the postgres user, in a directory
-// given to that user. The server also gets a parent-death signal, so a test
-// binary that is killed does not leave it running.
+// Package pgtest hands each test a fresh database in a throwaway
+// PostgreSQL cluster (internal/pgserver) shared by the test binary: the
+// first call to New starts the cluster, and Main stops it and removes its
+// files when the tests are done.
 //
 // Where PostgreSQL is not installed, New skips the test with a message
 // saying how to install it; when the environment variable CI is "true" it
 // fails the test instead, so CI never passes by skipping.
-//
-// Durability is traded for speed (fsync off, no full-page writes): the
-// cluster is thrown away, and tests that kill processes kill clients, never
-// the server.
 package pgtest
 
 import (
@@ -25,40 +14,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/ctdispatch/ctdispatch/internal/pgserver"
 )
 
-// binGlob is where Debian's postgresql packages put the server binaries.
-const binGlob = "/usr/lib/postgresql/*/bin"
-
-// startTimeout bounds how long the server may take to accept connections.
-const startTimeout = 30 * time.Second
-
-// Cluster is a running throwaway PostgreSQL server.
-type Cluster struct {
-	dir    string   // owns data/ and the socket
-	owner  *os.File // holds ownerFile's lock while the cluster lives
-	socket string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	admin  *sql.DB
-	dbSeq  atomic.Int64
-}
-
 var (
-	shared     *Cluster
+	shared     *pgserver.Cluster
 	sharedErr  error
 	sharedOnce sync.Once
 )
@@ -103,13 +66,13 @@ func Database() (dsn string, drop func() error, err error) {
 // skippable reports whether a start failure skips the test: only a
 // missing installation, and never under CI=true, where it must fail.
 func skippable(err error, ci string) bool {
-	var missing *MissingError
+	var missing *pgserver.MissingError
 	return errors.As(err, &missing) && ci != "true"
 }
 
 // sharedCluster starts the package's cluster on first use.
-func sharedCluster() (*Cluster, error) {
-	sharedOnce.Do(func() { shared, sharedErr = Start() })
+func sharedCluster() (*pgserver.Cluster, error) {
+	sharedOnce.Do(func() { shared, sharedErr = pgserver.Start() })
 	return shared, sharedErr
 }
 
@@ -137,231 +100,4 @@ func Main(m *testing.M) int {
 		}
 	}
 	return code
-}
-
-// MissingError says that no PostgreSQL server binaries were found.
-type MissingError struct {
-	// Glob is where they were looked for.
-	Glob string
-}
-
-// Error says what is missing and how to install it.
-func (e *MissingError) Error() string {
-	return fmt.Sprintf("needs postgresql: no initdb under %s; install it with: apt-get install postgresql", e.Glob)
-}
-
-// binDir returns the newest installed version's bin directory.
-func binDir() (string, error) {
-	dirs, _ := filepath.Glob(binGlob)
-	var found []string
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			found = append(found, d)
-		}
-	}
-	if len(found) == 0 {
-		return "", &MissingError{Glob: binGlob}
-	}
-	sort.Slice(found, func(i, j int) bool { return versionOf(found[i]) < versionOf(found[j]) })
-	return found[len(found)-1], nil
-}
-
-func versionOf(bin string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
-	return v
-}
-
-// Start initialises and starts a cluster. Most callers use New instead.
-func Start() (*Cluster, error) {
-	bin, err := binDir()
-	if err != nil {
-		return nil, err
-	}
-	cred, err := serverCredential()
-	if err != nil {
-		return nil, err
-	}
-	removeAbandoned()
-	// A short path: the socket's full name must fit in 107 bytes.
-	dir, err := os.MkdirTemp("", dirPrefix)
-	if err != nil {
-		return nil, err
-	}
-	c := &Cluster{dir: dir, socket: dir, exited: make(chan struct{})}
-	if c.owner, err = own(dir); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := c.start(bin, cred); err != nil {
-		os.RemoveAll(dir)
-		c.owner.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// dirPrefix names the clusters' directories in the temporary directory.
-const dirPrefix = "pgtest-"
-
-// ownerFile is locked (flock) by the process a cluster belongs to for as
-// long as it lives; the kernel drops the lock when that process dies.
-const ownerFile = "owner.lock"
-
-// own takes the lock of a new cluster directory. The lock file is locked
-// under another name and then renamed: another process looking for
-// abandoned directories never sees an owner.lock that is not yet locked.
-func own(dir string) (*os.File, error) {
-	tmp := filepath.Join(dir, ownerFile+".new")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, ownerFile)); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// removeAbandoned deletes the directories of clusters whose test binary
-// died without stopping them (a test timeout panics past Main); their
-// server died with it, by its parent-death signal. A directory whose owner
-// lock can be taken has no owner left; one without the lock file yet is
-// being set up, and is left alone.
-func removeAbandoned() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
-	for _, d := range dirs {
-		f, err := os.OpenFile(filepath.Join(d, ownerFile), os.O_RDWR, 0)
-		if err != nil {
-			continue
-		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			os.RemoveAll(d)
-		}
-		f.Close()
-	}
-}
-
-// serverCredential is the postgres user's when the process is root (the
-// server refuses root), and nil (run as ourselves) otherwise.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root, and PostgreSQL refuses root, but there is no postgres user to run it as: %w", err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func (c *Cluster) start(bin string, cred *syscall.Credential) error {
-	if cred != nil {
-		if err := os.Chown(c.dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return err
-		}
-	}
-	data := filepath.Join(c.dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	initdb.Dir = c.dir
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %w: %s", err, out)
-	}
-	var logs strings.Builder
-	// postgres itself, not pg_ctl: as our child it gets a parent-death
-	// signal (set after the switch of user, so the switch does not clear
-	// it), and SIGINT from Stop is its fast shutdown.
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-k", c.socket, "-c", "listen_addresses=", "-c", "fsync=off",
-		"-c", "full_page_writes=off", "-c", "synchronous_commit=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	c.cmd.Dir = c.dir
-	c.cmd.Stdout, c.cmd.Stderr = &logs, &logs
-	if err := c.cmd.Start(); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	go func() { c.cmd.Wait(); close(c.exited) }() //nolint:errcheck // exit seen through exited
-
-	admin, err := sql.Open("pgx", c.dsn("postgres"))
-	if err != nil {
-		return errors.Join(err, c.Stop())
-	}
-	c.admin = admin
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := c.waitReady(ctx); err != nil {
-		return errors.Join(fmt.Errorf("postgres did not start: %w; its log: %s", err, logs.String()), c.Stop())
-	}
-	return nil
-}
-
-// waitReady polls until the server answers; a server starting up has no
-// event to wait on.
-func (c *Cluster) waitReady(ctx context.Context) error {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := c.admin.PingContext(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-c.exited:
-			return errors.New("the server exited")
-		case <-ctx.Done():
-			return err
-		case <-tick.C:
-		}
-	}
-}
-
-func (c *Cluster) dsn(db string) string {
-	return fmt.Sprintf("host=%s port=5432 user=postgres dbname=%s sslmode=disable", c.socket, db)
-}
-
-// CreateDatabase creates a new empty database and returns its DSN and a
-// function that drops it.
-func (c *Cluster) CreateDatabase(ctx context.Context) (dsn string, drop func() error, err error) {
-	name := fmt.Sprintf("t%d_%d", os.Getpid(), c.dbSeq.Add(1))
-	if _, err := c.admin.ExecContext(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
-		return "", nil, fmt.Errorf("create database %s: %w", name, err)
-	}
-	drop = func() error {
-		// WITH (FORCE) ends sessions a test left open (a killed child's).
-		_, err := c.admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		return err
-	}
-	return c.dsn(name), drop, nil
-}
-
-// Stop shuts the server down (fast shutdown: sessions are ended) and
-// removes its files.
-func (c *Cluster) Stop() error {
-	if c.admin != nil {
-		c.admin.Close()
-	}
-	var err error
-	if c.cmd != nil && c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-c.exited:
-		case <-time.After(startTimeout):
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-			err = errors.New("postgres did not stop within 30s of SIGINT; killed")
-		}
-	}
-	err = errors.Join(err, os.RemoveAll(c.dir))
-	if c.owner != nil {
-		c.owner.Close()
-	}
-	return err
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/internal/pgserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -41,15 +43,9 @@ func TestDropEndsOpenSessions(t *testing.T) {
 	require.NoError(t, drop(), "a session left open does not block the drop")
 }
 
-func TestMissingErrorSaysHowToInstall(t *testing.T) {
-	t.Parallel()
-	require.EqualError(t, &MissingError{Glob: binGlob},
-		"needs postgresql: no initdb under /usr/lib/postgresql/*/bin; install it with: apt-get install postgresql")
-}
-
 func TestMissingPostgreSQLSkipsExceptUnderCI(t *testing.T) {
 	t.Parallel()
-	missing := &MissingError{Glob: binGlob}
+	missing := &pgserver.MissingError{Glob: "/usr/lib/postgresql/*/bin"}
 	tests := []struct {
 		err  error
 		ci   string
@@ -63,24 +59,4 @@ func TestMissingPostgreSQLSkipsExceptUnderCI(t *testing.T) {
 	for _, tt := range tests {
 		require.Equal(t, tt.skip, skippable(tt.err, tt.ci), "%v CI=%q", tt.err, tt.ci)
 	}
-}
-
-// A directory left by a test binary that died is removed by the next
-// start; one whose owner lives is kept.
-func TestAbandonedDirectoriesAreRemoved(t *testing.T) {
-	t.Parallel()
-	abandoned, err := os.MkdirTemp("", dirPrefix)
-	require.NoError(t, err)
-	f, err := own(abandoned)
-	require.NoError(t, err)
-	require.NoError(t, f.Close()) // as the kernel does when the owner dies
-	alive, err := os.MkdirTemp("", dirPrefix)
-	require.NoError(t, err)
-	owner, err := own(alive)
-	require.NoError(t, err)
-	t.Cleanup(func() { owner.Close(); os.RemoveAll(alive) })
-
-	removeAbandoned()
-	require.NoDirExists(t, abandoned)
-	require.DirExists(t, alive)
 }
