@@ -366,7 +366,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 // nothing called; f.err then holds the refusal.
 func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) (again bool) {
 	key := id.String()
-	prev, found, unseen, err := d.latest(ctx, id)
+	prev, found, reserved, unseen, err := d.reserve(ctx, f, id, req, now)
 	if errors.Is(err, outbox.ErrConcurrentWrites) {
 		f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
 		if recorded := recordedTaskName(err); recorded != "" {
@@ -376,7 +376,7 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		return false
 	}
 	if err != nil {
-		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
+		f.err = readError(key, err)
 		return false
 	}
 	if found {
@@ -396,9 +396,7 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		}
 	}
 	f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
-	rec := recordOf(id, req.GetParent())
-	rec.TaskName = f.res.TaskName
-	traceIDs(ctx, &rec)
+	rec := d.pendingRecord(ctx, f, id, req)
 	recovering := false
 	if found {
 		linkStored(ctx, &prev)
@@ -432,14 +430,13 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		}
 	}
 
-	rec.Status, rec.PayloadSHA256 = outbox.StatusPending, f.fp
 	if found {
 		rec.CreateCalls = prev.CreateCalls
 		rec.Follow(&prev, now)
 	} else {
 		rec.Follow(nil, now)
 	}
-	calls, err, perr := d.pendingWithCall(ctx, rec, func(ctx context.Context) (int, error) {
+	calls, err, perr := d.pendingWithCall(ctx, rec, reserved, func(ctx context.Context) (int, error) {
 		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context, t try) error {
 			return d.attempt(ctx, "CreateTask", t, codes.AlreadyExists, func(ctx context.Context) error {
 				return d.createTask(ctx, key, req)
@@ -614,12 +611,14 @@ func (d *Dispatcher) createOne(ctx context.Context, key string, req *cloudtasksp
 }
 
 // pendingWithCall records rec (pending) and runs call, in the order and
-// overlap the durability mode asks for. perr is an *OutboxError when the
+// overlap the durability mode asks for; when reserved, rec is kept already
+// (by reserve) and only call runs. perr is an *OutboxError when the
 // pending record could not be written; then either call did not run, or
 // (overlapped) its answer must not be given.
-func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, call func(context.Context) (int, error)) (calls int, err, perr error) {
+func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, reserved bool, call func(context.Context) (int, error)) (calls int, err, perr error) {
 	ok := d.outboxOK.Load()
 	switch {
+	case reserved:
 	case !ok:
 		// Until the outbox has shown it can keep a record, the pending
 		// record is waited for, so a broken outbox stops the call.

@@ -28,6 +28,12 @@
 //     already_existed or recovered) once the call and the pending record's
 //     group commit are both done, and records the outcome.
 //
+// With an outbox that decides a conditional append before it returns (an
+// outbox.Reserver: pgbox), steps 1 and 2 are one round trip: the pending
+// record of a new ID is tried first and kept, or refused with the ID's
+// latest state, which step 1 then answers from; the pending record is kept
+// before CreateTask is called.
+//
 // Identical calls made at the same time in one process share one CreateTask
 // call, and exactly one of them sees "created". Across processes, the task
 // name does the same job. Dispatch, ScheduleTimer, Cancel and Recover share

@@ -3,6 +3,7 @@ package cloudtasks_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
 // The variables a history process reads besides envAddr and envRoot.
@@ -31,6 +33,7 @@ const (
 	envSeed    = "CTDISPATCH_TEST_SEED"
 	envDue     = "CTDISPATCH_TEST_DUE"   // the timers' due time, Unix seconds
 	envStale   = "CTDISPATCH_TEST_STALE" // "1": Latest skips others' records
+	envPG      = "CTDISPATCH_TEST_PG"    // a DSN: the outbox is pgbox's, not envRoot's files
 )
 
 // historyOps is how many operations each process makes; historyIDs how
@@ -48,8 +51,9 @@ type histOp struct {
 }
 
 // staleBox is the planted fault: Latest returns this process's newest
-// record only, as parquetbox did for IDs it had written.
-type staleBox struct{ *parquetbox.Outbox }
+// record only, as parquetbox did for IDs it had written. (It hides an
+// outbox.Reserver, so a dispatcher reads Latest before every create.)
+type staleBox struct{ outbox.Outbox }
 
 func (s staleBox) Latest(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, error) {
 	recs, err := s.Lookup(ctx, outbox.Query{Table: t, ID: id, History: true})
@@ -84,11 +88,9 @@ func TestHistoryProcess(t *testing.T) {
 	n, _ := strconv.Atoi(client)
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
 	due, _ := strconv.ParseInt(os.Getenv(envDue), 10, 64)
-	pb, err := parquetbox.Open(ctx, parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7()), RefreshInterval: -1})
-	require.NoError(t, err)
-	var box outbox.Outbox = pb
+	box, closeBox := historyOutbox(t)
 	if os.Getenv(envStale) == "1" {
-		box = staleBox{pb}
+		box = staleBox{box}
 	}
 	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: os.Getenv(envAddr),
 		Durability: cloudtasks.DurabilityStrict}
@@ -117,6 +119,8 @@ func TestHistoryProcess(t *testing.T) {
 				op.Out = "name_held"
 			case errors.Is(err, cloudtasks.ErrIndeterminate):
 				op.Out = "indeterminate"
+			case refusedBeforeCall(err):
+				op.Out = "refused"
 			default:
 				op.Out = "error: " + err.Error()
 			}
@@ -145,8 +149,31 @@ func TestHistoryProcess(t *testing.T) {
 		ops = append(ops, op)
 	}
 	require.NoError(t, d.Close(ctx))
-	require.NoError(t, pb.Close())
+	require.NoError(t, closeBox())
 	require.NoError(t, json.NewEncoder(os.Stdout).Encode(ops))
+}
+
+// historyOutbox opens a history process's outbox: in the PostgreSQL
+// database envPG names, or in the directory envRoot names.
+func historyOutbox(t *testing.T) (outbox.Outbox, func() error) {
+	if dsn := os.Getenv(envPG); dsn != "" {
+		db, err := sql.Open("pgx", dsn)
+		require.NoError(t, err)
+		box, err := pgbox.New(db, pgbox.Options{})
+		require.NoError(t, err)
+		return box, db.Close
+	}
+	pb, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7()), RefreshInterval: -1})
+	require.NoError(t, err)
+	return pb, pb.Close
+}
+
+// refusedBeforeCall reports an error of a schedule whose pending record
+// other processes' writes kept refusing (each time it read again), so it
+// made no call and changed nothing: an answer with no effect.
+func refusedBeforeCall(err error) bool {
+	var oe *cloudtasks.OutboxError
+	return errors.Is(err, outbox.ErrVersionConflict) && errors.As(err, &oe) && oe.BeforeCall
 }
 
 // timerState is the model's state of one timer ID: whether the emulator
@@ -184,7 +211,7 @@ var timerModel = porcupine.Model{
 				return s.exists, s
 			case "name_held":
 				return s.held && !s.exists, s
-			case "indeterminate":
+			case "indeterminate", "refused":
 				return true, s
 			}
 		case "cancel":
@@ -211,8 +238,9 @@ var timerModel = porcupine.Model{
 }
 
 // runHistory runs three processes against one emulator and one outbox
-// directory and returns their operations.
-func runHistory(t *testing.T, stale bool, seed uint64) []porcupine.Operation {
+// directory (or the database extra's envPG names) and returns their
+// operations.
+func runHistory(t *testing.T, stale bool, seed uint64, extra ...string) []porcupine.Operation {
 	emu := startEmulator(t, nil)
 	root := t.TempDir()
 	due := time.Now().Add(time.Hour).Unix()
@@ -226,6 +254,7 @@ func runHistory(t *testing.T, stale bool, seed uint64) []porcupine.Operation {
 			if stale {
 				env = append(env, envStale+"=1")
 			}
+			env = append(env, extra...)
 			cmd := child(t, "", emu.Addr(), root, env...)
 			cmd.Args[1] = "-test.run=^TestHistoryProcess$"
 			out, err := cmd.Output()

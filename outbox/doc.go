@@ -36,4 +36,9 @@
 // everything it reads, and Arrange and SortPending to order what Lookup
 // and Pending return; RecordOf builds a record from a naming.ID without
 // parsing it again.
+//
+// Two optional interfaces let a dispatcher use what a shared store can do:
+// Claimer (recovering processes share the stale records) and Reserver (a
+// new ID's first record is tried before any read, one round trip instead
+// of two).
 package outbox

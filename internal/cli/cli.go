@@ -192,7 +192,7 @@ stepped back (nothing of that unit changed).`,
 		newChaosCmd(env),
 		newBenchCmd(env),
 		newWorkerCmd(env),
-		newMigrateCmd(env), newRetainCmd(env), newRelayCmd(env), newExportCmd(env),
+		newMigrateCmd(env), newRetainCmd(env), newImportCmd(env), newRelayCmd(env), newExportCmd(env),
 		newVersionCmd(),
 	)
 	// The root's own check (unknown command) is set above; the

@@ -32,6 +32,10 @@ by internal ID, Cloud Tasks ID or run); a run's dispatches and timers on a
 timeline; and the outbox's files, damaged or foreign files, stale pending
 records and outcomes over time.
 
+--outbox may be a PostgreSQL outbox's URL (postgres://…, as migrate
+takes it): the pages then read its tables; its outbox page shows the
+tables' figures and stale records, and has no files.
+
 --worker-outbox is a worker's outbox (package cloudtasks/worker): the
 audit trail of an ID and a run's page then list the deliveries it
 recorded, one line per delivery with its outcome, HTTP status, retry and
@@ -67,10 +71,16 @@ embedded script refreshes them while "live" is ticked.`,
 			if cfg.Emulator == "" && cfg.Outbox == "" && cfg.WorkerOutbox == "" {
 				return usagef("nothing to show: give --emulator ADDR, --outbox DIR or both (and --worker-outbox DIR for deliveries)")
 			}
-			for _, where := range []string{cfg.Outbox, cfg.WorkerOutbox} {
-				if err := notForPostgres("console", where, `look records up with "ctdispatch query --outbox postgres://…"`); err != nil {
+			if isPostgresURL(cfg.WorkerOutbox) {
+				return usagef("--worker-outbox %s is a PostgreSQL database; it takes a worker's file or bucket outbox (a PostgreSQL outbox's own deliveries table shows through --outbox)", redact(cfg.WorkerOutbox))
+			}
+			if isPostgresURL(cfg.Outbox) {
+				box, db, err := openPostgres(cmd.Context(), cfg.Outbox)
+				if err != nil {
 					return err
 				}
+				defer db.Close()
+				cfg.PostgresOutbox, cfg.Outbox = box, redact(cfg.Outbox)
 			}
 			cfg.Logger = env.Logger
 			c, err := startConsole(cmd.Context(), cfg, consoleFlags{addr: "--addr", allowHost: "--allow-host"}, addr, env)
@@ -86,7 +96,7 @@ embedded script refreshes them while "live" is ticked.`,
 	f.StringVar(&cfg.Emulator, "emulator", env.Getenv(emulatorEnv), "emulator gRPC address host:port (default $"+emulatorEnv+")")
 	f.StringVar(&cfg.EmulatorHTTP, "emulator-http", "", "emulator HTTP address host:port, for task counts and deliveries (default: the one the emulator reports)")
 	f.StringArrayVar(&cfg.Locations, "location", nil, "also show the queues of this location, projects/P/locations/L, for an endpoint that does not list its locations (repeatable)")
-	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only")
+	f.StringVar(&cfg.Outbox, "outbox", "", "outbox directory, opened read-only, or a PostgreSQL outbox's URL (postgres://…)")
 	f.StringVar(&cfg.WorkerOutbox, "worker-outbox", "", "a worker's outbox directory, opened read-only: deliveries on the ID and run pages")
 	f.StringVar(&addr, "addr", console.DefaultAddr, "listen address")
 	f.StringVar(&cfg.TraceURL, "trace-url", console.DefaultTraceURL, "link shown with a record's trace ID: {trace_id} and {project} are filled in; \"off\" shows IDs without links")

@@ -89,7 +89,7 @@ func TestPostgresOutboxCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"compact", "--outbox", pg}, "compact works on a file or bucket outbox; --outbox postgres://postgres@/"},
-		{[]string{"console", "--outbox", pg}, "console works on a file or bucket outbox"},
+		{[]string{"console", "--worker-outbox", pg}, "--worker-outbox postgres://postgres@/"},
 		{append(append([]string(nil), args...), "--durability", "interval"), "--durability interval does not apply to a PostgreSQL outbox"},
 		{append(append([]string(nil), args...), "--log-dir", t.TempDir()), "--log-dir is the write-ahead log of a file or bucket outbox; a PostgreSQL outbox has none"},
 		{[]string{"migrate", "--outbox", "./outbox"}, `--outbox "./outbox" is not a PostgreSQL URL`},

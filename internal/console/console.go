@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"github.com/jonboulle/clockwork"
@@ -75,8 +76,14 @@ type Config struct {
 	// does not take the wildcard.
 	Locations []string
 	// Outbox is the outbox root directory, opened read-only. Empty: no
-	// outbox pages.
+	// outbox pages. With PostgresOutbox it only names that outbox.
 	Outbox string
+	// PostgresOutbox, when set, is the outbox shown instead of files: a
+	// PostgreSQL outbox (package pgbox), read through its pool, which the
+	// caller keeps and closes after the console. Outbox must name it (its
+	// URL without the password). Its outbox page has no files and skips
+	// none; the recover action dispatches over it.
+	PostgresOutbox *pgbox.Outbox
 	// WorkerOutbox is the root of a worker's outbox (package
 	// cloudtasks/worker's Config.Outbox), opened read-only: its
 	// deliveries table fills a Deliveries section on the audit trail of
@@ -169,6 +176,8 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
+	case c.PostgresOutbox != nil && c.Outbox == "":
+		return errors.New("console: PostgresOutbox is set but Outbox is empty; allowed: Outbox names it (its URL without the password)")
 	case c.Emulator == "" && c.Outbox == "" && c.WorkerOutbox == "":
 		return ErrNoSource
 	case c.StaleAfter < 0:
@@ -194,7 +203,7 @@ func (c Config) validate() error {
 type Server struct {
 	cfg     Config
 	client  *cloudtasks.Client
-	box     *parquetbox.Outbox
+	box     store
 	web     *http.Client
 	pages   map[string]*template.Template
 	csrf    string
@@ -236,10 +245,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.Outbox != "" {
-		s.box, err = parquetbox.Open(ctx, parquetbox.Options{Root: cfg.Outbox, ReadOnly: true, Logger: cfg.Logger})
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("console: outbox %s: %w", cfg.Outbox, err)
+		if cfg.PostgresOutbox != nil {
+			s.box = pgStore{cfg.PostgresOutbox}
+		} else {
+			files, err := parquetbox.Open(ctx, parquetbox.Options{Root: cfg.Outbox, ReadOnly: true, Logger: cfg.Logger})
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("console: outbox %s: %w", cfg.Outbox, err)
+			}
+			s.box = fileStore{files, cfg}
 		}
 		s.health = newHealthCache(s.ctx, s.box, cfg)
 	}

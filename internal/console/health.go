@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	ctd "github.com/ctdispatch/ctdispatch/cloudtasks"
@@ -53,7 +52,7 @@ const (
 // while nobody looks at the page.
 type healthCache struct {
 	ctx  context.Context
-	box  *parquetbox.Outbox
+	box  store
 	cfg  Config
 	done sync.WaitGroup
 
@@ -62,7 +61,7 @@ type healthCache struct {
 	running bool
 }
 
-func newHealthCache(ctx context.Context, box *parquetbox.Outbox, cfg Config) *healthCache {
+func newHealthCache(ctx context.Context, box store, cfg Config) *healthCache {
 	return &healthCache{ctx: ctx, box: box, cfg: cfg}
 }
 
@@ -91,7 +90,7 @@ func (h *healthCache) refresh() {
 	defer h.done.Done()
 	start := h.cfg.Clock.Now()
 	snap := healthSnapshot{At: start}
-	stats, err := h.box.Stats(h.ctx)
+	stats, err := h.box.stats(h.ctx)
 	if err == nil {
 		// A dispatcher's outbox has no deliveries (workers record them
 		// in their own); an empty table there is no news.
@@ -221,7 +220,7 @@ func (s *Server) recoverStale(ctx context.Context) (string, error) {
 	if s.client == nil || s.box == nil {
 		return "", &pageError{code: http.StatusNotFound, msg: "recover needs both an emulator and an outbox"}
 	}
-	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: s.cfg.Outbox, Logger: s.cfg.Logger}, ctd.Config{
+	d, err := s.box.dispatcher(ctx, &ctd.Config{
 		Project: "unused", Location: "unused", Queue: "unused", // the records name their queues
 		EmulatorAddr: s.cfg.Emulator, Logger: s.cfg.Logger, StaleAfter: s.cfg.StaleAfter,
 	})

@@ -757,10 +757,10 @@ func (s *Server) outboxPage(r *http.Request, l *layout) error {
 		return err
 	}
 	l.Title, l.Live = "Outbox", true
-	tables, err := listFiles(s.cfg.Outbox)
+	tables, err := s.box.files()
 	h := s.health.get()
 	l.Body = &outboxBody{
-		Root: s.cfg.Outbox, Tables: tables, Damaged: skippedFiles(s.box.Damaged(), h.Stats), Health: h, Stale: s.cfg.StaleAfter,
+		Root: s.cfg.Outbox, Tables: tables, Damaged: skippedFiles(s.box.damaged(), h.Stats), Health: h, Stale: s.cfg.StaleAfter,
 		Outcomes: newOutcomeChart(h.Samples),
 	}
 	return err

@@ -47,8 +47,18 @@
 // the primary's, never a replica's, and every read sees every write that
 // committed before it began, from any process.
 //
-// A dispatch costs three statements, each one round trip: Latest and the
-// pending record before CreateTask, and the outcome record after it.
+// # Round trips
+//
+// A dispatch costs two round trips: the pending record before CreateTask
+// and the outcome record after it. The first is Reserve (outbox.Reserver):
+// the dispatcher tries a new ID's first record without reading, and the
+// statement that refuses it, when the ID has records, returns them, so a
+// repeat of a known ID costs that one round trip. Appends that arrive
+// while others are on their way queue and go in one statement (group
+// commit): one statement, one commit and one WAL flush for all of them,
+// each record under its own condition, at most four such statements at
+// once, an ID in at most one of them. Size the pool for that and for the
+// reads: database/sql keeps two idle connections by default.
 //
 // # Durability modes
 //

@@ -23,6 +23,8 @@ type Outbox struct {
 	clock     clockwork.Clock
 	processor string
 	tables    [3]*table // in the order of outbox.Tables
+	batchStmt map[outbox.Table]string
+	w         writer
 	intents   intents
 
 	// export runs Options.Export's exporter until Close.
@@ -51,8 +53,10 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 		return nil, err
 	}
 	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String(), intents: newIntents(opts)}
+	o.batchStmt = make(map[outbox.Table]string, len(o.tables))
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
+		o.batchStmt[t] = batchStatement(o.tables[i])
 	}
 	if opts.Export != (ExportOptions{}) {
 		e, err := NewExporter(o, opts.Export)
@@ -104,14 +108,21 @@ func (o *Outbox) ProcessorUUID() string { return o.processor }
 
 // Append checks r and fills it in as Record.Prepare does, then inserts it
 // in one statement, which commits before Append returns; done (when not
-// nil) is then called with nil before Append returns. Every error is
-// returned instead of passed to done. A record whose Version is above 0 is
+// nil) is then called with nil before Append returns. Concurrent appends
+// share their statement and its commit (see the package's "Round trips").
+// Every error is returned instead of passed to done. A record whose Version is above 0 is
 // inserted only if no record of its ID has that Version or a higher one:
 // otherwise Append returns a *outbox.VersionConflictError holding the
 // newest record. UpdatedAt is nudged past the ID's latest, so it strictly
 // increases per ID. An error from the database itself (a connection lost
 // while committing) cannot say whether the record was kept: read Latest.
 func (o *Outbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	return o.appendRecord(ctx, r, done, false)
+}
+
+// appendRecord is Append; when first, r is refused if the ID has any
+// record at all (Reserve).
+func (o *Outbox) appendRecord(ctx context.Context, r outbox.Record, done func(error), first bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -125,19 +136,12 @@ func (o *Outbox) Append(ctx context.Context, r outbox.Record, done func(error)) 
 	if r.Version < 0 {
 		return &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "is negative; allowed: 0 (unconditional) or above"}
 	}
-	res, err := o.db.ExecContext(ctx, tb.insert, insertArgs(&r)...)
-	if sqlState(err) == undefinedTable {
-		return fmt.Errorf("pgbox: append %s %s: %w", r.Table, r.ID, errNotMigrated)
-	}
+	w, err := o.write(ctx, tb, &r, first)
 	if err != nil {
-		return fmt.Errorf("pgbox: append %s %s: %w", r.Table, r.ID, err)
+		return err
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("pgbox: append %s %s: %w", r.Table, r.ID, err)
-	}
-	if n == 0 {
-		return o.conflict(ctx, &r)
+	if !w.kept {
+		return o.refused(ctx, &r, w.current)
 	}
 	if done != nil {
 		done(nil)

@@ -137,8 +137,9 @@ func (o *Outbox) readError(tb *table, err error) error {
 }
 
 // scan reads one row of tb's columns from rows (*sql.Rows, or the
-// outbox.Rows of a caller's transaction).
-func scan(tb *table, rows interface{ Scan(dest ...any) error }) (outbox.Record, error) {
+// outbox.Rows of a caller's transaction), and into extra the columns that
+// follow them.
+func scan(tb *table, rows interface{ Scan(dest ...any) error }, extra ...any) (outbox.Record, error) {
 	r := outbox.Record{Table: tb.t}
 	var status string
 	var due sql.NullTime
@@ -151,6 +152,7 @@ func scan(tb *table, rows interface{ Scan(dest ...any) error }) (outbox.Record, 
 	}
 	var traceID, spanID sql.NullString
 	dest = append(dest, &traceID, &spanID)
+	dest = append(dest, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return r, err
 	}

@@ -208,7 +208,10 @@ func TestDispatchTxCommittedCreatedOnceByRacingRelays(t *testing.T) {
 func TestDispatchTxAnswersAsDispatch(t *testing.T) {
 	t.Parallel()
 	w := newTxWorld(t, clockwork.NewRealClock())
-	d, box := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	// Strict: the Dispatch calls below return once their outcome is
+	// committed, so the transaction reads it (an overlapped outcome is
+	// still on its way when the call returns).
+	d, box := w.dispatcher(t, cloudtasks.Config{NoRelay: true, Durability: cloudtasks.DurabilityStrict})
 	ctx := t.Context()
 	_, err := d.Dispatch(ctx, txRequest("done", "body"))
 	require.NoError(t, err)
