@@ -220,6 +220,14 @@ func (d *Dispatcher) recordCancel(ctx context.Context, rec, prev outbox.Record, 
 			return err
 		}
 		prev, known = vc.Current, true
+		if prev.Version < rec.Version {
+			// The store answered with a record older than the one that
+			// refused ours (read before the winner committed): read the
+			// ID again, or the next try is refused the same way.
+			if cur, ok, err := d.box.Latest(ctx, rec.Table, rec.ID); ok && (err == nil || errors.Is(err, outbox.ErrConcurrentWrites)) && cur.Version >= rec.Version {
+				prev = cur
+			}
+		}
 	}
 }
 

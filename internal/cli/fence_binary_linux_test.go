@@ -32,8 +32,10 @@ import (
 // second one takes the unit over and commits, then continued, steps back:
 // exit status 4, the unit reported lost, and one output in the partition.
 // On a directory and on a gs:// bucket (fake-gcs-server). Time budget:
-// about 3s each, of which at least 1s waits for the first one's lease
-// (--lease-ttl 1s) to run out on the wall clock.
+// about 12s each, of which at least 10s wait for the first one's lease
+// (--lease-ttl 10s) to run out on the wall clock. A shorter lease can run
+// out before the first one reaches its pause on a loaded machine, under
+// the race detector.
 func TestBinaryPausedCompactionStepsBack(t *testing.T) {
 	t.Run("directory", func(t *testing.T) {
 		dir := t.TempDir()
@@ -92,7 +94,7 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	require.NoError(t, err)
 	inBytes := st[0].Bytes
 
-	a := exec.Command(ctdispatchBinary(t), "compact", "--outbox", root, "--lease-ttl", "1s")
+	a := exec.Command(ctdispatchBinary(t), "compact", "--outbox", root, "--lease-ttl", "10s")
 	a.Env = append(append(os.Environ(), emulatorEnv+"=", pause.EnvVar+"="+pause.CompactCommit), env...)
 	var aOut bytes.Buffer
 	a.Stdout = &aOut
