@@ -463,25 +463,8 @@ func (l *e2eLeg) follow(ctx context.Context, cmd *exec.Cmd, onLine func(e2eEvent
 	return false, nil
 }
 
-// readEvents reads JSON lines; a last line cut short by a kill is
-// ignored.
-func readEvents(r io.Reader, fn func(e2eEvent)) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-		var ev e2eEvent
-		if jerr := json.Unmarshal([]byte(line), &ev); jerr != nil {
-			return fmt.Errorf("child output %q: %w", strings.TrimSpace(line), jerr)
-		}
-		fn(ev)
-	}
-}
+// readEvents reads a child's events (see readJSONLines).
+func readEvents(r io.Reader, fn func(e2eEvent)) error { return readJSONLines(r, fn) }
 
 // orchestratorSlot runs one orchestrator through its planned faults:
 // slot 1 is SIGSTOPped on the planned answers (another process runs

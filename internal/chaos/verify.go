@@ -95,9 +95,10 @@ type ack struct {
 	Skipped    bool   `json:"skipped"`
 }
 
-// readAcks reads complete JSON lines from r, calling fn for each; a last
-// line cut short (the writer was killed) is ignored.
-func readAcks(r io.Reader, fn func(ack)) error {
+// readJSONLines reads complete JSON lines from r, decoding each into a T
+// and calling fn with it; a last line cut short (the writer was killed) is
+// ignored.
+func readJSONLines[T any](r io.Reader, fn func(T)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadString('\n')
@@ -107,13 +108,16 @@ func readAcks(r io.Reader, fn func(ack)) error {
 			}
 			return err
 		}
-		var a ack
-		if jerr := json.Unmarshal([]byte(line), &a); jerr != nil {
+		var v T
+		if jerr := json.Unmarshal([]byte(line), &v); jerr != nil {
 			return fmt.Errorf("child output %q: %w", strings.TrimSpace(line), jerr)
 		}
-		fn(a)
+		fn(v)
 	}
 }
+
+// readAcks reads a child's answers (see readJSONLines).
+func readAcks(r io.Reader, fn func(ack)) error { return readJSONLines(r, fn) }
 
 // tally is what the outbox holds for one run.
 type tally struct {
