@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -83,7 +84,7 @@ var e2eHops = []struct {
 }{
 	{"orchestrators", []string{faultOrchKill, faultOrchStop, faultRedeploy, faultClock}},
 	{"Cloud Tasks API", []string{faultRPCCommitFail, faultRPCFail, faultDropCreate}},
-	{"delivery", []string{faultDupAfter2xx, faultLost2xx, faultDelay, faultReset, faultDropped}},
+	{"delivery", []string{faultDupAfter2xx, faultLost2xx, faultDelay, faultReset, faultDeadline, faultDropped}},
 	{"workers", []string{faultWorkerBefore, faultWorkerAfter, faultWorkerStall}},
 	{"PostgreSQL", []string{faultPGTerminate}},
 }
@@ -284,8 +285,16 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	l.hist = &history{w: bufio.NewWriter(hf)}
 	defer func() { l.hist.w.Flush(); hf.Close() }()
 
-	l.tr = newDeliveryFaults(l.rng.Uint64(), l.hist.add)
-	l.tr.dropOnce = l.mutate == mutationDropDelivery
+	l.base = time.Now().UTC().Truncate(time.Second)
+	q := e2eRequests{run: l.run, url: e2eURL, account: e2eAccount, base: l.base}
+	kinds := deliveryKinds
+	if l.mutate == mutationDropDelivery {
+		kinds = append(slices.Clone(kinds), faultDropped)
+	}
+	// orchestratorSlot's first runs take the orders 0, 100 and 200.
+	firstOrders := []uint64{0, 100, 200}
+	planned := assignDeliveryFaults(e2ePlan(l.seed, l.n), q, l.seed, firstOrders, kinds)
+	l.tr = newDeliveryFaults(l.rng.Uint64(), planned, clockwork.NewRealClock(), l.hist.add)
 	queue := func(id string) emulator.QueueConfig {
 		return emulator.QueueConfig{Name: "projects/" + project + "/locations/" + location + "/queues/" + id,
 			MaxAttempts: -1, MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
@@ -303,7 +312,6 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 		return rep, "", 0
 	}
 	defer l.emu.Close()
-	l.base = time.Now().UTC().Truncate(time.Second)
 	l.workers.live = map[string]string{}
 
 	// Workers run until the drain is over.
@@ -373,7 +381,6 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	l.hist.mu.Lock()
 	events := slices.Clone(l.hist.events)
 	l.hist.mu.Unlock()
-	q := e2eRequests{run: l.run, url: e2eURL, account: e2eAccount, base: l.base}
 	rep = checkE2E(e2ePlan(l.seed, l.n), q, events, final)
 	return rep, l.faultLine(), time.Since(start).Seconds()
 }
@@ -384,6 +391,9 @@ func (l *e2eLeg) faultLine() string {
 	dc, _ := l.tr.snapshot()
 	for k, v := range dc {
 		l.faults.add(k, v)
+	}
+	for id, kind := range l.tr.unlanded() {
+		l.problem("planned delivery fault never landed on its item %s: %s", id, kind)
 	}
 	var hops []string
 	for _, h := range e2eHops {

@@ -251,6 +251,7 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			}
 		}
 	}
+	checkDeadlines(history, f.deliveries, problem)
 	for id, n := range f.effects {
 		rep.Effects += n
 		if !planned[id] {
@@ -270,6 +271,49 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d (e.g. %s)", rule, len(ids), ids[0]))
 	}
 	return rep
+}
+
+// What the emulator's delivery log says of an attempt its dispatch
+// deadline ended: this in Err (cloudtasks/emulator's TestDispatchDeadline
+// holds it to that), and this retry reason on the next attempt, as Cloud
+// Tasks sends it.
+const (
+	emulatorDeadlineErr = "dispatch deadline exceeded"
+	retryReasonDeadline = "DEADLINE_EXCEEDED"
+)
+
+// checkDeadlines checks that the emulator and its transport agree on the
+// attempts that ran past their dispatch deadline: each 2xx the transport
+// withheld until the deadline is an attempt the emulator recorded as failed
+// by it, with no status, and retried, the next attempt saying why; and the
+// emulator failed no other attempt so.
+func checkDeadlines(history []e2eEvent, deliveries []emulator.Delivery, problem func(rule, id string)) {
+	var withheld []attemptRef
+	caused := map[attemptRef]bool{}
+	for _, ev := range history {
+		if ev.Hop == hopEmulator && ev.Op == "fault" && ev.Detail == faultDeadline {
+			a := attemptRef{id: ev.ID, retry: ev.Attempt - 1}
+			withheld = append(withheld, a)
+			caused[a] = true
+		}
+	}
+	byAttempt := map[attemptRef]emulator.Delivery{}
+	for _, d := range deliveries {
+		a := attemptRef{id: d.Header.Get("Idempotency-Key"), retry: int(d.Attempt) - 1}
+		byAttempt[a] = d
+		if strings.Contains(d.Err, emulatorDeadlineErr) && !caused[a] {
+			problem("an attempt the emulator failed by its dispatch deadline that the transport did not withhold", a.id)
+		}
+	}
+	for _, a := range withheld {
+		d, ok := byAttempt[a]
+		switch {
+		case !ok || !strings.Contains(d.Err, emulatorDeadlineErr) || d.StatusCode != 0 || d.Outcome != emulator.OutcomeRetry:
+			problem("a 2xx withheld past the dispatch deadline that the emulator did not record as a deadline failure, retried", a.id)
+		case byAttempt[attemptRef{id: a.id, retry: a.retry + 1}].Header.Get("X-CloudTasks-TaskRetryReason") != retryReasonDeadline:
+			problem("the attempt after a deadline failure does not give "+retryReasonDeadline+" as its retry reason", a.id)
+		}
+	}
 }
 
 func orZero[T any](p *T) T {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -54,6 +55,27 @@ func newCheckerWorld() *checkerWorld {
 	return w
 }
 
+// withheldPastDeadline makes the world's dispatch a delivery whose first
+// attempt's 2xx the transport withheld past the dispatch deadline: the
+// emulator logged first, then a second attempt with reason, which the
+// worker answered as a duplicate; the fault's event ends the history.
+func withheldPastDeadline(w *checkerWorld, first emulator.Delivery, reason string) {
+	id := w.q.id(w.plan[0])
+	header := func(h ...string) http.Header {
+		out := http.Header{"Idempotency-Key": {id.String()}}
+		if len(h) == 2 && h[1] != "" {
+			out.Set(h[0], h[1])
+		}
+		return out
+	}
+	first.Task, first.Header = w.final.deliveries[0].Task, header()
+	w.final.deliveries[0].Attempt, w.final.deliveries[0].Header = 2, header("X-CloudTasks-TaskRetryReason", reason)
+	w.final.deliveries = append([]emulator.Delivery{first}, w.final.deliveries...)
+	w.final.deliveryRows = append(w.final.deliveryRows, outbox.Record{ID: outbox.DeliveryID(id, "b"), Status: outbox.StatusDuplicate, Delivery: outbox.DeliveryFields{HTTPStatus: 200}})
+	w.final.extra2xx = 1
+	w.history = append(w.history, e2eEvent{Proc: "", Hop: hopEmulator, Op: "fault", ID: id.String(), Attempt: 1, Status: 200, Detail: faultDeadline})
+}
+
 func TestCheckE2E(t *testing.T) {
 	t.Parallel()
 	dispatchID := "dispatch:r:k00000:1"
@@ -92,6 +114,25 @@ func TestCheckE2E(t *testing.T) {
 			w.final.deliveryRows = append(w.final.deliveryRows, outbox.Record{ID: outbox.DeliveryID(w.q.id(w.plan[0]), "b"), Status: outbox.StatusDuplicate, Delivery: outbox.DeliveryFields{HTTPStatus: 200}})
 			w.final.extra2xx = 1
 		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
+		{"a 2xx withheld past the dispatch deadline, recorded as such and delivered again", func(w *checkerWorld) {
+			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry}, "DEADLINE_EXCEEDED")
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
+		{"a 2xx withheld past the dispatch deadline that the emulator counted as a success", func(w *checkerWorld) {
+			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, StatusCode: 200, Outcome: emulator.OutcomeSucceeded}, "")
+			w.final.extra2xx = 0
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+			Problems: []string{"a 2xx withheld past the dispatch deadline that the emulator did not record as a deadline failure, retried: 1 (e.g. dispatch:r:k00000:1)"}}},
+		{"a redelivery after a deadline that does not say why", func(w *checkerWorld) {
+			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry}, "NO_RESPONSE")
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+			Problems: []string{"the attempt after a deadline failure does not give DEADLINE_EXCEEDED as its retry reason: 1 (e.g. dispatch:r:k00000:1)"}}},
+		{"a deadline failure the transport did not cause", func(w *checkerWorld) {
+			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry}, "DEADLINE_EXCEEDED")
+			w.history = w.history[:len(w.history)-1]
+			w.final.extra2xx = 0
+			w.final.deliveryRows[len(w.final.deliveryRows)-1].Delivery.HTTPStatus = 0
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+			Problems: []string{"an attempt the emulator failed by its dispatch deadline that the transport did not withhold: 1 (e.g. dispatch:r:k00000:1)"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

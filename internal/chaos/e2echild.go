@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -219,7 +218,7 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 	}
 	q := e2eRequests{run: c.Run, url: c.URL, account: c.Account, base: c.Base}
 	plan := e2ePlan(c.Seed, c.Items)
-	order := rand.New(rand.NewPCG(c.Seed, c.Order)).Perm(len(plan))
+	order := e2eOrder(c.Seed, c.Order, len(plan))
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for _, i := range order {

@@ -59,6 +59,12 @@ func e2ePlan(seed uint64, n int) []e2eItem {
 	return items
 }
 
+// e2eOrder is the order in which an orchestrator whose e2eChild.Order is
+// order runs the plan's n items: a permutation of their indexes.
+func e2eOrder(seed, order uint64, n int) []int {
+	return rand.New(rand.NewPCG(seed, order)).Perm(n)
+}
+
 // wantsEffect says whether the item must end with exactly one effect.
 func (it e2eItem) wantsEffect() bool { return it.Kind == itemDispatch || it.Kind == itemRetry }
 
