@@ -51,9 +51,11 @@
 //     transaction, with faults at every hop: orchestrators SIGKILLed and
 //     SIGSTOPped on answers (Recover by another process meanwhile), a
 //     redeploy with another default queue, RPCs that commit then fail,
-//     deliveries doubled, lost, delayed and reset, workers killed at named
-//     points before and after their commit or stopped past their lock
-//     timeout, connections dropped, clocks offset. Every call and answer
+//     deliveries doubled, lost, delayed, reset and answered past the
+//     dispatch deadline (each keyed to the task and its retry count, not
+//     to the order attempts arrive in), workers killed at named points
+//     before and after their commit or stopped past their lock timeout,
+//     connections dropped, clocks offset. Every call and answer
 //     goes to a JSON-lines history, and a checker reports lost and
 //     duplicate effects (both must be 0), absorbed duplicate deliveries,
 //     how each indeterminate call resolved, and whether the outbox, the

@@ -392,8 +392,9 @@ func (l *e2eLeg) faultLine() string {
 	for k, v := range dc {
 		l.faults.add(k, v)
 	}
-	for id, kind := range l.tr.unlanded() {
-		l.problem("planned delivery fault never landed on its item %s: %s", id, kind)
+	unlanded := l.tr.unlanded()
+	for _, id := range slices.Sorted(maps.Keys(unlanded)) {
+		l.problem("planned delivery fault never landed on its item %s: %s", id, unlanded[id])
 	}
 	var hops []string
 	for _, h := range e2eHops {

@@ -47,8 +47,9 @@ Scenarios:
              emulator delivers them with OIDC tokens to three worker
              processes (SQL inbox, effect row in its transaction); faults at
              every hop (kills, stops with Recover by another process, lost
-             replies, doubled, lost, delayed and reset deliveries, workers
-             killed around their commit, dropped database connections,
+             replies, doubled, lost, delayed and reset deliveries and a
+             2xx withheld past the dispatch deadline, workers killed
+             around their commit, dropped database connections,
              clock offsets); a checker reads the JSON-lines history: no lost
              or duplicate effect, every indeterminate call resolved
 
