@@ -49,6 +49,11 @@ type e2eReport struct {
 	TimersFired     int `json:"timers_fired"`
 	TimersCancelled int `json:"timers_cancelled"`
 	TimersHeld      int `json:"timers_held"`
+	// PastDeadline counts attempts the emulator failed by their dispatch
+	// deadline: those whose 2xx the transport withheld, and any a worker
+	// took that long to answer (a slow machine may; Cloud Tasks then
+	// retries, as the emulator does).
+	PastDeadline int `json:"attempts_past_deadline"`
 	// Problems lists every broken rule; empty means the run held.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -251,7 +256,7 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			}
 		}
 	}
-	checkDeadlines(history, f.deliveries, problem)
+	rep.PastDeadline = checkDeadlines(history, f.deliveries, problem)
 	for id, n := range f.effects {
 		rep.Effects += n
 		if !planned[id] {
@@ -283,26 +288,24 @@ const (
 )
 
 // checkDeadlines checks that the emulator and its transport agree on the
-// attempts that ran past their dispatch deadline: each 2xx the transport
-// withheld until the deadline is an attempt the emulator recorded as failed
-// by it, with no status, and retried, the next attempt saying why; and the
-// emulator failed no other attempt so.
-func checkDeadlines(history []e2eEvent, deliveries []emulator.Delivery, problem func(rule, id string)) {
+// attempts whose 2xx the transport withheld until the dispatch deadline:
+// each is an attempt the emulator recorded as failed by that deadline, with
+// no status, and retried, the next attempt saying why. It returns how many
+// attempts the emulator failed by their deadline. Others than the withheld
+// ones are no problem: a worker on a starved machine may take that long,
+// and the attempt is retried as any failed one.
+func checkDeadlines(history []e2eEvent, deliveries []emulator.Delivery, problem func(rule, id string)) (past int) {
 	var withheld []attemptRef
-	caused := map[attemptRef]bool{}
 	for _, ev := range history {
 		if ev.Hop == hopEmulator && ev.Op == "fault" && ev.Detail == faultDeadline {
-			a := attemptRef{id: ev.ID, retry: ev.Attempt - 1}
-			withheld = append(withheld, a)
-			caused[a] = true
+			withheld = append(withheld, attemptRef{id: ev.ID, retry: ev.Attempt - 1})
 		}
 	}
 	byAttempt := map[attemptRef]emulator.Delivery{}
 	for _, d := range deliveries {
-		a := attemptRef{id: d.Header.Get("Idempotency-Key"), retry: int(d.Attempt) - 1}
-		byAttempt[a] = d
-		if strings.Contains(d.Err, emulatorDeadlineErr) && !caused[a] {
-			problem("an attempt the emulator failed by its dispatch deadline that the transport did not withhold", a.id)
+		byAttempt[attemptRef{id: d.Header.Get("Idempotency-Key"), retry: int(d.Attempt) - 1}] = d
+		if strings.Contains(d.Err, emulatorDeadlineErr) {
+			past++
 		}
 	}
 	for _, a := range withheld {
@@ -314,6 +317,7 @@ func checkDeadlines(history []e2eEvent, deliveries []emulator.Delivery, problem 
 			problem("the attempt after a deadline failure does not give "+retryReasonDeadline+" as its retry reason", a.id)
 		}
 	}
+	return past
 }
 
 func orZero[T any](p *T) T {
@@ -334,6 +338,6 @@ func (r e2eReport) line() string {
 	if len(res) > 0 {
 		resolved = strings.Join(res, ", ")
 	}
-	return fmt.Sprintf("%d logical attempts, %d acknowledged, %d effects, %d lost, %d duplicate effects, %d duplicate deliveries absorbed by the inbox, %d indeterminate calls resolved as: %s; timers %d fired, %d cancelled, %d held",
-		r.Attempts, r.Acknowledged, r.Effects, r.Lost, r.Duplicate, r.Absorbed, r.Indeterminate, resolved, r.TimersFired, r.TimersCancelled, r.TimersHeld)
+	return fmt.Sprintf("%d logical attempts, %d acknowledged, %d effects, %d lost, %d duplicate effects, %d duplicate deliveries absorbed by the inbox, %d indeterminate calls resolved as: %s; timers %d fired, %d cancelled, %d held; %d attempts failed by the dispatch deadline",
+		r.Attempts, r.Acknowledged, r.Effects, r.Lost, r.Duplicate, r.Absorbed, r.Indeterminate, resolved, r.TimersFired, r.TimersCancelled, r.TimersHeld, r.PastDeadline)
 }

@@ -302,10 +302,10 @@ func TestDeliveryFaultsDeadlineThroughTheEmulator(t *testing.T) {
 	require.Equal(t, 1, extra)
 
 	var problems []string
-	checkDeadlines(ev.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) })
+	require.Equal(t, 1, checkDeadlines(ev.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) }))
 	require.Empty(t, problems)
 	// The same history against a log that says the attempt succeeded.
 	ds[0].Err, ds[0].Outcome, ds[0].StatusCode = "", emulator.OutcomeSucceeded, 200
-	checkDeadlines(ev.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) })
+	require.Zero(t, checkDeadlines(ev.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) }))
 	require.Equal(t, []string{"a 2xx withheld past the dispatch deadline that the emulator did not record as a deadline failure, retried: " + id}, problems)
 }
