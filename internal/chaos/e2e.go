@@ -291,8 +291,10 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	if l.mutate == mutationDropDelivery {
 		kinds = append(slices.Clone(kinds), faultDropped)
 	}
-	// orchestratorSlot's first runs take the orders 0, 100 and 200.
-	firstOrders := []uint64{0, 100, 200}
+	var firstOrders []uint64 // orchestratorSlot's first runs: Order slot*100
+	for slot := range e2eOrchestrators {
+		firstOrders = append(firstOrders, uint64(slot*100))
+	}
 	planned := assignDeliveryFaults(e2ePlan(l.seed, l.n), q, l.seed, firstOrders, kinds)
 	l.tr = newDeliveryFaults(l.rng.Uint64(), planned, clockwork.NewRealClock(), l.hist.add)
 	queue := func(id string) emulator.QueueConfig {
