@@ -59,25 +59,8 @@ func TestAppendRefusesAVersionAnotherProcessWrote(t *testing.T) {
 func TestLatestReportsBlindConcurrentWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
-	a := b.open(t, procA)
-	opts := b.options(procB)
-	opts.RefreshInterval = time.Hour
-	bb, err := Open(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { bb.Close() })
-
-	rec := timerRec("r", "t", t0.Add(time.Hour), outbox.StatusPending)
-	_, ok, err := bb.Latest(ctx, outbox.TableTimers, rec.ID) // B's view is taken now
-	require.NoError(t, err)
-	require.False(t, ok)
-
-	cancel := rec
-	cancel.Status = outbox.StatusCancelled
-	cancel.Follow(nil, b.clock.Now())
-	require.NoError(t, outbox.AppendAndWait(ctx, a, cancel))
-	rec.Follow(nil, b.clock.Now().Add(time.Millisecond))
-	require.NoError(t, outbox.AppendAndWait(ctx, bb, rec), "B cannot see A's write yet")
+	b, a, bb := staleB(t)
+	rec := writeBlind(t, b, a, bb, outbox.StatusCancelled)
 
 	got, ok, err := a.Latest(ctx, outbox.TableTimers, rec.ID)
 	require.True(t, ok)
@@ -110,24 +93,8 @@ func TestBlindWritesReadTheSameAcrossReadsAndCompaction(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			a := b.open(t, procA)
-			opts := b.options(procB)
-			opts.RefreshInterval = time.Hour
-			bb, err := Open(ctx, opts)
-			require.NoError(t, err)
-			t.Cleanup(func() { bb.Close() })
-
-			rec := timerRec("r", "t", t0.Add(time.Hour), outbox.StatusPending)
-			_, ok, err := bb.Latest(ctx, outbox.TableTimers, rec.ID) // B's view is taken now
-			require.NoError(t, err)
-			require.False(t, ok)
-			first := rec
-			first.Status = tc.first
-			first.Follow(nil, b.clock.Now())
-			require.NoError(t, outbox.AppendAndWait(ctx, a, first))
-			rec.Follow(nil, b.clock.Now().Add(time.Millisecond)) // B's pending is later by the clock
-			require.NoError(t, outbox.AppendAndWait(ctx, bb, rec), "B cannot see A's write yet")
+			b, a, bb := staleB(t)
+			rec := writeBlind(t, b, a, bb, tc.first)
 			b.clock.Advance(time.Hour)
 
 			check := func(stage string) {
@@ -174,4 +141,37 @@ func TestBlindWritesReadTheSameAcrossReadsAndCompaction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// staleB opens A and a process B whose view of others is reused for an
+// hour: B writes blind of what A writes after B's first read.
+func staleB(t *testing.T) (b *testBundle, a, bb *Outbox) {
+	t.Helper()
+	b = setup(t)
+	a = b.open(t, procA)
+	opts := b.options(procB)
+	opts.RefreshInterval = time.Hour
+	bb, err := Open(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { bb.Close() })
+	return b, a, bb
+}
+
+// writeBlind has A write rec with status first, then B (which read the ID
+// before A wrote) write rec as pending, both as version 1 and B later by
+// the clock. It returns B's record.
+func writeBlind(t *testing.T, b *testBundle, a, bb *Outbox, first outbox.Status) outbox.Record {
+	t.Helper()
+	ctx := context.Background()
+	rec := timerRec("r", "t", t0.Add(time.Hour), outbox.StatusPending)
+	_, ok, err := bb.Latest(ctx, outbox.TableTimers, rec.ID) // B's view is taken now
+	require.NoError(t, err)
+	require.False(t, ok)
+	ar := rec
+	ar.Status = first
+	ar.Follow(nil, b.clock.Now())
+	require.NoError(t, outbox.AppendAndWait(ctx, a, ar))
+	rec.Follow(nil, b.clock.Now().Add(time.Millisecond))
+	require.NoError(t, outbox.AppendAndWait(ctx, bb, rec), "B cannot see A's write yet")
+	return rec
 }
