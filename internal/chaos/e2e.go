@@ -41,8 +41,9 @@ const (
 	e2eOrchestrators = 3
 	e2eWorkers       = 3
 	// e2eRedeployQueue is the default queue of the redeployed
-	// orchestrator that repeats the whole plan at the end: every ID is
-	// recorded by then, so none may reach this queue.
+	// orchestrators: the replacement of the first SIGKILLed one, which
+	// runs while the others do, and the one that repeats the whole plan at
+	// the end. An ID it records first has its task there.
 	e2eRedeployQueue = "work-redeployed"
 	e2eURL           = "http://workers.e2e.internal/effect"
 	e2eAccount       = "e2e@chaos.iam.gserviceaccount.com"
@@ -64,7 +65,7 @@ const (
 const (
 	faultOrchKill      = "orchestrator SIGKILLed on an answer"
 	faultOrchStop      = "orchestrator SIGSTOPped on an answer, its pending records re-driven by another process's Recover, then SIGCONTed"
-	faultRedeploy      = "redeploy with another default queue, whole plan repeated"
+	faultRedeploy      = "replaced by a redeploy with another default queue while the others run"
 	faultClock         = "orchestrator and worker clocks offset by ±1 s (stale-after 4 s)"
 	faultRPCCommitFail = "CreateTask/GetTask/DeleteTask committed, then failed (reply lost)"
 	faultRPCFail       = "CreateTask/GetTask/DeleteTask failed"
@@ -72,6 +73,7 @@ const (
 	faultWorkerAfter   = "worker SIGKILLed after its commit, before answering"
 	faultWorkerStall   = "worker stopped inside its transaction past the lock timeout"
 	faultPGTerminate   = "PostgreSQL connections dropped (pg_terminate_backend)"
+	faultPGRestart     = "PostgreSQL restarted in immediate mode"
 	// faultDropCreate is planted by a mutation test only.
 	faultDropCreate = "create answered OK, task dropped (planted)"
 )
@@ -85,7 +87,7 @@ var e2eHops = []struct {
 	{"Cloud Tasks API", []string{faultRPCCommitFail, faultRPCFail, faultDropCreate}},
 	{"delivery", []string{faultDupAfter2xx, faultLost2xx, faultDelay, faultReset, faultDropped}},
 	{"workers", []string{faultWorkerBefore, faultWorkerAfter, faultWorkerStall}},
-	{"PostgreSQL", []string{faultPGTerminate}},
+	{"PostgreSQL", []string{faultPGTerminate, faultPGRestart}},
 }
 
 // e2eRPCFaults is the emulator's fault plan: one call in ten of the
@@ -177,6 +179,7 @@ type e2eLeg struct {
 	rng     *rand.Rand
 	dir     string
 	dsn     string
+	cluster *pgserver.Cluster
 	db      *sql.DB
 	emu     *emulator.Server
 	tr      *deliveryFaults
@@ -189,6 +192,14 @@ type e2eLeg struct {
 	workers struct {
 		mu   sync.Mutex
 		live map[string]string // name -> addr
+	}
+	// orchestrators counts the orchestrator processes running.
+	orchestrators atomic.Int64
+	// pgFaults runs the PostgreSQL faults one at a time, and the leg
+	// waits for them before it reads the final state.
+	pgFaults struct {
+		sync.Mutex
+		wg sync.WaitGroup
 	}
 	problems []string
 	pmu      sync.Mutex
@@ -211,8 +222,8 @@ func (r *run) e2e(ctx context.Context) Result {
 	if r.opts.Long {
 		kills = 3
 	}
-	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one with another default queue repeated them; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction) with faults at every hop",
-		e2eOrchestrators, n, 2*kills, kills, e2eWorkers)
+	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed (the first replaced by a redeploy with another default queue while the others ran) and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one repeated them all; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction; %d killed before and %d after their commit, %d stalls past the lock timeout) with faults at every hop, and PostgreSQL dropped every connection %d times and restarted in immediate mode %d times",
+		e2eOrchestrators, n, 2*kills, kills, e2eWorkers, kills, kills, kills, 2*kills, kills)
 	fail := func(problems ...string) Result { return failed(tried, problems) }
 	cluster, err := pgserver.Start()
 	if err != nil {
@@ -266,7 +277,7 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 		return rep, "", 0
 	}
 	defer drop()
-	l.dsn = dsn
+	l.dsn, l.cluster = dsn, cluster
 	if l.db, err = sql.Open("pgx", dsn); err != nil {
 		l.problem("%v", err)
 		return rep, "", 0
@@ -311,14 +322,21 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	var wwg sync.WaitGroup
 	workerPlans := []string{pause.E2EWorkerBeforeCommit, pause.E2EWorkerAfterCommit, "stall"}
 	effectsSeen := &atomic.Int64{}
-	pgKills := []int64{1 + l.rng.Int64N(int64(max(1, l.n/4))), int64(l.n/4) + 1 + l.rng.Int64N(int64(max(1, l.n/4)))}
+	pgFaults := l.planPGFaults(kills)
 	for w := range e2eWorkers {
-		pauseAt := 1 + l.rng.Int64N(int64(max(1, l.n/10)))
-		wwg.Go(func() { l.workerSlot(wctx, w, workerPlans[w], pauseAt, effectsSeen, pgKills) })
+		// Each planned fault of the slot is at the k-th delivery of one
+		// process (a killed worker's replacement counts afresh), within
+		// the first tenth of the plan in all.
+		pauseAt := make([]int64, kills)
+		for i := range pauseAt {
+			pauseAt[i] = 1 + l.rng.Int64N(int64(max(1, l.n/(10*kills))))
+		}
+		wwg.Go(func() { l.workerSlot(wctx, w, workerPlans[w], pauseAt, effectsSeen, pgFaults) })
 	}
 	if !l.waitWorkers(ctx) {
 		stopWorkers()
 		wwg.Wait()
+		l.pgFaults.wg.Wait()
 		return rep, "", 0
 	}
 
@@ -344,8 +362,6 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	}
 	if _, err := l.child(ctx, e2eChild{Role: roleOrchestrator, Name: "redeployed", Queue: e2eRedeployQueue, Order: 99}, nil); err != nil {
 		l.problem("redeployed orchestrator: %v", err)
-	} else {
-		l.faults.add(faultRedeploy, 1)
 	}
 	// Recover runs again, as it would on a schedule: a call of the
 	// redeployed orchestrator that gave up left its record pending.
@@ -355,6 +371,7 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	l.drain(ctx)
 	stopWorkers()
 	wwg.Wait()
+	l.pgFaults.wg.Wait()
 
 	final, err := l.final(ctx)
 	if err != nil {
@@ -363,12 +380,6 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	}
 	for _, d := range final.deliveries {
 		l.hist.add(e2eEvent{Hop: hopEmulator, Op: "delivery", ID: d.Header.Get("Idempotency-Key"), Attempt: int(d.Attempt), Status: d.StatusCode, Outcome: d.Outcome, Err: d.Err, Detail: d.Queue})
-		if strings.HasSuffix(d.Queue, "/"+e2eRedeployQueue) {
-			l.problem("a delivery from the redeployed queue %s: %s", e2eRedeployQueue, d.Task)
-		}
-	}
-	if n := len(l.emu.Tasks(queue(e2eRedeployQueue).Name)); n > 0 {
-		l.problem("%d tasks in the redeployed queue %s: a repeat made a second task", n, e2eRedeployQueue)
 	}
 	l.hist.mu.Lock()
 	events := slices.Clone(l.hist.events)
@@ -469,11 +480,21 @@ func readEvents(r io.Reader, fn func(e2eEvent)) error { return readJSONLines(r, 
 // orchestratorSlot runs one orchestrator through its planned faults:
 // slot 1 is SIGSTOPped on the planned answers (another process runs
 // Recover meanwhile), the others SIGKILLed; each run after a fault starts
-// the plan again in a new order.
+// the plan again in a new order. Slot 0's replacements are a redeploy
+// with another default queue, as a rolling deploy would bring while the
+// other slots still run the old one.
 func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, offset time.Duration) {
 	stop := slot == 1
 	for run := 0; ctx.Err() == nil; run++ {
 		name := fmt.Sprintf("o%d.%d", slot+1, run)
+		queue := ""
+		if slot == 0 && run > 0 {
+			queue = e2eRedeployQueue
+			if run == 1 {
+				l.hist.add(e2eEvent{Proc: name, Hop: hopOrchestrator, Op: "redeployed", Detail: fmt.Sprintf("default queue %s, %d other orchestrators running", queue, l.orchestrators.Load())})
+				l.faults.add(faultRedeploy, 1)
+			}
+		}
 		at := 0
 		if run < len(plans) {
 			at = plans[run]
@@ -507,8 +528,10 @@ func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, of
 			l.hist.add(e2eEvent{Proc: name, Hop: hopOrchestrator, Op: "continued"})
 			_ = cmd.Process.Signal(syscall.SIGCONT)
 		}
-		c := e2eChild{Role: roleOrchestrator, Name: name, Order: uint64(slot*100 + run), ClockOffset: offset}
+		c := e2eChild{Role: roleOrchestrator, Name: name, Queue: queue, Order: uint64(slot*100 + run), ClockOffset: offset}
+		l.orchestrators.Add(1)
 		killed, err := l.child(ctx, c, onLine)
+		l.orchestrators.Add(-1)
 		switch {
 		case err != nil:
 			l.problem("%s: %v", name, err)
@@ -553,22 +576,31 @@ func (l *e2eLeg) dropCreate(ctx context.Context, ev e2eEvent) {
 	}
 }
 
-// workerSlot keeps one worker up until ctx ends. Its first run is armed
-// with its planned fault at its pauseAt-th delivery; the worker that
-// counts effects (slot 0) drops the database's connections when the
-// total passes each of pgKills.
-func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt int64, effects *atomic.Int64, pgKills []int64) {
+// workerSlot keeps one worker up until ctx ends, through its planned
+// faults, each at the pauseAt[i]-th delivery of a process: a killed
+// worker's replacement is armed with the next one, a stalled worker stalls
+// again at the next one. Every worker counts effects into one total, and
+// the PostgreSQL fault planned at a total runs when it is reached.
+func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt []int64, effects *atomic.Int64, pgFaults map[int64]string) {
 	for run := 0; ctx.Err() == nil; run++ {
 		name := fmt.Sprintf("w%d.%d", slot+1, run)
 		c := e2eChild{Role: roleWorker, Name: name, ClockOffset: time.Duration(slot-1) * e2eClockStep}
 		var env []string
-		if run == 0 {
-			c.PauseAt, c.PausePoint = pauseAt, plan
-			if plan == "stall" {
-				c.PausePoint = pause.E2EWorkerBeforeCommit
+		switch {
+		case plan == "stall" && run == 0:
+			// One process: its stalls at increasing deliveries.
+			c.PausePoint = pause.E2EWorkerBeforeCommit
+			var at int64
+			for _, k := range pauseAt {
+				at += k
+				c.PauseAt = append(c.PauseAt, at)
 			}
-			env = append(env, pause.EnvVar+"="+c.PausePoint)
-			c.BypassOnce = l.mutate == mutationBypassInbox && plan == "stall" // a worker the run does not kill
+			c.BypassOnce = l.mutate == mutationBypassInbox // a worker the run does not kill
+		case plan != "stall" && run < len(pauseAt):
+			c.PauseAt, c.PausePoint = pauseAt[run:run+1], plan
+		}
+		if len(c.PauseAt) > 0 {
+			env = append(env, pause.EnvVar+"="+strings.Repeat(","+c.PausePoint, len(c.PauseAt))[1:])
 		}
 		cmd, err := l.start(ctx, c, env)
 		if err != nil {
@@ -603,9 +635,8 @@ func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt 
 			case ev.Op == "listening":
 				l.setWorker(name, ev.Detail)
 			case ev.Op == "inbox" && ev.Outcome == string(outbox.StatusDone):
-				n := effects.Add(1)
-				if slices.Contains(pgKills, n) {
-					go l.terminateBackends(ctx)
+				if kind := pgFaults[effects.Add(1)]; kind != "" {
+					l.pgFaults.wg.Go(func() { l.pgFault(ctx, kind) })
 				}
 			}
 		})
@@ -643,6 +674,52 @@ func (l *e2eLeg) waitWorkers(ctx context.Context) bool {
 	}
 	l.problem("the workers did not all start within a minute")
 	return false
+}
+
+// planPGFaults draws the PostgreSQL faults, each at a distinct total of
+// effects within the first half of the plan, while the orchestrators
+// still run: 2*kills rounds of dropped connections and kills restarts.
+func (l *e2eLeg) planPGFaults(kills int) map[int64]string {
+	at := map[int64]string{}
+	span := int64(max(4*kills, l.n/2))
+	add := func(kind string, times int) {
+		for range times {
+			k := 1 + l.rng.Int64N(span)
+			for at[k] != "" {
+				k = k%span + 1
+			}
+			at[k] = kind
+		}
+	}
+	add(faultPGTerminate, 2*kills)
+	add(faultPGRestart, kills)
+	return at
+}
+
+// pgFault runs one PostgreSQL fault, after any other has ended.
+func (l *e2eLeg) pgFault(ctx context.Context, kind string) {
+	l.pgFaults.Lock()
+	defer l.pgFaults.Unlock()
+	switch kind {
+	case faultPGTerminate:
+		l.terminateBackends(ctx)
+	case faultPGRestart:
+		l.restartPostgres(ctx)
+	}
+}
+
+// restartPostgres crashes the cluster and starts it again: every session
+// of the workers and of the PostgreSQL leg's orchestrators dies, and
+// their calls fail until it is back.
+func (l *e2eLeg) restartPostgres(ctx context.Context) {
+	l.hist.add(e2eEvent{Proc: "suite", Hop: hopPostgres, Op: "restart", Phase: "call", Detail: fmt.Sprintf("%d orchestrators running", l.orchestrators.Load())})
+	start := time.Now()
+	if err := l.cluster.Restart(ctx); err != nil {
+		l.problem("restart PostgreSQL: %v", err)
+		return
+	}
+	l.hist.add(e2eEvent{Proc: "suite", Hop: hopPostgres, Op: "restart", Phase: "answer", Detail: fmt.Sprintf("accepting connections after %d ms", time.Since(start).Milliseconds())})
+	l.faults.add(faultPGRestart, 1)
 }
 
 // terminateBackends drops every other connection to the leg's database.
@@ -683,7 +760,7 @@ func (l *e2eLeg) drain(ctx context.Context) {
 
 // final reads the state the checker needs.
 func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
-	f := e2eFinal{records: map[string]outbox.Record{}, tasks: map[string]bool{}, effects: map[string]int{}}
+	f := e2eFinal{records: map[string]outbox.Record{}, tasks: map[string][]string{}, effects: map[string]int{}}
 	var box outbox.Outbox
 	switch l.store {
 	case storeParquet:
@@ -716,7 +793,8 @@ func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
 	}
 	for _, q := range l.emu.Queues() {
 		for _, t := range l.emu.Tasks(q.GetName()) {
-			f.tasks[t.GetName()[strings.LastIndexByte(t.GetName(), '/')+1:]] = true
+			cid := t.GetName()[strings.LastIndexByte(t.GetName(), '/')+1:]
+			f.tasks[cid] = append(f.tasks[cid], q.GetName())
 		}
 	}
 	f.deliveries = l.emu.Deliveries()
@@ -737,5 +815,6 @@ func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
 	}
 	dc, extra := l.tr.snapshot()
 	f.extra2xx, f.dropped = extra, dc[faultDropped]
+	f.blindWrites = l.store == storeParquet
 	return f, rows.Err()
 }

@@ -80,10 +80,11 @@ type e2eChild struct {
 	// Issuer and KeysAddr let a worker verify the emulator's tokens.
 	Issuer   string `json:"issuer,omitempty"`
 	KeysAddr string `json:"keys_addr,omitempty"`
-	// PauseAt is the delivery at which a worker reaches PausePoint, which
-	// its environment arms (0: never).
-	PauseAt    int64  `json:"pause_at,omitempty"`
-	PausePoint string `json:"pause_point,omitempty"`
+	// PauseAt lists, in increasing order, the deliveries (counted in the
+	// process) at which a worker reaches PausePoint, which its
+	// environment arms as many times.
+	PauseAt    []int64 `json:"pause_at,omitempty"`
+	PausePoint string  `json:"pause_point,omitempty"`
 	// BypassOnce makes a worker apply its first effect outside the inbox
 	// and fail the delivery: a planted fault the checker must catch.
 	BypassOnce bool `json:"bypass_once,omitempty"`
@@ -276,16 +277,23 @@ type e2eInbox struct {
 	worker.Inbox
 	ew      *eventWriter
 	n       atomic.Int64
-	pauseAt int64
+	pauseAt []int64
 	point   string
-	paused  atomic.Bool
+	mu      sync.Mutex
+	paused  int // how many of pauseAt were reached
 }
 
-// pause reaches the armed point in the first delivery from the armed one
-// on that gets there (a duplicate never reaches the point before the
+// pause reaches the armed point in the first delivery from the next armed
+// one on that gets there (a duplicate never reaches the point before the
 // commit), saying so first.
 func (in *e2eInbox) pause(ctx context.Context, n int64, point, key string) {
-	if in.pauseAt == 0 || n < in.pauseAt || point != in.point || !in.paused.CompareAndSwap(false, true) {
+	in.mu.Lock()
+	due := point == in.point && in.paused < len(in.pauseAt) && n >= in.pauseAt[in.paused]
+	if due {
+		in.paused++
+	}
+	in.mu.Unlock()
+	if !due {
 		return
 	}
 	in.ew.emit(e2eEvent{Hop: hopWorker, Op: "pause", ID: key, Detail: point})
