@@ -193,13 +193,16 @@ type e2eLeg struct {
 		mu   sync.Mutex
 		live map[string]string // name -> addr
 	}
-	// orchestrators counts the orchestrator processes running.
+	// orchestrators counts the orchestrator processes running; answers
+	// counts their answers, on which the PostgreSQL faults are planned.
 	orchestrators atomic.Int64
-	// pgFaults runs the PostgreSQL faults one at a time, and the leg
-	// waits for them before it reads the final state.
+	answers       atomic.Int64
+	// pgFaults runs the PostgreSQL faults planned at answers one at a
+	// time; the leg waits for them before its final passes.
 	pgFaults struct {
 		sync.Mutex
 		wg sync.WaitGroup
+		at map[int64]string
 	}
 	problems []string
 	pmu      sync.Mutex
@@ -222,7 +225,7 @@ func (r *run) e2e(ctx context.Context) Result {
 	if r.opts.Long {
 		kills = 3
 	}
-	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed (the first replaced by a redeploy with another default queue while the others ran) and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one repeated them all; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction; %d killed before and %d after their commit, %d stalls past the lock timeout) with faults at every hop, and PostgreSQL dropped every connection %d times and restarted in immediate mode %d times",
+	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed (the first replaced by a redeploy with another default queue while the others ran) and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one repeated them all; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction; kills before the commit: %d, after it: %d, stalls past the lock timeout: %d) with faults at every hop, and PostgreSQL's connections dropped (%d) and the server restarted in immediate mode (%d)",
 		e2eOrchestrators, n, 2*kills, kills, e2eWorkers, kills, kills, kills, 2*kills, kills)
 	fail := func(problems ...string) Result { return failed(tried, problems) }
 	cluster, err := pgserver.Start()
@@ -321,8 +324,7 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wwg sync.WaitGroup
 	workerPlans := []string{pause.E2EWorkerBeforeCommit, pause.E2EWorkerAfterCommit, "stall"}
-	effectsSeen := &atomic.Int64{}
-	pgFaults := l.planPGFaults(kills)
+	l.pgFaults.at = l.planPGFaults(kills)
 	for w := range e2eWorkers {
 		// Each planned fault of the slot is at the k-th delivery of one
 		// process (a killed worker's replacement counts afresh), within
@@ -331,7 +333,7 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 		for i := range pauseAt {
 			pauseAt[i] = 1 + l.rng.Int64N(int64(max(1, l.n/(10*kills))))
 		}
-		wwg.Go(func() { l.workerSlot(wctx, w, workerPlans[w], pauseAt, effectsSeen, pgFaults) })
+		wwg.Go(func() { l.workerSlot(wctx, w, workerPlans[w], pauseAt) })
 	}
 	if !l.waitWorkers(ctx) {
 		stopWorkers()
@@ -347,10 +349,16 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 		for i := range plans {
 			plans[i] = 1 + l.rng.IntN(max(1, l.n/2))
 		}
+		if o == 0 {
+			// Slot 0's replacement is the redeploy: early, so that it
+			// meets IDs no one has recorded yet.
+			plans[0] = 1 + l.rng.IntN(max(1, l.n/10))
+		}
 		offset := time.Duration(o-1) * e2eClockStep
 		owg.Go(func() { l.orchestratorSlot(ctx, o, plans, offset) })
 	}
 	owg.Wait()
+	l.pgFaults.wg.Wait()
 	if offsets := e2eOrchestrators; offsets > 1 {
 		l.faults.add(faultClock, offsets-1)
 	}
@@ -506,6 +514,9 @@ func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, of
 			if ev.Phase != "answer" {
 				return
 			}
+			if kind := l.pgFaults.at[l.answers.Add(1)]; kind != "" {
+				l.pgFaults.wg.Go(func() { l.pgFault(ctx, kind) })
+			}
 			answers++
 			if answers != at || !acted.CompareAndSwap(false, true) {
 				return
@@ -579,9 +590,8 @@ func (l *e2eLeg) dropCreate(ctx context.Context, ev e2eEvent) {
 // workerSlot keeps one worker up until ctx ends, through its planned
 // faults, each at the pauseAt[i]-th delivery of a process: a killed
 // worker's replacement is armed with the next one, a stalled worker stalls
-// again at the next one. Every worker counts effects into one total, and
-// the PostgreSQL fault planned at a total runs when it is reached.
-func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt []int64, effects *atomic.Int64, pgFaults map[int64]string) {
+// again at the next one.
+func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt []int64) {
 	for run := 0; ctx.Err() == nil; run++ {
 		name := fmt.Sprintf("w%d.%d", slot+1, run)
 		c := e2eChild{Role: roleWorker, Name: name, ClockOffset: time.Duration(slot-1) * e2eClockStep}
@@ -631,13 +641,8 @@ func (l *e2eLeg) workerSlot(ctx context.Context, slot int, plan string, pauseAt 
 			}
 		}()
 		_, err = l.follow(ctx, cmd, func(ev e2eEvent, _ *exec.Cmd) {
-			switch {
-			case ev.Op == "listening":
+			if ev.Op == "listening" {
 				l.setWorker(name, ev.Detail)
-			case ev.Op == "inbox" && ev.Outcome == string(outbox.StatusDone):
-				if kind := pgFaults[effects.Add(1)]; kind != "" {
-					l.pgFaults.wg.Go(func() { l.pgFault(ctx, kind) })
-				}
 			}
 		})
 		l.setWorker(name, "")
@@ -677,11 +682,13 @@ func (l *e2eLeg) waitWorkers(ctx context.Context) bool {
 }
 
 // planPGFaults draws the PostgreSQL faults, each at a distinct total of
-// effects within the first half of the plan, while the orchestrators
-// still run: 2*kills rounds of dropped connections and kills restarts.
+// the orchestrators' answers up to the plan's size, which they are sure
+// to give (the slot that is only stopped answers every item), so each
+// lands while orchestrators and workers run: 2*kills rounds of dropped
+// connections and kills restarts.
 func (l *e2eLeg) planPGFaults(kills int) map[int64]string {
 	at := map[int64]string{}
-	span := int64(max(4*kills, l.n/2))
+	span := int64(max(4*kills, l.n))
 	add := func(kind string, times int) {
 		for range times {
 			k := 1 + l.rng.Int64N(span)

@@ -200,9 +200,16 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 	}
 	if c.Role == roleRecover {
 		// Passes until one meets no error: the RPC faults hit GetTask
-		// too, and a record Recover could not resolve stays pending.
+		// too, and a record Recover could not resolve stays pending. A
+		// pass the outbox failed (PostgreSQL dropped or restarting) is
+		// tried again after a backoff, as a scheduled Recover would be.
 		var err error
+		wait := 100 * time.Millisecond
 		for pass := 0; pass < 10; pass++ {
+			if err != nil {
+				clock.Sleep(wait)
+				wait = min(2*wait, 2*time.Second)
+			}
 			ew.emit(e2eEvent{Hop: hopOrchestrator, Op: "recover", Phase: "call"})
 			var st cloudtasks.RecoverStats
 			st, err = d.Recover(ctx)
@@ -212,7 +219,7 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 				ev.Err = err.Error()
 			}
 			ew.emit(ev)
-			if err != nil || st.Errors == 0 {
+			if err == nil && st.Errors == 0 {
 				break
 			}
 		}
