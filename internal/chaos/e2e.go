@@ -225,7 +225,7 @@ func (r *run) e2e(ctx context.Context) Result {
 	if r.opts.Long {
 		kills = 3
 	}
-	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed (the first replaced by a redeploy with another default queue while the others ran) and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one repeated them all; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction; kills before the commit: %d, after it: %d, stalls past the lock timeout: %d) with faults at every hop, and PostgreSQL's connections dropped (%d) and the server restarted in immediate mode (%d)",
+	tried := fmt.Sprintf("on a Parquet directory and on PostgreSQL, %d orchestrator processes ran the same %d logical attempts (dispatches, fired retry timers, held heartbeats, cancels) in their own orders, %d SIGKILLed (on PostgreSQL the first replaced by a redeploy with another default queue while the others ran) and %d SIGSTOPped (with Recover by another process) on answers still to come, then a redeployed one repeated them all; the emulator delivered over HTTP with OIDC tokens to %d worker processes (SQL inbox, effect row in its transaction; kills before the commit: %d, after it: %d, stalls past the lock timeout: %d) with faults at every hop, and PostgreSQL's connections dropped (%d) and the server restarted in immediate mode (%d)",
 		e2eOrchestrators, n, 2*kills, kills, e2eWorkers, kills, kills, kills, 2*kills, kills)
 	fail := func(problems ...string) Result { return failed(tried, problems) }
 	cluster, err := pgserver.Start()
@@ -409,7 +409,7 @@ func (l *e2eLeg) faultLine() string {
 		var kinds []string
 		for _, k := range h.kinds {
 			n := l.faults.get(k)
-			if (k == faultDropped && l.mutate != mutationDropDelivery) || (k == faultDropCreate && l.mutate != mutationDropCreate) {
+			if (k == faultDropped && l.mutate != mutationDropDelivery) || (k == faultDropCreate && l.mutate != mutationDropCreate) || (k == faultRedeploy && l.store != storePostgres) {
 				continue
 			}
 			if n == 0 {
@@ -488,15 +488,18 @@ func readEvents(r io.Reader, fn func(e2eEvent)) error { return readJSONLines(r, 
 // orchestratorSlot runs one orchestrator through its planned faults:
 // slot 1 is SIGSTOPped on the planned answers (another process runs
 // Recover meanwhile), the others SIGKILLed; each run after a fault starts
-// the plan again in a new order. Slot 0's replacements are a redeploy
-// with another default queue, as a rolling deploy would bring while the
-// other slots still run the old one.
+// the plan again in a new order. On PostgreSQL, slot 0's replacements
+// are a redeploy with another default queue, as a rolling deploy would
+// bring while the other slots still run the old one. Not on a Parquet
+// directory: two processes may write an ID's first record blind of each
+// other there, and with two default queues that makes a task in each
+// (see docs/chaos.md, open finding).
 func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, offset time.Duration) {
 	stop := slot == 1
 	for run := 0; ctx.Err() == nil; run++ {
 		name := fmt.Sprintf("o%d.%d", slot+1, run)
 		queue := ""
-		if slot == 0 && run > 0 {
+		if slot == 0 && run > 0 && l.store == storePostgres {
 			queue = e2eRedeployQueue
 			if run == 1 {
 				l.hist.add(e2eEvent{Proc: name, Hop: hopOrchestrator, Op: "redeployed", Detail: fmt.Sprintf("default queue %s, %d other orchestrators running", queue, l.orchestrators.Load())})
@@ -822,6 +825,5 @@ func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
 	}
 	dc, extra := l.tr.snapshot()
 	f.extra2xx, f.dropped = extra, dc[faultDropped]
-	f.blindWrites = l.store == storeParquet
 	return f, rows.Err()
 }

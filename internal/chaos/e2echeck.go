@@ -28,11 +28,6 @@ type e2eFinal struct {
 	// extra2xx counts 2xx answers the emulator's transport kept from it;
 	// dropped counts attempts it answered without a worker.
 	extra2xx, dropped int
-	// blindWrites says that the orchestrators' store lets two processes
-	// write an ID's first record blind of each other (a Parquet directory,
-	// within its refresh interval; docs/consistency.md): two processes
-	// with different default queues then make a task in each.
-	blindWrites bool
 }
 
 // e2eReport is what the checker found, in the manner of a queue checker:
@@ -59,10 +54,6 @@ type e2eReport struct {
 	// Queues counts the planned IDs by the queue (its ID) their record
 	// names: a redeployed orchestrator records some in its own.
 	Queues map[string]int `json:"records_by_queue"`
-	// TwoQueues counts the IDs with tasks in two queues that the store's
-	// blind writes allow (e2eFinal.blindWrites); elsewhere each is a
-	// problem.
-	TwoQueues int `json:"ids_in_two_queues,omitempty"`
 	// Problems lists every broken rule; empty means the run held.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -228,11 +219,6 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			rep.Queues[path.Base(r.Queue)]++
 		}
 		switch qs := queues[cid]; {
-		case len(qs) > 1 && f.blindWrites:
-			rep.TwoQueues++
-			if recorded && !qs[r.Queue] {
-				problem("no task or delivery in the queue the record names", id)
-			}
 		case len(qs) > 1:
 			problem("tasks of one ID in two queues", id)
 		case len(qs) == 1 && recorded && !qs[r.Queue]:
@@ -339,10 +325,6 @@ func (r e2eReport) line() string {
 	for _, k := range slices.Sorted(maps.Keys(r.Queues)) {
 		queues = append(queues, fmt.Sprintf("%d in %s", r.Queues[k], k))
 	}
-	two := ""
-	if r.TwoQueues > 0 {
-		two = fmt.Sprintf(" (%d IDs with a task in each, by blind writes)", r.TwoQueues)
-	}
-	return fmt.Sprintf("%d logical attempts, %d acknowledged, %d effects, %d lost, %d duplicate effects, %d duplicate deliveries absorbed by the inbox, %d indeterminate calls resolved as: %s; timers %d fired, %d cancelled, %d held; records by queue: %s%s",
-		r.Attempts, r.Acknowledged, r.Effects, r.Lost, r.Duplicate, r.Absorbed, r.Indeterminate, resolved, r.TimersFired, r.TimersCancelled, r.TimersHeld, strings.Join(queues, ", "), two)
+	return fmt.Sprintf("%d logical attempts, %d acknowledged, %d effects, %d lost, %d duplicate effects, %d duplicate deliveries absorbed by the inbox, %d indeterminate calls resolved as: %s; timers %d fired, %d cancelled, %d held; records by queue: %s",
+		r.Attempts, r.Acknowledged, r.Effects, r.Lost, r.Duplicate, r.Absorbed, r.Indeterminate, resolved, r.TimersFired, r.TimersCancelled, r.TimersHeld, strings.Join(queues, ", "))
 }

@@ -104,17 +104,6 @@ func TestCheckE2E(t *testing.T) {
 			w.final.tasks[held] = append(w.final.tasks[held], "projects/chaos/locations/local/queues/"+e2eRedeployQueue)
 		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
 			Problems: []string{"tasks of one ID in two queues: 1 (e.g. timer:heartbeat:r:k00002:1795784400)"}}},
-		{"a task in each queue, by blind writes the store allows", func(w *checkerWorld) {
-			held := w.q.id(w.plan[2]).CloudTaskID()
-			w.final.tasks[held] = append(w.final.tasks[held], "projects/chaos/locations/local/queues/"+e2eRedeployQueue)
-			w.final.blindWrites = true
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, TwoQueues: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
-		{"blind writes, and none in the queue the record names", func(w *checkerWorld) {
-			held := w.q.id(w.plan[2]).CloudTaskID()
-			w.final.tasks[held] = []string{"projects/chaos/locations/local/queues/a", "projects/chaos/locations/local/queues/b"}
-			w.final.blindWrites = true
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, TwoQueues: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
-			Problems: []string{"no task or delivery in the queue the record names: 1 (e.g. timer:heartbeat:r:k00002:1795784400)"}}},
 		{"delivered from a queue the record does not name", func(w *checkerWorld) {
 			other := "projects/chaos/locations/local/queues/" + e2eRedeployQueue
 			w.final.deliveries[0].Queue = other
