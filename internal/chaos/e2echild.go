@@ -235,45 +235,63 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.doItem(ctx, d, q, it, ew)
+			c.doItem(ctx, clock, d, q, it, ew)
 		})
 	}
 	wg.Wait()
 	return closeD()
 }
 
+// outboxTries bounds the calls of one item's operation while its outbox
+// is unavailable: with the backoff below, about 3 s, longer than a
+// PostgreSQL restart.
+const outboxTries = 6
+
 // doItem makes the calls of one item, each as a call event and an answer
 // event. An answer with an error is an indeterminate call: the checker
-// looks up how it resolved.
-func (c *e2eChild) doItem(ctx context.Context, d *cloudtasks.Dispatcher, q e2eRequests, it e2eItem, ew *eventWriter) {
+// looks up how it resolved. A call the outbox failed (PostgreSQL dropped
+// or restarting) is made again after a backoff, as an orchestrator that
+// retries its work would.
+func (c *e2eChild) doItem(ctx context.Context, clock clockwork.Clock, d *cloudtasks.Dispatcher, q e2eRequests, it e2eItem, ew *eventWriter) {
 	id := q.id(it).String()
-	answer := func(op string, outcome string, err error) {
-		ev := e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "answer", ID: id, Outcome: outcome}
-		switch {
-		case errors.Is(err, cloudtasks.ErrNameHeld):
-			// A definite answer: another process cancelled the ID.
-			ev.Outcome = "name_held"
-		case err != nil:
-			ev.Err = err.Error()
+	call := func(op string, fn func() (string, error)) {
+		wait := 100 * time.Millisecond
+		for try := 1; ; try++ {
+			ew.emit(e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "call", ID: id})
+			outcome, err := fn()
+			ev := e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "answer", ID: id, Outcome: outcome}
+			switch {
+			case errors.Is(err, cloudtasks.ErrNameHeld):
+				// A definite answer: another process cancelled the ID.
+				ev.Outcome = "name_held"
+			case err != nil:
+				ev.Err = err.Error()
+			}
+			ew.emit(ev)
+			if !errors.Is(err, cloudtasks.ErrOutboxUnavailable) || try == outboxTries || ctx.Err() != nil {
+				return
+			}
+			clock.Sleep(wait)
+			wait *= 2
 		}
-		ew.emit(ev)
 	}
-	op := "dispatch"
-	if it.isTimer() {
-		op = "timer"
-	}
-	ew.emit(e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "call", ID: id})
-	if it.isTimer() {
-		res, err := d.ScheduleTimer(ctx, q.timer(it))
-		answer(op, string(res.Outcome), err)
-	} else {
-		res, err := d.Dispatch(ctx, q.dispatch(it))
-		answer(op, string(res.Outcome), err)
+	switch {
+	case it.isTimer():
+		call("timer", func() (string, error) {
+			res, err := d.ScheduleTimer(ctx, q.timer(it))
+			return string(res.Outcome), err
+		})
+	default:
+		call("dispatch", func() (string, error) {
+			res, err := d.Dispatch(ctx, q.dispatch(it))
+			return string(res.Outcome), err
+		})
 	}
 	if it.Kind == itemCancel || it.Kind == itemCancelTimer {
-		ew.emit(e2eEvent{Hop: hopOrchestrator, Op: "cancel", Phase: "call", ID: id})
-		res, err := d.Cancel(ctx, id, "")
-		answer("cancel", string(res.Outcome), err)
+		call("cancel", func() (string, error) {
+			res, err := d.Cancel(ctx, id, "")
+			return string(res.Outcome), err
+		})
 	}
 }
 
