@@ -201,8 +201,9 @@ type e2eLeg struct {
 	// time; the leg waits for them before its final passes.
 	pgFaults struct {
 		sync.Mutex
-		wg sync.WaitGroup
-		at map[int64]string
+		wg     sync.WaitGroup
+		planMu sync.Mutex
+		at     map[int64]string // answers total -> fault kind
 	}
 	problems []string
 	pmu      sync.Mutex
@@ -517,7 +518,7 @@ func (l *e2eLeg) orchestratorSlot(ctx context.Context, slot int, plans []int, of
 			if ev.Phase != "answer" {
 				return
 			}
-			if kind := l.pgFaults.at[l.answers.Add(1)]; kind != "" {
+			if kind := l.pgFaultAt(l.answers.Add(1)); kind != "" {
 				l.pgFaults.wg.Go(func() { l.pgFault(ctx, kind) })
 			}
 			answers++
@@ -706,13 +707,32 @@ func (l *e2eLeg) planPGFaults(kills int) map[int64]string {
 	return at
 }
 
-// pgFault runs one PostgreSQL fault, after any other has ended.
+// pgFaultAt takes the PostgreSQL fault planned at the n-th answer.
+func (l *e2eLeg) pgFaultAt(n int64) string {
+	l.pgFaults.planMu.Lock()
+	defer l.pgFaults.planMu.Unlock()
+	kind := l.pgFaults.at[n]
+	delete(l.pgFaults.at, n)
+	return kind
+}
+
+// pgFault runs one PostgreSQL fault, after any other has ended. A round
+// of dropped connections that found none (it came just after a restart,
+// before anyone reconnected) is planned again a few answers later.
 func (l *e2eLeg) pgFault(ctx context.Context, kind string) {
 	l.pgFaults.Lock()
 	defer l.pgFaults.Unlock()
 	switch kind {
 	case faultPGTerminate:
-		l.terminateBackends(ctx)
+		if !l.terminateBackends(ctx) {
+			l.pgFaults.planMu.Lock()
+			defer l.pgFaults.planMu.Unlock()
+			k := l.answers.Load() + 5
+			for l.pgFaults.at[k] != "" {
+				k++
+			}
+			l.pgFaults.at[k] = kind
+		}
 	case faultPGRestart:
 		l.restartPostgres(ctx)
 	}
@@ -732,18 +752,20 @@ func (l *e2eLeg) restartPostgres(ctx context.Context) {
 	l.faults.add(faultPGRestart, 1)
 }
 
-// terminateBackends drops every other connection to the leg's database.
-func (l *e2eLeg) terminateBackends(ctx context.Context) {
+// terminateBackends drops every other connection to the leg's database
+// and reports whether it found any.
+func (l *e2eLeg) terminateBackends(ctx context.Context) bool {
 	var n int
 	err := l.db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()) t`).Scan(&n)
 	if err != nil {
 		l.problem("pg_terminate_backend: %v", err)
-		return
+		return true // not to be tried again
 	}
 	l.hist.add(e2eEvent{Proc: "suite", Hop: hopPostgres, Op: "terminate", Detail: fmt.Sprintf("%d backends", n)})
 	if n > 0 {
 		l.faults.add(faultPGTerminate, 1)
 	}
+	return n > 0
 }
 
 // drain waits until the emulator holds only the held timers' tasks and no
