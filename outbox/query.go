@@ -64,8 +64,10 @@ func (r *Record) Summary() Record {
 
 // Arrange puts records in the order Lookup returns them (by table, ID,
 // then oldest state first), drops exact duplicates (one record seen in two
-// places) and, without history, keeps only the latest state of each ID.
-// It reorders recs in place and returns a prefix of it.
+// places) and, without history, keeps only the latest state of each ID:
+// the one NewestOf answers with, so that Lookup, Latest and Pending agree
+// on an ID whose newest version two processes wrote blind. It reorders
+// recs in place and returns a prefix of it.
 func Arrange(recs []Record, history bool) []Record {
 	sort.SliceStable(recs, func(i, j int) bool {
 		a, b := &recs[i], &recs[j]
@@ -82,19 +84,27 @@ func Arrange(recs []Record, history bool) []Record {
 		r := recs[i]
 		if n := len(out); n > 0 {
 			last := &out[n-1]
-			if last.Table == r.Table && last.ID == r.ID {
-				if last.UpdatedAt.Equal(r.UpdatedAt) && last.Status == r.Status && last.ProcessorUUID == r.ProcessorUUID {
-					continue
-				}
-				if !history {
-					*last = r // sorted oldest first: the later one wins
-					continue
-				}
+			if last.Table == r.Table && last.ID == r.ID && last.UpdatedAt.Equal(r.UpdatedAt) &&
+				last.Status == r.Status && last.ProcessorUUID == r.ProcessorUUID {
+				continue
 			}
 		}
 		out = append(out, r)
 	}
-	return out
+	if history {
+		return out
+	}
+	latest := out[:0]
+	for start := 0; start < len(out); {
+		end := start + 1
+		for end < len(out) && out[end].Table == out[start].Table && out[end].ID == out[start].ID {
+			end++
+		}
+		newest, _, _ := NewestOf(out[start:end]) // a conflict still answers with the newest by Newer
+		latest = append(latest, newest)
+		start = end
+	}
+	return latest
 }
 
 // SortPending puts records in the order Pending returns them: oldest

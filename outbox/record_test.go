@@ -113,3 +113,36 @@ func TestNewestOfReportsBlindWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 }
+
+// Arrange keeps, per ID, the record NewestOf answers with, so Lookup
+// agrees with Latest on blind writes; with History it keeps every state.
+func TestArrangeKeepsWhatNewestOfAnswers(t *testing.T) {
+	t.Parallel()
+	old := outbox.Record{Table: outbox.TableTimers, ID: "x", Version: 1, Status: outbox.StatusPending, ProcessorUUID: "a", UpdatedAt: t0}
+	created := outbox.Record{Table: outbox.TableTimers, ID: "x", Version: 2, Status: outbox.StatusCreated, ProcessorUUID: "a", UpdatedAt: t0.Add(time.Millisecond)}
+	pending := outbox.Record{Table: outbox.TableTimers, ID: "x", Version: 2, Status: outbox.StatusPending, ProcessorUUID: "c", UpdatedAt: t0.Add(time.Second)}
+	other := outbox.Record{Table: outbox.TableTimers, ID: "y", Version: 1, Status: outbox.StatusCancelled, ProcessorUUID: "b", UpdatedAt: t0}
+	status := func(recs []outbox.Record) []string {
+		var out []string
+		for _, r := range recs {
+			out = append(out, r.ID+" "+string(r.Status)+" "+r.ProcessorUUID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		in      []outbox.Record
+		history bool
+		want    []string
+	}{
+		{"blind pending beside created", []outbox.Record{pending, other, created, old}, false, []string{"x created a", "y cancelled b"}},
+		{"a record read twice", []outbox.Record{created, created, old}, false, []string{"x created a"}},
+		{"history keeps every state", []outbox.Record{pending, created, old, old}, true, []string{"x pending a", "x created a", "x pending c"}},
+		{"empty", nil, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, status(outbox.Arrange(slices.Clone(tc.in), tc.history)))
+		})
+	}
+}

@@ -147,8 +147,9 @@ func (c CompactOptions) withDefaults() CompactOptions {
 // rewritten about log₄(runs) times. A unit of a past day (by the clock)
 // holding more than ⌈log₄ W⌉ + 1 runs (W its total weight) is folded
 // whole, as is every unit with Full. A merge writes files sorted by ID
-// with only the latest state of each ID, of at most about TargetFileBytes
-// each. Terminal records past their queue's retention are dropped only by
+// with only the latest state of each ID (as Latest picks it; the other
+// records of a blind conflict stay, so it still reads as one), of at most
+// about TargetFileBytes each. Terminal records past their queue's retention are dropped only by
 // a merge of every run of the unit, so that no older state of a dropped
 // ID survives in a run left out: a unit holding such records is folded
 // whole, and one whose rows all are is removed whole.
@@ -547,10 +548,10 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 	}
 	renewed := c.o.clock.Now()
 	dropped := droppedMarks{}
-	err := mergeLatest(ctx, streams, func(r outbox.Record) error {
-		if drop && c.droppable(&r) {
+	err := mergeLatest(ctx, streams, func(latest []outbox.Record) error {
+		if r := &latest[0]; drop && c.droppable(r) {
 			pc.Dropped++
-			dropped.add(&r)
+			dropped.add(r)
 			return nil
 		}
 		if now := c.o.clock.Now(); now.Sub(renewed) > c.opts.LeaseTTL/3 {
@@ -562,12 +563,17 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 			}
 			renewed = now
 		}
-		pc.RowsOut++
-		p := part
-		if p == "" {
-			p = partitionOf(&r)
+		for i := range latest {
+			pc.RowsOut++
+			p := part
+			if p == "" {
+				p = partitionOf(&latest[i])
+			}
+			if err := out.write(ctx, p, &latest[i]); err != nil {
+				return err
+			}
 		}
-		return out.write(ctx, p, &r)
+		return nil
 	})
 	pc.RowsIn = rowsIn + done
 	if err != nil {

@@ -21,13 +21,7 @@ func TestLatestFreshReadsAnotherProcessWriteLatestReuses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, flushed := range []bool{false, true} {
-		b := setup(t)
-		a := b.open(t, procA)
-		opts := b.options(procB)
-		opts.RefreshInterval = time.Hour
-		bb, err := Open(ctx, opts)
-		require.NoError(t, err)
-		t.Cleanup(func() { bb.Close() })
+		b, a, bb := staleB(t)
 
 		created := timerRec("r", "t", t0.Add(time.Hour), outbox.StatusCreated)
 		created.Follow(nil, b.clock.Now())

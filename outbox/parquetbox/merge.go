@@ -94,9 +94,14 @@ func (h *mergeHeap) Pop() any {
 	return it
 }
 
-// mergeLatest merges sorted streams and calls fn once per ID with its
-// latest state, in ID order, holding one record per stream in memory.
-func mergeLatest(ctx context.Context, streams []recordStream, fn func(outbox.Record) error) error {
+// mergeLatest merges sorted streams and calls fn once per ID, in ID
+// order, with what a reader must still find of it: its latest state as
+// outbox.NewestOf picks it, followed, when the ID's newest version was
+// written blind by processors that disagree, by the other records of that
+// version, so the conflict reads the same after compaction. It holds one
+// record per stream, and the states of one ID, in memory. fn must not
+// keep latest: it is reused for the next ID.
+func mergeLatest(ctx context.Context, streams []recordStream, fn func(latest []outbox.Record) error) error {
 	h := make(mergeHeap, 0, len(streams))
 	for _, s := range streams {
 		r, err := s.next()
@@ -109,8 +114,15 @@ func mergeLatest(ctx context.Context, streams []recordStream, fn func(outbox.Rec
 		h = append(h, &mergeItem{rec: r, src: s})
 	}
 	heap.Init(&h)
-	var cur outbox.Record
-	have := false
+	var group, keep []outbox.Record // reused from ID to ID
+	flush := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		keep = latestOf(group, keep[:0])
+		group = group[:0]
+		return fn(keep)
+	}
 	for n := 0; h.Len() > 0; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -119,15 +131,12 @@ func mergeLatest(ctx context.Context, streams []recordStream, fn func(outbox.Rec
 		}
 		it := h[0]
 		r := it.rec
-		if have && r.ID != cur.ID {
-			if err := fn(cur); err != nil {
+		if len(group) > 0 && r.ID != group[0].ID {
+			if err := flush(); err != nil {
 				return err
 			}
-			have = false
 		}
-		if !have || outbox.Newer(&r, &cur) {
-			cur, have = r, true
-		}
+		group = append(group, r)
 		nr, err := it.src.next()
 		switch {
 		case errors.Is(err, io.EOF):
@@ -139,8 +148,22 @@ func mergeLatest(ctx context.Context, streams []recordStream, fn func(outbox.Rec
 			heap.Fix(&h, 0)
 		}
 	}
-	if have {
-		return fn(cur)
+	return flush()
+}
+
+// latestOf appends to keep what compaction keeps of one ID's states: the
+// answer of outbox.NewestOf first, then the other records of a conflict it
+// reports.
+func latestOf(recs, keep []outbox.Record) []outbox.Record {
+	newest, _, err := outbox.NewestOf(recs)
+	keep = append(keep, newest)
+	var cw *outbox.ConcurrentWritesError
+	if errors.As(err, &cw) {
+		for _, r := range cw.Records {
+			if r.ProcessorUUID != newest.ProcessorUUID || r.Status != newest.Status {
+				keep = append(keep, r)
+			}
+		}
 	}
-	return nil
+	return keep
 }

@@ -22,6 +22,7 @@ const (
 	fieldStatus      = tableschema.FieldStatus
 	fieldProcessor   = tableschema.FieldProcessor
 	fieldUpdatedAt   = tableschema.FieldUpdatedAt
+	fieldVersion     = tableschema.FieldVersion
 )
 
 // pqFile is one Parquet file of a table as the outbox sees it: where it

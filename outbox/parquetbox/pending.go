@@ -34,13 +34,31 @@ func (o *Outbox) Pending(ctx context.Context, t outbox.Table, olderThan time.Dur
 	}
 }
 
-// pendingCand is the latest state seen so far of a candidate ID: from
-// memory (rec is whole) or from a file (rec holds the deciding fields and
-// ref says where the row is).
+// pendingCand holds the states seen of a candidate ID, from memory (whole
+// records, ref nil) or from files (the deciding fields, and refs say where
+// each row is). Once every state is read, rec is the latest, chosen by
+// outbox.NewestOf as Latest chooses it, and ref is where its row is.
 type pendingCand struct {
-	rec outbox.Record
-	ref *rowRef
-	set bool
+	seen []outbox.Record
+	refs []*rowRef
+	rec  outbox.Record
+	ref  *rowRef
+	set  bool
+}
+
+// decide picks the candidate's latest state among those seen.
+func (c *pendingCand) decide() {
+	newest, ok, _ := outbox.NewestOf(c.seen) // a conflict still answers with the newest by Newer
+	if !ok {
+		return
+	}
+	for i := range c.seen {
+		r := &c.seen[i]
+		if r.Version == newest.Version && r.Status == newest.Status && r.ProcessorUUID == newest.ProcessorUUID && r.UpdatedAt.Equal(newest.UpdatedAt) {
+			c.rec, c.ref, c.set = *r, c.refs[i], true
+			return
+		}
+	}
 }
 
 type rowRef struct {
@@ -49,12 +67,13 @@ type rowRef struct {
 	row int64
 }
 
-// decidingFields are the columns Pending reads from every row.
+// decidingFields are the columns Pending reads from every row. version is
+// among them because it orders an ID's states before updated_at does.
 // cloud_task_id is among them so that a foreign row (see distrust) can
 // neither become a candidate nor hide a real pending state.
 // queue is among them for the retention a unit's commit keeps (see
 // commitDir), under which an old pending row may be hidden.
-var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor, fieldQueue}
+var decidingFields = []field{fieldID, fieldCloudTaskID, fieldStatus, fieldUpdatedAt, fieldProcessor, fieldQueue, fieldVersion}
 
 func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) (_ []outbox.Record, vanished bool, _ error) {
 	isOld := func(r *outbox.Record) bool {
@@ -114,12 +133,14 @@ func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) 
 
 	consider := func(r *outbox.Record, ref func() *rowRef) {
 		c := cand[r.ID]
-		if c == nil || (c.set && !outbox.Newer(r, &c.rec)) || !r.Trusted() {
+		if c == nil || !r.Trusted() {
 			return
 		}
-		c.rec, c.set, c.ref = *r, true, nil
+		c.seen = append(c.seen, *r)
 		if ref != nil {
-			c.ref = ref()
+			c.refs = append(c.refs, ref())
+		} else {
+			c.refs = append(c.refs, nil)
 		}
 	}
 	for i := range mem {
@@ -138,6 +159,7 @@ func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) 
 	var out []outbox.Record
 	byGroup := map[rowRef][]*pendingCand{}
 	for _, c := range cand {
+		c.decide()
 		if !c.set || !isOld(&c.rec) {
 			continue
 		}

@@ -99,7 +99,8 @@ func (o *Outbox) tableStats(ctx context.Context, t outbox.Table) (TableStats, er
 		}
 	}
 	streams = append(streams, trustedStream{newSliceStream(mem), foreign})
-	err = mergeLatest(ctx, streams, func(r outbox.Record) error {
+	err = mergeLatest(ctx, streams, func(latest []outbox.Record) error {
+		r := latest[0]
 		st.IDs++
 		st.ByStatus[string(r.Status)]++
 		st.ByQueue[r.Queue]++

@@ -59,25 +59,8 @@ func TestAppendRefusesAVersionAnotherProcessWrote(t *testing.T) {
 func TestLatestReportsBlindConcurrentWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t)
-	a := b.open(t, procA)
-	opts := b.options(procB)
-	opts.RefreshInterval = time.Hour
-	bb, err := Open(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { bb.Close() })
-
-	rec := timerRec("r", "t", t0.Add(time.Hour), outbox.StatusPending)
-	_, ok, err := bb.Latest(ctx, outbox.TableTimers, rec.ID) // B's view is taken now
-	require.NoError(t, err)
-	require.False(t, ok)
-
-	cancel := rec
-	cancel.Status = outbox.StatusCancelled
-	cancel.Follow(nil, b.clock.Now())
-	require.NoError(t, outbox.AppendAndWait(ctx, a, cancel))
-	rec.Follow(nil, b.clock.Now().Add(time.Millisecond))
-	require.NoError(t, outbox.AppendAndWait(ctx, bb, rec), "B cannot see A's write yet")
+	b, a, bb := staleB(t)
+	rec := writeBlind(t, b, a, bb, outbox.StatusCancelled)
 
 	got, ok, err := a.Latest(ctx, outbox.TableTimers, rec.ID)
 	require.True(t, ok)
@@ -89,4 +72,106 @@ func TestLatestReportsBlindConcurrentWrites(t *testing.T) {
 		states = append(states, string(r.Status)+" by "+r.ProcessorUUID)
 	}
 	require.Equal(t, []string{"cancelled by " + procA, "pending by " + procB}, states)
+}
+
+// Blind writes of one version that agree the task was made (A's created,
+// B's pending written later by its clock) read the same everywhere:
+// Latest, Lookup, Pending and a compacted file all answer created, so
+// Recover never lists the ID. A conflict that does not agree survives
+// compaction as a conflict.
+func TestBlindWritesReadTheSameAcrossReadsAndCompaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		first    outbox.Status // A's write
+		want     outbox.Status // what every read answers
+		conflict bool
+	}{
+		{"agreeing", outbox.StatusCreated, outbox.StatusCreated, false},
+		{"conflicting", outbox.StatusCancelled, outbox.StatusPending, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, a, bb := staleB(t)
+			rec := writeBlind(t, b, a, bb, tc.first)
+			b.clock.Advance(time.Hour)
+
+			check := func(stage string) {
+				got, ok, err := a.Latest(ctx, outbox.TableTimers, rec.ID)
+				require.True(t, ok, stage)
+				require.Equal(t, tc.want, got.Status, stage)
+				if tc.conflict {
+					require.ErrorIs(t, err, outbox.ErrConcurrentWrites, stage)
+				} else {
+					require.NoError(t, err, stage)
+				}
+				recs, err := a.Lookup(ctx, outbox.Query{ID: rec.ID})
+				require.NoError(t, err, stage)
+				require.Len(t, recs, 1, stage)
+				require.Equal(t, tc.want, recs[0].Status, stage)
+				pending, err := a.Pending(ctx, outbox.TableTimers, 0)
+				require.NoError(t, err, stage)
+				var ids []string
+				for _, p := range pending {
+					ids = append(ids, p.ID)
+				}
+				if tc.want == outbox.StatusPending {
+					require.Equal(t, []string{rec.ID}, ids, stage)
+				} else {
+					require.Empty(t, ids, stage+": Pending agrees with Latest")
+				}
+			}
+			check("in the logs")
+			require.NoError(t, a.Flush(ctx))
+			require.NoError(t, bb.Flush(ctx))
+			check("in files")
+			require.NoError(t, a.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableTimers}, Full: true}))
+			check("compacted")
+			hist, err := a.Lookup(ctx, outbox.Query{ID: rec.ID, History: true})
+			require.NoError(t, err)
+			var states []string
+			for _, r := range hist {
+				states = append(states, string(r.Status))
+			}
+			if tc.conflict {
+				require.ElementsMatch(t, []string{"cancelled", "pending"}, states, "both sides of a conflict are kept")
+			} else {
+				require.Equal(t, []string{"created"}, states, "the pending beside the created is folded away")
+			}
+		})
+	}
+}
+
+// staleB opens A and a process B whose view of others is reused for an
+// hour: B writes blind of what A writes after B's first read.
+func staleB(t *testing.T) (b *testBundle, a, bb *Outbox) {
+	t.Helper()
+	b = setup(t)
+	a = b.open(t, procA)
+	opts := b.options(procB)
+	opts.RefreshInterval = time.Hour
+	bb, err := Open(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { bb.Close() })
+	return b, a, bb
+}
+
+// writeBlind has A write rec with status first, then B (which read the ID
+// before A wrote) write rec as pending, both as version 1 and B later by
+// the clock. It returns B's record.
+func writeBlind(t *testing.T, b *testBundle, a, bb *Outbox, first outbox.Status) outbox.Record {
+	t.Helper()
+	ctx := context.Background()
+	rec := timerRec("r", "t", t0.Add(time.Hour), outbox.StatusPending)
+	_, ok, err := bb.Latest(ctx, outbox.TableTimers, rec.ID) // B's view is taken now
+	require.NoError(t, err)
+	require.False(t, ok)
+	ar := rec
+	ar.Status = first
+	ar.Follow(nil, b.clock.Now())
+	require.NoError(t, outbox.AppendAndWait(ctx, a, ar))
+	rec.Follow(nil, b.clock.Now().Add(time.Millisecond))
+	require.NoError(t, outbox.AppendAndWait(ctx, bb, rec), "B cannot see A's write yet")
+	return rec
 }
