@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 
@@ -17,8 +18,9 @@ type e2eFinal struct {
 	// deliveryRows holds the latest record of each delivery in the
 	// workers' deliveries table.
 	deliveryRows []outbox.Record
-	// tasks holds the Cloud Tasks IDs of the tasks left in the emulator.
-	tasks map[string]bool
+	// tasks holds the Cloud Tasks IDs of the tasks left in the emulator,
+	// each with the queues (full names) that hold a task of that ID.
+	tasks map[string][]string
 	// deliveries is the emulator's delivery log.
 	deliveries []emulator.Delivery
 	// effects counts the effect rows per internal ID.
@@ -54,13 +56,16 @@ type e2eReport struct {
 	// took that long to answer (a slow machine may; Cloud Tasks then
 	// retries, as the emulator does).
 	PastDeadline int `json:"attempts_past_deadline"`
+	// Queues counts the planned IDs by the queue (its ID) their record
+	// names: a redeployed orchestrator records some in its own.
+	Queues map[string]int `json:"records_by_queue"`
 	// Problems lists every broken rule; empty means the run held.
 	Problems []string `json:"problems,omitempty"`
 }
 
 // checkE2E checks a run's history and final state against its plan.
 func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2eReport {
-	rep := e2eReport{Attempts: len(plan), Resolved: map[string]int{}}
+	rep := e2eReport{Attempts: len(plan), Resolved: map[string]int{}, Queues: map[string]int{}}
 	problems := map[string][]string{} // rule -> example IDs
 	problem := func(rule, id string) { problems[rule] = append(problems[rule], id) }
 
@@ -149,11 +154,25 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 		}
 	}
 
-	succeeded := map[string]int{} // per Cloud Tasks ID
+	succeeded := map[string]int{}          // per Cloud Tasks ID
+	queues := map[string]map[string]bool{} // per Cloud Tasks ID: queues of its tasks and deliveries
+	inQueue := func(cid, queue string) {
+		if queues[cid] == nil {
+			queues[cid] = map[string]bool{}
+		}
+		queues[cid][queue] = true
+	}
+	for cid, qs := range f.tasks {
+		for _, q := range qs {
+			inQueue(cid, q)
+		}
+	}
 	emuSucceeded := 0
 	for _, d := range f.deliveries {
+		cid := d.Task[strings.LastIndexByte(d.Task, '/')+1:]
+		inQueue(cid, d.Queue)
 		if d.Outcome == emulator.OutcomeSucceeded {
-			succeeded[d.Task[strings.LastIndexByte(d.Task, '/')+1:]]++
+			succeeded[cid]++
 		}
 		if d.StatusCode/100 == 2 {
 			emuSucceeded++
@@ -198,6 +217,18 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 		if acked[id] {
 			rep.Acknowledged++
 		}
+		// An ID's task lives in the queue of its first record, whichever
+		// process's default queue that was: every task and delivery of it
+		// is there, and a repeat never makes one in another queue.
+		if recorded {
+			rep.Queues[path.Base(r.Queue)]++
+		}
+		switch qs := queues[cid]; {
+		case len(qs) > 1:
+			problem("tasks of one ID in two queues", id)
+		case len(qs) == 1 && recorded && !qs[r.Queue]:
+			problem("a task or delivery in a queue its record does not name", id)
+		}
 		switch {
 		case it.wantsEffect():
 			switch {
@@ -216,7 +247,7 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			if !recorded || (r.Status != outbox.StatusCreated && r.Status != outbox.StatusAlreadyExisted) {
 				problem("outbox record not created or already_existed", id)
 			}
-			if f.tasks[cid] {
+			if len(f.tasks[cid]) > 0 {
 				problem("task still queued after the drain", id)
 			}
 			if succeeded[cid] == 0 {
@@ -236,7 +267,7 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			if !recorded || !r.Status.Terminal() || r.Status == outbox.StatusCancelled {
 				problem("held timer not recorded created", id)
 			}
-			if !f.tasks[cid] {
+			if len(f.tasks[cid]) == 0 {
 				problem("held timer's task missing", id)
 			} else {
 				rep.TimersHeld++
@@ -248,7 +279,7 @@ func checkE2E(plan []e2eItem, q e2eRequests, history []e2eEvent, f e2eFinal) e2e
 			if !recorded || r.Status != outbox.StatusCancelled {
 				problem("cancelled attempt's latest record not cancelled", id)
 			}
-			if f.tasks[cid] {
+			if len(f.tasks[cid]) > 0 {
 				problem("cancelled attempt's task still queued", id)
 			}
 			if it.Kind == itemCancelTimer && recorded && r.Status == outbox.StatusCancelled {
@@ -338,6 +369,10 @@ func (r e2eReport) line() string {
 	if len(res) > 0 {
 		resolved = strings.Join(res, ", ")
 	}
-	return fmt.Sprintf("%d logical attempts, %d acknowledged, %d effects, %d lost, %d duplicate effects, %d duplicate deliveries absorbed by the inbox, %d indeterminate calls resolved as: %s; timers %d fired, %d cancelled, %d held; %d attempts failed by the dispatch deadline",
-		r.Attempts, r.Acknowledged, r.Effects, r.Lost, r.Duplicate, r.Absorbed, r.Indeterminate, resolved, r.TimersFired, r.TimersCancelled, r.TimersHeld, r.PastDeadline)
+	queues := make([]string, 0, len(r.Queues))
+	for _, k := range slices.Sorted(maps.Keys(r.Queues)) {
+		queues = append(queues, fmt.Sprintf("%d in %s", r.Queues[k], k))
+	}
+	return fmt.Sprintf("%d logical attempts, %d acknowledged, %d effects, %d lost, %d duplicate effects, %d duplicate deliveries absorbed by the inbox, %d indeterminate calls resolved as: %s; timers %d fired, %d cancelled, %d held; %d attempts failed by the dispatch deadline; records by queue: %s",
+		r.Attempts, r.Acknowledged, r.Effects, r.Lost, r.Duplicate, r.Absorbed, r.Indeterminate, resolved, r.TimersFired, r.TimersCancelled, r.TimersHeld, r.PastDeadline, strings.Join(queues, ", "))
 }

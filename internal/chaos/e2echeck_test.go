@@ -25,7 +25,7 @@ func newCheckerWorld() *checkerWorld {
 	w := &checkerWorld{
 		plan:  []e2eItem{{0, itemDispatch}, {1, itemRetry}, {2, itemHeld}, {3, itemCancel}},
 		q:     e2eRequests{run: "r", url: e2eURL, account: e2eAccount, base: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)},
-		final: e2eFinal{records: map[string]outbox.Record{}, tasks: map[string]bool{}, effects: map[string]int{}},
+		final: e2eFinal{records: map[string]outbox.Record{}, tasks: map[string][]string{}, effects: map[string]int{}},
 	}
 	for _, it := range w.plan {
 		nid := w.q.id(it)
@@ -40,17 +40,17 @@ func newCheckerWorld() *checkerWorld {
 				e2eEvent{Proc: "w1.0", Hop: hopWorker, Op: "inbox", ID: id, Outcome: "done"},
 				e2eEvent{Proc: "w1.0", Hop: hopWorker, Op: "effect", ID: id})
 			w.final.effects[id] = 1
-			w.final.deliveries = append(w.final.deliveries, emulator.Delivery{Task: "projects/chaos/locations/local/queues/work/tasks/" + cid, Outcome: emulator.OutcomeSucceeded, StatusCode: 200})
+			w.final.deliveries = append(w.final.deliveries, emulator.Delivery{Queue: queuePath, Task: queuePath + "/tasks/" + cid, Outcome: emulator.OutcomeSucceeded, StatusCode: 200})
 			w.final.deliveryRows = append(w.final.deliveryRows, outbox.Record{ID: outbox.DeliveryID(nid, "a"), Status: outbox.StatusDone, Delivery: outbox.DeliveryFields{HTTPStatus: 200}})
 		case it.Kind == itemHeld:
-			w.final.tasks[cid] = true
+			w.final.tasks[cid] = []string{queuePath}
 		default:
 			w.history = append(w.history,
 				e2eEvent{Proc: "o1.0", Hop: hopOrchestrator, Op: "cancel", Phase: "call", ID: id},
 				e2eEvent{Proc: "o1.0", Hop: hopOrchestrator, Op: "cancel", Phase: "answer", ID: id, Outcome: "deleted"})
 			status = outbox.StatusCancelled
 		}
-		w.final.records[id] = outbox.Record{ID: id, Status: status}
+		w.final.records[id] = outbox.Record{ID: id, Status: status, Queue: queuePath}
 	}
 	return w
 }
@@ -68,7 +68,7 @@ func withheldPastDeadline(w *checkerWorld, first emulator.Delivery, reason strin
 		}
 		return out
 	}
-	first.Task, first.Header = w.final.deliveries[0].Task, header()
+	first.Task, first.Queue, first.Header = w.final.deliveries[0].Task, w.final.deliveries[0].Queue, header()
 	w.final.deliveries[0].Attempt, w.final.deliveries[0].Header = 2, header("X-CloudTasks-TaskRetryReason", reason)
 	w.final.deliveries = append([]emulator.Delivery{first}, w.final.deliveries...)
 	w.final.deliveryRows = append(w.final.deliveryRows, outbox.Record{ID: outbox.DeliveryID(id, "b"), Status: outbox.StatusDuplicate, Delivery: outbox.DeliveryFields{HTTPStatus: 200}})
@@ -84,55 +84,72 @@ func TestCheckE2E(t *testing.T) {
 		change func(w *checkerWorld)
 		want   e2eReport
 	}{
-		{"all held", func(*checkerWorld) {}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
+		{"all held", func(*checkerWorld) {}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
 		{"lost effect", func(w *checkerWorld) {
 			delete(w.final.effects, dispatchID)
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 1, Lost: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 1, Lost: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
 			Problems: []string{"lost effect (acknowledged, no effect): 1 (e.g. dispatch:r:k00000:1)"}}},
 		{"duplicate effect, applied outside the inbox", func(w *checkerWorld) {
 			w.final.effects[dispatchID] = 2
 			w.history = append(w.history, e2eEvent{Proc: "w2.0", Hop: hopWorker, Op: "effect", ID: dispatchID})
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 3, Duplicate: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 3, Duplicate: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
 			Problems: []string{"duplicate effect: 1 (e.g. dispatch:r:k00000:1)", "workers' inbox outcomes done differ from their effects: 1 (e.g. dispatch:r:k00000:1)"}}},
 		{"a call its process did not live to answer, resolved", func(w *checkerWorld) {
 			w.history = append(w.history, e2eEvent{Proc: "o2.0", Hop: hopOrchestrator, Op: "dispatch", Phase: "call", ID: dispatchID})
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Indeterminate: 1, Resolved: map[string]int{"task exists once (created)": 1}, TimersFired: 1, TimersHeld: 1}},
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Indeterminate: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{"task exists once (created)": 1}, TimersFired: 1, TimersHeld: 1}},
 		{"an indeterminate call left pending", func(w *checkerWorld) {
 			w.history = append(w.history, e2eEvent{Proc: "o2.0", Hop: hopOrchestrator, Op: "dispatch", Phase: "answer", ID: dispatchID, Err: "outcome indeterminate"})
-			w.final.records[dispatchID] = outbox.Record{ID: dispatchID, Status: outbox.StatusPending}
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Indeterminate: 1, Resolved: map[string]int{"unresolved (pending)": 1}, TimersFired: 1, TimersHeld: 1,
+			w.final.records[dispatchID] = outbox.Record{ID: dispatchID, Status: outbox.StatusPending, Queue: queuePath}
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Indeterminate: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{"unresolved (pending)": 1}, TimersFired: 1, TimersHeld: 1,
 			Problems: []string{"indeterminate call still unresolved: 1 (e.g. dispatch:r:k00000:1)", "outbox record not created or already_existed: 1 (e.g. dispatch:r:k00000:1)"}}},
 		{"held timer's task gone", func(w *checkerWorld) {
-			w.final.tasks = map[string]bool{}
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Resolved: map[string]int{}, TimersFired: 1,
+			w.final.tasks = map[string][]string{}
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1,
 			Problems: []string{"held timer's task missing: 1 (e.g. timer:heartbeat:r:k00002:1795784400)"}}},
 		{"a 2xx the emulator never saw and no one explains", func(w *checkerWorld) {
 			w.final.deliveryRows = append(w.final.deliveryRows, outbox.Record{ID: outbox.DeliveryID(w.q.id(w.plan[0]), "b"), Status: outbox.StatusDuplicate, Delivery: outbox.DeliveryFields{HTTPStatus: 200}})
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
 			Problems: []string{"deliveries table has 3 2xx answers (0 by killed workers); the emulator saw 2, its transport kept 0 more from it and answered 0 itself, and the workers could not record 0"}}},
 		{"the same 2xx kept from the emulator by a doubled delivery", func(w *checkerWorld) {
 			w.final.deliveryRows = append(w.final.deliveryRows, outbox.Record{ID: outbox.DeliveryID(w.q.id(w.plan[0]), "b"), Status: outbox.StatusDuplicate, Delivery: outbox.DeliveryFields{HTTPStatus: 200}})
 			w.final.extra2xx = 1
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
 		{"a 2xx withheld past the dispatch deadline, recorded as such and delivered again", func(w *checkerWorld) {
 			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry}, "DEADLINE_EXCEEDED")
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1, PastDeadline: 1}},
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1, PastDeadline: 1}},
 		{"a 2xx withheld past the dispatch deadline that the emulator counted as a success", func(w *checkerWorld) {
 			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, StatusCode: 200, Outcome: emulator.OutcomeSucceeded}, "")
 			w.final.extra2xx = 0
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
 			Problems: []string{"a 2xx withheld past the dispatch deadline that the emulator did not record as a deadline failure, retried: 1 (e.g. dispatch:r:k00000:1)"}}},
 		{"a redelivery after a deadline that does not say why", func(w *checkerWorld) {
 			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry}, "NO_RESPONSE")
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1, PastDeadline: 1,
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1, PastDeadline: 1,
 			Problems: []string{"the attempt after a deadline failure does not give DEADLINE_EXCEEDED as its retry reason: 1 (e.g. dispatch:r:k00000:1)"}}},
 		{"a worker slower than the dispatch deadline, besides the withheld 2xx", func(w *checkerWorld) {
 			withheldPastDeadline(w, emulator.Delivery{Attempt: 1, Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry}, "DEADLINE_EXCEEDED")
 			id := w.q.id(w.plan[1])
 			w.final.deliveries[2].Attempt, w.final.deliveries[2].Header = 2, http.Header{"Idempotency-Key": {id.String()}}
-			w.final.deliveries = append(w.final.deliveries, emulator.Delivery{Task: w.final.deliveries[2].Task, Attempt: 1, Header: w.final.deliveries[2].Header,
+			w.final.deliveries = append(w.final.deliveries, emulator.Delivery{Task: w.final.deliveries[2].Task, Queue: w.final.deliveries[2].Queue, Attempt: 1, Header: w.final.deliveries[2].Header,
 				Err: "dispatch deadline exceeded of 15s", Outcome: emulator.OutcomeRetry})
-		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1, PastDeadline: 2}},
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Absorbed: 1, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1, PastDeadline: 2}},
+		{"recorded in the redeployed queue, delivered from it", func(w *checkerWorld) {
+			other := "projects/chaos/locations/local/queues/" + e2eRedeployQueue
+			r := w.final.records[dispatchID]
+			r.Queue = other
+			w.final.records[dispatchID] = r
+			w.final.deliveries[0].Queue, w.final.deliveries[0].Task = other, other+"/tasks/"+w.q.id(w.plan[0]).CloudTaskID()
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 3, e2eRedeployQueue: 1}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1}},
+		{"a repeat that made a second task in its own default queue", func(w *checkerWorld) {
+			held := w.q.id(w.plan[2]).CloudTaskID()
+			w.final.tasks[held] = append(w.final.tasks[held], "projects/chaos/locations/local/queues/"+e2eRedeployQueue)
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+			Problems: []string{"tasks of one ID in two queues: 1 (e.g. timer:heartbeat:r:k00002:1795784400)"}}},
+		{"delivered from a queue the record does not name", func(w *checkerWorld) {
+			other := "projects/chaos/locations/local/queues/" + e2eRedeployQueue
+			w.final.deliveries[0].Queue = other
+		}, e2eReport{Attempts: 4, Acknowledged: 4, Effects: 2, Queues: map[string]int{queueID: 4}, Resolved: map[string]int{}, TimersFired: 1, TimersHeld: 1,
+			Problems: []string{"a task or delivery in a queue its record does not name: 1 (e.g. dispatch:r:k00000:1)"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -79,10 +79,11 @@ type e2eChild struct {
 	// Issuer and KeysAddr let a worker verify the emulator's tokens.
 	Issuer   string `json:"issuer,omitempty"`
 	KeysAddr string `json:"keys_addr,omitempty"`
-	// PauseAt is the delivery at which a worker reaches PausePoint, which
-	// its environment arms (0: never).
-	PauseAt    int64  `json:"pause_at,omitempty"`
-	PausePoint string `json:"pause_point,omitempty"`
+	// PauseAt lists, in increasing order, the deliveries (counted in the
+	// process) at which a worker reaches PausePoint, which its
+	// environment arms as many times.
+	PauseAt    []int64 `json:"pause_at,omitempty"`
+	PausePoint string  `json:"pause_point,omitempty"`
 	// BypassOnce makes a worker apply its first effect outside the inbox
 	// and fail the delivery: a planted fault the checker must catch.
 	BypassOnce bool `json:"bypass_once,omitempty"`
@@ -198,9 +199,16 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 	}
 	if c.Role == roleRecover {
 		// Passes until one meets no error: the RPC faults hit GetTask
-		// too, and a record Recover could not resolve stays pending.
+		// too, and a record Recover could not resolve stays pending. A
+		// pass the outbox failed (PostgreSQL dropped or restarting) is
+		// tried again after a backoff, as a scheduled Recover would be.
 		var err error
+		wait := 100 * time.Millisecond
 		for pass := 0; pass < 10; pass++ {
+			if err != nil {
+				clock.Sleep(wait)
+				wait = min(2*wait, 2*time.Second)
+			}
 			ew.emit(e2eEvent{Hop: hopOrchestrator, Op: "recover", Phase: "call"})
 			var st cloudtasks.RecoverStats
 			st, err = d.Recover(ctx)
@@ -210,7 +218,7 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 				ev.Err = err.Error()
 			}
 			ew.emit(ev)
-			if err != nil || st.Errors == 0 {
+			if err == nil && st.Errors == 0 {
 				break
 			}
 		}
@@ -226,45 +234,63 @@ func (c *e2eChild) orchestrate(ctx context.Context, ew *eventWriter) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.doItem(ctx, d, q, it, ew)
+			c.doItem(ctx, clock, d, q, it, ew)
 		})
 	}
 	wg.Wait()
 	return closeD()
 }
 
+// outboxTries bounds the calls of one item's operation while its outbox
+// is unavailable: with the backoff below, about 3 s, longer than a
+// PostgreSQL restart.
+const outboxTries = 6
+
 // doItem makes the calls of one item, each as a call event and an answer
 // event. An answer with an error is an indeterminate call: the checker
-// looks up how it resolved.
-func (c *e2eChild) doItem(ctx context.Context, d *cloudtasks.Dispatcher, q e2eRequests, it e2eItem, ew *eventWriter) {
+// looks up how it resolved. A call the outbox failed (PostgreSQL dropped
+// or restarting) is made again after a backoff, as an orchestrator that
+// retries its work would.
+func (c *e2eChild) doItem(ctx context.Context, clock clockwork.Clock, d *cloudtasks.Dispatcher, q e2eRequests, it e2eItem, ew *eventWriter) {
 	id := q.id(it).String()
-	answer := func(op string, outcome string, err error) {
-		ev := e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "answer", ID: id, Outcome: outcome}
-		switch {
-		case errors.Is(err, cloudtasks.ErrNameHeld):
-			// A definite answer: another process cancelled the ID.
-			ev.Outcome = "name_held"
-		case err != nil:
-			ev.Err = err.Error()
+	call := func(op string, fn func() (string, error)) {
+		wait := 100 * time.Millisecond
+		for try := 1; ; try++ {
+			ew.emit(e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "call", ID: id})
+			outcome, err := fn()
+			ev := e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "answer", ID: id, Outcome: outcome}
+			switch {
+			case errors.Is(err, cloudtasks.ErrNameHeld):
+				// A definite answer: another process cancelled the ID.
+				ev.Outcome = "name_held"
+			case err != nil:
+				ev.Err = err.Error()
+			}
+			ew.emit(ev)
+			if !errors.Is(err, cloudtasks.ErrOutboxUnavailable) || try == outboxTries || ctx.Err() != nil {
+				return
+			}
+			clock.Sleep(wait)
+			wait *= 2
 		}
-		ew.emit(ev)
 	}
-	op := "dispatch"
-	if it.isTimer() {
-		op = "timer"
-	}
-	ew.emit(e2eEvent{Hop: hopOrchestrator, Op: op, Phase: "call", ID: id})
-	if it.isTimer() {
-		res, err := d.ScheduleTimer(ctx, q.timer(it))
-		answer(op, string(res.Outcome), err)
-	} else {
-		res, err := d.Dispatch(ctx, q.dispatch(it))
-		answer(op, string(res.Outcome), err)
+	switch {
+	case it.isTimer():
+		call("timer", func() (string, error) {
+			res, err := d.ScheduleTimer(ctx, q.timer(it))
+			return string(res.Outcome), err
+		})
+	default:
+		call("dispatch", func() (string, error) {
+			res, err := d.Dispatch(ctx, q.dispatch(it))
+			return string(res.Outcome), err
+		})
 	}
 	if it.Kind == itemCancel || it.Kind == itemCancelTimer {
-		ew.emit(e2eEvent{Hop: hopOrchestrator, Op: "cancel", Phase: "call", ID: id})
-		res, err := d.Cancel(ctx, id, "")
-		answer("cancel", string(res.Outcome), err)
+		call("cancel", func() (string, error) {
+			res, err := d.Cancel(ctx, id, "")
+			return string(res.Outcome), err
+		})
 	}
 }
 
@@ -275,16 +301,23 @@ type e2eInbox struct {
 	worker.Inbox
 	ew      *eventWriter
 	n       atomic.Int64
-	pauseAt int64
+	pauseAt []int64
 	point   string
-	paused  atomic.Bool
+	mu      sync.Mutex
+	paused  int // how many of pauseAt were reached
 }
 
-// pause reaches the armed point in the first delivery from the armed one
-// on that gets there (a duplicate never reaches the point before the
+// pause reaches the armed point in the first delivery from the next armed
+// one on that gets there (a duplicate never reaches the point before the
 // commit), saying so first.
 func (in *e2eInbox) pause(ctx context.Context, n int64, point, key string) {
-	if in.pauseAt == 0 || n < in.pauseAt || point != in.point || !in.paused.CompareAndSwap(false, true) {
+	in.mu.Lock()
+	due := point == in.point && in.paused < len(in.pauseAt) && n >= in.pauseAt[in.paused]
+	if due {
+		in.paused++
+	}
+	in.mu.Unlock()
+	if !due {
 		return
 	}
 	in.ew.emit(e2eEvent{Hop: hopWorker, Op: "pause", ID: key, Detail: point})

@@ -16,8 +16,8 @@
 // # In a child process
 //
 // A process started with CTDISPATCH_PAUSE=name[,name…] stops itself
-// (SIGSTOP) at each named point the first time it reaches it, after
-// writing
+// (SIGSTOP) at each named point the first time it reaches it (a name
+// listed k times: the first k times), after writing
 //
 //	pause: stopped at NAME (pid PID); resume with SIGCONT
 //
@@ -54,17 +54,18 @@ const (
 	E2EWorkerAfterCommit = "e2e.worker.after_commit"
 )
 
-// fromEnv holds the points the environment armed and not yet reached.
+// fromEnv holds how many more arrivals at each point the environment
+// armed.
 var (
 	mu      sync.Mutex
 	fromEnv = parseEnv(os.Getenv(EnvVar))
 )
 
-func parseEnv(v string) map[string]bool {
-	out := map[string]bool{}
+func parseEnv(v string) map[string]int {
+	out := map[string]int{}
 	for _, name := range strings.Split(v, ",") {
 		if name = strings.TrimSpace(name); name != "" {
-			out[name] = true
+			out[name]++
 		}
 	}
 	return out
@@ -117,8 +118,10 @@ func Point(ctx context.Context, name string) {
 		}
 	}
 	mu.Lock()
-	env := fromEnv[name]
-	delete(fromEnv, name)
+	env := fromEnv[name] > 0
+	if env {
+		fromEnv[name]--
+	}
 	mu.Unlock()
 	if env {
 		stopSelf(name)

@@ -9,8 +9,10 @@
 // machines run, so when the process is root both run as the postgres
 // user, in a directory given to that user. The server also gets a
 // parent-death signal, so a process that is killed does not leave it
-// running. Durability is traded for speed (fsync off, no full-page
-// writes): the cluster is thrown away.
+// running. Durability against a machine crash is traded for speed (fsync
+// off, no full-page writes): the cluster is thrown away. A crash of the
+// server alone loses nothing committed (commits are synchronous, and the
+// kernel keeps what was written), which is what Restart relies on.
 package pgserver
 
 import (
@@ -25,6 +27,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,10 +46,34 @@ type Cluster struct {
 	dir    string   // owns data/ and the socket
 	owner  *os.File // holds ownerFile's lock while the cluster lives
 	socket string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	bin    string
+	cred   *syscall.Credential
 	admin  *sql.DB
 	dbSeq  atomic.Int64
+
+	mu     sync.Mutex // guards the running server, which Restart replaces
+	cmd    *exec.Cmd
+	exited chan struct{}
+	logs   *serverLog
+}
+
+// serverLog keeps what the server writes; the process's output copier
+// writes it while a failed start or restart reads it.
+type serverLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *serverLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *serverLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // MissingError says that no PostgreSQL server binaries were found.
@@ -97,12 +124,12 @@ func Start() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, socket: dir, exited: make(chan struct{})}
+	c := &Cluster{dir: dir, socket: dir, bin: bin, cred: cred}
 	if c.owner, err = own(dir); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := c.start(bin, cred); err != nil {
+	if err := c.start(); err != nil {
 		os.RemoveAll(dir)
 		c.owner.Close()
 		return nil, err
@@ -171,35 +198,21 @@ func serverCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-func (c *Cluster) start(bin string, cred *syscall.Credential) error {
-	if cred != nil {
-		if err := os.Chown(c.dir, int(cred.Uid), int(cred.Gid)); err != nil {
+func (c *Cluster) start() error {
+	if c.cred != nil {
+		if err := os.Chown(c.dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 			return err
 		}
 	}
-	data := filepath.Join(c.dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb := exec.Command(filepath.Join(c.bin, "initdb"), "-D", c.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	initdb.Dir = c.dir
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	var logs strings.Builder
-	// postgres itself, not pg_ctl: as our child it gets a parent-death
-	// signal (set after the switch of user, so the switch does not clear
-	// it), and SIGINT from Stop is its fast shutdown.
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-k", c.socket, "-c", "listen_addresses=", "-c", "fsync=off",
-		"-c", "full_page_writes=off", "-c", "synchronous_commit=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	c.cmd.Dir = c.dir
-	c.cmd.Stdout, c.cmd.Stderr = &logs, &logs
-	if err := c.cmd.Start(); err != nil {
+	if err := c.launch(); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	go func() { c.cmd.Wait(); close(c.exited) }() //nolint:errcheck // exit seen through exited
-
 	admin, err := sql.Open("pgx", c.dsn("postgres"))
 	if err != nil {
 		return errors.Join(err, c.Stop())
@@ -208,14 +221,104 @@ func (c *Cluster) start(bin string, cred *syscall.Credential) error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := c.waitReady(ctx); err != nil {
-		return errors.Join(fmt.Errorf("postgres did not start: %w; its log: %s", err, logs.String()), c.Stop())
+		return errors.Join(fmt.Errorf("postgres did not start: %w; its log: %s", err, c.log()), c.Stop())
 	}
 	return nil
+}
+
+func (c *Cluster) data() string { return filepath.Join(c.dir, "data") }
+
+// launch starts the server process on the cluster's data directory.
+func (c *Cluster) launch() error {
+	// postgres itself, not pg_ctl: as our child it gets a parent-death
+	// signal (set after the switch of user, so the switch does not clear
+	// it), and SIGINT from Stop is its fast shutdown. Commits are
+	// synchronous: with fsync off that costs one write per commit, and an
+	// immediate shutdown (Restart) then loses no acknowledged commit.
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", c.data(),
+		"-k", c.socket, "-c", "listen_addresses=", "-c", "fsync=off",
+		"-c", "full_page_writes=off", "-c", "synchronous_commit=on",
+		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
+	cmd.Dir = c.dir
+	logs := &serverLog{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck // exit seen through exited
+	c.mu.Lock()
+	c.cmd, c.exited, c.logs = cmd, exited, logs
+	c.mu.Unlock()
+	return nil
+}
+
+// running returns the server process and its exit channel.
+func (c *Cluster) running() (*exec.Cmd, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd, c.exited
+}
+
+// log returns what the running server wrote so far.
+func (c *Cluster) log() string {
+	c.mu.Lock()
+	logs := c.logs
+	c.mu.Unlock()
+	if logs == nil {
+		return ""
+	}
+	return logs.String()
+}
+
+// Restart crashes the server and starts it again on the same data
+// directory and socket, as `pg_ctl restart -m immediate` does: SIGQUIT
+// ends every backend at once without a checkpoint, and the new server
+// replays the WAL before it accepts connections. Committed transactions
+// survive; every connection open before the restart is dead (its next
+// use fails) and new ones work once Restart returns. The server runs as
+// the same user as before. Restart must not run concurrently with Stop.
+func (c *Cluster) Restart(ctx context.Context) error {
+	cmd, exited := c.running()
+	if cmd == nil || cmd.Process == nil {
+		return errors.New("pgserver: restart: the server is not running")
+	}
+	select {
+	case <-exited:
+		return fmt.Errorf("pgserver: restart: the server had exited: %s", firstLines(c.log()))
+	default:
+	}
+	if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return fmt.Errorf("pgserver: restart: immediate shutdown: %w", err)
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		return fmt.Errorf("pgserver: restart: waiting for the immediate shutdown: %w", ctx.Err())
+	}
+	if err := c.launch(); err != nil {
+		return fmt.Errorf("pgserver: restart: %w", err)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return fmt.Errorf("pgserver: restart: postgres did not start again: %w; its log: %s", err, firstLines(c.log()))
+	}
+	return nil
+}
+
+// firstLines shortens a server log for an error message.
+func firstLines(s string) string {
+	const most = 2000
+	if len(s) > most {
+		return s[:most] + "…"
+	}
+	return s
 }
 
 // waitReady polls until the server answers; a server starting up has no
 // event to wait on.
 func (c *Cluster) waitReady(ctx context.Context) error {
+	_, exited := c.running()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -224,7 +327,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-c.exited:
+		case <-exited:
 			return errors.New("the server exited")
 		case <-ctx.Done():
 			return err
@@ -259,13 +362,13 @@ func (c *Cluster) Stop() error {
 		c.admin.Close()
 	}
 	var err error
-	if c.cmd != nil && c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
+	if cmd, exited := c.running(); cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(syscall.SIGINT)
 		select {
-		case <-c.exited:
+		case <-exited:
 		case <-time.After(startTimeout):
-			_ = c.cmd.Process.Kill()
-			<-c.exited
+			_ = cmd.Process.Kill()
+			<-exited
 			err = errors.New("postgres did not stop within 30s of SIGINT; killed")
 		}
 	}
