@@ -203,6 +203,13 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	f.cancelled = res
 }
 
+// cancelRereads bounds how often a cancel's record follows a record
+// another process wrote first. It is higher than a create's bound: the
+// delete is made, so the record must land after whatever won, and each try
+// is one append; processes that cancel and schedule one ID in a loop can
+// take several versions in a row.
+const cancelRereads = 16
+
 // recordCancel appends rec, a cancel, as the version after prev (when
 // known). Should another process have recorded the ID meanwhile, the
 // cancel is recorded after the winner's record: the delete was made after
@@ -216,7 +223,7 @@ func (d *Dispatcher) recordCancel(ctx context.Context, rec, prev outbox.Record, 
 		}
 		err := outbox.AppendAndWait(ctx, d.box, rec)
 		var vc *outbox.VersionConflictError
-		if !errors.As(err, &vc) || i == rereads {
+		if !errors.As(err, &vc) || i == cancelRereads {
 			return err
 		}
 		prev, known = vc.Current, true
