@@ -64,8 +64,11 @@ func (d *Dispatcher) CancelTimer(ctx context.Context, timerID, queue string) (Ca
 
 // Cancel deletes the task of an internal ID (a dispatch or a timer) and
 // records the ID as cancelled. The task is deleted from the queue the
-// outbox recorded for the ID; queue may be empty, and when given must name
-// that queue. An ID the outbox does not know needs queue: the outbox
+// outbox recorded for the ID, and, on a store where processes can write an
+// ID's first record blind of each other (outbox.FreshReader, the Parquet
+// store), from any other queue the ID's records name: processes with
+// different default queues may each have created it. queue may be empty,
+// and when given must name the recorded queue. An ID the outbox does not know needs queue: the outbox
 // cannot say where its task is. A task that is already gone is a success
 // (CancelAlreadyGone). Transient errors are retried like CreateTask's.
 //
@@ -131,7 +134,7 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 	f.span = trace.SpanContextFromContext(ctx)
 	start := d.clock.Now()
 	key := id.String()
-	prev, known, err := d.box.Latest(ctx, outbox.TableOf(id), key)
+	prev, known, err := d.latestForCancel(ctx, id)
 	if errors.Is(err, outbox.ErrConcurrentWrites) {
 		err = nil // the delete does not depend on which blind write was last; its record follows both
 	}
@@ -155,14 +158,21 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		queuePath = d.queueOf(queue)
 	}
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: id.TaskName(queuePath)}
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context, t try) error {
-		return d.attempt(ctx, "DeleteTask", t, codes.NotFound, func(ctx context.Context) error {
-			err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: res.TaskName})
-			d.m.call(ctx, "DeleteTask", codeOf(err))
-			return err
-		})
-	})
+	calls, err := d.deleteTask(ctx, res.TaskName)
 	code := codeOf(err)
+	if known && (err == nil || code == codes.NotFound) {
+		// Processes with different default queues that wrote the ID's
+		// first record blind of each other each created its task in their
+		// own queue (docs/consistency.md): the cancel deletes every one.
+		deleted, n, oerr := d.deleteInOtherQueues(ctx, id, queuePath)
+		calls += n
+		switch {
+		case oerr != nil:
+			err, code = oerr, codeOf(oerr)
+		case deleted && err != nil:
+			err, code = nil, codes.OK
+		}
+	}
 	switch {
 	case err == nil:
 		res.Outcome = CancelDeleted
@@ -295,4 +305,66 @@ func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Recor
 	f.err = &NameHeldError{ID: prev.ID, CancelledAt: cancelled, HeldUntil: until}
 	d.log.InfoContext(ctx, "name held after a cancel", "id", prev.ID, "held_until", until)
 	return true
+}
+
+// latestForCancel reads the ID's newest record as fresh as the store
+// allows (outbox.FreshReader): a cancel must find every queue the ID's
+// records name, also in records another process wrote since this one
+// last looked.
+func (d *Dispatcher) latestForCancel(ctx context.Context, id naming.ID) (outbox.Record, bool, error) {
+	t, key := outbox.TableOf(id), id.String()
+	if fr, ok := d.box.(outbox.FreshReader); ok {
+		prev, found, _, err := fr.LatestFresh(ctx, t, key)
+		return prev, found, err
+	}
+	return d.box.Latest(ctx, t, key)
+}
+
+// deleteTask deletes the task named name, retrying transient errors as
+// CreateTask's are. It returns the calls made and the last error
+// (NotFound when the task is gone).
+func (d *Dispatcher) deleteTask(ctx context.Context, name string) (int, error) {
+	return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context, t try) error {
+		return d.attempt(ctx, "DeleteTask", t, codes.NotFound, func(ctx context.Context) error {
+			err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: name})
+			d.m.call(ctx, "DeleteTask", codeOf(err))
+			return err
+		})
+	})
+}
+
+// deleteInOtherQueues deletes id's task in every queue other than queue
+// that a record of id names. Only a store that can hold blind writes
+// (outbox.FreshReader: the Parquet store) can name two; on others it
+// reads nothing. deleted reports whether another queue held the task; err
+// is the first failure other than NotFound. A history the outbox cannot
+// read leaves the other queues alone: the delete in the recorded queue
+// stands on its own.
+func (d *Dispatcher) deleteInOtherQueues(ctx context.Context, id naming.ID, queue string) (deleted bool, calls int, err error) {
+	if _, blind := d.box.(outbox.FreshReader); !blind {
+		return false, 0, nil
+	}
+	hist, herr := d.box.Lookup(ctx, outbox.Query{Table: outbox.TableOf(id), ID: id.String(), History: true})
+	if herr != nil {
+		d.log.WarnContext(ctx, "cannot read the ID's history for tasks in other queues", "id", id.String(), "err", herr)
+		return false, 0, nil
+	}
+	seen := map[string]bool{queue: true, "": true}
+	for i := range hist {
+		q := hist[i].Queue
+		if seen[q] {
+			continue
+		}
+		seen[q] = true
+		n, derr := d.deleteTask(ctx, id.TaskName(q))
+		calls += n
+		switch code := codeOf(derr); {
+		case derr == nil:
+			deleted = true
+			d.log.InfoContext(ctx, "cancel deleted the ID's task in another queue too", "id", id.String(), "queue", q)
+		case code != codes.NotFound && err == nil:
+			err = derr
+		}
+	}
+	return deleted, calls, err
 }

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // The regression tests of issue "Many replicas, one truth": several
@@ -169,4 +171,49 @@ func TestRacingSchedulersAndCancelsGiveNoFalseAnswer(t *testing.T) {
 		}
 	}
 	require.Equal(t, 0, falseAnswers)
+}
+
+// Two processes whose default queues differ (a rolling redeploy changed
+// Config.Queue) each write an ID's first record before they see the
+// other's, so each creates the task in its own queue
+// (docs/consistency.md). A cancel, even from one of them with its view of
+// the other an hour old, deletes the task in both queues.
+func TestCancelDeletesTheTaskInEveryQueueBlindFirstWritesMade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := clockwork.NewFakeClockAt(t0)
+	const otherQueue = "projects/proj/locations/europe-west1/queues/other"
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock,
+		Queues: []emulator.QueueConfig{{Name: worldQueue}, {Name: otherQueue}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { emu.Close() })
+	w := &world{emu: emu, clock: clock, root: t.TempDir()}
+	stale := func(o *parquetbox.Options) { o.RefreshInterval = time.Hour }
+	a := w.openWith(t, nil, stale)
+	b := w.openWith(t, func(c *cloudtasks.Config) { c.Queue = "other" }, stale)
+	for _, p := range []*proc{a, b} { // each takes its view of the other now
+		_, _, err := p.d.Latest(ctx, "dispatch:r:warm:1")
+		require.NoError(t, err)
+	}
+
+	req := request("r", "blind", 1, "x")
+	req.Task.ScheduleTime = t0.Add(time.Hour)
+	ra, err := a.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	rb, err := b.d.Dispatch(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeCreated, ra.Outcome)
+	require.Equal(t, cloudtasks.OutcomeCreated, rb.Outcome, "B could not see A's record: the limit docs/consistency.md states")
+	require.NotEqual(t, ra.TaskName, rb.TaskName)
+	c := w.client(t)
+	require.True(t, w.holds(t, c, ra.TaskName))
+	require.True(t, w.holds(t, c, rb.TaskName))
+	a.settle(t)
+	b.settle(t)
+
+	res, err := a.d.Cancel(ctx, ra.ID, "")
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.CancelDeleted, res.Outcome)
+	require.False(t, w.holds(t, c, ra.TaskName), "the task in A's queue")
+	require.False(t, w.holds(t, c, rb.TaskName), "the task in B's queue, which A's stale view had not seen")
 }
