@@ -223,3 +223,46 @@ func benchmarkRepeat(b *testing.B, bucket bool) {
 	}
 	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkCancel measures Cancel on a Parquet directory that another
+// process also writes: each op deletes one task and records the cancel.
+// Run it with a fixed count (-benchtime 2000x): the setup dispatches b.N
+// tasks first.
+func BenchmarkCancel(b *testing.B) {
+	emu := startEmulator(b)
+	ctx := context.Background()
+	root := b.TempDir()
+	open := func() (*parquetbox.Outbox, *Dispatcher) {
+		box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())})
+		require.NoError(b, err)
+		b.Cleanup(func() { box.Close() })
+		cfg := testConfig()
+		cfg.Client = emu.client(b)
+		d, err := NewDispatcher(ctx, box, &cfg)
+		require.NoError(b, err)
+		b.Cleanup(func() { d.Close(context.Background()) })
+		return box, d
+	}
+	_, d := open()
+	_, od := open()
+	task := Task{URL: "https://worker.example/run", ScheduleTime: time.Now().Add(time.Hour), Body: []byte(`{"table":"orders"}`)}
+	run := uuid.NewString()
+	ids := make([]string, b.N)
+	for i := range b.N {
+		res, err := d.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "t", Identity: naming.Attempt(uint64(i)), Task: task})
+		require.NoError(b, err)
+		ids[i] = res.ID
+		_, err = od.Dispatch(ctx, DispatchRequest{RunID: run, TaskKey: "other", Identity: naming.Attempt(uint64(i)), Task: task})
+		require.NoError(b, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for i := range b.N {
+		res, err := d.Cancel(ctx, ids[i], "")
+		if err != nil || res.Outcome != CancelDeleted {
+			b.Fatalf("cancel %d: %+v, %v", i, res, err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
