@@ -133,20 +133,7 @@ func queryTx(ctx context.Context, tx outbox.Tx, tb *table, stmt string, args ...
 		return nil, txError(tb.name, "read", err)
 	}
 	defer rows.Close()
-	var out []outbox.Record
-	for rows.Next() {
-		r, err := scan(tb, rows)
-		if err != nil {
-			return nil, fmt.Errorf("pgbox: read %s: %w", tb.name, err)
-		}
-		if r.Trusted() {
-			out = append(out, r)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, txError(tb.name, "read", err)
-	}
-	return out, nil
+	return scanRecords(tb, rows, func(err error) error { return txError(tb.name, "read", err) })
 }
 
 // txError wraps an error of a statement on table, saying how to create the

@@ -111,6 +111,21 @@ func (o *Outbox) query(ctx context.Context, tb *table, stmt string, args ...any)
 		return nil, o.readError(tb, err)
 	}
 	defer rows.Close()
+	return scanRecords(tb, rows, func(err error) error { return o.readError(tb, err) })
+}
+
+// recordRows are the rows of a statement that returns a table's columns,
+// from a pool or from a caller's transaction.
+type recordRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanRecords scans every row into records, leaving out those no
+// dispatcher can have written. readErr wraps an error that ended the
+// iteration, as the statement's own errors are wrapped.
+func scanRecords(tb *table, rows recordRows, readErr func(error) error) ([]outbox.Record, error) {
 	var out []outbox.Record
 	for rows.Next() {
 		r, err := scan(tb, rows)
@@ -122,7 +137,7 @@ func (o *Outbox) query(ctx context.Context, tb *table, stmt string, args ...any)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, o.readError(tb, err)
+		return nil, readErr(err)
 	}
 	return out, nil
 }
