@@ -288,12 +288,6 @@ func (d *Dispatcher) send(ctx context.Context, id naming.ID, t *Task, queuePath 
 				res.Outcome = OutcomeAlreadyExisted
 			}
 			res.Calls = 0
-			// Joining after the answer is answering from the record being
-			// written, as the outbox would once it is.
-			if how == lateFlight && f.err == nil && !res.Skipped {
-				res.Skipped = true
-				d.m.kindCount(ctx, d.m.skips, kind)
-			}
 		}
 		if f.err != nil {
 			d.m.outcome(ctx, kind, failureOutcome(f.err), d.clock.Since(start))
@@ -372,7 +366,7 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		if recorded := recordedTaskName(err); recorded != "" {
 			f.res.TaskName = recorded
 		}
-		d.blindWrites(ctx, f, id, err)
+		d.blindWrites(ctx, f, id, req.GetTask(), now, err)
 		return false
 	}
 	if err != nil {
@@ -779,7 +773,7 @@ func (d *Dispatcher) outcomeOvertaken(ctx context.Context, rec outbox.Record, er
 // the call is a repeat, already_existed); a task that exists, or a
 // GetTask that fails, leaves that answer too.
 func (d *Dispatcher) goneButHeld(ctx context.Context, f *flight, id string, task *cloudtaskspb.Task, now time.Time) bool {
-	if st := task.GetScheduleTime(); st == nil || !now.Before(st.AsTime()) {
+	if !scheduledAhead(task, now) {
 		return false
 	}
 	if codeOf(d.getTask(ctx, task.GetName())) != codes.NotFound {
@@ -792,17 +786,28 @@ func (d *Dispatcher) goneButHeld(ctx context.Context, f *flight, id string, task
 
 // blindWrites answers a create whose ID's latest version two processes
 // wrote without seeing each other: GetTask decides when the task exists
-// (then the call is a repeat); otherwise the answer is indeterminate.
-func (d *Dispatcher) blindWrites(ctx context.Context, f *flight, id naming.ID, cause error) {
+// (then the call is a repeat), and when it is gone before its schedule
+// time (then a cancel deleted it and its name is held, as goneButHeld
+// reasons); otherwise the answer is indeterminate.
+func (d *Dispatcher) blindWrites(ctx context.Context, f *flight, id naming.ID, task *cloudtaskspb.Task, now time.Time, cause error) {
 	err := d.getTask(ctx, f.res.TaskName)
-	if err == nil {
+	switch {
+	case err == nil:
 		f.res.Outcome, f.res.Skipped = OutcomeAlreadyExisted, true
 		return
-	}
-	if codeOf(err) != codes.NotFound {
+	case codeOf(err) == codes.NotFound && scheduledAhead(task, now):
+		f.err = &NameHeldError{ID: id.String(), HeldUntil: now.Add(d.cfg.NameHold)}
+		return
+	case codeOf(err) != codes.NotFound:
 		cause = errors.Join(cause, err)
 	}
 	f.err = &IndeterminateError{ID: id.String(), Unknown: UnknownWriteOrder, Err: cause}
+}
+
+// scheduledAhead reports whether task's schedule time is after now.
+func scheduledAhead(task *cloudtaskspb.Task, now time.Time) bool {
+	st := task.GetScheduleTime()
+	return st != nil && now.Before(st.AsTime())
 }
 
 // getTask makes a GetTask call under the retry policy.

@@ -39,7 +39,9 @@
 // name does the same job. Dispatch, ScheduleTimer, Cancel and Recover share
 // one table of work in flight per ID, so they never race on a record; each
 // caller waits on its own context (*WaitError when it ends first) while the
-// shared work goes on, bounded by Config.Retry.
+// shared work goes on, bounded by Config.Retry. Only calls that overlap the
+// work share its answer: one made after the answer, while the record is
+// still being written, waits for the record and reads the outbox afresh.
 //
 // # Durability
 //

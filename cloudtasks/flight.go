@@ -69,6 +69,16 @@ func (f *flight) answer() {
 	}
 }
 
+// isAnswered reports whether the flight's answer is published.
+func (f *flight) isAnswered() bool {
+	select {
+	case <-f.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // flights is the table of work in flight, one entry per ID whatever the
 // operation, so that a Dispatch, a Cancel and a Recover of one ID never
 // race on its record. It also counts the work still running for Close.
@@ -121,14 +131,16 @@ type joined uint8
 
 const (
 	ledFlight    joined = iota // it started the flight
-	sharedFlight               // it joined while the work ran
-	lateFlight                 // it joined after the answer, while the record was written
+	sharedFlight               // it joined while the work ran, before the answer
 )
 
 // do returns the answer of the flight of op for key: a flight of the same
-// op already in the table is joined; a flight of another
-// op is waited out first; otherwise a new flight runs work in its own
-// goroutine. Every caller waits on its own ctx only: when ctx ends first,
+// op that has not answered yet is joined; a flight of another op, or one
+// that answered and is still writing its record, is waited out first;
+// otherwise a new flight runs work in its own goroutine. Only calls that
+// overlap the work share its answer: a call that starts after the answer
+// must not take it, since another process may have changed the ID in
+// between (a cancel, say), and only the store knows. Every caller waits on its own ctx only: when ctx ends first,
 // do returns ctx.Err() and the work goes on. do fails with ErrClosed once
 // close was called.
 func (t *flights) do(ctx context.Context, key string, op opKind, work func(*flight)) (f *flight, how joined, err error) {
@@ -151,14 +163,13 @@ func (t *flights) do(ctx context.Context, key string, op opKind, work func(*flig
 			return f, ledFlight, wait(ctx, f.ready)
 		}
 		t.mu.Unlock()
-		if cur.op == op {
-			select {
-			case <-cur.ready:
-				return cur, lateFlight, nil
-			default:
-			}
+		if cur.op == op && !cur.isAnswered() {
 			return cur, sharedFlight, wait(ctx, cur.ready)
 		}
+		// A flight of another op, or one that already answered and is
+		// writing its record: this call started after that answer, so
+		// another process may have acted on the ID since. It decides
+		// from the store like any new call, once the record is written.
 		if err := wait(ctx, cur.done); err != nil {
 			return nil, ledFlight, err
 		}

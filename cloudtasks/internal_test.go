@@ -135,8 +135,10 @@ func (s *slowCommitOutbox) release() {
 }
 
 // An overlapped call is answered before its outcome record is written,
-// and its flight stays until the record is: a repeat meanwhile shares the
-// answer without a Cloud Tasks call, and Close waits for the record.
+// and its flight stays until the record is: Close waits for the record,
+// and a repeat meanwhile does not take the answer (another process may
+// have cancelled the ID since): it waits for the record, then answers
+// from the outbox, without a Cloud Tasks call.
 func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
@@ -154,22 +156,41 @@ func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, first.Outcome)
 	require.Equal(t, 1, d.flights.inFlight())
-
-	again, err := d.Dispatch(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, OutcomeAlreadyExisted, again.Outcome)
-	require.True(t, again.Skipped)
-	require.Equal(t, 0, again.Calls)
-	require.Equal(t, int64(1), Counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
-
-	closing, cancel := context.WithCancel(ctx)
-	cancel()
-	require.ErrorContains(t, d.Close(closing), "1 calls still in flight")
 	select {
 	case <-box.holding:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the outcome record was never appended")
 	}
+
+	type answer struct {
+		res DispatchResult
+		err error
+	}
+	repeat := make(chan answer, 1)
+	go func() {
+		res, err := d.Dispatch(ctx, req)
+		repeat <- answer{res, err}
+	}()
+	impatient, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = d.Dispatch(impatient, req)
+	var we *WaitError
+	require.ErrorAs(t, err, &we, "a repeat waits for the record, not for the answer")
+	box.release()
+	got := <-repeat
+	require.NoError(t, got.err)
+	require.Equal(t, OutcomeAlreadyExisted, got.res.Outcome)
+	require.True(t, got.res.Skipped, "answered from the record")
+	require.Equal(t, 0, got.res.Calls)
+	require.Equal(t, int64(1), Counter(t, reader, MetricCalls, attribute.String("method", "CreateTask")))
+
+	// Close waits for an answered call's record.
+	_, err = d.Dispatch(ctx, request("run1", "u", 1, "x"))
+	require.NoError(t, err)
+	<-box.holding
+	closing, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorContains(t, d.Close(closing), "1 calls still in flight")
 	box.release()
 	settle(d)
 	require.Equal(t, 0, d.flights.inFlight())
