@@ -600,6 +600,10 @@ func docsDuckDBStatements(t *testing.T, root string) []string {
 // The docs' DuckDB queries run on an exported tree whose rows are all in
 // dispatch_outbox: those that read timers or deliveries answer from
 // their schema files (no rows) instead of failing with "No files found".
+// The dispatch has the history of a relay resumed after its claim expired
+// (pending, already_existed by the relay that took over, then created by
+// the resumed one): the per-ID queries still see one latest state,
+// created.
 func TestDuckDBDocsQueriesOnAnExportWithOnlyDispatches(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t)
@@ -609,31 +613,35 @@ func TestDuckDBDocsQueriesOnAnExportWithOnlyDispatches(t *testing.T) {
 	require.NoError(t, err)
 	r := outbox.RecordOf(id)
 	r.Queue = testQueue
-	for i, status := range []outbox.Status{outbox.StatusPending, outbox.StatusCreated} {
+	for i, status := range []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted, outbox.StatusCreated} {
 		r.Status, r.Version = status, int64(i+1)
 		require.NoError(t, outbox.AppendAndWait(t.Context(), o, r))
 	}
 	root := t.TempDir()
 	st, err := newExporter(t, o, root).ExportOnce(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, [3]int64{2, 0, 0}, st.Rows)
+	require.Equal(t, [3]int64{3, 0, 0}, st.Rows)
 
 	stmts := docsDuckDBStatements(t, root)
 	require.Len(t, stmts, 8, "docs/outbox.md's DuckDB statements")
 	var counts []int
+	var results [][]map[string]any
 	for i, got := range duckDB(t, stmts...) {
 		var rows []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(got), &rows), "statement %d: %s", i, got)
 		counts = append(counts, len(rows))
+		results = append(results, rows)
 	}
 	require.Equal(t, []int{
-		2, // every state of dispatch:run1:extract:1
+		3, // every state of dispatch:run1:extract:1
 		1, // latest state per ID on 2026-11-23: one status
 		1, // rows per partition: one day (the schema files' 1970-01-01 holds none)
-		1, // the trace of a dispatch, its latest outcome, with no delivery (deliveries/**)
+		1, // the trace of the dispatch's latest state, with no delivery (deliveries/**)
 		0, // the rows of a trace the export does not hold
 		1, // run1's dispatches with their deliveries: one, none delivered (deliveries/**)
 		1, // how often each was delivered: 0
 		0, // timers and their deliveries (timers/**, deliveries/**)
 	}, counts)
+	require.Equal(t, "created", results[1][0]["status"], "the latest of two outcomes")
+	require.Equal(t, "created", results[5][0]["dispatched"])
 }
