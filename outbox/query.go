@@ -21,8 +21,8 @@ type Query struct {
 	History bool
 	// Summary returns records with only the fields a status view shows:
 	// Table, ID, CloudTaskID, Status, ErrorCode, CreateCalls, UpdatedAt,
-	// DueAt and ProcessorUUID; the others are empty (Delivery too). An
-	// implementation may then skip reading the others.
+	// DueAt, ProcessorUUID and TraceID; the others are empty (Delivery
+	// and SpanID too). An implementation may then skip reading the others.
 	Summary bool
 }
 
@@ -59,7 +59,7 @@ func (q Query) Match(r *Record) bool {
 // Summary returns the fields of r a Query with Summary set keeps.
 func (r *Record) Summary() Record {
 	return Record{Table: r.Table, ID: r.ID, CloudTaskID: r.CloudTaskID, Status: r.Status, ErrorCode: r.ErrorCode,
-		CreateCalls: r.CreateCalls, UpdatedAt: r.UpdatedAt, DueAt: r.DueAt, ProcessorUUID: r.ProcessorUUID}
+		CreateCalls: r.CreateCalls, UpdatedAt: r.UpdatedAt, DueAt: r.DueAt, ProcessorUUID: r.ProcessorUUID, TraceID: r.TraceID}
 }
 
 // Arrange puts records in the order Lookup returns them (by table, ID,

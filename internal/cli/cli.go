@@ -55,8 +55,8 @@ const (
 // Run executes the CLI with args (without the program name) and returns the
 // process exit code: 0 on success, 1 on a failed operation or no result, 2
 // on a usage error, 3 when an answer was printed but may be incomplete
-// because files were skipped, 4 when compact stepped back from a unit
-// another compaction committed first.
+// because files were skipped or rows refused by export, 4 when compact
+// stepped back from a unit another compaction committed first.
 func Run(ctx context.Context, args []string, env Env) int {
 	env = env.withDefaults()
 	root := newRootCmd(&env)
@@ -71,10 +71,11 @@ func Run(ctx context.Context, args []string, env Env) int {
 	fmt.Fprintf(env.Err, "ctdispatch: %s\n", oneLine(err.Error()))
 	var ue *usageError
 	var ie *incompleteError
+	var re *refusedError
 	switch {
 	case errors.As(err, &ue):
 		return exitUsage
-	case errors.As(err, &ie):
+	case errors.As(err, &ie), errors.As(err, &re):
 		return exitIncomplete
 	case errors.Is(err, parquetbox.ErrUnitLost):
 		return exitLost
@@ -162,7 +163,8 @@ Results go to stdout, errors to stderr as one line. Exit status: 0 success;
 1 the operation failed or found nothing; 2 the command was called wrongly
 (unknown command or flag, extra argument, bad flag value); 3 an answer was
 printed but may be incomplete (query and stats skipped damaged or foreign
-files, listed on stderr); 4 compact lost a unit to another compaction and
+files, listed on stderr; export --once refused rows no dispatcher wrote,
+reported on stderr); 4 compact lost a unit to another compaction and
 stepped back (nothing of that unit changed).`,
 		Version:                    versionString(),
 		Args:                       rootArgs,

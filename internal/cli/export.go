@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,6 +36,14 @@ same exporter runs inside "dispatch", "timer" and "recover" with
 --export-to. Once an exporter has run on a database, "ctdispatch retain"
 keeps the records it has not yet exported.
 
+A row no dispatcher can have written (a cloud_task_id that is not the
+hash of its ID: typed in by hand, written by another tool, damaged) is
+not written and not marked exported: it stays in the database and retain
+keeps its ID. --once reports such rows (how many, and a few with the
+reason) and exits 3; without --once each batch that refuses rows logs a
+warning on stderr. "ctdispatch export refused" lists them, and removes
+them with --quarantine or --delete.
+
 ` + postgresURLHelp,
 		Example: `  ctdispatch export --outbox "$DATABASE_URL" --to ./outbox --once
   ctdispatch export --outbox "$DATABASE_URL" --to "gs://analytics?prefix=ctdispatch/"
@@ -54,7 +64,11 @@ keeps the records it has not yet exported.
 				return err
 			}
 			defer db.Close()
-			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Interval: interval, Logger: env.Logger})
+			logger := env.Logger
+			if !once {
+				logger = warningsShown(env)
+			}
+			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Interval: interval, Logger: logger})
 			if err != nil {
 				return err
 			}
@@ -64,9 +78,10 @@ keeps the records it has not yet exported.
 			}
 			st, err := e.ExportOnce(cmd.Context())
 			printExport(env.Out, st)
-			return err
+			return errors.Join(err, refusedReport(st, where))
 		},
 	}
+	cmd.AddCommand(newExportRefusedCmd(env))
 	cmd.Flags().StringVar(&where, "outbox", "", "PostgreSQL URL of the outbox, postgres://… (required)")
 	cmd.Flags().StringVar(&to, "to", "", "where the Parquet tables go: a directory or a bucket URL, gs://BUCKET[?prefix=P/] (required)")
 	cmd.Flags().BoolVar(&once, "once", false, "export what is committed now, print what was written, and exit")
@@ -102,6 +117,16 @@ func printExport(w io.Writer, st pgbox.ExportStats) {
 	}
 	fmt.Fprintf(w, "exported %s: dispatch_outbox %d rows, timers %d rows, deliveries %d rows\n",
 		span, st.Rows[0], st.Rows[1], st.Rows[2])
+}
+
+// warningsShown is env's logger when it shows warnings (-v), or one that
+// writes warnings and errors to stderr: a long-running export's failed
+// passes and refused rows are not to go unseen.
+func warningsShown(env *Env) *slog.Logger {
+	if env.Logger.Enabled(context.Background(), slog.LevelWarn) {
+		return env.Logger
+	}
+	return slog.New(slog.NewTextHandler(env.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // exportOptions are the export a dispatcher's PostgreSQL outbox runs, from

@@ -25,7 +25,8 @@ func newMigrateCmd(env *Env) *cobra.Command {
 outbox/pgbox), with their indexes, if they do not exist: dispatch_outbox,
 timers and deliveries, and intents (the tasks that transactions recorded
 for a relay to create, see "ctdispatch relay"), each prefixed, and the
-tables "ctdispatch export" keeps its batches in. Running it again, or from several
+tables "ctdispatch export" keeps its batches (and refused rows moved by
+"export refused --quarantine") in. Running it again, or from several
 machines at once, is safe. Then give the same URL as --outbox to dispatch,
 timer, recover and query. A worker's inbox table is created by
 "ctdispatch worker migrate".

@@ -31,6 +31,15 @@ type statsJSON struct {
 	// Unexported is a PostgreSQL outbox's rows not yet exported to
 	// Parquet, once an exporter has run on it.
 	Unexported *int64 `json:"unexported,omitempty"`
+	// Refused is a PostgreSQL outbox's rows the exporter refused to write
+	// (see "ctdispatch export refused"), when there are any.
+	Refused int64 `json:"refused,omitempty"`
+}
+
+// exportBacklog is what a PostgreSQL outbox's exporter left of a table:
+// rows not yet exported, and rows it refused.
+type exportBacklog struct {
+	unexported, refused int64
 }
 
 func writeStats(w io.Writer, stats []parquetbox.TableStats) error {
@@ -62,15 +71,19 @@ func writeStats(w io.Writer, stats []parquetbox.TableStats) error {
 }
 
 // writeUnexported says, after the tables, how many rows of each a
-// PostgreSQL outbox's exporter has still to write.
-func writeUnexported(w io.Writer, stats []parquetbox.TableStats, unexported map[outbox.Table]int64) {
+// PostgreSQL outbox's exporter has still to write, and has refused.
+func writeUnexported(w io.Writer, stats []parquetbox.TableStats, unexported map[outbox.Table]exportBacklog) {
 	if len(unexported) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	for _, s := range stats {
-		if n, ok := unexported[s.Table]; ok {
-			fmt.Fprintf(w, "%s: %d rows not yet exported to Parquet\n", s.Table, n)
+		if b, ok := unexported[s.Table]; ok {
+			fmt.Fprintf(w, "%s: %d rows not yet exported to Parquet", s.Table, b.unexported)
+			if b.refused > 0 {
+				fmt.Fprintf(w, `, %d refused (see "ctdispatch export refused")`, b.refused)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 }
@@ -89,7 +102,9 @@ compaction). Reads everything, streaming.
 
 A PostgreSQL outbox (postgres://…) shows its rows and size on the server
 instead of files, and, once "ctdispatch export" has run on it, the rows of
-each table not yet exported to Parquet ("unexported" in JSON).
+each table not yet exported to Parquet ("unexported" in JSON) and those
+the exporter refused to write ("refused"; see "ctdispatch export
+refused").
 
 --format json prints JSON Lines: one object per table.
 
@@ -119,8 +134,8 @@ exit status is 3.`,
 					js := statsJSON{Table: string(s.Table), Files: s.Files, Bytes: s.Bytes, Rows: s.Rows,
 						LogRecords: s.LogRecords, IDs: s.IDs, ByStatus: s.ByStatus, ByQueue: s.ByQueue,
 						ByKind: s.ByKind, ByProcessor: s.ByProcessor}
-					if n, ok := unexported[s.Table]; ok {
-						js.Unexported = &n
+					if b, ok := unexported[s.Table]; ok {
+						js.Unexported, js.Refused = &b.unexported, b.refused
 					}
 					err := enc.Encode(js)
 					if err != nil {
@@ -144,9 +159,9 @@ exit status is 3.`,
 // outboxStats reads the statistics of the outbox at where and the files
 // it skipped. A PostgreSQL outbox has no files and no log: its rows and
 // its size on the server are counted instead, and, once an exporter has
-// run on it, the rows of each table not yet exported (unexported; nil
-// otherwise).
-func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbox.TableStats, unexported map[outbox.Table]int64, skipped []*parquetbox.FileError, err error) {
+// run on it, the rows of each table not yet exported or refused
+// (unexported; nil otherwise).
+func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbox.TableStats, unexported map[outbox.Table]exportBacklog, skipped []*parquetbox.FileError, err error) {
 	if isPostgresURL(where) {
 		box, db, err := openPostgres(ctx, where)
 		if err != nil {
@@ -163,9 +178,9 @@ func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbo
 				ByStatus: s.ByStatus, ByQueue: s.ByQueue, ByKind: s.ByKind, ByProcessor: s.ByProcessor})
 			if s.Exporting {
 				if unexported == nil {
-					unexported = map[outbox.Table]int64{}
+					unexported = map[outbox.Table]exportBacklog{}
 				}
-				unexported[s.Table] = s.Unexported
+				unexported[s.Table] = exportBacklog{unexported: s.Unexported, refused: s.Refused}
 			}
 		}
 		return stats, unexported, nil, nil

@@ -141,6 +141,16 @@ var tests = []struct {
 			require.Equal(t, r.TraceID, got.TraceID, "%s %s", r.Table, r.ID)
 			require.Equal(t, r.SpanID, got.SpanID, "%s %s", r.Table, r.ID)
 		}
+		// A summary, what a status view shows, keeps the trace ID too.
+		sums, err := b.s.Lookup(b.ctx, outbox.Query{RunID: "run1", Summary: true})
+		require.NoError(t, err)
+		traces := map[string]string{}
+		for _, r := range sums {
+			if r.Table != outbox.TableDeliveries {
+				traces[r.ID] = r.TraceID
+			}
+		}
+		require.Equal(t, map[string]string{d.ID: traceID, tm.ID: traceID, untraced.ID: ""}, traces)
 	}},
 	{"MalformedTraceIDsRefused", func(t *testing.T, b *bundle) {
 		for _, tc := range []struct{ traceID, spanID, want string }{

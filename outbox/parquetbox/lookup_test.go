@@ -199,7 +199,7 @@ func TestPendingLargeOutbox(t *testing.T) {
 }
 
 // TestLookupSummary checks that a Summary lookup returns exactly the
-// summary fields of what a full lookup returns, by ID, by cloud_task_id
+// summary fields (the trace ID among them) of what a full lookup returns, by ID, by cloud_task_id
 // and by run, with history and without, from Parquet files and from a
 // log, in both tables.
 func TestLookupSummary(t *testing.T) {
@@ -210,7 +210,9 @@ func TestLookupSummary(t *testing.T) {
 	pending.CreatedAt = t0
 	failed := pending
 	failed.Status, failed.ErrorCode, failed.CreateCalls = outbox.StatusFailed, "PERMISSION_DENIED", 3
+	failed.TraceID, failed.SpanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	timer := timerRec("run1", "extract", t0.Add(time.Hour), outbox.StatusCreated)
+	timer.TraceID, timer.SpanID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	o, _ := b.openWith(t, pending, failed, timer)
 	unflushed := dispatchRec("run1", "load", "1", outbox.StatusCreated) // stays in the log
 	require.NoError(t, outbox.AppendAndWait(ctx, o, unflushed))
@@ -230,7 +232,7 @@ func TestLookupSummary(t *testing.T) {
 			require.NotEmpty(t, full[i].Queue)
 			want[i] = outbox.Record{Table: full[i].Table, ID: full[i].ID, CloudTaskID: full[i].CloudTaskID, Status: full[i].Status,
 				ErrorCode: full[i].ErrorCode, CreateCalls: full[i].CreateCalls, UpdatedAt: full[i].UpdatedAt,
-				DueAt: full[i].DueAt, ProcessorUUID: full[i].ProcessorUUID}
+				DueAt: full[i].DueAt, ProcessorUUID: full[i].ProcessorUUID, TraceID: full[i].TraceID}
 		}
 		require.Equal(t, want, got, "%+v", q)
 	}

@@ -122,7 +122,8 @@ type Options struct {
 	// negative means look on every read.
 	RefreshInterval time.Duration
 	// ReadOnly opens the outbox for reading (and compaction) only: no log,
-	// no lock, no replay of other processors' logs.
+	// no lock, no replay of other processors' logs, and no schema files
+	// until a WriteRun (another store's export) writes to it.
 	ReadOnly bool
 	// Logger receives warnings about skipped files and dropped torn log
 	// tails. Defaults to discarding.

@@ -71,6 +71,9 @@ type Outbox struct {
 	store tableStore
 	files map[outbox.Table]*fileSet
 	tails *walTails
+	// schemaFiles is set once every table's schema file is in place: by
+	// Open for a writer, by the first WriteRun on a read-only outbox.
+	schemaFiles atomic.Bool
 }
 
 // Open opens (creating if needed) the outbox at opts.Root. Unless
@@ -164,6 +167,7 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 		o.store.close()
 		return nil, err
 	}
+	o.schemaFiles.Store(true)
 	o.reqs = make(chan *request, 1024)
 	o.quit = make(chan struct{})
 	o.writerDone = make(chan struct{})

@@ -15,10 +15,11 @@ import (
 )
 
 // summaryFields are the columns a Summary lookup reads: those its records
-// keep, and those deciding whether a row is trusted and which state is
-// the latest.
+// keep, and those deciding whether a row is trusted (a trace ID is valid
+// only with its span ID) and which state is the latest.
 var summaryFields = []field{fieldID, fieldCloudTaskID, fieldStatus, tableschema.FieldErrorCode,
-	tableschema.FieldCreateCalls, fieldUpdatedAt, tableschema.FieldDueAt, fieldProcessor, tableschema.FieldVersion}
+	tableschema.FieldCreateCalls, fieldUpdatedAt, tableschema.FieldDueAt, fieldProcessor, tableschema.FieldVersion,
+	tableschema.FieldTraceID, tableschema.FieldSpanID}
 
 func queryField(q outbox.Query) (field, string) {
 	switch {

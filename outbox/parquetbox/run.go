@@ -25,13 +25,23 @@ var runSource = regexp.MustCompile(`^[0-9a-z][0-9a-z_]{0,63}$|^[0-9a-f]{8}-[0-9a
 // [0-9a-z_], at most 64 bytes). Records are checked as Append checks them
 // (an invalid or foreign one fails the whole run before anything is
 // written) but otherwise kept as given: processor, times and version are
-// the writer's. It works on an outbox opened ReadOnly too.
+// the writer's. It works on an outbox opened ReadOnly too, and there its
+// first call puts each table's schema file in place, as Open does for a
+// writer, so that a tree written only by runs answers the documented
+// DuckDB queries of a table no run reached with no rows, not an error. A
+// run of no records writes only those, the first time.
 func (o *Outbox) WriteRun(ctx context.Context, source string, seq uint64, recs []outbox.Record) error {
 	if o.closed.Load() {
 		return ErrClosed
 	}
 	if !runSource.MatchString(source) {
 		return fmt.Errorf("outbox: run source %q is not a UUID or a name of [0-9a-z_] (at most 64 bytes, not starting with _)", source)
+	}
+	if !o.schemaFiles.Load() {
+		if err := o.writeSchemaFiles(ctx); err != nil {
+			return err
+		}
+		o.schemaFiles.Store(true)
 	}
 	checked := make([]outbox.Record, len(recs))
 	for i, r := range recs {

@@ -48,3 +48,37 @@ func TestWriteRunWritesAnotherStoresRecordsAsARun(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "the refused runs wrote nothing")
 }
+
+// On a read-only outbox, the first WriteRun puts every table's schema
+// file in place, as Open does for a writer, so a tree written only by
+// runs has them too; a run of no records writes nothing else.
+func TestWriteRunPutsTheSchemaFilesInPlace(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	o, err := Open(t.Context(), Options{Root: root, ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { o.Close() })
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	require.Empty(t, entries, "opening read-only writes nothing")
+
+	require.NoError(t, o.WriteRun(t.Context(), "src_1", 0, nil))
+	var got []string
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			got = append(got, filepath.ToSlash(rel))
+		}
+		return err
+	}))
+	require.Equal(t, []string{
+		"deliveries/" + schemaFileName,
+		"dispatch_outbox/" + schemaFileName,
+		"timers/" + schemaFileName,
+	}, got)
+	for _, table := range outbox.Tables() {
+		rows, current := schemaFile(t, root, table)
+		require.Equal(t, int64(0), rows, table)
+		require.True(t, current, table)
+	}
+}

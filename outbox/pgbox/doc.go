@@ -143,5 +143,27 @@
 // transaction that commits after a later one's rows were exported still
 // has its rows exported, by the next batch. With the defaults a committed
 // change is in Parquet within 30 s (Interval; 45 s with several exporters)
-// plus the time its batch takes to write.
+// plus the time its batch takes to write. The exported tree holds each
+// table's schema file (a Parquet file with its columns and no rows) from
+// the first pass on, as a dispatcher's own root does, so DuckDB's globs
+// of a table nothing was exported to yet find no rows instead of failing.
+//
+// A row is marked exported only once a file holds it. A row no
+// dispatcher can have written (outbox.Record.Distrust: a cloud_task_id
+// that is not its ID's hash, say, typed in by hand or left by another
+// tool) is not written and not marked: it is marked refused, stays in the
+// table, keeps its ID from Retain and is never claimed again. Each pass
+// reports such rows (ExportStats.Refused and RefusedSample, a warning to
+// ExportOptions.Logger) and counts them in MetricExportRefused. Refused
+// lists them with the reason; DeleteRefused deletes them and
+// QuarantineRefused moves them whole into the export_quarantine table;
+// "ctdispatch export refused --outbox postgres://… [--delete |
+// --quarantine]" runs these.
+//
+// # Observability
+//
+// One metric goes to ExportOptions.MeterProvider (OpenTelemetry; no-op by
+// default):
+//
+//	ctdispatch.export.refused_rows  counter  table
 package pgbox

@@ -3,6 +3,7 @@ package pgbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -61,9 +65,24 @@ type ExportOptions struct {
 	// Buckets splits each day's rows into this many files by the hash of
 	// their task, as parquetbox.Options.Buckets does. Defaults to 8.
 	Buckets int
-	// Logger receives the failures of Run's passes (Run goes on), and at
-	// debug level the batches each pass wrote. Defaults to discarding.
+	// Logger receives the failures of Run's passes (Run goes on), a
+	// warning for each batch holding rows the exporter refused (see
+	// Exporter), and at debug level the batches each pass wrote. Defaults
+	// to discarding.
 	Logger *slog.Logger
+	// MeterProvider receives the exporter's metric, MetricExportRefused.
+	// Defaults to a no-op provider.
+	MeterProvider metric.MeterProvider
+}
+
+// set reports whether any option is given (Options.Export runs an
+// exporter only then). The provider is compared apart: an interface
+// holding an uncomparable type would make == panic.
+func (e ExportOptions) set() bool {
+	if e.MeterProvider != nil {
+		return true
+	}
+	return e != ExportOptions{}
 }
 
 func (e ExportOptions) withDefaults() ExportOptions {
@@ -78,6 +97,9 @@ func (e ExportOptions) withDefaults() ExportOptions {
 	}
 	if e.Logger == nil {
 		e.Logger = slog.New(slog.DiscardHandler)
+	}
+	if e.MeterProvider == nil {
+		e.MeterProvider = noop.NewMeterProvider()
 	}
 	return e
 }
@@ -134,6 +156,7 @@ func (o *Outbox) exportDDL() []string {
 		)`,
 		`CREATE INDEX IF NOT EXISTS "` + et.bare + `_unwritten" ON ` + et.batches + ` (batch) WHERE written_at IS NULL`,
 	}
+	stmts = append(stmts, o.quarantineDDL()...)
 	for _, tb := range o.tables {
 		stmts = append(stmts,
 			`ALTER TABLE `+tb.name+` ADD COLUMN IF NOT EXISTS export_batch bigint`,
@@ -146,7 +169,8 @@ func (o *Outbox) exportDDL() []string {
 
 // exportedCondition is true of a row l of tb whose ID Retain may delete as
 // far as the export goes: no exporter was ever started on the database, or
-// every row of the ID is in a batch whose files are written.
+// every row of the ID is in a batch whose files are written (a refused
+// row, in no batch, keeps its ID).
 func exportedCondition(o Options, tb *table, l string) string {
 	et := exportTablesOf(o)
 	return `(NOT EXISTS (SELECT 1 FROM ` + et.source + `) OR NOT EXISTS (
@@ -180,6 +204,17 @@ const exportLock = 73_041_192
 // unclaimed, and goes into the next batch. Several exporters on one
 // database (one per dispatcher) share the work and never export a row
 // twice.
+//
+// A row is marked exported only once a file holds it. A row the
+// exporter will not write, one Record.Distrust finds no dispatcher can
+// have written (a cloud_task_id that is not the hash of its ID: typed in
+// by hand, written by another tool, damaged), leaves its batch before
+// the files are written and is marked refused: it stays in the database,
+// in no batch, so Retain keeps its ID and no later batch takes it again.
+// Each batch that refuses rows is reported: in ExportStats (counts and a
+// few rows with the reason), in a warning to ExportOptions.Logger, and
+// in the counter MetricExportRefused. Outbox.Refused lists them all;
+// Outbox.DeleteRefused and QuarantineRefused remove them on purpose.
 type Exporter struct {
 	o    *Outbox
 	opts ExportOptions
@@ -195,6 +230,8 @@ type Exporter struct {
 	mu      sync.Mutex
 	src     string             // the database's export source, once registered
 	files   *parquetbox.Outbox // the Parquet tables, once opened
+	// refused counts the rows refused (MetricExportRefused).
+	refused metric.Int64Counter
 }
 
 // NewExporter returns an exporter of o's tables to opts.Root. It does no
@@ -208,13 +245,18 @@ func NewExporter(o *Outbox, opts ExportOptions) (*Exporter, error) {
 	if err := opts.validate("ExportOptions"); err != nil {
 		return nil, err
 	}
+	refused, err := opts.MeterProvider.Meter(meterName).Int64Counter(MetricExportRefused,
+		metric.WithDescription("Rows an exporter refused to write to Parquet because no dispatcher can have written them, by table."))
+	if err != nil {
+		return nil, fmt.Errorf("pgbox: export: the metric %s: %w", MetricExportRefused, err)
+	}
 	var exists []string
 	for _, tb := range o.tables {
 		exists = append(exists, `EXISTS (SELECT 1 FROM `+tb.name+` WHERE export_batch IS NULL)`)
 	}
 	return &Exporter{o: o, opts: opts, id: uuid.Must(uuid.NewV7()).String(), et: exportTablesOf(o.opts),
 		lock:       `hashtext('` + o.opts.Schema + `.` + o.opts.TablePrefix + `')`,
-		unexported: `SELECT ` + strings.Join(exists, ` OR `)}, nil
+		unexported: `SELECT ` + strings.Join(exists, ` OR `), refused: refused}, nil
 }
 
 // ExportStats says what a pass exported.
@@ -224,6 +266,24 @@ type ExportStats struct {
 	// Rows counts the rows written, per table in the order of
 	// outbox.Tables.
 	Rows [3]int64
+	// Refused counts the rows the pass refused to write, per table: rows
+	// no dispatcher can have written (see Exporter). They stay in the
+	// database, unexported, until removed on purpose (Outbox.Refused
+	// lists them all).
+	Refused [3]int64
+	// RefusedSample is the first few refused rows (at most 5), each with
+	// the reason.
+	RefusedSample []RefusedRow
+}
+
+// add counts a written batch.
+func (st *ExportStats) add(batch int64, w written) {
+	st.Batches = append(st.Batches, batch)
+	for i := range w.rows {
+		st.Rows[i] += w.rows[i]
+		st.Refused[i] += w.refused[i]
+	}
+	st.RefusedSample = append(st.RefusedSample, w.sample[:min(len(w.sample), maxRefusedSample-len(st.RefusedSample))]...)
 }
 
 // Source returns the name the exported files carry after their bucket,
@@ -295,15 +355,12 @@ func (e *Exporter) pass(ctx context.Context, spacing time.Duration) (ExportStats
 		if err != nil || b.batch == 0 {
 			return st, err
 		}
-		rows, written, err := e.write(ctx, files, b.batch)
+		w, err := e.write(ctx, files, b.batch)
 		if err != nil {
 			return st, errors.Join(err, e.release(ctx, b.batch))
 		}
-		if written {
-			st.Batches = append(st.Batches, b.batch)
-			for i := range rows {
-				st.Rows[i] += rows[i]
-			}
+		if w.ok {
+			st.add(b.batch, w)
 		}
 		if !b.full && !b.takenOver {
 			// It took every row committed before its claim: the pass is
@@ -315,7 +372,7 @@ func (e *Exporter) pass(ctx context.Context, spacing time.Duration) (ExportStats
 }
 
 // prepare registers the export in the database (once) and opens the
-// Parquet tables.
+// Parquet tables, with their schema files.
 func (e *Exporter) prepare(ctx context.Context) (*parquetbox.Outbox, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -343,6 +400,13 @@ func (e *Exporter) prepare(ctx context.Context) (*parquetbox.Outbox, error) {
 	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: e.opts.Root, ReadOnly: true, Buckets: e.opts.Buckets, Clock: e.o.clock})
 	if err != nil {
 		return nil, fmt.Errorf("pgbox: export: open %s: %w", e.opts.Root, err)
+	}
+	// A run of no records puts the tables' schema files in place, as a
+	// dispatcher's own root has them, so the documented queries of a
+	// table nothing was exported to yet return no rows, not an error.
+	if err := files.WriteRun(ctx, e.src, 0, nil); err != nil {
+		files.Close()
+		return nil, fmt.Errorf("pgbox: export: %w", err)
 	}
 	e.files = files
 	return files, nil
@@ -438,35 +502,117 @@ func (e *Exporter) claimIn(ctx context.Context, tx *sql.Tx, spacing time.Duratio
 	return c, nil
 }
 
+// written is what write made of a claimed batch.
+type written struct {
+	// ok is false when another exporter took the batch over before its
+	// files were begun (its lease had expired): that one writes it.
+	ok bool
+	// rows and refused count the rows written and refused, per table.
+	rows, refused [3]int64
+	// sample is the first few refused rows.
+	sample []RefusedRow
+}
+
 // write writes a claimed batch's rows as one run and marks the batch
-// written. written is false when another exporter took the batch over
-// before its files were begun (its lease had expired): that one writes it.
-func (e *Exporter) write(ctx context.Context, files *parquetbox.Outbox, batch int64) (rows [3]int64, written bool, err error) {
+// written. Rows the exporter will not write (Record.Distrust) leave the
+// batch first: they are marked refused, so that the written batch holds
+// only rows a file holds.
+func (e *Exporter) write(ctx context.Context, files *parquetbox.Outbox, batch int64) (written, error) {
+	var w written
 	res, err := e.o.db.ExecContext(ctx, `UPDATE `+e.et.batches+` SET lease_expires = $3 WHERE batch = $1 AND claimed_by = $2 AND written_at IS NULL`,
 		batch, e.id, e.o.clock.Now().Add(e.opts.Lease))
 	if err != nil {
-		return rows, false, fmt.Errorf("pgbox: export: batch %d: renew its lease: %w", batch, err)
+		return w, fmt.Errorf("pgbox: export: batch %d: renew its lease: %w", batch, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return rows, false, err
+		return w, err
 	}
 	var recs []outbox.Record
 	for i, tb := range e.o.tables {
-		got, err := e.o.query(ctx, tb, `SELECT `+tb.cols+` FROM `+tb.name+` WHERE export_batch = $1 ORDER BY seq`, batch)
+		got, foreign, err := e.batchRows(ctx, tb, batch)
 		if err != nil {
-			return rows, false, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
+			return w, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
 		}
-		rows[i] = int64(len(got))
+		if w.refused[i], err = e.refuse(ctx, tb, batch, foreign); err != nil {
+			return w, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
+		}
+		if w.refused[i] > 0 {
+			w.sample = append(w.sample, foreign[:min(len(foreign), maxRefusedSample-len(w.sample))]...)
+		}
+		w.rows[i] = int64(len(got))
 		recs = append(recs, got...)
 	}
 	if err := files.WriteRun(ctx, e.Source(), uint64(batch), recs); err != nil {
-		return rows, false, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
+		return w, fmt.Errorf("pgbox: export: batch %d: %w", batch, err)
 	}
 	if _, err := e.o.db.ExecContext(ctx, `UPDATE `+e.et.batches+` SET written_at = $2 WHERE batch = $1 AND written_at IS NULL`,
 		batch, e.o.clock.Now()); err != nil {
-		return rows, false, fmt.Errorf("pgbox: export: batch %d: written, but not marked so (the next exporter writes it again): %w", batch, err)
+		return w, fmt.Errorf("pgbox: export: batch %d: written, but not marked so (the next exporter writes it again): %w", batch, err)
 	}
-	return rows, true, nil
+	w.ok = true
+	return w, nil
+}
+
+// batchRows reads the rows of tb that batch holds, in seq order: those a
+// dispatcher can have written, and the others (foreign), each with why.
+func (e *Exporter) batchRows(ctx context.Context, tb *table, batch int64) (recs []outbox.Record, foreign []RefusedRow, err error) {
+	rows, err := e.o.db.QueryContext(ctx, `SELECT `+tb.cols+`, seq FROM `+tb.name+` WHERE export_batch = $1 ORDER BY seq`, batch)
+	if err != nil {
+		return nil, nil, e.o.readError(tb, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		r, err := scan(tb, rows, &seq)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", tb.name, err)
+		}
+		if why := r.Distrust(); why != "" {
+			foreign = append(foreign, RefusedRow{Table: tb.t, Seq: seq, ID: r.ID, Reason: why})
+			continue
+		}
+		recs = append(recs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, e.o.readError(tb, err)
+	}
+	return recs, foreign, nil
+}
+
+// refuse takes the rows foreign out of batch and marks them refused, so
+// that no batch holds them (Retain then keeps their IDs) and no claim
+// takes them again; it warns, counts them in the metric and returns how
+// many it marked (none when another exporter that took the batch over
+// marked them first).
+func (e *Exporter) refuse(ctx context.Context, tb *table, batch int64, foreign []RefusedRow) (int64, error) {
+	if len(foreign) == 0 {
+		return 0, nil
+	}
+	seqs := make([]int64, len(foreign))
+	for i, f := range foreign {
+		seqs[i] = f.Seq
+	}
+	list, err := json.Marshal(seqs)
+	if err != nil {
+		return 0, err
+	}
+	res, err := e.o.db.ExecContext(ctx, `UPDATE `+tb.name+` SET export_batch = `+strconv.Itoa(refusedBatch)+`
+		WHERE export_batch = $1 AND seq IN (SELECT jsonb_array_elements_text($2::jsonb)::bigint)`, batch, string(list))
+	if err != nil {
+		return 0, fmt.Errorf("mark %d rows of %s refused: %w", len(foreign), tb.name, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	e.refused.Add(ctx, n, metric.WithAttributes(attribute.String("table", string(tb.t))))
+	sample := make([]string, 0, maxRefusedSample)
+	for _, f := range foreign[:min(len(foreign), maxRefusedSample)] {
+		sample = append(sample, f.String())
+	}
+	e.opts.Logger.Warn("pgbox: export: rows refused: no dispatcher can have written them; they stay in the database, and Retain keeps their IDs, until they are removed on purpose (ctdispatch export refused)",
+		"table", tb.name, "batch", batch, "rows", n, "sample", sample)
+	return n, nil
 }
 
 // releaseTimeout bounds the release of a batch whose write failed.

@@ -3,10 +3,13 @@ package pgbox_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -60,12 +63,13 @@ func exportedTree(t *testing.T, root, run string) (rows [3]int64, history []outb
 	return rows, history
 }
 
-// files lists the data files under root, relative to it.
+// files lists the data files under root, relative to it (not the
+// tables' schema files, which hold no rows).
 func files(t *testing.T, root string) []string {
 	t.Helper()
 	var out []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".parquet") {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".parquet") && !strings.Contains(p, "/_schema/") {
 			rel, _ := filepath.Rel(root, p)
 			out = append(out, rel)
 		}
@@ -494,4 +498,150 @@ func TestRunningExportersShareOneBatchPerInterval(t *testing.T) {
 	require.Equal(t, [2]int{2, 0}, [2]int{b, u})
 	rows, _ := exportedTree(t, root, "spaced")
 	require.Equal(t, [3]int64{2, 0, 0}, rows)
+}
+
+// schemaFiles lists the tables' schema files under root, relative to it.
+func schemaFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	for _, table := range outbox.Tables() {
+		p := filepath.Join(string(table), "created_date=1970-01-01", "_schema", "empty.parquet")
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// The exported tree carries the schema file of every table, as a
+// dispatcher's own root does, from the exporter's first pass (nothing to
+// export yet) on; the readers still count no row of them.
+func TestExportedTreeHasEveryTablesSchemaFile(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	root := t.TempDir()
+	e := newExporter(t, o, root)
+	st, err := e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{}, st)
+	want := []string{
+		"dispatch_outbox/created_date=1970-01-01/_schema/empty.parquet",
+		"timers/created_date=1970-01-01/_schema/empty.parquet",
+		"deliveries/created_date=1970-01-01/_schema/empty.parquet",
+	}
+	require.Equal(t, want, schemaFiles(t, root), "before any row is exported")
+
+	appendStates(t, o, "exp", "a", outbox.StatusPending, outbox.StatusCreated)
+	st, err = e.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1}, Rows: [3]int64{2, 0, 0}}, st)
+	require.Equal(t, want, schemaFiles(t, root))
+	rows, _ := exportedTree(t, root, "exp")
+	require.Equal(t, [3]int64{2, 0, 0}, rows, "the schema files add no row")
+}
+
+// duckDB runs SQL statements in DuckDB through its Node.js package (the
+// script parquetbox's DuckDB tests use) and returns each one's rows as a
+// JSON array. Skipped unless node is installed and
+// CTDISPATCH_DUCKDB_NODE_MODULES names a node_modules holding
+// @duckdb/node-api.
+func duckDB(t *testing.T, sql ...string) []string {
+	t.Helper()
+	modules := os.Getenv("CTDISPATCH_DUCKDB_NODE_MODULES")
+	if modules == "" {
+		t.Skip("needs duckdb: set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("needs node: node is not on PATH (apt-get install nodejs npm): DuckDB runs through its Node.js package")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "parquetbox", "testdata", "duckdb_query.cjs"))
+	require.NoError(t, err)
+	cmd := exec.Command(node, append([]string{script}, sql...)...)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, stderr.String())
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// docsDuckDBStatements returns the DuckDB statements of docs/outbox.md
+// (its sql blocks that read Parquet) with both documented roots, the
+// dispatcher's and the worker's, replaced by root: an export holds all
+// three tables. A statement "with the same two CTEs" gets the CTEs of
+// the one before it.
+func docsDuckDBStatements(t *testing.T, root string) []string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "outbox.md"))
+	require.NoError(t, err)
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
+		if !strings.Contains(m[1], "read_parquet(") {
+			continue // BigQuery's
+		}
+		block := strings.NewReplacer("/var/lib/ctdispatch/worker-outbox", root, "/var/lib/ctdispatch/outbox", root).Replace(m[1])
+		for _, stmt := range strings.Split(block, ";\n") {
+			if stmt = strings.TrimSpace(stmt); stmt == "" {
+				continue
+			}
+			if strings.Contains(stmt, "with the same two CTEs") {
+				prev := out[len(out)-1]
+				stmt = prev[:strings.LastIndex(prev, "\nSELECT ")] + "\n" + stmt
+			}
+			out = append(out, stmt)
+		}
+	}
+	return out
+}
+
+// The docs' DuckDB queries run on an exported tree whose rows are all in
+// dispatch_outbox: those that read timers or deliveries answer from
+// their schema files (no rows) instead of failing with "No files found".
+// The dispatch has the history of a relay resumed after its claim expired
+// (pending, already_existed by the relay that took over, then created by
+// the resumed one): the per-ID queries still see one latest state,
+// created.
+func TestDuckDBDocsQueriesOnAnExportWithOnlyDispatches(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	o := openIn(t, db, clock)
+	id, err := naming.NewDispatch("run1", "extract", naming.Attempt(1))
+	require.NoError(t, err)
+	r := outbox.RecordOf(id)
+	r.Queue = testQueue
+	for i, status := range []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted, outbox.StatusCreated} {
+		r.Status, r.Version = status, int64(i+1)
+		require.NoError(t, outbox.AppendAndWait(t.Context(), o, r))
+	}
+	root := t.TempDir()
+	st, err := newExporter(t, o, root).ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{3, 0, 0}, st.Rows)
+
+	stmts := docsDuckDBStatements(t, root)
+	require.Len(t, stmts, 8, "docs/outbox.md's DuckDB statements")
+	var counts []int
+	var results [][]map[string]any
+	for i, got := range duckDB(t, stmts...) {
+		var rows []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(got), &rows), "statement %d: %s", i, got)
+		counts = append(counts, len(rows))
+		results = append(results, rows)
+	}
+	require.Equal(t, []int{
+		3, // every state of dispatch:run1:extract:1
+		1, // latest state per ID on 2026-11-23: one status
+		1, // rows per partition: one day (the schema files' 1970-01-01 holds none)
+		1, // the trace of the dispatch's latest state, with no delivery (deliveries/**)
+		0, // the rows of a trace the export does not hold
+		1, // run1's dispatches with their deliveries: one, none delivered (deliveries/**)
+		1, // how often each was delivered: 0
+		0, // timers and their deliveries (timers/**, deliveries/**)
+	}, counts)
+	require.Equal(t, "created", results[1][0]["status"], "the latest of two outcomes")
+	require.Equal(t, "created", results[5][0]["dispatched"])
 }

@@ -62,7 +62,7 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
-	if o.Export != (ExportOptions{}) {
+	if o.Export.set() {
 		if err := o.Export.withDefaults().validate("Options.Export"); err != nil {
 			return err
 		}

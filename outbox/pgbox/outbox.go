@@ -58,7 +58,7 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 		o.tables[i] = newTable(opts, t)
 		o.batchStmt[t] = batchStatement(o.tables[i])
 	}
-	if opts.Export != (ExportOptions{}) {
+	if opts.Export.set() {
 		e, err := NewExporter(o, opts.Export)
 		if err != nil {
 			return nil, err

@@ -150,9 +150,9 @@ func (tb *table) ddl() []string {
 const migrateLock = 7_304_119_220_260_002
 
 // Migrate creates, in db, the schema and the three tables (with their
-// indexes) that opts name, and the exporter's two tables (see Exporter),
-// if they do not exist. It is idempotent and safe to run from several
-// processes at once. It runs no exporter, whatever opts.Export says.
+// indexes) that opts name, and the exporter's tables (see Exporter and
+// QuarantineTableName), if they do not exist. It is idempotent and safe
+// to run from several processes at once. It runs no exporter, whatever opts.Export says.
 func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 	opts.Export = ExportOptions{} // migrating runs no exporter
 	o, err := New(db, opts)

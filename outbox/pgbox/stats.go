@@ -3,6 +3,7 @@ package pgbox
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -26,6 +27,9 @@ type TableStats struct {
 	// exporter has run on the database; Exporting says whether one has.
 	Unexported int64
 	Exporting  bool
+	// Refused counts the rows exporters refused to write, which stay
+	// until removed on purpose (see Outbox.Refused).
+	Refused int64
 }
 
 // Stats summarizes every table, in the order of outbox.Tables. It reads
@@ -46,8 +50,10 @@ func (o *Outbox) Stats(ctx context.Context) ([]TableStats, error) {
 			return nil, o.readError(tb, err)
 		}
 		if exporting {
-			err := o.db.QueryRowContext(ctx, `SELECT count(*) FROM `+tb.name+` u LEFT JOIN `+et.batches+` b ON b.batch = u.export_batch
-				WHERE b.written_at IS NULL`).Scan(&st.Unexported)
+			err := o.db.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE u.export_batch IS DISTINCT FROM `+strconv.Itoa(refusedBatch)+`),
+				count(*) FILTER (WHERE u.export_batch = `+strconv.Itoa(refusedBatch)+`)
+				FROM `+tb.name+` u LEFT JOIN `+et.batches+` b ON b.batch = u.export_batch
+				WHERE b.written_at IS NULL`).Scan(&st.Unexported, &st.Refused)
 			if err != nil {
 				return nil, o.readError(tb, err)
 			}
