@@ -3,7 +3,17 @@
 // then every skipped test with the reason it gave, then one line of counts:
 //
 //	go run ./internal/testtools/testsummary go test -race -count=1 -json ./...
+//	go run ./internal/testtools/testsummary -fetch -except ./internal/chaos/ go test -race -count=1 -json ./...
 //	go test -json ./... | go run ./internal/testtools/testsummary
+//
+// A long run is never silent. With -fetch it first downloads the modules
+// go.mod requires that the module cache lacks, a line per module as it
+// arrives. Given a `go test` command, it counts the packages the command
+// tests (go list) and prefixes each package's result line with how many
+// have ended, "[12/40] ok  …"; and every -status interval (30s) it prints
+// which packages are still running, for how long, and how many remain.
+// -except PATTERNS leaves the packages they match out of the command's
+// (the Makefile leaves the long suites to `make test-long` so).
 //
 // A skip is easy to miss in a green run, and a check that silently stopped
 // running is a check lost. So under CI=true, a skip whose reason starts
@@ -16,15 +26,14 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"regexp"
-	"slices"
 	"strings"
+	"time"
 )
 
 // CITools are the tools .ci/run installs. A test that cannot run without
@@ -32,14 +41,54 @@ import (
 // such a skip is a failure. Keep this list and .ci/run in step.
 var CITools = []string{"chromium", "node", "duckdb", "postgresql", "podman", "make"}
 
+// fetchParallel is how many `go mod download` run at once: the downloads
+// wait on the network, not on the CPU.
+const fetchParallel = 4
+
 func main() {
 	ci := os.Getenv("CI") == "true"
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, ci))
 }
 
-// run summarizes the output of the command in args, or of stdin when args
-// is empty, and returns the exit status.
+// run summarizes the output of the command in args (after testsummary's
+// own flags), or of stdin when there is no command, and returns the exit
+// status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int {
+	flags := flag.NewFlagSet("testsummary", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	fetch := flags.Bool("fetch", false, "first download the modules go.mod requires that the module cache lacks, a line per module")
+	except := flags.String("except", "", "space-separated package patterns to leave out of the go test command's packages")
+	every := flags.Duration("status", 30*time.Second, "how often to print the packages still running (0: never)")
+	if err := flags.Parse(args); err != nil {
+		fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", 0, 0, 0)
+		return 2
+	}
+	args = flags.Args()
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "testsummary: %v\n", err)
+		fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", 0, 0, 0)
+		return 1
+	}
+	if *every < 0 {
+		return fail(fmt.Errorf("-status %v is negative; want an interval, or 0 for no status lines", *every))
+	}
+	var tool goTool
+	if *fetch {
+		if err := fetchModules(stdout, tool, fetchParallel, time.Now); err != nil {
+			return fail(err)
+		}
+	}
+	total := 0
+	if cmd, ok := parseGoTest(args); ok {
+		n, rewritten, err := planPackages(stdout, tool, cmd, strings.Fields(*except), *every)
+		if err != nil {
+			return fail(err)
+		}
+		total, args = n, rewritten
+	} else if *except != "" {
+		return fail(errors.New("-except needs a go test command to take packages from"))
+	}
+
 	in := stdin
 	var cmd *exec.Cmd
 	if len(args) > 0 {
@@ -47,17 +96,21 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int 
 		cmd.Stdin, cmd.Stderr = stdin, stderr
 		pipe, err := cmd.StdoutPipe()
 		if err != nil {
-			fmt.Fprintf(stderr, "testsummary: %v\n", err)
-			return 1
+			return fail(err)
 		}
 		if err := cmd.Start(); err != nil {
-			fmt.Fprintf(stderr, "testsummary: %v\n", err)
-			return 1
+			return fail(err)
 		}
 		in = pipe
 	}
-	s := newSummary(stdout, ci)
-	readErr := s.read(in)
+	s := newSummary(stdout, ci, total, time.Now())
+	var ticks <-chan time.Time
+	if *every > 0 {
+		ticker := time.NewTicker(*every)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
+	readErr := s.follow(in, ticks, time.Now)
 	failed := s.finish()
 	if readErr != nil {
 		fmt.Fprintf(stderr, "testsummary: reading test output: %v\n", readErr)
@@ -76,188 +129,4 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int 
 		return 1
 	}
 	return 0
-}
-
-// event is one line of `go test -json` (cmd/test2json).
-type event struct {
-	Action  string
-	Package string
-	Test    string
-	Output  string
-}
-
-// skip is a skipped test and the reason it gave.
-type skip struct {
-	Package, Test, Reason string
-}
-
-type testKey struct{ pkg, test string }
-
-// summary follows the events of one run.
-type summary struct {
-	w                      io.Writer
-	ci                     bool
-	out                    map[testKey][]string // output of tests still running
-	passed, failed         int
-	skips                  []skip
-	pkgFailed, buildFailed bool
-}
-
-func newSummary(w io.Writer, ci bool) *summary {
-	return &summary{w: w, ci: ci, out: map[testKey][]string{}}
-}
-
-func (s *summary) read(r io.Reader) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var e event
-		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
-			// Not an event (the go command's own messages): pass it on.
-			fmt.Fprintf(s.w, "%s\n", line)
-			continue
-		}
-		s.handle(e)
-	}
-	return sc.Err()
-}
-
-func (s *summary) handle(e event) {
-	k := testKey{e.Package, e.Test}
-	switch {
-	case e.Action == "build-output":
-		fmt.Fprint(s.w, e.Output)
-	case e.Action == "build-fail":
-		s.buildFailed = true
-	case e.Test == "":
-		s.packageEvent(e)
-	case e.Action == "output":
-		s.out[k] = append(s.out[k], e.Output)
-	case e.Action == "pass":
-		s.passed++
-		delete(s.out, k)
-	case e.Action == "fail":
-		s.failed++
-		s.printTestOutput(k)
-	case e.Action == "skip":
-		s.skips = append(s.skips, skip{e.Package, e.Test, skipReason(s.out[k])})
-		delete(s.out, k)
-	}
-}
-
-// packageEvent prints a package's own lines as plain go test does.
-func (s *summary) packageEvent(e event) {
-	switch e.Action {
-	case "output":
-		if e.Output != "PASS\n" {
-			fmt.Fprint(s.w, e.Output)
-		}
-	case "fail":
-		s.pkgFailed = true
-		// A test that never ended (a panic, a timeout) left its output
-		// here: it tells why the package failed.
-		for k := range s.out {
-			if k.pkg == e.Package {
-				s.printTestOutput(k)
-			}
-		}
-	}
-}
-
-// printTestOutput prints a test's output as plain go test does: its
-// "--- FAIL" line first, then what it logged, without the "=== RUN" lines.
-func (s *summary) printTestOutput(k testKey) {
-	lines := s.out[k]
-	for _, l := range lines {
-		if strings.HasPrefix(strings.TrimSpace(l), "--- ") {
-			fmt.Fprint(s.w, l)
-		}
-	}
-	for _, l := range lines {
-		if t := strings.TrimSpace(l); !strings.HasPrefix(t, "--- ") && !strings.HasPrefix(t, "=== ") {
-			fmt.Fprint(s.w, l)
-		}
-	}
-	delete(s.out, k)
-}
-
-// logLine matches the start of a t.Log line: "    file_test.go:42: text".
-var logLine = regexp.MustCompile(`^\s*[^\s:]+\.go:\d+: ?(.*)$`)
-
-// skipReason returns what the test logged last before it skipped: the
-// message of t.Skip, with its continuation lines.
-func skipReason(lines []string) string {
-	var last []string
-	for _, l := range lines {
-		l = strings.TrimRight(l, "\n")
-		t := strings.TrimSpace(l)
-		switch {
-		case t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- SKIP"):
-		case logLine.MatchString(l):
-			last = []string{logLine.FindStringSubmatch(l)[1]}
-		case last != nil:
-			last = append(last, t)
-		}
-	}
-	if len(last) == 0 {
-		return "(no reason given)"
-	}
-	return strings.Join(last, " ")
-}
-
-// missingCITool returns the CI tool a skip reason says is missing, if any.
-func missingCITool(reason string) (string, bool) {
-	rest, ok := strings.CutPrefix(reason, "needs ")
-	if !ok {
-		return "", false
-	}
-	tool, _, ok := strings.Cut(rest, ":")
-	if !ok || !slices.Contains(CITools, tool) {
-		return "", false
-	}
-	return tool, true
-}
-
-// finish prints the skips and reports whether the run failed.
-func (s *summary) finish() bool {
-	// Tests left running when the output ended (the command was killed).
-	for k := range s.out {
-		s.printTestOutput(k)
-	}
-	var missing []skip
-	if len(s.skips) > 0 {
-		fmt.Fprintf(s.w, "\nskipped (%d):\n", len(s.skips))
-		for _, sk := range s.skips {
-			fmt.Fprintf(s.w, "  %s %s: %s\n", shortPackage(sk.Package), sk.Test, sk.Reason)
-			if _, ok := missingCITool(sk.Reason); ok {
-				missing = append(missing, sk)
-			}
-		}
-	}
-	ciFailed := s.ci && len(missing) > 0
-	if ciFailed {
-		fmt.Fprintf(s.w, "\nFAIL: CI=true, and %d tests skipped for want of a tool that .ci/run installs (%s):\n",
-			len(missing), strings.Join(CITools, ", "))
-		for _, sk := range missing {
-			fmt.Fprintf(s.w, "  %s %s: %s\n", shortPackage(sk.Package), sk.Test, sk.Reason)
-		}
-	}
-	return s.failed > 0 || s.pkgFailed || s.buildFailed || ciFailed
-}
-
-func (s *summary) printCounts() {
-	fmt.Fprintf(s.w, "%d passed, %d failed, %d skipped\n", s.passed, s.failed, len(s.skips))
-}
-
-// shortPackage drops the module path, which every package shares.
-func shortPackage(pkg string) string {
-	const module = "github.com/ctdispatch/ctdispatch"
-	if pkg == module {
-		return "."
-	}
-	if rest, ok := strings.CutPrefix(pkg, module+"/"); ok {
-		return "./" + rest
-	}
-	return pkg
 }
