@@ -13,7 +13,9 @@
 // have ended, "[12/40] ok  …"; and every -status interval (30s) it prints
 // which packages are still running, for how long, and how many remain.
 // -except PATTERNS leaves the packages they match out of the command's
-// (the Makefile leaves the long suites to `make test-long` so).
+// (the Makefile leaves the long suites to `make test-long` so). At the
+// end it names the slowest packages and tests, the ones to move to such a
+// target when the run grows long; -save FILE keeps the whole stream.
 //
 // A skip is easy to miss in a green run, and a check that silently stopped
 // running is a check lost. So under CI=true, a skip whose reason starts
@@ -32,6 +34,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -54,63 +57,52 @@ func main() {
 // own flags), or of stdin when there is no command, and returns the exit
 // status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int {
-	flags := flag.NewFlagSet("testsummary", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	fetch := flags.Bool("fetch", false, "first download the modules go.mod requires that the module cache lacks, a line per module")
-	except := flags.String("except", "", "space-separated package patterns to leave out of the go test command's packages")
-	every := flags.Duration("status", 30*time.Second, "how often to print the packages still running (0: never)")
-	if err := flags.Parse(args); err != nil {
-		fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", 0, 0, 0)
-		return 2
-	}
-	args = flags.Args()
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "testsummary: %v\n", err)
-		fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", 0, 0, 0)
-		return 1
-	}
-	if *every < 0 {
-		return fail(fmt.Errorf("-status %v is negative; want an interval, or 0 for no status lines", *every))
-	}
-	var tool goTool
-	if *fetch {
-		if err := fetchModules(stdout, tool, fetchParallel, time.Now); err != nil {
-			return fail(err)
-		}
-	}
-	total := 0
-	if cmd, ok := parseGoTest(args); ok {
-		n, rewritten, err := planPackages(stdout, tool, cmd, strings.Fields(*except), *every)
+	fail := func(code int, err error) int {
 		if err != nil {
-			return fail(err)
+			fmt.Fprintf(stderr, "testsummary: %v\n", err)
 		}
-		total, args = n, rewritten
-	} else if *except != "" {
-		return fail(errors.New("-except needs a go test command to take packages from"))
+		fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", 0, 0, 0)
+		return code
 	}
-
+	opts, err := parseOptions(args, stderr)
+	if err != nil {
+		return fail(2, nil) // the flag package has said what was wrong
+	}
+	command, total, err := prepare(stdout, opts)
+	if err != nil {
+		return fail(1, err)
+	}
+	var saved io.Writer = io.Discard
+	if opts.save != "" {
+		f, err := createSave(opts.save)
+		if err != nil {
+			return fail(1, err)
+		}
+		defer f.Close()
+		saved = f
+	}
 	in := stdin
 	var cmd *exec.Cmd
-	if len(args) > 0 {
-		cmd = exec.Command(args[0], args[1:]...)
+	if len(command) > 0 {
+		cmd = exec.Command(command[0], command[1:]...)
 		cmd.Stdin, cmd.Stderr = stdin, stderr
 		pipe, err := cmd.StdoutPipe()
 		if err != nil {
-			return fail(err)
+			return fail(1, err)
 		}
 		if err := cmd.Start(); err != nil {
-			return fail(err)
+			return fail(1, err)
 		}
 		in = pipe
 	}
 	s := newSummary(stdout, ci, total, time.Now())
 	var ticks <-chan time.Time
-	if *every > 0 {
-		ticker := time.NewTicker(*every)
+	if opts.every > 0 {
+		ticker := time.NewTicker(opts.every)
 		defer ticker.Stop()
 		ticks = ticker.C
 	}
-	readErr := s.follow(in, ticks, time.Now)
+	readErr := s.follow(io.TeeReader(in, saved), ticks, time.Now)
 	failed := s.finish()
 	if readErr != nil {
 		fmt.Fprintf(stderr, "testsummary: reading test output: %v\n", readErr)
@@ -129,4 +121,67 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int 
 		return 1
 	}
 	return 0
+}
+
+// options are testsummary's flags and the command after them.
+type options struct {
+	fetch   bool
+	except  []string
+	save    string
+	every   time.Duration
+	command []string
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	flags := flag.NewFlagSet("testsummary", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	var opts options
+	var except string
+	flags.BoolVar(&opts.fetch, "fetch", false, "first download the modules go.mod requires that the module cache lacks, a line per module")
+	flags.StringVar(&except, "except", "", "space-separated package patterns to leave out of the go test command's packages")
+	flags.StringVar(&opts.save, "save", "", "also write the command's output, the go test -json stream, to this file")
+	flags.DurationVar(&opts.every, "status", 30*time.Second, "how often to print the packages still running (0: never)")
+	if err := flags.Parse(args); err != nil {
+		return options{}, err
+	}
+	if opts.every < 0 {
+		err := fmt.Errorf("invalid value %q for flag -status: negative; want an interval, or 0 for no status lines", opts.every)
+		fmt.Fprintln(stderr, err)
+		return options{}, err
+	}
+	opts.except, opts.command = strings.Fields(except), flags.Args()
+	return opts, nil
+}
+
+// prepare fetches the modules if asked, and counts the packages of a go
+// test command, leaving out those -except names. It returns the command
+// to run and how many packages it tests (0: not known).
+func prepare(w io.Writer, opts options) ([]string, int, error) {
+	var tool goTool
+	if opts.fetch {
+		if err := fetchModules(w, tool, fetchParallel, time.Now); err != nil {
+			return nil, 0, err
+		}
+	}
+	cmd, ok := parseGoTest(opts.command)
+	if !ok {
+		if len(opts.except) > 0 {
+			return nil, 0, errors.New("-except needs a go test command to take packages from")
+		}
+		return opts.command, 0, nil
+	}
+	total, command, err := planPackages(w, tool, cmd, opts.except, opts.every)
+	return command, total, err
+}
+
+// createSave creates the file -save names, and its directory.
+func createSave(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("-save: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-save: %w", err)
+	}
+	return f, nil
 }

@@ -136,3 +136,49 @@ func TestMissingCITool(t *testing.T) {
 		require.Equal(t, want, tool, reason)
 	}
 }
+
+// -save keeps the stream as it came, for a later look at what took long.
+func TestRunSave(t *testing.T) {
+	t.Parallel()
+	in, err := os.ReadFile(filepath.Join("testdata", "run.jsonl"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "bin", "test.jsonl")
+	var out bytes.Buffer
+	require.Equal(t, 1, run([]string{"-status", "0", "-save", path}, bytes.NewReader(in), &out, &out, false))
+	saved, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(in), string(saved))
+}
+
+// Bad flags are refused with what was wrong, and the last line still counts.
+func TestRunRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{
+			name: "a negative status interval", args: []string{"-status", "-1s"}, wantCode: 2,
+			wantErr: `invalid value "-1s" for flag -status: negative; want an interval, or 0 for no status lines`,
+		},
+		{
+			name: "an unknown flag", args: []string{"-fetc"}, wantCode: 2,
+			wantErr: "flag provided but not defined: -fetc",
+		},
+		{
+			name: "-except without a go test command", args: []string{"-except", "./internal/chaos/", "sh", "-c", "true"}, wantCode: 1,
+			wantErr: "testsummary: -except needs a go test command to take packages from",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			require.Equal(t, tt.wantCode, run(tt.args, strings.NewReader(""), &out, &errOut, false))
+			require.Contains(t, errOut.String(), tt.wantErr)
+			require.Equal(t, "0 passed, 0 failed, 0 skipped\n", out.String())
+		})
+	}
+}

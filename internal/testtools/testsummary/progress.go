@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -17,7 +18,17 @@ type progress struct {
 	begin   time.Time            // when the run began
 	running map[string]time.Time // package → when its test binary started
 	result  map[string]string    // package → its result line, held until it ends
+	timings []timing             // of the packages and top-level tests that ended
 }
+
+// timing is how long a package (test "") or a top-level test took.
+type timing struct {
+	pkg, test string
+	seconds   float64
+}
+
+// slowestShown is how many packages and tests the slowest lines name.
+const slowestShown = 5
 
 func newProgress(total int, begin time.Time) progress {
 	return progress{total: total, begin: begin, running: map[string]time.Time{}, result: map[string]string{}}
@@ -103,6 +114,47 @@ func (p *progress) unended() string {
 	}
 	slices.Sort(pkgs)
 	return strings.Join(pkgs, ", ")
+}
+
+// took records how long the package or top-level test of an end event
+// took; subtests are part of their parent's time.
+func (p *progress) took(e event) {
+	if e.Elapsed > 0 && !strings.Contains(e.Test, "/") {
+		p.timings = append(p.timings, timing{e.Package, e.Test, e.Elapsed})
+	}
+}
+
+// slowest prints the packages and the tests that took longest, which are
+// the ones to move to a separate target when the run grows too long.
+func (p *progress) slowest(w io.Writer) {
+	slices.SortStableFunc(p.timings, func(a, b timing) int {
+		if a.seconds != b.seconds {
+			return cmp.Compare(b.seconds, a.seconds)
+		}
+		return cmp.Or(strings.Compare(a.pkg, b.pkg), strings.Compare(a.test, b.test))
+	})
+	var pkgs, tests []string
+	for _, t := range p.timings {
+		name := shortPackage(t.pkg)
+		if t.test != "" {
+			name += " " + t.test
+		}
+		entry := fmt.Sprintf("%s %.1fs", name, t.seconds)
+		if t.test == "" && len(pkgs) < slowestShown {
+			pkgs = append(pkgs, entry)
+		} else if t.test != "" && len(tests) < slowestShown {
+			tests = append(tests, entry)
+		}
+	}
+	if len(pkgs) > 1 || len(tests) > 0 {
+		fmt.Fprintln(w)
+	}
+	if len(pkgs) > 1 {
+		fmt.Fprintf(w, "slowest packages: %s\n", strings.Join(pkgs, ", "))
+	}
+	if len(tests) > 0 {
+		fmt.Fprintf(w, "slowest tests: %s\n", strings.Join(tests, ", "))
+	}
 }
 
 // seconds rounds d to the second: a status line has no use for less.

@@ -158,3 +158,49 @@ func TestUnendedPackagesFail(t *testing.T) {
 		"no result from packages that had started: example.com/ts/b\n"+
 		"0 passed, 0 failed, 0 skipped\n", out.String())
 }
+
+func TestSlowest(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/ctdispatch/ctdispatch/"
+	end := func(pkg, test string, seconds float64) event {
+		return event{Action: "pass", Package: mod + pkg, Test: test, Elapsed: seconds}
+	}
+	tests := []struct {
+		name   string
+		events []event
+		want   string
+	}{
+		{
+			name: "five of each, longest first; subtests are their parent's",
+			events: []event{
+				end("a", "", 10), end("b", "", 525.77), end("c", "", 3), end("d", "", 40), end("e", "", 1), end("f", "", 2),
+				end("b", "TestSuite", 220.65), end("b", "TestSuite/herd", 300), end("a", "TestX", 9.96), end("b", "TestBusy", 203.2),
+				end("c", "TestY", 1), end("c", "TestZ", 1), end("d", "TestW", 0.5),
+			},
+			want: "\nslowest packages: ./b 525.8s, ./d 40.0s, ./a 10.0s, ./c 3.0s, ./f 2.0s\n" +
+				"slowest tests: ./b TestSuite 220.7s, ./b TestBusy 203.2s, ./a TestX 10.0s, ./c TestY 1.0s, ./c TestZ 1.0s\n",
+		},
+		{
+			name:   "one package: its tests only",
+			events: []event{end("a", "", 3), end("a", "TestX", 2.5)},
+			want:   "\nslowest tests: ./a TestX 2.5s\n",
+		},
+		{
+			name:   "no times (a stream without them): nothing",
+			events: []event{end("a", "", 0), end("b", "", 0), end("a", "TestX", 0)},
+			want:   "",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newProgress(0, time.Time{})
+			for _, e := range tt.events {
+				p.took(e)
+			}
+			var out bytes.Buffer
+			p.slowest(&out)
+			require.Equal(t, tt.want, out.String())
+		})
+	}
+}

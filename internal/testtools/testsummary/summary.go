@@ -18,6 +18,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's or a package's end
 }
 
 // skip is a skipped test and the reason it gave.
@@ -96,9 +97,11 @@ func (s *summary) handle(e event, now time.Time) {
 		s.out[k] = append(s.out[k], e.Output)
 	case e.Action == "pass":
 		s.passed++
+		s.took(e)
 		delete(s.out, k)
 	case e.Action == "fail":
 		s.failed++
+		s.took(e)
 		s.printTestOutput(k)
 	case e.Action == "skip":
 		s.skips = append(s.skips, skip{e.Package, e.Test, skipReason(s.out[k])})
@@ -120,6 +123,7 @@ func (s *summary) packageEvent(e event, now time.Time) {
 			fmt.Fprint(s.w, e.Output)
 		}
 	case "pass", "skip":
+		s.took(e)
 		s.ended(s.w, e.Package, e.Action)
 	case "fail":
 		s.pkgFailed = true
@@ -130,6 +134,7 @@ func (s *summary) packageEvent(e event, now time.Time) {
 				s.printTestOutput(k)
 			}
 		}
+		s.took(e)
 		s.ended(s.w, e.Package, e.Action)
 	}
 }
@@ -198,6 +203,7 @@ func (s *summary) finish() bool {
 	if unended != "" {
 		fmt.Fprintf(s.w, "no result from packages that had started: %s\n", unended)
 	}
+	s.slowest(s.w)
 	var missing []skip
 	if len(s.skips) > 0 {
 		fmt.Fprintf(s.w, "\nskipped (%d):\n", len(s.skips))
