@@ -106,7 +106,11 @@ func planPackages(w io.Writer, tool goTool, cmd goTestCommand, except []string, 
 	if what == "" {
 		what = "."
 	}
-	fmt.Fprintf(w, "testsummary: %d packages to test (%s): a line for each as it ends", len(pkgs), what)
+	noun := "packages"
+	if len(pkgs) == 1 {
+		noun = "package"
+	}
+	fmt.Fprintf(w, "testsummary: %d %s to test (%s): a line for each as it ends", len(pkgs), noun, what)
 	if every > 0 {
 		fmt.Fprintf(w, ", and every %s the ones still running", every)
 	}

@@ -95,7 +95,7 @@ func TestPlanPackages(t *testing.T) {
 		{
 			name: "-except leaves packages out of the command", args: []string{"go", "test", "-race", "./...", "-args", "-x"}, except: []string{"./b/..."},
 			wantTotal: 1, wantArgs: []string{"go", "test", "-race", "example.com/m/a", "-args", "-x"},
-			wantOut: "testsummary: 1 packages to test (./... except ./b/...): a line for each as it ends\n",
+			wantOut: "testsummary: 1 package to test (./... except ./b/...): a line for each as it ends\n",
 		},
 		{
 			name: "-except that leaves nothing is an error", args: []string{"go", "test", "./b/"}, except: []string{"./b/..."},

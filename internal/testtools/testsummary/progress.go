@@ -117,9 +117,10 @@ func (p *progress) unended() string {
 }
 
 // took records how long the package or top-level test of an end event
-// took; subtests are part of their parent's time.
+// took; subtests are part of their parent's time, and what rounds to
+// 0.0s is not worth naming.
 func (p *progress) took(e event) {
-	if e.Elapsed > 0 && !strings.Contains(e.Test, "/") {
+	if e.Elapsed >= 0.05 && !strings.Contains(e.Test, "/") {
 		p.timings = append(p.timings, timing{e.Package, e.Test, e.Elapsed})
 	}
 }

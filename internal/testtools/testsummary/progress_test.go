@@ -175,7 +175,7 @@ func TestSlowest(t *testing.T) {
 			events: []event{
 				end("a", "", 10), end("b", "", 525.77), end("c", "", 3), end("d", "", 40), end("e", "", 1), end("f", "", 2),
 				end("b", "TestSuite", 220.65), end("b", "TestSuite/herd", 300), end("a", "TestX", 9.96), end("b", "TestBusy", 203.2),
-				end("c", "TestY", 1), end("c", "TestZ", 1), end("d", "TestW", 0.5),
+				end("c", "TestY", 1), end("c", "TestZ", 1), end("d", "TestW", 0.5), end("e", "TestTiny", 0.04),
 			},
 			want: "\nslowest packages: ./b 525.8s, ./d 40.0s, ./a 10.0s, ./c 3.0s, ./f 2.0s\n" +
 				"slowest tests: ./b TestSuite 220.7s, ./b TestBusy 203.2s, ./a TestX 10.0s, ./c TestY 1.0s, ./c TestZ 1.0s\n",
@@ -186,8 +186,8 @@ func TestSlowest(t *testing.T) {
 			want:   "\nslowest tests: ./a TestX 2.5s\n",
 		},
 		{
-			name:   "no times (a stream without them): nothing",
-			events: []event{end("a", "", 0), end("b", "", 0), end("a", "TestX", 0)},
+			name:   "no times (a stream without them), or under 0.05s: nothing",
+			events: []event{end("a", "", 0), end("b", "", 0.049), end("a", "TestX", 0)},
 			want:   "",
 		},
 	}
