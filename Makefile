@@ -4,9 +4,9 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell go env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 
-.PHONY: all build image container-test test test-short readme-test lint fmt tools bench fuzz demo clean
+.PHONY: all build image container-test test test-long readme-test lint fmt tools bench fuzz demo clean
 
-all: lint test
+all: lint test test-long
 
 ## build: compile the ctdispatch binary into bin/. Without cgo the binary is
 ## static: no dynamic loader or libc to map at start, which takes 3-5 ms off
@@ -38,23 +38,46 @@ container-test:
 demo:
 	go run ./cmd/ctdispatch demo
 
-## test: the whole test suite with the race detector (what CI runs). The
-## race detector needs cgo and a C compiler; without them the suite runs
-## without -race, and says so. TEST_PKGS narrows it (default ./...).
-## The output goes through testsummary, which prints what go test prints,
-## then every skipped test with its reason and a line of counts; under
-## CI=true a skip for want of a tool .ci/run installs fails the run.
+## test: the test suite with the race detector (CI runs it, then
+## test-long). The race detector needs cgo and a C compiler; without them
+## the suite runs without -race, and says so. TEST_PKGS narrows it (default
+## ./..., less LONG_PKGS). The output goes through testsummary, which first
+## fetches the modules the module cache lacks, a line per module; prints
+## what go test prints, each package's result line after how many packages
+## have ended ("[12/40] ok ..."), and every 30 s the packages still running;
+## then the slowest packages and tests, every skipped test with its reason
+## and a line of counts. Under CI=true a skip for want of a tool .ci/run
+## installs fails the run. The go test -json stream is kept in TEST_JSON.
+##
+## test-long: the suites that take many minutes of both cores (LONG_PKGS:
+## the chaos suite), apart so that make test stays within 15 minutes on 2
+## cores (docs/development.md); CI runs both, so no test is dropped. A
+## plain go test ./... still runs everything.
 TEST_PKGS ?= ./...
+LONG_PKGS := ./internal/chaos/
+TEST_JSON ?= bin/test.jsonl
 TESTSUMMARY := go run ./internal/testtools/testsummary
-test:
+# make test leaves LONG_PKGS out only when TEST_PKGS is the whole module.
+TEST_EXCEPT := $(if $(filter-out ./...,$(TEST_PKGS)),,-except '$(LONG_PKGS)')
+
+# go-test runs go test -json on the packages $(1) through testsummary with
+# the flags $(2): with -race where cgo and a C compiler are there.
+define go-test
 	@if [ "$$(go env CGO_ENABLED)" = 1 ] && command -v "$$(go env CC)" >/dev/null 2>&1; then \
-		echo go test -race -count=1 -json $(TEST_PKGS) '| testsummary'; \
-		$(TESTSUMMARY) go test -race -count=1 -json $(TEST_PKGS); \
+		echo go test -race -count=1 -json $(1) '| testsummary'; \
+		$(TESTSUMMARY) -fetch $(2) go test -race -count=1 -json $(1); \
 	else \
-		echo "make test: no C compiler ($$(go env CC)) or cgo disabled: running without the race detector (-race needs cgo; install gcc)" >&2; \
-		echo CGO_ENABLED=0 go test -count=1 -json $(TEST_PKGS) '| testsummary'; \
-		CGO_ENABLED=0 $(TESTSUMMARY) go test -count=1 -json $(TEST_PKGS); \
+		echo "make $@: no C compiler ($$(go env CC)) or cgo disabled: running without the race detector (-race needs cgo; install gcc)" >&2; \
+		echo CGO_ENABLED=0 go test -count=1 -json $(1) '| testsummary'; \
+		CGO_ENABLED=0 $(TESTSUMMARY) -fetch $(2) go test -count=1 -json $(1); \
 	fi
+endef
+
+test:
+	$(call go-test,$(TEST_PKGS),$(TEST_EXCEPT) -save $(TEST_JSON))
+
+test-long:
+	$(call go-test,$(LONG_PKGS),-save bin/test-long.jsonl)
 
 ## readme-test: run the sh blocks of README.md and docs/*.md in order (scripts/readme-test)
 readme-test:

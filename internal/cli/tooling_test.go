@@ -86,10 +86,35 @@ func TestMakeTestWithoutCCompiler(t *testing.T) {
 	}
 	// --no-print-directory: under an outer make (make test runs this
 	// test) the inner one would announce its directory.
-	code, out := runTool(t, []string{"CC=/nonexistent/cc", "TEST_PKGS=./naming/"}, "make", "--no-print-directory", "test")
+	// TEST_JSON: the outer make test keeps its own stream in bin/.
+	saved := filepath.Join(t.TempDir(), "test.jsonl")
+	code, out := runTool(t, []string{"CC=/nonexistent/cc", "TEST_PKGS=./naming/", "TEST_JSON=" + saved}, "make", "--no-print-directory", "test")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "make test: no C compiler (/nonexistent/cc) or cgo disabled: running without the race detector")
 	require.Contains(t, out, "CGO_ENABLED=0 go test -count=1 -json ./naming/ | testsummary\n")
 	require.Regexp(t, `\n[0-9]+ passed, 0 failed, 0 skipped\n$`, out)
-	require.True(t, strings.Contains(out, "ok  \tgithub.com/ctdispatch/ctdispatch/naming"), out)
+	require.Contains(t, out, "testsummary: 1 package to test (./naming/): a line for each as it ends, and every 30s the ones still running\n")
+	require.Contains(t, out, "[1/1] ok  \tgithub.com/ctdispatch/ctdispatch/naming\t")
+	require.FileExists(t, saved)
+}
+
+// make test leaves the long suites to make test-long when it tests the
+// whole module, and only then; CI runs both targets, so none is dropped.
+func TestMakeTestLeavesLongSuitesToTestLong(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("needs make: not installed")
+	}
+	code, out := runTool(t, nil, "make", "--no-print-directory", "-n", "test")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "testsummary -fetch -except './internal/chaos/' -save bin/test.jsonl go test -race -count=1 -json ./...;")
+	code, out = runTool(t, []string{"TEST_PKGS=./internal/chaos/"}, "make", "--no-print-directory", "-n", "test")
+	require.Equal(t, 0, code, out)
+	require.NotContains(t, out, "-except")
+	code, out = runTool(t, nil, "make", "--no-print-directory", "-n", "test-long")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "testsummary -fetch -save bin/test-long.jsonl go test -race -count=1 -json ./internal/chaos/;")
+	ci, err := os.ReadFile(filepath.Join("..", "..", ".ci", "run"))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^make test\n(.*\n)*^make test-long$`, string(ci))
 }

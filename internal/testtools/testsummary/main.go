@@ -3,7 +3,19 @@
 // then every skipped test with the reason it gave, then one line of counts:
 //
 //	go run ./internal/testtools/testsummary go test -race -count=1 -json ./...
+//	go run ./internal/testtools/testsummary -fetch -except ./internal/chaos/ go test -race -count=1 -json ./...
 //	go test -json ./... | go run ./internal/testtools/testsummary
+//
+// A long run is never silent. With -fetch it first downloads the modules
+// go.mod requires that the module cache lacks, a line per module as it
+// arrives. Given a `go test` command, it counts the packages the command
+// tests (go list) and prefixes each package's result line with how many
+// have ended, "[12/40] ok  …"; and every -status interval (30s) it prints
+// which packages are still running, for how long, and how many remain.
+// -except PATTERNS leaves the packages they match out of the command's
+// (the Makefile leaves the long suites to `make test-long` so). At the
+// end it names the slowest packages and tests, the ones to move to such a
+// target when the run grows long; -save FILE keeps the whole stream.
 //
 // A skip is easy to miss in a green run, and a check that silently stopped
 // running is a check lost. So under CI=true, a skip whose reason starts
@@ -16,15 +28,15 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"regexp"
-	"slices"
+	"path/filepath"
 	"strings"
+	"time"
 )
 
 // CITools are the tools .ci/run installs. A test that cannot run without
@@ -32,32 +44,65 @@ import (
 // such a skip is a failure. Keep this list and .ci/run in step.
 var CITools = []string{"chromium", "node", "duckdb", "postgresql", "podman", "make"}
 
+// fetchParallel is how many `go mod download` run at once: the downloads
+// wait on the network, not on the CPU.
+const fetchParallel = 4
+
 func main() {
 	ci := os.Getenv("CI") == "true"
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, ci))
 }
 
-// run summarizes the output of the command in args, or of stdin when args
-// is empty, and returns the exit status.
+// run summarizes the output of the command in args (after testsummary's
+// own flags), or of stdin when there is no command, and returns the exit
+// status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int {
+	fail := func(code int, err error) int {
+		if err != nil {
+			fmt.Fprintf(stderr, "testsummary: %v\n", err)
+		}
+		fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", 0, 0, 0)
+		return code
+	}
+	opts, err := parseOptions(args, stderr)
+	if err != nil {
+		return fail(2, nil) // the flag package has said what was wrong
+	}
+	command, total, err := prepare(stdout, opts)
+	if err != nil {
+		return fail(1, err)
+	}
+	var saved io.Writer = io.Discard
+	if opts.save != "" {
+		f, err := createSave(opts.save)
+		if err != nil {
+			return fail(1, err)
+		}
+		defer f.Close()
+		saved = f
+	}
 	in := stdin
 	var cmd *exec.Cmd
-	if len(args) > 0 {
-		cmd = exec.Command(args[0], args[1:]...)
+	if len(command) > 0 {
+		cmd = exec.Command(command[0], command[1:]...)
 		cmd.Stdin, cmd.Stderr = stdin, stderr
 		pipe, err := cmd.StdoutPipe()
 		if err != nil {
-			fmt.Fprintf(stderr, "testsummary: %v\n", err)
-			return 1
+			return fail(1, err)
 		}
 		if err := cmd.Start(); err != nil {
-			fmt.Fprintf(stderr, "testsummary: %v\n", err)
-			return 1
+			return fail(1, err)
 		}
 		in = pipe
 	}
-	s := newSummary(stdout, ci)
-	readErr := s.read(in)
+	s := newSummary(stdout, ci, total, time.Now())
+	var ticks <-chan time.Time
+	if opts.every > 0 {
+		ticker := time.NewTicker(opts.every)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
+	readErr := s.follow(io.TeeReader(in, saved), ticks, time.Now)
 	failed := s.finish()
 	if readErr != nil {
 		fmt.Fprintf(stderr, "testsummary: reading test output: %v\n", readErr)
@@ -78,186 +123,65 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, ci bool) int 
 	return 0
 }
 
-// event is one line of `go test -json` (cmd/test2json).
-type event struct {
-	Action  string
-	Package string
-	Test    string
-	Output  string
+// options are testsummary's flags and the command after them.
+type options struct {
+	fetch   bool
+	except  []string
+	save    string
+	every   time.Duration
+	command []string
 }
 
-// skip is a skipped test and the reason it gave.
-type skip struct {
-	Package, Test, Reason string
-}
-
-type testKey struct{ pkg, test string }
-
-// summary follows the events of one run.
-type summary struct {
-	w                      io.Writer
-	ci                     bool
-	out                    map[testKey][]string // output of tests still running
-	passed, failed         int
-	skips                  []skip
-	pkgFailed, buildFailed bool
-}
-
-func newSummary(w io.Writer, ci bool) *summary {
-	return &summary{w: w, ci: ci, out: map[testKey][]string{}}
-}
-
-func (s *summary) read(r io.Reader) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var e event
-		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
-			// Not an event (the go command's own messages): pass it on.
-			fmt.Fprintf(s.w, "%s\n", line)
-			continue
-		}
-		s.handle(e)
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	flags := flag.NewFlagSet("testsummary", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	var opts options
+	var except string
+	flags.BoolVar(&opts.fetch, "fetch", false, "first download the modules go.mod requires that the module cache lacks, a line per module")
+	flags.StringVar(&except, "except", "", "space-separated package patterns to leave out of the go test command's packages")
+	flags.StringVar(&opts.save, "save", "", "also write the command's output, the go test -json stream, to this file")
+	flags.DurationVar(&opts.every, "status", 30*time.Second, "how often to print the packages still running (0: never)")
+	if err := flags.Parse(args); err != nil {
+		return options{}, err
 	}
-	return sc.Err()
-}
-
-func (s *summary) handle(e event) {
-	k := testKey{e.Package, e.Test}
-	switch {
-	case e.Action == "build-output":
-		fmt.Fprint(s.w, e.Output)
-	case e.Action == "build-fail":
-		s.buildFailed = true
-	case e.Test == "":
-		s.packageEvent(e)
-	case e.Action == "output":
-		s.out[k] = append(s.out[k], e.Output)
-	case e.Action == "pass":
-		s.passed++
-		delete(s.out, k)
-	case e.Action == "fail":
-		s.failed++
-		s.printTestOutput(k)
-	case e.Action == "skip":
-		s.skips = append(s.skips, skip{e.Package, e.Test, skipReason(s.out[k])})
-		delete(s.out, k)
+	if opts.every < 0 {
+		err := fmt.Errorf("invalid value %q for flag -status: negative; want an interval, or 0 for no status lines", opts.every)
+		fmt.Fprintln(stderr, err)
+		return options{}, err
 	}
+	opts.except, opts.command = strings.Fields(except), flags.Args()
+	return opts, nil
 }
 
-// packageEvent prints a package's own lines as plain go test does.
-func (s *summary) packageEvent(e event) {
-	switch e.Action {
-	case "output":
-		if e.Output != "PASS\n" {
-			fmt.Fprint(s.w, e.Output)
-		}
-	case "fail":
-		s.pkgFailed = true
-		// A test that never ended (a panic, a timeout) left its output
-		// here: it tells why the package failed.
-		for k := range s.out {
-			if k.pkg == e.Package {
-				s.printTestOutput(k)
-			}
+// prepare fetches the modules if asked, and counts the packages of a go
+// test command, leaving out those -except names. It returns the command
+// to run and how many packages it tests (0: not known).
+func prepare(w io.Writer, opts options) ([]string, int, error) {
+	var tool goTool
+	if opts.fetch {
+		if err := fetchModules(w, tool, fetchParallel, time.Now); err != nil {
+			return nil, 0, err
 		}
 	}
-}
-
-// printTestOutput prints a test's output as plain go test does: its
-// "--- FAIL" line first, then what it logged, without the "=== RUN" lines.
-func (s *summary) printTestOutput(k testKey) {
-	lines := s.out[k]
-	for _, l := range lines {
-		if strings.HasPrefix(strings.TrimSpace(l), "--- ") {
-			fmt.Fprint(s.w, l)
-		}
-	}
-	for _, l := range lines {
-		if t := strings.TrimSpace(l); !strings.HasPrefix(t, "--- ") && !strings.HasPrefix(t, "=== ") {
-			fmt.Fprint(s.w, l)
-		}
-	}
-	delete(s.out, k)
-}
-
-// logLine matches the start of a t.Log line: "    file_test.go:42: text".
-var logLine = regexp.MustCompile(`^\s*[^\s:]+\.go:\d+: ?(.*)$`)
-
-// skipReason returns what the test logged last before it skipped: the
-// message of t.Skip, with its continuation lines.
-func skipReason(lines []string) string {
-	var last []string
-	for _, l := range lines {
-		l = strings.TrimRight(l, "\n")
-		t := strings.TrimSpace(l)
-		switch {
-		case t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- SKIP"):
-		case logLine.MatchString(l):
-			last = []string{logLine.FindStringSubmatch(l)[1]}
-		case last != nil:
-			last = append(last, t)
-		}
-	}
-	if len(last) == 0 {
-		return "(no reason given)"
-	}
-	return strings.Join(last, " ")
-}
-
-// missingCITool returns the CI tool a skip reason says is missing, if any.
-func missingCITool(reason string) (string, bool) {
-	rest, ok := strings.CutPrefix(reason, "needs ")
+	cmd, ok := parseGoTest(opts.command)
 	if !ok {
-		return "", false
-	}
-	tool, _, ok := strings.Cut(rest, ":")
-	if !ok || !slices.Contains(CITools, tool) {
-		return "", false
-	}
-	return tool, true
-}
-
-// finish prints the skips and reports whether the run failed.
-func (s *summary) finish() bool {
-	// Tests left running when the output ended (the command was killed).
-	for k := range s.out {
-		s.printTestOutput(k)
-	}
-	var missing []skip
-	if len(s.skips) > 0 {
-		fmt.Fprintf(s.w, "\nskipped (%d):\n", len(s.skips))
-		for _, sk := range s.skips {
-			fmt.Fprintf(s.w, "  %s %s: %s\n", shortPackage(sk.Package), sk.Test, sk.Reason)
-			if _, ok := missingCITool(sk.Reason); ok {
-				missing = append(missing, sk)
-			}
+		if len(opts.except) > 0 {
+			return nil, 0, errors.New("-except needs a go test command to take packages from")
 		}
+		return opts.command, 0, nil
 	}
-	ciFailed := s.ci && len(missing) > 0
-	if ciFailed {
-		fmt.Fprintf(s.w, "\nFAIL: CI=true, and %d tests skipped for want of a tool that .ci/run installs (%s):\n",
-			len(missing), strings.Join(CITools, ", "))
-		for _, sk := range missing {
-			fmt.Fprintf(s.w, "  %s %s: %s\n", shortPackage(sk.Package), sk.Test, sk.Reason)
-		}
-	}
-	return s.failed > 0 || s.pkgFailed || s.buildFailed || ciFailed
+	total, command, err := planPackages(w, tool, cmd, opts.except, opts.every)
+	return command, total, err
 }
 
-func (s *summary) printCounts() {
-	fmt.Fprintf(s.w, "%d passed, %d failed, %d skipped\n", s.passed, s.failed, len(s.skips))
-}
-
-// shortPackage drops the module path, which every package shares.
-func shortPackage(pkg string) string {
-	const module = "github.com/ctdispatch/ctdispatch"
-	if pkg == module {
-		return "."
+// createSave creates the file -save names, and its directory.
+func createSave(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("-save: %w", err)
 	}
-	if rest, ok := strings.CutPrefix(pkg, module+"/"); ok {
-		return "./" + rest
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-save: %w", err)
 	}
-	return pkg
+	return f, nil
 }
