@@ -3,8 +3,6 @@ package cloudtasks
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
@@ -142,20 +140,10 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 		f.err = &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		return
 	}
-	var queuePath string
-	switch {
-	case known && queue != "" && d.queueOf(queue) != prev.Queue:
-		f.err = &RequestError{Field: "Queue", Value: queue,
-			Rule: fmt.Sprintf("differs from the queue the outbox recorded for %s (%s); leave it empty or name that queue", key, prev.Queue)}
+	queuePath, err := cancelQueue(key, &prev, known, queue, d.queueOf)
+	if err != nil {
+		f.err = err
 		return
-	case known:
-		queuePath = prev.Queue
-	case queue == "":
-		f.err = &RequestError{Field: "Queue",
-			Rule: fmt.Sprintf("is required: the outbox has no record of %s, so it cannot tell which queue holds the task", key)}
-		return
-	default:
-		queuePath = d.queueOf(queue)
 	}
 	res := CancelResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: id.TaskName(queuePath)}
 	calls, err := d.deleteTask(ctx, res.TaskName)
@@ -173,25 +161,16 @@ func (d *Dispatcher) cancel(leader context.Context, f *flight, id naming.ID, que
 			err, code = nil, codes.OK
 		}
 	}
-	switch {
-	case err == nil:
-		res.Outcome = CancelDeleted
-	case code == codes.NotFound && !known:
-		res.Outcome = CancelUnknown
-		f.cancelled = res
-		return
-	case code == codes.NotFound:
-		res.Outcome = CancelAlreadyGone
-		if prev.Status == outbox.StatusCancelled {
-			// Nothing changed: the record of the earlier cancel, which may
-			// say that it deleted the task, stays the latest.
-			f.cancelled = res
-			return
-		}
-	default:
+	v := onDelete(err, known, &prev)
+	if v.failed {
 		d.m.outcome(ctx, id.Kind().String(), "cancel_failed", d.clock.Since(start))
 		d.log.WarnContext(ctx, "DeleteTask failed", "id", key, "code", code.String(), "calls", calls)
 		f.err = &CallError{ID: key, Method: "DeleteTask", Code: code, Calls: calls, Transient: transient(code), Err: err}
+		return
+	}
+	res.Outcome = v.outcome
+	if !v.record {
+		f.cancelled = res
 		return
 	}
 	rec := recordOf(id, queuePath)
@@ -246,13 +225,6 @@ func (d *Dispatcher) recordCancel(ctx context.Context, rec, prev outbox.Record, 
 			}
 		}
 	}
-}
-
-// deletedByCancel reports whether r is the record of a Cancel that deleted
-// the task (ErrorCode empty), or of a later call that met the name the
-// delete left held (ErrorCode ALREADY_EXISTS).
-func deletedByCancel(r *outbox.Record) bool {
-	return r.Status == outbox.StatusCancelled && (r.ErrorCode == "" || r.ErrorCode == codes.AlreadyExists.String())
 }
 
 // nameHeld decides whether an ALREADY_EXISTS answered to the create call
@@ -313,8 +285,8 @@ func (d *Dispatcher) nameHeld(ctx context.Context, f *flight, prev *outbox.Recor
 // last looked.
 func (d *Dispatcher) latestForCancel(ctx context.Context, id naming.ID) (outbox.Record, bool, error) {
 	t, key := outbox.TableOf(id), id.String()
-	if fr, ok := d.box.(outbox.FreshReader); ok {
-		prev, found, _, err := fr.LatestFresh(ctx, t, key)
+	if d.fresh != nil {
+		prev, found, _, err := d.fresh.LatestFresh(ctx, t, key)
 		return prev, found, err
 	}
 	return d.box.Latest(ctx, t, key)
@@ -324,12 +296,10 @@ func (d *Dispatcher) latestForCancel(ctx context.Context, id naming.ID) (outbox.
 // CreateTask's are. It returns the calls made and the last error
 // (NotFound when the task is gone).
 func (d *Dispatcher) deleteTask(ctx context.Context, name string) (int, error) {
-	return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("DeleteTask"), func(ctx context.Context, t try) error {
-		return d.attempt(ctx, "DeleteTask", t, codes.NotFound, func(ctx context.Context) error {
-			err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: name})
-			d.m.call(ctx, "DeleteTask", codeOf(err))
-			return err
-		})
+	return d.call(ctx, "DeleteTask", codes.NotFound, func(ctx context.Context) error {
+		err := d.client.DeleteTask(ctx, &cloudtaskspb.DeleteTaskRequest{Name: name})
+		d.m.call(ctx, "DeleteTask", codeOf(err))
+		return err
 	})
 }
 
@@ -341,7 +311,7 @@ func (d *Dispatcher) deleteTask(ctx context.Context, name string) (int, error) {
 // read leaves the other queues alone: the delete in the recorded queue
 // stands on its own.
 func (d *Dispatcher) deleteInOtherQueues(ctx context.Context, id naming.ID, queue string) (deleted bool, calls int, err error) {
-	if _, blind := d.box.(outbox.FreshReader); !blind {
+	if d.fresh == nil {
 		return false, 0, nil
 	}
 	hist, herr := d.box.Lookup(ctx, outbox.Query{Table: outbox.TableOf(id), ID: id.String(), History: true})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -74,10 +73,16 @@ type DispatchResult struct {
 // Dispatcher hands tasks to Cloud Tasks exactly once per internal ID and
 // records each in its outbox. Its methods are safe for concurrent use.
 type Dispatcher struct {
-	cfg       Config
-	client    Client
-	closeFns  []func() error
-	box       outbox.Outbox
+	cfg      Config
+	client   Client
+	closeFns []func() error
+	box      outbox.Outbox
+	// The optional interfaces box offers, resolved once by NewDispatcher;
+	// nil where it offers none.
+	fresh     outbox.FreshReader
+	reserver  outbox.Reserver
+	claimer   outbox.Claimer
+	intents   outbox.Intents
 	processor string
 	log       *slog.Logger
 	clock     clockwork.Clock
@@ -113,6 +118,10 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	}
 	d := &Dispatcher{cfg: c, box: box, processor: box.ProcessorUUID(), clock: c.Clock,
 		log: slog.New(tracing.LogHandler(c.Logger.Handler())), tracer: tracing.NewTracer(c.TracerProvider), prop: tracing.NewPropagator(c.Propagator)}
+	d.fresh, _ = box.(outbox.FreshReader)
+	d.reserver, _ = box.(outbox.Reserver)
+	d.claimer, _ = box.(outbox.Claimer)
+	d.intents, _ = box.(outbox.Intents)
 	m, err := newMetrics(c.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("cloudtasks: metrics: %w", err)
@@ -143,7 +152,8 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	if c.Batch {
 		d.batches = newBatcher(d, c.BatchInFlight)
 	}
-	d.startRelay()
+	d.relay = newRelay(d)
+	d.relay.start()
 	return d, nil
 }
 
@@ -163,7 +173,7 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	if err := d.stopRelay(ctx); err != nil {
+	if err := d.relay.close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cloudtasks: close: the relay's pass did not end: %w", err))
 	}
 	if err := wait(ctx, d.flights.close()); err != nil {
@@ -351,7 +361,7 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 	f.span = trace.SpanContextFromContext(ctx)
 	for i := 0; d.createOnce(ctx, f, id, t, req, now) && i < rereads; i++ {
 		// f.err holds the refusal, kept if this was the last try.
-		f.err, f.res, now = nil, DispatchResult{}, d.clock.Now()
+		f.err, f.res, f.recovering, now = nil, DispatchResult{}, false, d.clock.Now()
 	}
 }
 
@@ -361,80 +371,35 @@ func (d *Dispatcher) create(leader context.Context, f *flight, id naming.ID, t *
 func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, now time.Time) (again bool) {
 	key := id.String()
 	prev, found, reserved, unseen, err := d.reserve(ctx, f, id, req, now)
-	if errors.Is(err, outbox.ErrConcurrentWrites) {
-		f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
-		if recorded := recordedTaskName(err); recorded != "" {
-			f.res.TaskName = recorded
-		}
-		d.blindWrites(ctx, f, id, req.GetTask(), now, err)
+	switch {
+	case errors.Is(err, outbox.ErrConcurrentWrites):
+		d.blindWrites(ctx, f, id, req, now, err)
 		return false
-	}
-	if err != nil {
+	case err != nil:
 		f.err = readError(key, err)
 		return false
 	}
 	if found {
-		given := req
-		if req, err = d.inRecordedQueue(id, t, req, prev, now); err != nil {
+		if req, err = d.requestFor(ctx, id, t, req, &prev, now); err != nil {
 			f.err = err
 			return false
-		}
-		if req != given { // rebuilt for the recorded queue: it carries the trace too
-			if err = d.injectTrace(ctx, t, req); err == nil {
-				err = t.checkSize(req)
-			}
-			if err != nil {
-				f.err = err
-				return false
-			}
 		}
 	}
 	f.res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
 	rec := d.pendingRecord(ctx, f, id, req)
-	recovering := false
 	if found {
 		linkStored(ctx, &prev)
-		switch prev.Status {
-		case outbox.StatusCreated, outbox.StatusAlreadyExisted, outbox.StatusPending:
-			if prev.PayloadSHA256 != "" && prev.PayloadSHA256 != f.fp {
-				f.recorded = prev.PayloadSHA256
-				d.m.conflicts.Add(ctx, 1)
-				d.log.WarnContext(ctx, "payload conflict with the recorded dispatch", "id", key, "status", prev.Status)
-				f.err = &ConflictError{ID: key, Recorded: prev.PayloadSHA256, Given: f.fp}
-				return false
-			}
-		}
-		switch prev.Status {
-		case outbox.StatusCreated, outbox.StatusAlreadyExisted:
-			if unseen > 0 && !d.confirmExisted(ctx, f, id, req.GetTask(), now, unseen) {
-				return false
-			}
-			d.m.kindCount(ctx, d.m.skips, id.Kind().String())
-			d.log.DebugContext(ctx, "idempotent skip: already dispatched", "id", key, "status", prev.Status)
-			f.res.Outcome = OutcomeAlreadyExisted
-			f.res.FirstRecorded = prev.CreatedAt
-			f.res.Skipped = true
+		if d.answeredByRecord(ctx, f, id, req.GetTask(), &prev, now, unseen) {
 			return false
-		case outbox.StatusPending:
-			if prev.ProcessorUUID != d.processor && d.cfg.EnforceOwnership {
-				f.err = &OwnershipError{ID: key, Owner: prev.ProcessorUUID}
-				return false
-			}
-			recovering = now.Sub(prev.UpdatedAt) >= d.cfg.StaleAfter
 		}
-	}
-
-	if found {
 		rec.CreateCalls = prev.CreateCalls
 		rec.Follow(&prev, now)
 	} else {
 		rec.Follow(nil, now)
 	}
 	calls, err, perr := d.pendingWithCall(ctx, rec, reserved, func(ctx context.Context) (int, error) {
-		return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context, t try) error {
-			return d.attempt(ctx, "CreateTask", t, codes.AlreadyExists, func(ctx context.Context) error {
-				return d.createTask(ctx, key, req)
-			})
+		return d.call(ctx, "CreateTask", codes.AlreadyExists, func(ctx context.Context) error {
+			return d.createTask(ctx, key, req)
 		})
 	})
 	if perr != nil {
@@ -443,45 +408,87 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		return errors.Is(perr, outbox.ErrVersionConflict) && errors.As(perr, &oe) && oe.BeforeCall
 	}
 	f.res.Calls = calls
-	code := codeOf(err)
 	rec.CreateCalls += int32(calls)
-	switch {
-	case err == nil:
-		rec.Status, f.res.Outcome = outbox.StatusCreated, OutcomeCreated
-	case code == codes.AlreadyExists && found && d.nameHeld(ctx, f, &prev, now):
-		// The name is held since a Cancel deleted the task: no task exists,
-		// and none will until the hold ends. The record says cancelled
-		// again, marked so that the next call knows why.
+	var before *outbox.Record
+	if found {
+		before = &prev
+	}
+	d.recordCreate(ctx, f, id, rec, before, req.GetTask(), now, err)
+	return false
+}
+
+// answeredByRecord decides a create of an ID the outbox holds as prev by
+// onRecord, and reports whether that answered it without a call (f holds
+// the answer or the error). A record that says the task exists is
+// confirmed by GetTask first when the store's read may miss another
+// process's cancel (unseen > 0).
+func (d *Dispatcher) answeredByRecord(ctx context.Context, f *flight, id naming.ID, task *cloudtaskspb.Task, prev *outbox.Record, now time.Time, unseen time.Duration) bool {
+	key := id.String()
+	switch onRecord(prev, f.fp, d.processor, d.cfg.EnforceOwnership) {
+	case repeatConflict:
+		f.recorded = prev.PayloadSHA256
+		f.err = d.conflict(ctx, prev, f.fp)
+	case repeatNotOwner:
+		f.err = &OwnershipError{ID: key, Owner: prev.ProcessorUUID}
+	case repeatSkip:
+		if unseen > 0 && !d.confirmExisted(ctx, f, id, task, now, unseen) {
+			return true
+		}
+		d.m.kindCount(ctx, d.m.skips, id.Kind().String())
+		d.log.DebugContext(ctx, "idempotent skip: already dispatched", "id", key, "status", prev.Status)
+		f.res.Outcome, f.res.FirstRecorded, f.res.Skipped = OutcomeAlreadyExisted, prev.CreatedAt, true
+	default:
+		f.recovering = recovers(prev, now, d.cfg.StaleAfter)
+		return false
+	}
+	return true
+}
+
+// conflict counts and logs a create whose payload fingerprint fp differs
+// from the one recorded in prev, and returns its error.
+func (d *Dispatcher) conflict(ctx context.Context, prev *outbox.Record, fp string) error {
+	d.m.conflicts.Add(ctx, 1)
+	d.log.WarnContext(ctx, "payload conflict with the recorded dispatch", "id", prev.ID, "status", prev.Status)
+	return &ConflictError{ID: prev.ID, Recorded: prev.PayloadSHA256, Given: fp}
+}
+
+// recordCreate records what the create calls of rec's ID answered (err),
+// as onCreate reads it, and sets f's answer. prev is the ID's record
+// before the call, nil when it had none: an ALREADY_EXISTS after a cancel
+// may mean the name is held, not that the task exists.
+func (d *Dispatcher) recordCreate(ctx context.Context, f *flight, id naming.ID, rec outbox.Record, prev *outbox.Record, task *cloudtaskspb.Task, now time.Time, err error) {
+	key, calls := id.String(), f.res.Calls
+	v := onCreate(err, ctx.Err() != nil)
+	if v.status == outbox.StatusAlreadyExisted && prev != nil && (d.nameHeld(ctx, f, prev, now) ||
+		prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted && d.goneButHeld(ctx, f, key, task, now)) {
+		// The name is held since a Cancel deleted the task (known from the
+		// record, or, when no cancel is readable yet, from a task gone
+		// before its schedule time): no task exists, and none will until
+		// the hold ends. The record says cancelled again, marked so that
+		// the next call knows why.
 		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
 		d.recordOutcome(ctx, f, rec)
-		return false
-	case code == codes.AlreadyExists && found && prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted &&
-		d.goneButHeld(ctx, f, key, req.GetTask(), now):
-		// No cancel is visible, but the task may have been deleted by one
-		// not yet readable here: a task that is gone before its schedule
-		// time did not run, so it was deleted, and its name is held.
-		rec.Status, rec.ErrorCode = outbox.StatusCancelled, codes.AlreadyExists.String()
-		d.recordOutcome(ctx, f, rec)
-		return false
-	case code == codes.AlreadyExists:
-		rec.Status, f.res.Outcome = outbox.StatusAlreadyExisted, OutcomeAlreadyExisted
-	case transient(code) || ctx.Err() != nil:
+		return
+	}
+	switch v.status {
+	case "":
 		// The outcome is unknown (the task may exist): the record stays
 		// pending, now with the calls made, for Recover or the caller's
 		// repeat.
-		d.log.InfoContext(ctx, "gave up; outcome unknown, record left pending", "id", key, "code", code.String(), "calls", calls)
-		rec.ErrorCode = code.String()
-		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
+		d.log.InfoContext(ctx, "gave up; outcome unknown, record left pending", "id", key, "code", v.code.String(), "calls", calls)
+		rec.ErrorCode = v.code.String()
+		f.err = &CallError{ID: key, Method: "CreateTask", Code: v.code, Calls: calls, Transient: true, Err: err}
 		d.recordOutcome(ctx, f, rec)
-		return false
-	default:
-		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
-		d.log.InfoContext(ctx, "CreateTask failed", "id", key, "code", code.String(), "calls", calls)
-		f.err = &CallError{ID: key, Method: "CreateTask", Code: code, Calls: calls, Err: err}
+		return
+	case outbox.StatusFailed:
+		rec.Status, rec.ErrorCode = outbox.StatusFailed, v.code.String()
+		d.log.InfoContext(ctx, "CreateTask failed", "id", key, "code", v.code.String(), "calls", calls)
+		f.err = &CallError{ID: key, Method: "CreateTask", Code: v.code, Calls: calls, Err: err}
 		d.recordOutcome(ctx, f, rec)
-		return false
+		return
 	}
-	if recovering {
+	rec.Status, f.res.Outcome = v.status, Outcome(v.status)
+	if f.recovering {
 		f.res.Outcome = OutcomeRecovered
 		d.m.recovered.Add(ctx, 1, metricAttrs(id.Kind().String(), "dispatch"))
 		d.noteHandover(ctx, id, prev.ProcessorUUID, "dispatch")
@@ -491,7 +498,23 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 		d.log.DebugContext(ctx, "dispatched", "id", key, "outcome", f.res.Outcome, "calls", calls)
 	}
 	d.recordOutcome(ctx, f, rec)
-	return false
+}
+
+// requestFor is the create request of an ID the outbox recorded as prev:
+// req itself, or req rebuilt for the queue prev names (see
+// inRecordedQueue), with the trace and the size check req had.
+func (d *Dispatcher) requestFor(ctx context.Context, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, prev *outbox.Record, now time.Time) (*cloudtaskspb.CreateTaskRequest, error) {
+	rebuilt, err := d.inRecordedQueue(id, t, req, *prev, now)
+	if err != nil || rebuilt == req {
+		return rebuilt, err
+	}
+	if err := d.injectTrace(ctx, t, rebuilt); err != nil {
+		return nil, err
+	}
+	if err := t.checkSize(rebuilt); err != nil {
+		return nil, err
+	}
+	return rebuilt, nil
 }
 
 // latest reads the outbox's newest record of id. A record that would
@@ -505,11 +528,10 @@ func (d *Dispatcher) createOnce(ctx context.Context, f *flight, id naming.ID, t 
 func (d *Dispatcher) latest(ctx context.Context, id naming.ID) (prev outbox.Record, found bool, unseen time.Duration, err error) {
 	t, key := outbox.TableOf(id), id.String()
 	prev, found, err = d.box.Latest(ctx, t, key)
-	fr, fresher := d.box.(outbox.FreshReader)
-	if err != nil || !found || !fresher || (prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted) {
+	if err != nil || !found || d.fresh == nil || (prev.Status != outbox.StatusCreated && prev.Status != outbox.StatusAlreadyExisted) {
 		return prev, found, 0, err
 	}
-	return fr.LatestFresh(ctx, t, key)
+	return d.fresh.LatestFresh(ctx, t, key)
 }
 
 // confirmExisted decides a repeat that the outbox would answer
@@ -674,9 +696,9 @@ func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
 // cancel, a recovery) is no failure: its record is the newer state, and
 // this call's answer stands. In overlapped mode they
 // are answered first and the flight stays in the table until the record
-// is kept, so a repeat meanwhile shares this answer instead of reading a
-// stale record; the outbox's done callback takes it out of the table, so
-// no goroutine waits for the record.
+// is kept, so a repeat meanwhile waits for it instead of reading a stale
+// record; the outbox's done callback takes it out of the table, so no
+// goroutine waits for the record.
 func (d *Dispatcher) recordOutcome(ctx context.Context, f *flight, rec outbox.Record) {
 	pending := rec
 	rec.Follow(&pending, d.clock.Now())
@@ -789,7 +811,12 @@ func (d *Dispatcher) goneButHeld(ctx context.Context, f *flight, id string, task
 // (then the call is a repeat), and when it is gone before its schedule
 // time (then a cancel deleted it and its name is held, as goneButHeld
 // reasons); otherwise the answer is indeterminate.
-func (d *Dispatcher) blindWrites(ctx context.Context, f *flight, id naming.ID, task *cloudtaskspb.Task, now time.Time, cause error) {
+func (d *Dispatcher) blindWrites(ctx context.Context, f *flight, id naming.ID, req *cloudtaskspb.CreateTaskRequest, now time.Time, cause error) {
+	task := req.GetTask()
+	f.res = DispatchResult{ID: id.String(), CloudTaskID: id.CloudTaskID(), TaskName: task.GetName()}
+	if recorded := recordedTaskName(cause); recorded != "" {
+		f.res.TaskName = recorded
+	}
 	err := d.getTask(ctx, f.res.TaskName)
 	switch {
 	case err == nil:
@@ -812,12 +839,10 @@ func scheduledAhead(task *cloudtaskspb.Task, now time.Time) bool {
 
 // getTask makes a GetTask call under the retry policy.
 func (d *Dispatcher) getTask(ctx context.Context, name string) error {
-	_, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("GetTask"), func(ctx context.Context, t try) error {
-		return d.attempt(ctx, "GetTask", t, codes.NotFound, func(ctx context.Context) error {
-			_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
-			d.m.call(ctx, "GetTask", codeOf(err))
-			return err
-		})
+	_, err := d.call(ctx, "GetTask", codes.NotFound, func(ctx context.Context) error {
+		_, err := d.client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+		d.m.call(ctx, "GetTask", codeOf(err))
+		return err
 	})
 	return err
 }

@@ -43,9 +43,10 @@ type flight struct {
 	span trace.SpanContext
 
 	// create
-	fp       string // the leader's payload fingerprint
-	recorded string // the outbox's fingerprint, when it conflicted with fp
-	res      DispatchResult
+	fp         string // the leader's payload fingerprint
+	recorded   string // the outbox's fingerprint, when it conflicted with fp
+	recovering bool   // the create is over a stale pending record
+	res        DispatchResult
 	// cancel
 	cancelled CancelResult
 	// recover

@@ -111,8 +111,8 @@ func (d *Dispatcher) recoverPass(ctx context.Context, st *RecoverStats) error {
 // the outbox shares them out among recovering processes (outbox.Claimer;
 // a claim lasts StaleAfter, long enough for a pass over them), else all.
 func (d *Dispatcher) pending(ctx context.Context, table outbox.Table) ([]outbox.Record, error) {
-	if c, ok := d.box.(outbox.Claimer); ok {
-		return c.ClaimPending(ctx, table, d.cfg.StaleAfter, d.cfg.StaleAfter)
+	if d.claimer != nil {
+		return d.claimer.ClaimPending(ctx, table, d.cfg.StaleAfter, d.cfg.StaleAfter)
 	}
 	return d.box.Pending(ctx, table, d.cfg.StaleAfter)
 }
@@ -188,15 +188,17 @@ func (d *Dispatcher) resolve(leader context.Context, f *flight, rec outbox.Recor
 	next := latest
 	next.Follow(&latest, d.clock.Now())
 	next.ErrorCode = ""
-	switch code := codeOf(err); {
-	case err == nil:
-		next.Status, f.verdict = outbox.StatusAlreadyExisted, verdictExisted
-	case code == codes.NotFound:
-		next.Status, next.ErrorCode, f.verdict = outbox.StatusNotFound, code.String(), verdictNotFound
-	default:
+	status, ok := onGet(err)
+	switch {
+	case !ok:
 		f.err = err
 		return
+	case status == outbox.StatusNotFound:
+		next.ErrorCode, f.verdict = codes.NotFound.String(), verdictNotFound
+	default:
+		f.verdict = verdictExisted
 	}
+	next.Status = status
 	err = outbox.AppendAndWait(ctx, d.box, next)
 	if errors.Is(err, outbox.ErrVersionConflict) {
 		f.verdict = verdictMoved // another process recorded a later state first

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"path"
 	"sync"
 
@@ -51,9 +50,14 @@ const (
 	relayConcurrent = 16
 )
 
-// relay is the loop NewDispatcher starts when the outbox records intents,
-// and the notices WaitOutcome waits on.
+// relay creates the tasks of committed intents: its loop of passes, which
+// NewDispatcher starts when the outbox records intents, and the notices
+// WaitOutcome waits on. It makes its calls and records through the
+// dispatcher's flights, client and outbox, and decides by the same rules.
 type relay struct {
+	d     *Dispatcher
+	store outbox.Intents // nil when the outbox records no intents
+
 	wake chan struct{} // a pass is due at once
 	stop context.CancelFunc
 	done chan struct{} // closed when the loop has returned
@@ -62,8 +66,8 @@ type relay struct {
 	notice chan struct{} // closed when this process records an outcome
 }
 
-func newRelay() *relay {
-	return &relay{wake: make(chan struct{}, 1), notice: make(chan struct{})}
+func newRelay(d *Dispatcher) *relay {
+	return &relay{d: d, store: d.intents, wake: make(chan struct{}, 1), notice: make(chan struct{})}
 }
 
 // nudge asks the loop for a pass at once.
@@ -89,36 +93,36 @@ func (r *relay) recorded() {
 	r.mu.Unlock()
 }
 
-// startRelay starts the relay loop when the outbox records intents and
-// some queue is the dispatcher's to relay.
-func (d *Dispatcher) startRelay() {
-	d.relay = newRelay()
-	if _, ok := d.box.(outbox.Intents); !ok || d.cfg.NoRelay || len(d.cfg.RelayQueues) == 0 {
+// start starts the loop when the outbox records intents and some queue is
+// the dispatcher's to relay.
+func (r *relay) start() {
+	if r.store == nil || r.d.cfg.NoRelay || len(r.d.cfg.RelayQueues) == 0 {
 		return
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	d.relay.stop, d.relay.done = stop, make(chan struct{})
-	go d.relayLoop(ctx)
+	r.stop, r.done = stop, make(chan struct{})
+	go r.loop(ctx)
 }
 
-// stopRelay ends the relay loop and waits, within ctx, for its pass to
-// return; intents it had claimed and not finished go to another relay
-// once their claims expire.
-func (d *Dispatcher) stopRelay(ctx context.Context) error {
-	if d.relay.stop == nil {
+// close ends the loop and waits, within ctx, for its pass to return;
+// intents it had claimed and not finished go to another relay once their
+// claims expire.
+func (r *relay) close(ctx context.Context) error {
+	if r.stop == nil {
 		return nil
 	}
-	d.relay.stop()
-	return wait(ctx, d.relay.done)
+	r.stop()
+	return wait(ctx, r.done)
 }
 
-// relayLoop runs passes until ctx ends: at once when nudged, after
+// loop runs passes until ctx ends: at once when nudged, after
 // RelayInterval otherwise, and again at once after a full batch.
-func (d *Dispatcher) relayLoop(ctx context.Context) {
-	defer close(d.relay.done)
+func (r *relay) loop(ctx context.Context) {
+	defer close(r.done)
+	d := r.d
 	failing := false // logged once per run of failed passes, not every interval
 	for {
-		st, err := d.relayPass(ctx)
+		st, err := r.pass(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
@@ -133,7 +137,7 @@ func (d *Dispatcher) relayLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.relay.wake:
+		case <-r.wake:
 		case <-d.clock.After(d.cfg.RelayInterval):
 		}
 	}
@@ -155,21 +159,21 @@ func (d *Dispatcher) relayLoop(ctx context.Context) {
 // *OutboxError when claiming failed. An intent that could not be finished
 // is counted in Errors and left for a later pass.
 func (d *Dispatcher) Relay(ctx context.Context) (RelayStats, error) {
-	if _, ok := d.box.(outbox.Intents); !ok {
+	if d.intents == nil {
 		return RelayStats{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
 			Rule: "records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox)"}
 	}
 	if d.flights.isClosed() {
 		return RelayStats{}, ErrClosed
 	}
-	return d.relayPass(ctx)
+	return d.relay.pass(ctx)
 }
 
-// relayPass is Relay's work.
-func (d *Dispatcher) relayPass(ctx context.Context) (RelayStats, error) {
+// pass is Relay's work.
+func (r *relay) pass(ctx context.Context) (RelayStats, error) {
 	var st RelayStats
-	store, ok := d.box.(outbox.Intents)
-	if !ok || len(d.cfg.RelayQueues) == 0 {
+	d := r.d
+	if r.store == nil || len(d.cfg.RelayQueues) == 0 {
 		return st, nil
 	}
 	queues := make([]string, len(d.cfg.RelayQueues))
@@ -180,7 +184,7 @@ func (d *Dispatcher) relayPass(ctx context.Context) (RelayStats, error) {
 	// relay does not repeat them while they run.
 	claimFor := 2*d.cfg.Retry.MaxElapsed + d.cfg.StaleAfter
 	for {
-		ins, err := store.ClaimIntents(ctx, queues, relayBatch, claimFor)
+		ins, err := r.store.ClaimIntents(ctx, queues, relayBatch, claimFor)
 		if err != nil {
 			return st, &OutboxError{Op: OpClaimIntents, BeforeCall: true, Err: err}
 		}
@@ -190,14 +194,14 @@ func (d *Dispatcher) relayPass(ctx context.Context) (RelayStats, error) {
 		g.SetLimit(relayConcurrent)
 		for _, in := range ins {
 			g.Go(func() error {
-				v, err := d.relayOne(ctx, store, in)
+				v, err := r.one(ctx, in)
 				mu.Lock()
 				defer mu.Unlock()
 				st.count(v, err)
 				return nil
 			})
 		}
-		_ = g.Wait() // relayOne's errors are counted, not returned
+		_ = g.Wait() // one's errors are counted, not returned
 		if len(ins) < relayBatch || ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -222,15 +226,16 @@ func (st *RelayStats) count(s outbox.Status, err error) {
 	}
 }
 
-// relayOne creates the task of one claimed intent in a relay flight, which
-// a Dispatch, Cancel or Recover of the ID in this process waits out (and
-// it theirs). It returns the status it recorded, or "" when the ID had
-// moved on.
-func (d *Dispatcher) relayOne(ctx context.Context, store outbox.Intents, in outbox.Intent) (outbox.Status, error) {
+// one creates the task of one claimed intent in a relay flight, which a
+// Dispatch, Cancel or Recover of the ID in this process waits out (and it
+// theirs). It returns the status it recorded, or "" when the ID had moved
+// on.
+func (r *relay) one(ctx context.Context, in outbox.Intent) (outbox.Status, error) {
 	if in.Delete {
-		return d.relayCancel(ctx, store, in)
+		return r.cancel(ctx, in)
 	}
-	f, _, err := d.flights.do(ctx, in.ID, opRelay, func(f *flight) { d.relayIntent(ctx, f, store, in) })
+	d := r.d
+	f, _, err := d.flights.do(ctx, in.ID, opRelay, func(f *flight) { r.create(ctx, f, in) })
 	if err != nil {
 		return "", err
 	}
@@ -240,10 +245,11 @@ func (d *Dispatcher) relayOne(ctx context.Context, store outbox.Intents, in outb
 	return f.relayed, f.err
 }
 
-// relayCancel carries out a delete intent with Cancel's own flight and
-// records, then drops the intent. A cancel Cancel refuses (the queue
-// recorded since differs) is dropped too: it can never succeed.
-func (d *Dispatcher) relayCancel(ctx context.Context, store outbox.Intents, in outbox.Intent) (outbox.Status, error) {
+// cancel carries out a delete intent with Cancel's own flight and records,
+// then drops the intent. A cancel Cancel refuses (the queue recorded since
+// differs) is dropped too: it can never succeed.
+func (r *relay) cancel(ctx context.Context, in outbox.Intent) (outbox.Status, error) {
+	d := r.d
 	id, err := naming.Parse(in.ID)
 	if err != nil {
 		return "", fmt.Errorf("cloudtasks: relay %s: %w", in.ID, err)
@@ -256,9 +262,9 @@ func (d *Dispatcher) relayCancel(ctx context.Context, store outbox.Intents, in o
 	case err != nil:
 		return "", err
 	default:
-		d.relay.recorded()
+		r.recorded()
 	}
-	if derr := d.dropIntent(ctx, store, in); derr != nil {
+	if derr := r.drop(ctx, in); derr != nil {
 		return "", derr
 	}
 	if err != nil {
@@ -267,18 +273,18 @@ func (d *Dispatcher) relayCancel(ctx context.Context, store outbox.Intents, in o
 	return outbox.StatusCancelled, nil
 }
 
-// relayIntent is the work of a relay flight: if the intent's pending
-// record is still the ID's latest, create the task and record the
-// outcome, then drop the intent.
-func (d *Dispatcher) relayIntent(leader context.Context, f *flight, store outbox.Intents, in outbox.Intent) {
-	ctx := workContext(leader)
+// create is the work of a relay flight: if the intent's pending record is
+// still the ID's latest, create the task and record the outcome (by
+// onCreate, as Dispatch does), then drop the intent.
+func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
+	ctx, d := workContext(leader), r.d
 	prev, found, err := d.box.Latest(ctx, in.Table, in.ID)
 	if err != nil {
 		f.err = &OutboxError{ID: in.ID, Op: OpRead, BeforeCall: true, Err: err}
 		return
 	}
 	if !found || prev.Version != in.Version || prev.Status != outbox.StatusPending {
-		f.err = d.dropIntent(ctx, store, in)
+		f.err = r.drop(ctx, in)
 		return
 	}
 	var req cloudtaskspb.CreateTaskRequest
@@ -290,28 +296,24 @@ func (d *Dispatcher) relayIntent(leader context.Context, f *flight, store outbox
 	if id, err := naming.Parse(in.ID); err == nil {
 		kind = id.Kind().String()
 	}
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context, t try) error {
-		return d.attempt(ctx, "CreateTask", t, codes.AlreadyExists, func(ctx context.Context) error {
-			return d.createTask(ctx, in.ID, &req)
-		})
+	calls, err := d.call(ctx, "CreateTask", codes.AlreadyExists, func(ctx context.Context) error {
+		return d.createTask(ctx, in.ID, &req)
 	})
 	rec := prev
 	rec.Follow(&prev, d.clock.Now())
 	rec.CreateCalls += int32(calls)
 	rec.ErrorCode = ""
-	switch code := codeOf(err); {
-	case err == nil:
-		rec.Status = outbox.StatusCreated
-	case code == codes.AlreadyExists:
-		rec.Status = outbox.StatusAlreadyExisted
-	case transient(code) || ctx.Err() != nil:
+	v := onCreate(err, ctx.Err() != nil)
+	switch v.status {
+	case "":
 		// Unknown whether the task exists: the intent and its pending
 		// record stay as they are, and the next claim asks again.
-		f.err = &CallError{ID: in.ID, Method: "CreateTask", Code: code, Calls: calls, Transient: true, Err: err}
+		f.err = &CallError{ID: in.ID, Method: "CreateTask", Code: v.code, Calls: calls, Transient: true, Err: err}
 		return
-	default:
-		rec.Status, rec.ErrorCode = outbox.StatusFailed, code.String()
+	case outbox.StatusFailed:
+		rec.ErrorCode = v.code.String()
 	}
+	rec.Status = v.status
 	err = outbox.AppendAndWait(ctx, d.box, rec)
 	switch {
 	case errors.Is(err, outbox.ErrVersionConflict):
@@ -327,16 +329,16 @@ func (d *Dispatcher) relayIntent(leader context.Context, f *flight, store outbox
 		f.relayed = rec.Status
 	}
 	d.m.outcome(ctx, kind, string(rec.Status), d.clock.Since(in.CreatedAt))
-	d.relay.recorded()
+	r.recorded()
 	if d.log.Enabled(ctx, slog.LevelDebug) {
 		d.log.DebugContext(ctx, "relayed", "id", in.ID, "status", rec.Status, "calls", calls)
 	}
-	f.err = d.dropIntent(ctx, store, in)
+	f.err = r.drop(ctx, in)
 }
 
-// dropIntent removes a finished intent.
-func (d *Dispatcher) dropIntent(ctx context.Context, store outbox.Intents, in outbox.Intent) error {
-	if err := store.DropIntent(ctx, in); err != nil {
+// drop removes a finished intent.
+func (r *relay) drop(ctx context.Context, in outbox.Intent) error {
+	if err := r.store.DropIntent(ctx, in); err != nil {
 		return &OutboxError{ID: in.ID, Op: OpClaimIntents, Err: err}
 	}
 	return nil
@@ -390,9 +392,8 @@ func (d *Dispatcher) WaitOutcome(ctx context.Context, id string) (outbox.Record,
 
 // intentWaiting reports whether id has an intent no relay has finished.
 func (d *Dispatcher) intentWaiting(ctx context.Context, id string) (bool, error) {
-	store, ok := d.box.(outbox.Intents)
-	if !ok {
+	if d.intents == nil {
 		return false, nil
 	}
-	return store.HasIntent(ctx, id)
+	return d.intents.HasIntent(ctx, id)
 }

@@ -21,23 +21,21 @@ import (
 // again as latest does, when the store is an outbox.FreshReader. err is an
 // *OutboxError when the pending record could not be written.
 func (d *Dispatcher) reserve(ctx context.Context, f *flight, id naming.ID, req *cloudtaskspb.CreateTaskRequest, now time.Time) (prev outbox.Record, found, reserved bool, unseen time.Duration, err error) {
-	r, ok := d.box.(outbox.Reserver)
-	if !ok {
+	if d.reserver == nil {
 		prev, found, unseen, err = d.latest(ctx, id)
 		return prev, found, false, unseen, err
 	}
 	rec := d.pendingRecord(ctx, f, id, req)
 	rec.Follow(nil, now)
-	cur, kept, err := r.Reserve(ctx, rec)
+	cur, kept, err := d.reserver.Reserve(ctx, rec)
 	switch {
 	case err != nil:
 		return outbox.Record{}, false, false, 0, d.outboxFailed(rec.ID, true, err)
 	case !kept:
-		fr, fresher := d.box.(outbox.FreshReader)
-		if !fresher || (cur.Status != outbox.StatusCreated && cur.Status != outbox.StatusAlreadyExisted) {
+		if d.fresh == nil || (cur.Status != outbox.StatusCreated && cur.Status != outbox.StatusAlreadyExisted) {
 			return cur, true, false, 0, nil
 		}
-		prev, found, unseen, err = fr.LatestFresh(ctx, outbox.TableOf(id), id.String())
+		prev, found, unseen, err = d.fresh.LatestFresh(ctx, outbox.TableOf(id), id.String())
 		return prev, found, false, unseen, err
 	}
 	if d.cfg.Durability != DurabilityStrict {

@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -139,4 +140,14 @@ func (p RetryPolicy) retry(ctx context.Context, clock clockwork.Clock, rnd func(
 		}
 		backoff = delay
 	}
+}
+
+// call makes a Cloud Tasks call of method under the retry policy, each
+// try in its attempt span, in which the code fine (NotFound for a GetTask,
+// say) is an answer rather than an error. It returns the calls made and
+// the last error.
+func (d *Dispatcher) call(ctx context.Context, method string, fine codes.Code, fn func(context.Context) error) (int, error) {
+	return d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry(method), func(ctx context.Context, t try) error {
+		return d.attempt(ctx, method, t, fine, fn)
+	})
 }

@@ -66,8 +66,7 @@ func (d *Dispatcher) ScheduleTimerTx(ctx context.Context, tx outbox.Tx, req Time
 
 // submitTx is DispatchTx's work for the task of id (a dispatch or a timer).
 func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t *Task) (DispatchResult, error) {
-	store, ok := d.box.(outbox.Intents)
-	if !ok {
+	if d.intents == nil {
 		return DispatchResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
 			Rule: "records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox)"}
 	}
@@ -86,7 +85,7 @@ func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t
 	}
 	queuePath := d.queueOf(t.Queue)
 	ctx, span := d.startSend(ctx, id, queuePath)
-	res, err := d.recordIntent(ctx, store, tx, id, t, queuePath, start)
+	res, err := d.recordIntent(ctx, tx, id, t, queuePath, start)
 	endSend(span, &res, err)
 	return res, err
 }
@@ -95,7 +94,7 @@ func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t
 // intent there. Another transaction that wrote the ID's next version and
 // committed first makes it read again (READ COMMITTED sees that write),
 // at most rereads times.
-func (d *Dispatcher) recordIntent(ctx context.Context, store outbox.Intents, tx outbox.Tx, id naming.ID, t *Task, queuePath string, now time.Time) (DispatchResult, error) {
+func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.ID, t *Task, queuePath string, now time.Time) (DispatchResult, error) {
 	key, table := id.String(), outbox.TableOf(id)
 	fp := naming.PayloadFingerprint(t.Body)
 	for try := 0; ; try++ {
@@ -106,22 +105,13 @@ func (d *Dispatcher) recordIntent(ctx context.Context, store outbox.Intents, tx 
 		if err := t.checkSize(req); err != nil {
 			return DispatchResult{}, err
 		}
-		prev, found, err := store.LatestTx(ctx, tx, table, key)
+		prev, found, err := d.intents.LatestTx(ctx, tx, table, key)
 		if err != nil {
 			return DispatchResult{}, &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		}
 		if found {
-			given := req
-			if req, err = d.inRecordedQueue(id, t, req, prev, now); err != nil {
+			if req, err = d.requestFor(ctx, id, t, req, &prev, now); err != nil {
 				return DispatchResult{}, err
-			}
-			if req != given {
-				if err = d.injectTrace(ctx, t, req); err == nil {
-					err = t.checkSize(req)
-				}
-				if err != nil {
-					return DispatchResult{}, err
-				}
 			}
 		}
 		res := DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
@@ -143,7 +133,7 @@ func (d *Dispatcher) recordIntent(ctx context.Context, store outbox.Intents, tx 
 		if err != nil {
 			return DispatchResult{}, fmt.Errorf("cloudtasks: encode the CreateTask request of %s: %w", key, err)
 		}
-		err = store.AppendIntent(ctx, tx, rec, outbox.Intent{Table: table, ID: key, Version: rec.Version, Queue: rec.Queue, Request: body})
+		err = d.intents.AppendIntent(ctx, tx, rec, outbox.Intent{Table: table, ID: key, Version: rec.Version, Queue: rec.Queue, Request: body})
 		if errors.Is(err, outbox.ErrVersionConflict) && try < rereads {
 			now = d.clock.Now()
 			continue
@@ -163,25 +153,17 @@ func (d *Dispatcher) recordIntent(ctx context.Context, store outbox.Intents, tx 
 // whose name is free again, or over a pending record (whose own call or
 // intent creates the same task, so a second one is only a repeat).
 func (d *Dispatcher) answerFromRecord(ctx context.Context, res *DispatchResult, prev *outbox.Record, fp string, now time.Time) (done bool, err error) {
-	switch prev.Status {
-	case outbox.StatusCreated, outbox.StatusAlreadyExisted, outbox.StatusPending:
-		if prev.PayloadSHA256 != "" && prev.PayloadSHA256 != fp {
-			d.m.conflicts.Add(ctx, 1)
-			return false, &ConflictError{ID: prev.ID, Recorded: prev.PayloadSHA256, Given: fp}
-		}
-	}
-	switch prev.Status {
-	case outbox.StatusCreated, outbox.StatusAlreadyExisted:
+	switch onRecord(prev, fp, d.processor, d.cfg.EnforceOwnership) {
+	case repeatConflict:
+		return false, d.conflict(ctx, prev, fp)
+	case repeatNotOwner:
+		return false, &OwnershipError{ID: prev.ID, Owner: prev.ProcessorUUID}
+	case repeatSkip:
 		res.Outcome, res.FirstRecorded, res.Skipped = OutcomeAlreadyExisted, prev.CreatedAt, true
 		return true, nil
-	case outbox.StatusPending:
-		if prev.ProcessorUUID != d.processor && d.cfg.EnforceOwnership {
-			return false, &OwnershipError{ID: prev.ID, Owner: prev.ProcessorUUID}
-		}
-	case outbox.StatusCancelled:
-		if f := (&flight{}); deletedByCancel(prev) && d.nameHeld(ctx, f, prev, now) {
-			return false, f.err
-		}
+	}
+	if f := (&flight{}); deletedByCancel(prev) && d.nameHeld(ctx, f, prev, now) {
+		return false, f.err
 	}
 	return false, nil
 }
@@ -203,8 +185,7 @@ func (d *Dispatcher) answerFromRecord(ctx context.Context, res *DispatchResult, 
 // RelayQueues); *OutboxError; a *ConfigError when the outbox records no
 // intents.
 func (d *Dispatcher) CancelTx(ctx context.Context, tx outbox.Tx, id, queue string) (CancelResult, error) {
-	store, ok := d.box.(outbox.Intents)
-	if !ok {
+	if d.intents == nil {
 		return CancelResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
 			Rule: "records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox)"}
 	}
@@ -222,25 +203,16 @@ func (d *Dispatcher) CancelTx(ctx context.Context, tx outbox.Tx, id, queue strin
 		return CancelResult{}, ErrClosed
 	}
 	key, table := nid.String(), outbox.TableOf(nid)
-	prev, known, err := store.LatestTx(ctx, tx, table, key)
+	prev, known, err := d.intents.LatestTx(ctx, tx, table, key)
 	if err != nil {
 		return CancelResult{}, &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 	}
-	var queuePath string
-	switch {
-	case known && queue != "" && d.queueOf(queue) != prev.Queue:
-		return CancelResult{}, &RequestError{Field: "Queue", Value: queue,
-			Rule: fmt.Sprintf("differs from the queue the outbox recorded for %s (%s); leave it empty or name that queue", key, prev.Queue)}
-	case known:
-		queuePath = prev.Queue
-	case queue == "":
-		return CancelResult{}, &RequestError{Field: "Queue",
-			Rule: fmt.Sprintf("is required: the outbox has no record of %s, so it cannot tell which queue holds the task", key)}
-	default:
-		queuePath = d.queueOf(queue)
+	queuePath, err := cancelQueue(key, &prev, known, queue, d.queueOf)
+	if err != nil {
+		return CancelResult{}, err
 	}
 	in := outbox.Intent{Delete: true, Table: table, ID: key, Version: prev.Version, Queue: queuePath}
-	if err := store.AppendCancel(ctx, tx, in); err != nil {
+	if err := d.intents.AppendCancel(ctx, tx, in); err != nil {
 		return CancelResult{}, &OutboxError{ID: key, Op: OpRecordCancel, Err: err}
 	}
 	return CancelResult{ID: key, CloudTaskID: nid.CloudTaskID(), TaskName: nid.TaskName(queuePath), Outcome: CancelQueued}, nil
