@@ -155,7 +155,18 @@ func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) 
 		return nil, vanished, err
 	}
 
-	// Whole rows only for the answer, row group by row group.
+	out, vanished := pendingRows(fs, cand, isOld)
+	if vanished {
+		return nil, true, nil
+	}
+	outbox.SortPending(out)
+	return out, false, nil
+}
+
+// pendingRows reads the whole rows of the candidates whose latest state is
+// an old pending one (isOld), row group by row group; vanished reports a
+// file that went away meanwhile.
+func pendingRows(fs *fileSet, cand map[string]*pendingCand, isOld func(*outbox.Record) bool) (_ []outbox.Record, vanished bool) {
 	var out []outbox.Record
 	byGroup := map[rowRef][]*pendingCand{}
 	for _, c := range cand {
@@ -179,12 +190,11 @@ func (o *Outbox) pending(ctx context.Context, t outbox.Table, cutoff time.Time) 
 		recs, err := k.f.readRows(k.rg, idx)
 		if err != nil {
 			if fs.markBad(k.f, err) {
-				return nil, true, nil
+				return nil, true
 			}
 			continue
 		}
 		out = append(out, recs...)
 	}
-	outbox.SortPending(out)
-	return out, false, nil
+	return out, false
 }
