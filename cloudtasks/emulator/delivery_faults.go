@@ -84,10 +84,10 @@ type DeliveryFaults struct {
 	// Tasks plants a fault on a task, named by its ID (the last part of its
 	// name, as X-CloudTasks-TaskName carries it), its full name, or its
 	// Idempotency-Key (the internal ID ctdispatch's dispatcher sets). The
-	// fault meets every attempt of the task until it has happened once,
-	// and then the task is delivered as usual: FaultLoseReply on a task
-	// whose worker answers 503 waits for the attempt answered 2xx. A task
-	// with a planted fault draws none.
+	// fault meets every attempt of the task until it has happened once
+	// (FaultLoseReply on a task whose worker answers 503 waits for the
+	// attempt answered 2xx), and the task draws none from Rates until then;
+	// its later attempts draw like any other's.
 	Tasks map[string]DeliveryFault `json:"tasks" yaml:"tasks"`
 	// Delay is how long FaultDelay holds a task's attempt back. Defaults
 	// to DefaultFaultDelay.
