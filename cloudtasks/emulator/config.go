@@ -94,6 +94,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Faults are injected into RPCs; see Faults. Defaults to none.
 	Faults Faults
+	// DeliveryFaults are injected into the delivery of tasks: replies
+	// lost, deliveries doubled, connections reset, attempts delayed and
+	// 2xx answers withheld past the dispatch deadline, per task or at
+	// rates; see DeliveryFaults. They act around HTTPClient, whichever
+	// client it is, and wait on Clock. Defaults to none.
+	DeliveryFaults DeliveryFaults
 	// HTTPClient sends deliveries. Defaults to a client with no timeout of
 	// its own (each attempt is bounded by the task's dispatch deadline).
 	// Whichever client sends them, each attempt is sent once: the emulator
@@ -207,6 +213,9 @@ func (c Config) validate() error {
 			}
 			return err
 		}
+	}
+	if err := c.DeliveryFaults.validate(); err != nil {
+		return err
 	}
 	return c.Faults.validate()
 }

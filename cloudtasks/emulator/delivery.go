@@ -44,6 +44,12 @@ type Delivery struct {
 	Err string
 	// Outcome is one of the Outcome… constants.
 	Outcome string
+	// Fault is the delivery fault that happened to the attempt
+	// (Config.DeliveryFaults), "" for none. StatusCode and ResponseBody are
+	// then what the emulator got: the second answer of FaultDeliverTwice,
+	// none for FaultLoseReply, FaultReset and FaultWithhold, its own 200
+	// for FaultDrop.
+	Fault DeliveryFault
 }
 
 // errDeadline marks an attempt the worker did not answer within the
@@ -172,7 +178,8 @@ func (s *Server) send(a *attempt) (code int, retryAfter time.Duration, err error
 	}
 	ctx, cancel := clockwork.WithTimeout(s.ctx, s.clock, a.deadline)
 	defer cancel()
-	resp, err := s.cfg.HTTPClient.Do(a.req.WithContext(ctx))
+	resp, fault, err := s.do(ctx, a)
+	a.rec.Fault = fault
 	if err != nil {
 		// A fake clock's context may block in Err until its deadline, so
 		// Err is asked only once Done says the context has ended.

@@ -98,4 +98,26 @@
 // into chosen RPCs at chosen rates, repeatably for a given seed. A
 // PerRequest rule fails single requests inside BatchCreateTasks and
 // BatchDeleteTasks instead of the whole call.
+//
+// # Delivery faults
+//
+// Config.DeliveryFaults (or SetDeliveryFaults) does to deliveries what
+// the network and Cloud Tasks' at-least-once delivery do to a worker, so
+// that a worker's test can show that its work happens once anyway: the
+// worker's 2xx lost on its way back (FaultLoseReply: the task is
+// delivered again), an attempt delivered twice after a 2xx
+// (FaultDeliverTwice), the connection reset halfway through the body
+// (FaultReset), an attempt held back on the clock (FaultDelay), and the
+// worker's 2xx withheld until the attempt's dispatch deadline ends it
+// (FaultWithhold: the work is done, the attempt failed, the task comes
+// again with retry reason DEADLINE_EXCEEDED); FaultDrop answers 200
+// without delivering, for a check that must notice lost work. A fault is
+// planted on a task by its ID, full name or Idempotency-Key, and stays
+// until it has happened once, or drawn at rates from a seed, keyed to the
+// task and the attempt so that a seed means the same on any machine. The
+// faults act around Config.HTTPClient and wait on Config.Clock; each
+// attempt's Delivery.Fault says what happened to it, and
+// DeliveryFaults.OnFault reports each fault as it happens, also when a
+// wait on the clock begins, so a test on a fake clock knows when to move
+// it.
 package emulator

@@ -120,3 +120,66 @@ func ExampleServer_SignToken() {
 	// expired: 401 Unauthorized
 	// another audience: 403 Forbidden
 }
+
+// A worker's test makes the emulator lose the worker's reply to one task,
+// named by its Idempotency-Key: the emulator delivers the task again after
+// the queue's backoff (on the test's clock), and the worker's inbox answers
+// the redelivery as a duplicate without doing the work twice.
+func ExampleDeliveryFaults() {
+	ctx := context.Background()
+	w, err := ctworker.New(ctx, &ctworker.Config{InsecureSkipVerify: true, Inbox: ctworker.NewMemoryInbox()},
+		func(_ context.Context, d *ctworker.Delivery) error {
+			fmt.Println("work done for", d.ID)
+			return nil
+		})
+	if err != nil {
+		panic(err)
+	}
+	worker := httptest.NewServer(w)
+	defer worker.Close()
+
+	id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(1))
+	const queue = "projects/p/locations/l/queues/q"
+	clock := clockwork.NewFakeClock()
+	srv, err := emulator.New(emulator.Config{
+		Clock:          clock,
+		ManualDelivery: true,
+		Queues:         []emulator.QueueConfig{{Name: queue, MinBackoff: time.Second}},
+		DeliveryFaults: emulator.DeliveryFaults{Tasks: map[string]emulator.DeliveryFault{
+			id.String(): emulator.FaultLoseReply, // or FaultDeliverTwice, FaultReset, FaultDelay, FaultWithhold
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	client, err := srv.NewClient(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	_, err = client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: &cloudtaskspb.Task{
+		Name: queue + "/tasks/" + id.CloudTaskID(),
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+			Url: worker.URL, Body: []byte(`{}`), Headers: map[string]string{ctworker.HeaderIdempotencyKey: id.String()},
+		}},
+	}})
+	if err != nil {
+		panic(err)
+	}
+
+	_, _ = srv.RunDue(ctx)     // the worker answers 200; the answer is lost
+	clock.Advance(time.Second) // the queue's backoff
+	_, _ = srv.RunDue(ctx)     // the redelivery
+	for _, d := range srv.Deliveries() {
+		if d.Fault != "" {
+			fmt.Printf("attempt %d: %s (%s)\n", d.Attempt, d.Fault, d.Err)
+			continue
+		}
+		fmt.Printf("attempt %d: %d %s", d.Attempt, d.StatusCode, d.ResponseBody)
+	}
+	// Output:
+	// work done for dispatch:run1:extract:1
+	// attempt 1: lose_reply (delivery fault: the worker's 200 was lost)
+	// attempt 2: 200 duplicate
+}

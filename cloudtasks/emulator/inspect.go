@@ -67,7 +67,7 @@ func (s *Server) inspect(queue, task string, limit int) emuproto.Inspection {
 			Queue: d.Queue, Task: d.Task, Attempt: d.Attempt, Method: d.Method, URL: d.URL,
 			Header: redact(d.Header), BodyBytes: len(d.Body),
 			ScheduleTime: d.ScheduleTime, DispatchTime: d.DispatchTime, ResponseTime: d.ResponseTime,
-			StatusCode: d.StatusCode, Err: d.Err, Outcome: d.Outcome,
+			StatusCode: d.StatusCode, Err: d.Err, Outcome: d.Outcome, Fault: string(d.Fault),
 		}
 	}
 	return ins

@@ -40,7 +40,9 @@ type Server struct {
 	oidc   *oidc.Issuer
 	public string // base URL of the HTTP server as workers see it
 	faults *faultState
-	pages  *pageTokens
+	// deliveryFaults injects Config.DeliveryFaults around HTTPClient.
+	deliveryFaults *deliveryFaultState
+	pages          *pageTokens
 
 	mu         sync.Mutex
 	queues     map[string]*queue
@@ -70,17 +72,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:        cfg,
-		clock:      cfg.Clock,
-		log:        cfg.Logger,
-		faults:     newFaultState(cfg.Faults),
-		pages:      newPageTokens(),
-		queues:     make(map[string]*queue),
-		names:      make(map[string]time.Time),
-		queueNames: make(map[string]time.Time),
-		ops:        make(map[string]*longrunningpb.Operation),
-		opsByReq:   make(map[string]string),
-		wake:       make(chan struct{}, 1),
+		cfg:            cfg,
+		clock:          cfg.Clock,
+		log:            cfg.Logger,
+		faults:         newFaultState(cfg.Faults),
+		deliveryFaults: newDeliveryFaultState(cfg.DeliveryFaults),
+		pages:          newPageTokens(),
+		queues:         make(map[string]*queue),
+		names:          make(map[string]time.Time),
+		queueNames:     make(map[string]time.Time),
+		ops:            make(map[string]*longrunningpb.Operation),
+		opsByReq:       make(map[string]string),
+		wake:           make(chan struct{}, 1),
 	}
 	for _, q := range cfg.Queues {
 		if _, err := s.createQueue(q.proto()); err != nil {
@@ -261,9 +264,21 @@ func (s *Server) SetFaults(f Faults) error {
 	return nil
 }
 
+// SetDeliveryFaults replaces the plan of delivery faults: the faults
+// planted on tasks start again from f.Tasks, and draws from the new seed.
+// Attempts in flight keep the fault they met.
+func (s *Server) SetDeliveryFaults(f DeliveryFaults) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	s.deliveryFaults.set(f)
+	return nil
+}
+
 // Reset forgets every task, remembered name, operation and delivery, and
 // restores the queues of Config.Queues (other queues are deleted). Attempts
-// in flight finish but their results are dropped.
+// in flight finish but their results are dropped. The fault plans stay as
+// they are (SetFaults and SetDeliveryFaults replace them).
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -60,6 +60,19 @@ type Config struct {
 	// logs a warning. It may not be combined with Audiences,
 	// ServiceAccounts or Issuers.
 	InsecureSkipVerify bool
+	// ExplainRefusals adds a refused token's full reason to the answer's
+	// body, after the outcome's line: the value the token carried and the
+	// rule, which names the accepted issuers, audiences or service
+	// accounts, the key ID, the algorithm or the worker's clock. For
+	// development only, for example behind the emulator, whose delivery
+	// log keeps the start of each answer: anyone who can reach the URL
+	// learns from it whose token to obtain and for which audience, so New
+	// logs a warning when it is set. Defaults to false: the body is the
+	// outcome alone ("unauthorized", "forbidden", "keys_unavailable"),
+	// HeaderRefusal carries the reason's code, and the full reason is
+	// logged. It may not be combined with InsecureSkipVerify, which
+	// refuses nothing.
+	ExplainRefusals bool
 	// Inbox makes each key's work happen once. Required: NewSQLInbox for
 	// exactly-once effects across processes (the handler's writes commit
 	// with the key's done mark), NewMemoryInbox for one process.
@@ -162,6 +175,8 @@ func (c Config) validate() error {
 		}
 	}
 	switch {
+	case c.InsecureSkipVerify && c.ExplainRefusals:
+		return bad("ExplainRefusals", "true", "is set although InsecureSkipVerify turns verification off, so no token is refused; drop one of them")
 	case c.Inbox == nil:
 		return bad("Inbox", "nil", "is required: NewSQLInbox for exactly-once effects across processes, NewMemoryInbox for one process")
 	case c.MaxBodyBytes < 0:

@@ -30,18 +30,22 @@
 // off only when Config.InsecureSkipVerify says so, and New logs a warning
 // when it is.
 //
-// A refused token is answered with its Refusal (RefusalIssuer,
-// RefusalExpired, …) in the HeaderRefusal header, and with a body whose
-// first line is the outcome and whose second is the refusal and a message
-// naming the value and the rule, for example
+// A refused token is answered with the outcome alone as the body
+// ("unauthorized", "forbidden", "keys_unavailable") and its Refusal
+// (RefusalIssuer, RefusalExpired, …) in the HeaderRefusal header: a code
+// that says which check failed, never with what value. Whoever can reach
+// the URL learns nothing it could use, such as whose token to obtain or
+// for which audience. The full reason, naming the value and the rule, is
+// logged with the request's trace (see Observability), for example
 //
-//	forbidden
-//	issuer: issuer "http://127.0.0.1:1234" not accepted; accepted: ["https://accounts.google.com" "accounts.google.com"] (Config.Issuers)
+//	issuer "http://127.0.0.1:1234" not accepted; accepted: ["https://accounts.google.com" "accounts.google.com"] (Config.Issuers)
 //
-// An expired token's message gives its exp and iat and the worker's clock,
+// and the Refusal is the "refusal" attribute of the request's metrics.
+// An expired token's reason gives its exp and iat and the worker's clock,
 // and blames the clocks when iat is far from it (an emulator whose fake
-// clock is set in the past signs such tokens). The same is logged; neither
-// the answer nor the log quotes the token.
+// clock is set in the past signs such tokens). Neither the answer nor the
+// log quotes the token. Config.ExplainRefusals, for development only,
+// adds the full reason to the body as a second line.
 //
 // # Against the emulator
 //
@@ -49,7 +53,9 @@
 // its own and names itself as their issuer. A worker accepts them with
 // Issuers: []string{emu.Issuer()} and KeysClient: emu.KeysClient() beside
 // its Audiences and ServiceAccounts; ExampleNew_emulator shows it, and an
-// emulator whose clock is fake should start it at the real now.
+// emulator whose clock is fake should start it at the real now. With
+// Config.ExplainRefusals the emulator's delivery log (the start of each
+// answer) says why a token was refused.
 //
 // The worker then reads the headers. The Idempotency-Key must parse as an
 // internal ID (naming.Parse) whose Cloud Tasks ID equals
@@ -141,11 +147,12 @@
 //
 // Each answered request is logged once through Config.Logger (debug when
 // done or duplicate, warn for retries and refused tokens, with the
-// refusal, error for failures, rejections, unavailable keys and panics,
-// with the stack) and counted in two
-// OpenTelemetry instruments with an "outcome" attribute:
-// ctdispatch.worker.deliveries (requests) and ctdispatch.worker.duration
-// (seconds from arrival to answer). A third,
+// refusal and its full reason as error, error for failures, rejections,
+// unavailable keys and panics, with the stack; the record carries the
+// trace and span IDs of the request's span) and counted in two
+// OpenTelemetry instruments with an "outcome" attribute, and a "refusal"
+// attribute for a refused token: ctdispatch.worker.deliveries (requests)
+// and ctdispatch.worker.duration (seconds from arrival to answer). A third,
 // ctdispatch.worker.record_failures, counts delivery records the outbox
 // could not keep.
 //

@@ -25,12 +25,14 @@ func DefaultIssuers() []string {
 }
 
 // HeaderRefusal is the response header that names, with a Refusal, why a
-// request's token was refused. The body's second line says it in words.
+// request's token was refused. It carries the code only; the values behind
+// it go to the log, and to the body only with Config.ExplainRefusals.
 const HeaderRefusal = "X-Ctdispatch-Refusal"
 
 // Refusal names why the worker refused a request's token. The names are
-// stable: they are sent in HeaderRefusal, logged as "refusal", and may be
-// matched by tools and tests.
+// stable: they are sent in HeaderRefusal, logged as "refusal", set as the
+// "refusal" attribute of the worker's metrics, and may be matched by tools
+// and tests. A name says which check failed, never with what value.
 type Refusal string
 
 // The refusals, with the status each is answered with.
@@ -86,9 +88,10 @@ const clockSkewHint = 5 * time.Minute
 // worker's problem, not the caller's, so it is answered 500, not 401.
 var errKeysUnavailable = errors.New("signing keys unavailable")
 
-// authError is a refused token. Message is what the caller is told: it
-// names the value and the rule and never quotes the token. Cause, when
-// set, is for the log only (it may name the worker's own network).
+// authError is a refused token. Message is the full reason, for the log
+// (and for the caller only with Config.ExplainRefusals): it names the
+// value and the rule and never quotes the token. Cause, when set, is for
+// the log only (it may name the worker's own network).
 type authError struct {
 	Status  int
 	Reason  Refusal
@@ -101,6 +104,15 @@ func (e *authError) Error() string {
 		return e.Message + ": " + e.Cause.Error()
 	}
 	return e.Message
+}
+
+// refusalOf returns the refusal err is, or nil.
+func refusalOf(err error) *authError {
+	var ae *authError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return nil
 }
 
 func unauthorized(r Refusal, format string, args ...any) *authError {

@@ -125,6 +125,9 @@ func New(ctx context.Context, cfg *Config, h Handler) (*Worker, error) {
 	} else if w.verify, err = newVerifier(ctx, &c); err != nil {
 		return nil, err
 	}
+	if c.ExplainRefusals {
+		w.log.Warn("worker: refusals are explained to the caller (Config.ExplainRefusals): an answer names the accepted issuers, audiences and service accounts; for development only")
+	}
 	return w, nil
 }
 
@@ -145,12 +148,13 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(res.retryAfter.Seconds())), 10))
 	}
 	body := string(res.outcome) + "\n"
-	var ae *authError
-	if errors.As(res.err, &ae) {
-		// Why, for the caller and the emulator's delivery log: the reason
-		// and the rule, never the token.
+	if ae := refusalOf(res.err); ae != nil {
+		// The caller learns the reason's code, not the values behind it:
+		// those would tell it whose token to obtain. The log has them.
 		rw.Header().Set(HeaderRefusal, string(ae.Reason))
-		body += string(ae.Reason) + ": " + ae.Message + "\n"
+		if w.cfg.ExplainRefusals {
+			body += string(ae.Reason) + ": " + ae.Message + "\n"
+		}
 	}
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)
@@ -267,7 +271,12 @@ func (w *Worker) classify(d Delivery, outcome Outcome, err error) result {
 
 // finish logs and counts a request once it is answered.
 func (w *Worker) finish(ctx context.Context, res result, status int, took time.Duration) {
-	w.metrics.record(ctx, res.outcome, took)
+	ae := refusalOf(res.err)
+	var refusal Refusal
+	if ae != nil {
+		refusal = ae.Reason
+	}
+	w.metrics.record(ctx, res.outcome, refusal, took)
 	d := res.delivery
 	attrs := []slog.Attr{
 		slog.String("outcome", string(res.outcome)), slog.Int("status", status),
@@ -287,8 +296,7 @@ func (w *Worker) finish(ctx context.Context, res result, status int, took time.D
 		attrs = append(attrs, slog.String("idempotency_key", d.Header.Get(HeaderIdempotencyKey)),
 			slog.String("ctdispatch_task_id", d.Header.Get(HeaderCtdispatchTaskID)))
 	}
-	var ae *authError
-	if errors.As(res.err, &ae) {
+	if ae != nil {
 		attrs = append(attrs, slog.String("refusal", string(ae.Reason)))
 	}
 	if res.err != nil {

@@ -265,6 +265,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"empty audience", &Config{Audiences: []string{""}, ServiceAccounts: []string{testSA}, Inbox: inbox}, ok, `worker: Config.Audiences[0] "" is empty`},
 		{"skip and accounts", &Config{InsecureSkipVerify: true, ServiceAccounts: []string{testSA}, Inbox: inbox}, ok,
 			`worker: Config.ServiceAccounts ["tasks@p.iam.gserviceaccount.com"] is set although InsecureSkipVerify turns verification off; drop one of them`},
+		{"skip and explain", &Config{InsecureSkipVerify: true, ExplainRefusals: true, Inbox: inbox}, ok,
+			`worker: Config.ExplainRefusals true is set although InsecureSkipVerify turns verification off, so no token is refused; drop one of them`},
 		{"no inbox", &Config{InsecureSkipVerify: true}, ok,
 			"worker: Config.Inbox nil is required: NewSQLInbox for exactly-once effects across processes, NewMemoryInbox for one process"},
 		{"negative body cap", &Config{InsecureSkipVerify: true, Inbox: inbox, MaxBodyBytes: -1}, ok,

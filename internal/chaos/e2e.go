@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -183,7 +182,10 @@ type e2eLeg struct {
 	cluster *pgserver.Cluster
 	db      *sql.DB
 	emu     *emulator.Server
-	tr      *deliveryFaults
+	// lb sends the emulator's deliveries to the live workers; ledger
+	// keeps what the emulator's delivery faults did.
+	lb      *balancer
+	ledger  *deliveryLedger
 	hist    *history
 	faults  *faultCounter
 	base    time.Time
@@ -315,7 +317,7 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 		firstOrders = append(firstOrders, uint64(slot*100))
 	}
 	planned := assignDeliveryFaults(e2ePlan(l.seed, l.n), q, l.seed, firstOrders, kinds)
-	l.tr = newDeliveryFaults(l.rng.Uint64(), planned, clockwork.NewRealClock(), l.hist.add)
+	l.lb, l.ledger = newBalancer(), newDeliveryLedger(planned, l.hist.add)
 	queue := func(id string) emulator.QueueConfig {
 		return emulator.QueueConfig{Name: "projects/" + project + "/locations/" + location + "/queues/" + id,
 			MaxAttempts: -1, MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
@@ -323,7 +325,8 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 	}
 	l.emu, err = emulator.New(emulator.Config{
 		Queues:           []emulator.QueueConfig{queue(queueID), queue(e2eRedeployQueue)},
-		HTTPClient:       &http.Client{Transport: l.tr},
+		HTTPClient:       &http.Client{Transport: l.lb},
+		DeliveryFaults:   e2eDeliveryFaults(l.rng.Uint64(), planned, l.ledger),
 		Faults:           e2eRPCFaults(l.rng.Uint64()),
 		DeliveryLogLimit: 1 << 20,
 		Logger:           slog.New(rpcFaultHandler{l.faults}),
@@ -414,11 +417,11 @@ func (l *e2eLeg) runLeg(ctx context.Context, cluster *pgserver.Cluster, kills in
 // faultLine lists the faults that landed per hop, and flags a planned
 // kind that never landed.
 func (l *e2eLeg) faultLine() string {
-	dc, _ := l.tr.snapshot()
+	dc, _ := l.ledger.snapshot()
 	for k, v := range dc {
 		l.faults.add(k, v)
 	}
-	unlanded := l.tr.unlanded()
+	unlanded := l.ledger.unlanded()
 	for _, id := range slices.Sorted(maps.Keys(unlanded)) {
 		l.problem("planned delivery fault never landed on its item %s: %s", id, unlanded[id])
 	}
@@ -683,7 +686,7 @@ func (l *e2eLeg) setWorker(name, addr string) {
 	} else {
 		l.workers.live[name] = addr
 	}
-	l.tr.setWorkers(slices.Sorted(maps.Values(l.workers.live)))
+	l.lb.setWorkers(slices.Sorted(maps.Values(l.workers.live)))
 }
 
 // waitWorkers waits until every worker listens.
@@ -862,7 +865,7 @@ func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
 		l.hist.add(ev)
 		f.effects[ev.ID]++
 	}
-	dc, extra := l.tr.snapshot()
+	dc, extra := l.ledger.snapshot()
 	f.extra2xx, f.dropped = extra, dc[faultDropped]
 	return f, rows.Err()
 }

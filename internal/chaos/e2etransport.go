@@ -1,26 +1,21 @@
 package chaos
 
 import (
-	"bytes"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
 
-// The delivery faults the e2e scenario's emulator suffers. The fault of an
-// attempt is keyed to the attempt, not to the order attempts arrive in
-// (see deliveryFaults.decide).
+// The delivery faults the e2e scenario's emulator suffers, through its
+// Config.DeliveryFaults. The fault of an attempt is keyed to the attempt,
+// not to the order attempts arrive in (see emulator.DeliveryFaults).
 const (
 	faultDupAfter2xx = "delivered twice after a 2xx"
 	faultLost2xx     = "2xx lost"
@@ -40,40 +35,6 @@ const (
 // faultDeadline is never drawn: each one holds an attempt for 15 s.
 var deliveryKinds = []string{faultDeadline, faultDupAfter2xx, faultLost2xx, faultReset, faultDelay}
 
-// plannedDelay is the delay of an attempt given faultDelay by the plan.
-const plannedDelay = 100 * time.Millisecond
-
-// errInjectedReset is the error of the body whose read cuts the
-// connection in faultReset.
-var errInjectedReset = errors.New("injected: connection reset")
-
-// deliveryFaults is the emulator's HTTP transport in the e2e scenario: a
-// balancer over the live workers that injects the delivery faults. Workers
-// are chosen round-robin: which worker gets an attempt depends on timing,
-// what happens to the attempt does not. The emulator counts each attempt
-// once, whatever happens here, as Cloud Tasks would.
-type deliveryFaults struct {
-	base  http.RoundTripper
-	emit  func(e2eEvent)
-	seed  uint64
-	clock clockwork.Clock
-
-	mu      sync.Mutex
-	workers []string // live workers' host:port
-	next    int
-	// arrivals counts how often each attempt reached the transport: the
-	// emulator sends one attempt once, so more than one means it
-	// re-sent it.
-	arrivals map[attemptRef]int
-	// pending holds the fault planned for an item (by internal ID) that has
-	// not landed yet: every attempt of the item gets it until it lands.
-	pending map[string]string
-	counts  map[string]int
-	// extra2xx counts 2xx answers the emulator never saw: the second
-	// delivery of a doubled attempt, the lost ones and the withheld ones.
-	extra2xx int
-}
-
 // attemptRef names one delivery attempt: the task's internal ID and its
 // retry count (X-CloudTasks-TaskRetryCount).
 type attemptRef struct {
@@ -81,16 +42,50 @@ type attemptRef struct {
 	retry int
 }
 
-// newDeliveryFaults returns the transport of a leg: seed keys the drawn
-// faults; planned gives the planned faults by internal ID
-// (assignDeliveryFaults).
-func newDeliveryFaults(seed uint64, planned map[string]string, clock clockwork.Clock, emit func(e2eEvent)) *deliveryFaults {
-	pending := make(map[string]string, len(planned))
-	for id, kind := range planned {
-		pending[id] = kind
+// e2eFaultDelay bounds a drawn delay and is the length of a planned one.
+const e2eFaultDelay = 300 * time.Millisecond
+
+// deliveryFaultOf is the emulator's delivery fault of each kind the
+// scenario plans or draws.
+var deliveryFaultOf = map[string]emulator.DeliveryFault{
+	faultDupAfter2xx: emulator.FaultDeliverTwice,
+	faultLost2xx:     emulator.FaultLoseReply,
+	faultDelay:       emulator.FaultDelay,
+	faultReset:       emulator.FaultReset,
+	faultDeadline:    emulator.FaultWithhold,
+	faultDropped:     emulator.FaultDrop,
+}
+
+// kindOf is the scenario's name of an emulator's delivery fault.
+func kindOf(f emulator.DeliveryFault) string {
+	for kind, df := range deliveryFaultOf {
+		if df == f {
+			return kind
+		}
 	}
-	return &deliveryFaults{base: &http.Transport{MaxIdleConnsPerHost: 16}, emit: emit, seed: seed, clock: clock,
-		arrivals: map[attemptRef]int{}, pending: pending, counts: map[string]int{}}
+	return string(f)
+}
+
+// e2eDeliveryFaults is the emulator's plan of delivery faults for a leg:
+// the planned ones on their items (by internal ID, the tasks'
+// Idempotency-Key), and, drawn from seed, 4% of attempts delivered twice,
+// 4% with their 2xx lost, 3% reset and 10% delayed up to e2eFaultDelay.
+// The deadline is never drawn: each one holds an attempt for 15 s. The
+// ledger hears every fault.
+func e2eDeliveryFaults(seed uint64, planned map[string]string, ledger *deliveryLedger) emulator.DeliveryFaults {
+	tasks := make(map[string]emulator.DeliveryFault, len(planned))
+	for id, kind := range planned {
+		tasks[id] = deliveryFaultOf[kind]
+	}
+	return emulator.DeliveryFaults{
+		Seed: seed,
+		Rates: map[emulator.DeliveryFault]float64{
+			emulator.FaultDeliverTwice: 0.04, emulator.FaultLoseReply: 0.04, emulator.FaultReset: 0.03, emulator.FaultDelay: 0.10,
+		},
+		Tasks:   tasks,
+		Delay:   e2eFaultDelay,
+		OnFault: ledger.add,
+	}
 }
 
 // assignDeliveryFaults gives each kind to an item of its own, among those
@@ -124,208 +119,145 @@ func assignDeliveryFaults(plan []e2eItem, q e2eRequests, seed uint64, orders []u
 	return out
 }
 
-// setWorkers replaces the list of live workers.
-func (f *deliveryFaults) setWorkers(addrs []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.workers = append([]string(nil), addrs...)
+// deliveryLedger keeps what the emulator's delivery faults did in a leg:
+// it writes each to the history, and counts those that happened, the 2xx
+// answers the emulator never saw, and the planned faults still to come.
+type deliveryLedger struct {
+	emit func(e2eEvent)
+
+	mu sync.Mutex
+	// planned holds the planned fault of each item (by internal ID) that
+	// has not happened yet: the emulator keeps it on the item until then.
+	planned map[string]string
+	counts  map[string]int
+	// extra2xx counts 2xx answers the emulator never saw: the first
+	// delivery of a doubled attempt, the lost ones and the withheld ones.
+	extra2xx int
 }
 
-// decide returns the fault of one arrival of an attempt: the item's
-// planned fault while it has not landed, otherwise one drawn from the
-// seed, the internal ID, the retry count and how often this attempt
-// arrived. Neither depends on the order attempts arrive in.
-func (f *deliveryFaults) decide(a attemptRef) (fault string, delay time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.arrivals[a]++
-	if kind, ok := f.pending[a.id]; ok {
-		return kind, plannedDelay
+func newDeliveryLedger(planned map[string]string, emit func(e2eEvent)) *deliveryLedger {
+	p := make(map[string]string, len(planned))
+	for id, kind := range planned {
+		p[id] = kind
 	}
-	return drawFault(f.seed, a, f.arrivals[a])
+	return &deliveryLedger{emit: emit, planned: p, counts: map[string]int{}}
 }
 
-// drawFault draws the fault of one arrival of an attempt: 4% doubled, 4%
-// lost 2xx, 3% reset, 10% delayed up to 300 ms, the rest none.
-func drawFault(seed uint64, a attemptRef, arrival int) (fault string, delay time.Duration) {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(a.id))
-	rng := rand.New(rand.NewPCG(seed^h.Sum64(), uint64(a.retry)<<32|uint64(arrival)))
-	switch x := rng.IntN(100); {
-	case x < 4:
-		fault = faultDupAfter2xx
-	case x < 8:
-		fault = faultLost2xx
-	case x < 11:
-		fault = faultReset
-	case x < 21:
-		fault, delay = faultDelay, time.Duration(rng.IntN(300))*time.Millisecond
+// add takes one report of the emulator's DeliveryFaults.OnFault.
+func (l *deliveryLedger) add(ev emulator.DeliveryFaultEvent) {
+	kind := kindOf(ev.Fault)
+	if ev.Waiting {
+		if ev.Fault == emulator.FaultWithhold {
+			// The 2xx is kept from the emulator however the attempt ends.
+			l.mu.Lock()
+			l.extra2xx++
+			l.mu.Unlock()
+			l.emit(e2eEvent{Hop: hopEmulator, Op: "withhold", ID: ev.Key, Attempt: int(ev.Attempt), Status: ev.Status})
+		}
+		return
 	}
-	return fault, delay
+	l.mu.Lock()
+	l.counts[kind]++
+	switch ev.Fault {
+	case emulator.FaultLoseReply:
+		l.extra2xx++
+	case emulator.FaultDeliverTwice:
+		if ev.Repeat/100 == 2 {
+			l.extra2xx++
+		}
+	}
+	if l.planned[ev.Key] == kind {
+		delete(l.planned, ev.Key)
+	}
+	l.mu.Unlock()
+	l.emit(e2eEvent{Hop: hopEmulator, Op: "fault", ID: ev.Key, Attempt: int(ev.Attempt), Status: ev.Status, Detail: kind})
 }
 
-// nextWorker returns the next live worker, "" when none is up.
-func (f *deliveryFaults) nextWorker() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.workers) == 0 {
-		return ""
-	}
-	f.next++
-	return f.workers[f.next%len(f.workers)]
-}
-
-// landed counts a fault that really happened to attempt a and writes it
-// to the history; a planned fault is then done with.
-func (f *deliveryFaults) landed(a attemptRef, fault string, status int, extra2xx bool) {
-	f.mu.Lock()
-	f.counts[fault]++
-	if extra2xx {
-		f.extra2xx++
-	}
-	if f.pending[a.id] == fault {
-		delete(f.pending, a.id)
-	}
-	f.mu.Unlock()
-	f.emit(e2eEvent{Hop: hopEmulator, Op: "fault", ID: a.id, Attempt: a.retry + 1, Status: status, Detail: fault})
-}
-
-// snapshot returns the faults that landed and the 2xx answers the emulator
-// did not see.
-func (f *deliveryFaults) snapshot() (map[string]int, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.counts))
-	for k, v := range f.counts {
+// snapshot returns the faults that happened and the 2xx answers the
+// emulator did not see.
+func (l *deliveryLedger) snapshot() (map[string]int, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int, len(l.counts))
+	for k, v := range l.counts {
 		out[k] = v
 	}
-	return out, f.extra2xx
+	return out, l.extra2xx
 }
 
-// unlanded returns the planned faults that have not landed, by internal
+// unlanded returns the planned faults that have not happened, by internal
 // ID.
-func (f *deliveryFaults) unlanded() map[string]string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]string, len(f.pending))
-	for k, v := range f.pending {
+func (l *deliveryLedger) unlanded() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]string, len(l.planned))
+	for k, v := range l.planned {
 		out[k] = v
 	}
 	return out
 }
 
-// RoundTrip sends one delivery attempt to a live worker, with its fault.
-// A fault counts only once it has happened: a planned one whose attempt
-// did not get that far (no worker up, a worker that failed) waits for the
-// item's next attempt.
-func (f *deliveryFaults) RoundTrip(req *http.Request) (*http.Response, error) {
-	body, err := io.ReadAll(req.Body)
-	req.Body.Close()
-	if err != nil {
-		return nil, err
+// balancer is the emulator's HTTP transport in the e2e scenario, under its
+// delivery faults: it sends each attempt to the next live worker in turn,
+// and the second delivery of an attempt (emulator.FaultDeliverTwice) to
+// another worker than the first, so that an inbox shared by processes
+// absorbs it. Which worker gets an attempt depends on timing; what happens
+// to the attempt does not.
+type balancer struct {
+	base http.RoundTripper
+
+	mu      sync.Mutex
+	workers []string // live workers' host:port
+	next    int
+	// first remembers the worker of each attempt sent once.
+	first map[attemptRef]string
+}
+
+func newBalancer() *balancer {
+	return &balancer{base: &http.Transport{MaxIdleConnsPerHost: 16}, first: map[attemptRef]string{}}
+}
+
+// setWorkers replaces the list of live workers.
+func (b *balancer) setWorkers(addrs []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.workers = append([]string(nil), addrs...)
+}
+
+// pick returns the worker for an arrival of attempt a, "" when none is up.
+func (b *balancer) pick(a attemptRef) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.workers) == 0 {
+		return ""
 	}
+	if prev, ok := b.first[a]; ok {
+		delete(b.first, a)
+		for _, w := range b.workers {
+			if w != prev {
+				return w
+			}
+		}
+		return prev
+	}
+	b.next++
+	w := b.workers[b.next%len(b.workers)]
+	b.first[a] = w
+	return w
+}
+
+// RoundTrip sends one delivery to a live worker.
+func (b *balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 	a := attemptRef{id: req.Header.Get("Idempotency-Key")}
+	var err error
 	if a.retry, err = strconv.Atoi(req.Header.Get("X-CloudTasks-TaskRetryCount")); err != nil {
 		return nil, fmt.Errorf("X-CloudTasks-TaskRetryCount %q is not a number", req.Header.Get("X-CloudTasks-TaskRetryCount"))
 	}
-	fault, delay := f.decide(a)
-	if fault == faultDropped {
-		f.landed(a, fault, http.StatusOK, false)
-		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(bytes.NewReader(nil)), Header: http.Header{}, Request: req}, nil
-	}
-	addr := f.nextWorker()
+	addr := b.pick(a)
 	if addr == "" {
 		return nil, errors.New("no worker is up")
 	}
-	send := func(addr string, b io.Reader) (*http.Response, error) {
-		out := req.Clone(req.Context())
-		out.URL.Host, out.Host = addr, ""
-		out.Body, out.ContentLength = io.NopCloser(b), int64(len(body))
-		return f.base.RoundTrip(out)
-	}
-	switch fault {
-	case faultDelay:
-		select {
-		case <-f.clock.After(delay):
-		case <-req.Context().Done():
-			return nil, req.Context().Err()
-		}
-		f.landed(a, fault, 0, false)
-	case faultReset:
-		// Half the body, then the connection goes: the worker reads a
-		// short body, the emulator gets no answer.
-		resp, err := send(addr, io.MultiReader(bytes.NewReader(body[:len(body)/2]), failingReader{}))
-		if err == nil {
-			resp.Body.Close()
-			return nil, fmt.Errorf("injected: %s, yet the worker answered %d", fault, resp.StatusCode)
-		}
-		if errors.Is(err, errInjectedReset) {
-			f.landed(a, fault, 0, false)
-		}
-		return nil, fmt.Errorf("injected: %s: %w", fault, err)
-	}
-	resp, err := send(addr, bytes.NewReader(body))
-	if err != nil || resp.StatusCode/100 != 2 {
-		return resp, err
-	}
-	switch fault {
-	case faultDupAfter2xx:
-		again, err := send(f.otherWorker(addr), bytes.NewReader(body))
-		if err != nil {
-			// The second delivery did not happen. The first 2xx is kept
-			// from the emulator, so the item's next attempt meets its
-			// planned fault again: it is the 2xx that is lost here.
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			f.landed(a, faultLost2xx, resp.StatusCode, true)
-			return nil, fmt.Errorf("injected: %s, yet the second delivery failed: %w", fault, err)
-		}
-		_, _ = io.Copy(io.Discard, again.Body)
-		again.Body.Close()
-		f.landed(a, fault, again.StatusCode, again.StatusCode/100 == 2)
-	case faultLost2xx:
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		f.landed(a, fault, resp.StatusCode, true)
-		return nil, errors.New("injected: the worker's 2xx was lost")
-	case faultDeadline:
-		return nil, f.withhold(req.Context(), a, resp)
-	}
-	return resp, nil
+	out := req.Clone(req.Context())
+	out.URL.Host, out.Host = addr, ""
+	return b.base.RoundTrip(out)
 }
-
-// withhold keeps a worker's 2xx from the emulator until the attempt's
-// context ends, which the emulator's dispatch deadline does. The fault
-// lands only if it was the deadline.
-func (f *deliveryFaults) withhold(ctx context.Context, a attemptRef, resp *http.Response) error {
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	f.emit(e2eEvent{Hop: hopEmulator, Op: "withhold", ID: a.id, Attempt: a.retry + 1, Status: resp.StatusCode})
-	<-ctx.Done()
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		f.landed(a, faultDeadline, resp.StatusCode, true)
-	} else {
-		f.mu.Lock()
-		f.extra2xx++
-		f.mu.Unlock()
-	}
-	return fmt.Errorf("injected: the worker's %d withheld until the attempt ended: %w", resp.StatusCode, ctx.Err())
-}
-
-// otherWorker returns a live worker other than addr when there is one.
-func (f *deliveryFaults) otherWorker(addr string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, w := range f.workers {
-		if w != addr {
-			return w
-		}
-	}
-	return addr
-}
-
-// failingReader fails the read of a request body, which makes the
-// transport drop the connection.
-type failingReader struct{}
-
-func (failingReader) Read([]byte) (int, error) { return 0, errInjectedReset }

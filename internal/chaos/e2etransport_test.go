@@ -1,18 +1,16 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
@@ -80,61 +78,6 @@ func (w *effectWorker) received() int {
 
 func (w *effectWorker) addr() string { return w.srv.Listener.Addr().String() }
 
-func deliveryRequest(t *testing.T, ctx context.Context, id string, retry int) *http.Request {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e2eURL, bytes.NewReader([]byte(`{"run":"r","k":1}`)))
-	require.NoError(t, err)
-	req.Header.Set("Idempotency-Key", id)
-	req.Header.Set("X-CloudTasks-TaskRetryCount", strconv.Itoa(retry))
-	return req
-}
-
-// The fault of an attempt depends on the seed, the ID, the retry count and
-// how often the attempt arrived, never on the order attempts arrive in; a
-// planned fault meets every attempt of its item until it lands.
-func TestDeliveryFaultsKeyedToTheAttempt(t *testing.T) {
-	t.Parallel()
-	var attempts []attemptRef
-	for k := range 500 {
-		for retry := range 4 {
-			attempts = append(attempts, attemptRef{id: "dispatch:r:k" + strconv.Itoa(k) + ":1", retry: retry})
-		}
-	}
-	planned := map[string]string{"dispatch:r:k7:1": faultDeadline}
-	decideAll := func(order []attemptRef) map[attemptRef]string {
-		f := newDeliveryFaults(42, planned, clockwork.NewFakeClockAt(time.Now()), func(e2eEvent) {})
-		out := map[attemptRef]string{}
-		for _, a := range order {
-			fault, delay := f.decide(a)
-			out[a] = fault + " " + delay.String()
-		}
-		return out
-	}
-	inOrder := decideAll(attempts)
-	shuffled := append([]attemptRef(nil), attempts...)
-	rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	require.Equal(t, inOrder, decideAll(shuffled))
-
-	kinds := map[string]int{}
-	for a, fault := range inOrder {
-		if a.id == "dispatch:r:k7:1" {
-			require.Equal(t, faultDeadline+" 100ms", fault, a)
-			continue
-		}
-		kinds[fault[:strings.LastIndexByte(fault, ' ')]]++
-	}
-	// About 4%, 4%, 3% and 10% of the 1,996 drawn.
-	require.Equal(t, map[string]int{"": 1580, faultDupAfter2xx: 75, faultLost2xx: 95, faultReset: 49, faultDelay: 197}, kinds)
-
-	// A second arrival of the same attempt is drawn again.
-	f := newDeliveryFaults(42, nil, clockwork.NewFakeClockAt(time.Now()), func(e2eEvent) {})
-	a := attemptRef{id: "dispatch:r:k3:1"}
-	first, _ := f.decide(a)
-	second, _ := f.decide(a)
-	want1, _ := drawFault(42, a, 1)
-	want2, _ := drawFault(42, a, 2)
-	require.Equal(t, []string{want1, want2}, []string{first, second})
-}
-
 // Each planned kind goes to an item of its own that must take effect, the
 // deadline to the one an orchestrator reaches first, for every seed.
 func TestAssignDeliveryFaults(t *testing.T) {
@@ -169,73 +112,150 @@ func TestAssignDeliveryFaults(t *testing.T) {
 	}
 }
 
-// Each planned fault does to one attempt what it says, and counts only
-// once it happened: against a worker that answers 2xx it lands, against
-// one that answers 503 it waits for the item's next attempt.
-func TestDeliveryFaultsRoundTrip(t *testing.T) {
+// The leg's plan of delivery faults: each planned kind on its item, by
+// internal ID, as the emulator's fault of that kind; the drawn ones at
+// their rates; and a plan the emulator accepts.
+func TestE2EDeliveryFaultsPlan(t *testing.T) {
+	t.Parallel()
+	planned := map[string]string{"dispatch:r:k1:1": faultDeadline, "dispatch:r:k2:1": faultDupAfter2xx, "dispatch:r:k3:1": faultLost2xx,
+		"dispatch:r:k4:1": faultReset, "dispatch:r:k5:1": faultDelay, "dispatch:r:k6:1": faultDropped}
+	plan := e2eDeliveryFaults(9, planned, newDeliveryLedger(planned, func(e2eEvent) {}))
+	require.NotNil(t, plan.OnFault)
+	plan.OnFault = nil
+	require.Equal(t, emulator.DeliveryFaults{
+		Seed: 9,
+		Rates: map[emulator.DeliveryFault]float64{
+			emulator.FaultDeliverTwice: 0.04, emulator.FaultLoseReply: 0.04, emulator.FaultReset: 0.03, emulator.FaultDelay: 0.10,
+		},
+		Tasks: map[string]emulator.DeliveryFault{
+			"dispatch:r:k1:1": emulator.FaultWithhold, "dispatch:r:k2:1": emulator.FaultDeliverTwice, "dispatch:r:k3:1": emulator.FaultLoseReply,
+			"dispatch:r:k4:1": emulator.FaultReset, "dispatch:r:k5:1": emulator.FaultDelay, "dispatch:r:k6:1": emulator.FaultDrop,
+		},
+		Delay: 300 * time.Millisecond,
+	}, plan)
+	emu, err := emulator.New(emulator.Config{DeliveryFaults: plan, ManualDelivery: true})
+	require.NoError(t, err)
+	require.NoError(t, emu.Close())
+}
+
+// faultLeg is an emulator on a fake clock whose deliveries go, through a
+// leg's delivery faults, to the balancer over workers.
+type faultLeg struct {
+	emu     *emulator.Server
+	client  *cloudtasks.Client
+	clock   *clockwork.FakeClock
+	ledger  *deliveryLedger
+	events  *events
+	waiting chan emulator.DeliveryFaultEvent
+}
+
+const faultQueue = "projects/chaos/locations/local/queues/work"
+
+// newFaultLeg starts a leg with the scenario's plan of delivery faults
+// (seed 1) for planned, changed by edit when it is not nil.
+func newFaultLeg(t *testing.T, planned map[string]string, edit func(*emulator.DeliveryFaults), workers ...*effectWorker) *faultLeg {
+	t.Helper()
+	l := &faultLeg{clock: clockwork.NewFakeClockAt(time.Now()), events: newEvents("withhold"), waiting: make(chan emulator.DeliveryFaultEvent, 4)}
+	l.ledger = newDeliveryLedger(planned, l.events.add)
+	plan := e2eDeliveryFaults(1, planned, l.ledger)
+	plan.OnFault = func(ev emulator.DeliveryFaultEvent) {
+		l.ledger.add(ev)
+		if ev.Waiting {
+			l.waiting <- ev
+		}
+	}
+	if edit != nil {
+		edit(&plan)
+	}
+	lb := newBalancer()
+	var addrs []string
+	for _, w := range workers {
+		addrs = append(addrs, w.addr())
+	}
+	lb.setWorkers(addrs)
+	var err error
+	l.emu, err = emulator.New(emulator.Config{Clock: l.clock, ManualDelivery: true, DeliveryLogLimit: 10,
+		Queues:     []emulator.QueueConfig{{Name: faultQueue, MinBackoff: time.Second, MaxBackoff: time.Second}},
+		HTTPClient: &http.Client{Transport: lb}, DeliveryFaults: plan})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.emu.Close()) })
+	l.client, err = l.emu.NewClient(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { l.client.Close() })
+	return l
+}
+
+// create makes the task of internal ID id, due now, with a 15 s dispatch
+// deadline as the scenario's tasks have.
+func (l *faultLeg) create(t *testing.T, name, id string) {
+	t.Helper()
+	_, err := l.client.CreateTask(context.Background(), &cloudtaskspb.CreateTaskRequest{Parent: faultQueue, Task: &cloudtaskspb.Task{
+		Name:             faultQueue + "/tasks/" + name,
+		DispatchDeadline: durationpb.New(15 * time.Second),
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+			Url: e2eURL, Body: []byte(`{"run":"r","k":1}`), Headers: map[string]string{"Idempotency-Key": id}}},
+	}})
+	require.NoError(t, err)
+}
+
+// Each planned fault, through the emulator's delivery faults and the
+// balancer, does to one attempt what it says and counts only once it
+// happened: against workers that answer 2xx it lands (a doubled delivery
+// on the other worker), against ones that answer 503 it waits for the
+// item's next attempt.
+func TestDeliveryFaultsThroughTheEmulator(t *testing.T) {
 	t.Parallel()
 	const id = "dispatch:r:k00001:1"
 	tests := []struct {
-		kind     string
-		code     int
-		wantErr  string
-		wantCode int
+		kind string
+		code int
+		// status is what the emulator's delivery log records.
+		status int
 		// received is how many whole requests the workers got.
 		received int
 		counts   map[string]int
 		extra2xx int
 		pending  map[string]string
 	}{
-		{faultDupAfter2xx, 200, "", 200, 2, map[string]int{faultDupAfter2xx: 1}, 1, map[string]string{}},
-		{faultLost2xx, 200, "injected: the worker's 2xx was lost", 0, 1, map[string]int{faultLost2xx: 1}, 1, map[string]string{}},
-		{faultReset, 200, "injected: connection reset mid-request", 0, 0, map[string]int{faultReset: 1}, 0, map[string]string{}},
-		{faultDelay, 200, "", 200, 1, map[string]int{faultDelay: 1}, 0, map[string]string{}},
-		{faultDeadline, 200, "withheld until the attempt ended: clockwork.FakeClock: context deadline exceeded", 0, 1, map[string]int{faultDeadline: 1}, 1, map[string]string{}},
-		{faultDropped, 200, "", 200, 0, map[string]int{faultDropped: 1}, 0, map[string]string{}},
-		{faultLost2xx, 503, "", 503, 1, map[string]int{}, 0, map[string]string{id: faultLost2xx}},
-		{faultDupAfter2xx, 503, "", 503, 1, map[string]int{}, 0, map[string]string{id: faultDupAfter2xx}},
-		{faultDeadline, 503, "", 503, 1, map[string]int{}, 0, map[string]string{id: faultDeadline}},
+		{faultDupAfter2xx, 200, 200, 2, map[string]int{faultDupAfter2xx: 1}, 1, map[string]string{}},
+		{faultLost2xx, 200, 0, 1, map[string]int{faultLost2xx: 1}, 1, map[string]string{}},
+		{faultReset, 200, 0, 0, map[string]int{faultReset: 1}, 0, map[string]string{}},
+		{faultDelay, 200, 200, 1, map[string]int{faultDelay: 1}, 0, map[string]string{}},
+		{faultDeadline, 200, 0, 1, map[string]int{faultDeadline: 1}, 1, map[string]string{}},
+		{faultDropped, 200, 200, 0, map[string]int{faultDropped: 1}, 0, map[string]string{}},
+		{faultLost2xx, 503, 503, 1, map[string]int{}, 0, map[string]string{id: faultLost2xx}},
+		{faultDupAfter2xx, 503, 503, 1, map[string]int{}, 0, map[string]string{id: faultDupAfter2xx}},
+		{faultDeadline, 503, 503, 1, map[string]int{}, 0, map[string]string{id: faultDeadline}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind+" "+strconv.Itoa(tt.code), func(t *testing.T) {
 			t.Parallel()
 			w1, w2 := newEffectWorker(t, tt.code), newEffectWorker(t, tt.code)
-			clock := clockwork.NewFakeClockAt(time.Now())
-			ev := newEvents("withhold")
-			f := newDeliveryFaults(1, map[string]string{id: tt.kind}, clock, ev.add)
-			f.setWorkers([]string{w1.addr(), w2.addr()})
-			ctx, cancel := clockwork.WithTimeout(context.Background(), clock, 15*time.Second)
-			defer cancel()
-			type result struct {
-				resp *http.Response
-				err  error
-			}
-			done := make(chan result, 1)
-			go func() {
-				resp, err := f.RoundTrip(deliveryRequest(t, ctx, id, 0))
-				done <- result{resp, err}
-			}()
+			planned := map[string]string{id: tt.kind}
+			l := newFaultLeg(t, planned, nil, w1, w2)
+			l.create(t, "t1", id)
+			ran := make(chan error, 1)
+			go func() { _, err := l.emu.RunDue(context.Background()); ran <- err }()
 			switch {
 			case tt.kind == faultDelay:
-				require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the deadline and the delay
-				clock.Advance(plannedDelay)
+				<-l.waiting
+				l.clock.Advance(e2eFaultDelay)
 			case tt.kind == faultDeadline && tt.code == 200:
-				<-ev.seen
-				clock.Advance(15 * time.Second)
+				<-l.events.seen
+				l.clock.Advance(15 * time.Second)
 			}
-			res := <-done
-			if tt.wantErr != "" {
-				require.ErrorContains(t, res.err, tt.wantErr)
-			} else {
-				require.NoError(t, res.err)
-				require.Equal(t, tt.wantCode, res.resp.StatusCode)
-				res.resp.Body.Close()
-			}
+			require.NoError(t, <-ran)
+			ds := l.emu.Deliveries()
+			require.Len(t, ds, 1)
+			require.Equal(t, tt.status, ds[0].StatusCode)
 			require.Equal(t, tt.received, w1.received()+w2.received())
-			counts, extra := f.snapshot()
+			if tt.kind == faultDupAfter2xx && tt.code == 200 {
+				require.Equal(t, []int{1, 1}, []int{w1.received(), w2.received()}, "the second delivery goes to the other worker")
+			}
+			counts, extra := l.ledger.snapshot()
 			require.Equal(t, tt.counts, counts)
 			require.Equal(t, tt.extra2xx, extra)
-			require.Equal(t, tt.pending, f.unlanded())
+			require.Equal(t, tt.pending, l.ledger.unlanded())
 		})
 	}
 }
@@ -247,49 +267,26 @@ func TestDeliveryFaultsRoundTrip(t *testing.T) {
 func TestDeliveryFaultsDeadlineThroughTheEmulator(t *testing.T) {
 	t.Parallel()
 	const id = "dispatch:r:k00001:1"
-	// A seed whose draw leaves the redelivery alone.
-	seed := uint64(1)
-	for ; ; seed++ {
-		if fault, _ := drawFault(seed, attemptRef{id: id, retry: 1}, 1); fault == "" {
-			break
-		}
-	}
 	w := newEffectWorker(t, 200)
-	clock := clockwork.NewFakeClockAt(time.Now())
-	ev := newEvents("withhold")
-	tr := newDeliveryFaults(seed, map[string]string{id: faultDeadline}, clock, ev.add)
-	tr.setWorkers([]string{w.addr()})
-	queue := "projects/chaos/locations/local/queues/work"
-	emu, err := emulator.New(emulator.Config{Clock: clock, ManualDelivery: true, DeliveryLogLimit: 10,
-		Queues:     []emulator.QueueConfig{{Name: queue, MinBackoff: time.Second, MaxBackoff: time.Second}},
-		HTTPClient: &http.Client{Transport: tr}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, emu.Close()) })
-	client, err := emu.NewClient(context.Background())
-	require.NoError(t, err)
-	t.Cleanup(func() { client.Close() })
-	_, err = client.CreateTask(context.Background(), &cloudtaskspb.CreateTaskRequest{Parent: queue, Task: &cloudtaskspb.Task{
-		Name:             queue + "/tasks/slow",
-		DispatchDeadline: durationpb.New(15 * time.Second),
-		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
-			Url: e2eURL, Body: []byte(`{"k":1}`), Headers: map[string]string{"Idempotency-Key": id}}},
-	}})
-	require.NoError(t, err)
+	planned := map[string]string{id: faultDeadline}
+	// No drawn faults: the redelivery must meet none.
+	l := newFaultLeg(t, planned, func(p *emulator.DeliveryFaults) { p.Rates = nil }, w)
+	l.create(t, "slow", id)
 
 	ran := make(chan error, 1)
 	go func() {
-		_, err := emu.RunDue(context.Background())
+		_, err := l.emu.RunDue(context.Background())
 		ran <- err
 	}()
-	<-ev.seen // the worker answered; the transport holds its 2xx
-	clock.Advance(15 * time.Second)
+	<-l.events.seen // the worker answered; the emulator's faults hold its 2xx
+	l.clock.Advance(15 * time.Second)
 	require.NoError(t, <-ran)
-	clock.Advance(time.Second) // the queue's backoff
-	n, err := emu.RunDue(context.Background())
+	l.clock.Advance(time.Second) // the queue's backoff
+	n, err := l.emu.RunDue(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
-	ds := emu.Deliveries()
+	ds := l.emu.Deliveries()
 	require.Len(t, ds, 2)
 	require.Equal(t, []int32{1, 2}, []int32{ds[0].Attempt, ds[1].Attempt})
 	require.Equal(t, "dispatch deadline exceeded of 15s", ds[0].Err)
@@ -297,15 +294,15 @@ func TestDeliveryFaultsDeadlineThroughTheEmulator(t *testing.T) {
 	require.Equal(t, []string{emulator.OutcomeRetry, emulator.OutcomeSucceeded}, []string{ds[0].Outcome, ds[1].Outcome})
 	require.Equal(t, "1", ds[1].Header.Get("X-CloudTasks-TaskRetryCount"))
 	require.Equal(t, 2, w.received())
-	counts, extra := tr.snapshot()
+	counts, extra := l.ledger.snapshot()
 	require.Equal(t, map[string]int{faultDeadline: 1}, counts)
 	require.Equal(t, 1, extra)
 
 	var problems []string
-	require.Equal(t, 1, checkDeadlines(ev.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) }))
+	require.Equal(t, 1, checkDeadlines(l.events.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) }))
 	require.Empty(t, problems)
 	// The same history against a log that says the attempt succeeded.
 	ds[0].Err, ds[0].Outcome, ds[0].StatusCode = "", emulator.OutcomeSucceeded, 200
-	require.Zero(t, checkDeadlines(ev.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) }))
+	require.Zero(t, checkDeadlines(l.events.list(), ds, func(rule, id string) { problems = append(problems, rule+": "+id) }))
 	require.Equal(t, []string{"a 2xx withheld past the dispatch deadline that the emulator did not record as a deadline failure, retried: " + id}, problems)
 }

@@ -3,8 +3,11 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +57,8 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		addr, httpAddr, configPath string
 		project, location          string
 		queues, faults             []string
+		deliveryFaults, taskFaults []string
+		deliveryDelay              time.Duration
 		seed                       uint64
 		reuse                      time.Duration
 		latency                    time.Duration
@@ -63,7 +68,7 @@ func newEmulatorCmd(env *Env) *cobra.Command {
 		allowHosts                 []string
 	)
 	cmd := &cobra.Command{
-		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE]",
+		Use:   "emulator [--addr HOST:PORT] [--queue QUEUE]... [--config FILE] [--delivery-fault KIND:RATE]... [--task-fault KIND:TASK]...",
 		Short: "Run the Cloud Tasks emulator until interrupted",
 		Long: `Run the in-repo Cloud Tasks emulator: a gRPC server that the official
 client talks to unmodified, which stores tasks with the service's rules and
@@ -98,6 +103,26 @@ the queue has the service's defaults. --config is a JSON or YAML file:
     rules:
       - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
       - {methods: [BatchCreateTasks], rate: 0.05, code: UNAVAILABLE, per_request: true}
+
+--delivery-fault ` + deliveryFaultSyntax + ` and --task-fault ` + taskFaultSyntax + `
+do to deliveries what the network and Cloud Tasks' at-least-once delivery
+do to a worker, so that its tests can show that its work happens once
+anyway. KIND is one of
+  deliver_twice  deliver the attempt again after the worker's 2xx
+  lose_reply     lose the worker's 2xx: the task is delivered again
+  reset          drop the connection halfway through the request's body
+  delay          hold the attempt back for --delivery-delay (default 100ms)
+  withhold       keep the worker's 2xx until the task's dispatch deadline
+                 ends the attempt (10 minutes unless the task sets one)
+  drop           answer 200 without delivering (for checks of lost work)
+--delivery-fault draws KIND for every attempt at RATE (0 to 1), keyed to
+the task and the attempt so that --fault-seed gives each attempt the same
+fault at every run; --task-fault plants KIND on one task, named by its ID,
+its full name or its Idempotency-Key, until it has happened once. For
+example
+  --delivery-fault lose_reply:0.05 --delivery-fault deliver_twice:0.05
+  --task-fault lose_reply:dispatch:run1:extract:1
+The config file's delivery_faults (seed, rates, tasks, delay) says the same.
 
 --fault ` + faultSyntax + ` adds a fault rule from the
 command line ("*" for every RPC). commit makes the call take effect before
@@ -168,8 +193,15 @@ answers only requests addressed to its own address, localhost, or a
 				}
 				cfg.Queues = append(cfg.Queues, emulator.QueueConfig{Name: q})
 			}
+			if err := addDeliveryFaults(&cfg.DeliveryFaults, deliveryFaults, taskFaults); err != nil {
+				return err
+			}
+			if deliveryDelay != 0 {
+				cfg.DeliveryFaults.Delay = deliveryDelay
+			}
 			if seed != 0 {
 				cfg.Faults.Seed = seed
+				cfg.DeliveryFaults.Seed = seed
 			}
 			for _, f := range faults {
 				rule, err := parseFaultFlag(f)
@@ -213,6 +245,7 @@ answers only requests addressed to its own address, localhost, or a
 			for _, q := range srv.Queues() {
 				fmt.Fprintf(out, "queue %s\n", q.Name)
 			}
+			printDeliveryFaults(out, cfg.DeliveryFaults)
 			if consoleAddr != "" {
 				c, err := startConsole(ctx, console.Config{
 					Emulator: srv.Addr(), EmulatorHTTP: srv.HTTPAddr(), Outbox: consoleOutbox, Logger: env.Logger,
@@ -246,7 +279,10 @@ answers only requests addressed to its own address, localhost, or a
 	f.StringVar(&configPath, "config", "", "JSON or YAML file with queues, faults and reuse windows")
 	f.DurationVar(&reuse, "name-reuse-window", 0, "how long a task name stays taken after the task is gone (default 24h)")
 	f.StringArrayVar(&faults, "fault", nil, "inject faults: "+faultSyntax+" (repeatable)")
-	f.Uint64Var(&seed, "fault-seed", 0, "seed that makes fault decisions repeatable")
+	f.Uint64Var(&seed, "fault-seed", 0, "seed that makes fault decisions repeatable, of --fault and of --delivery-fault")
+	f.StringArrayVar(&deliveryFaults, "delivery-fault", nil, "draw a delivery fault for every attempt at a rate: "+deliveryFaultSyntax+", KIND one of deliver_twice, lose_reply, reset, delay, withhold, drop (repeatable)")
+	f.StringArrayVar(&taskFaults, "task-fault", nil, "plant a delivery fault on one task until it happens: "+taskFaultSyntax+", TASK its ID, full name or Idempotency-Key (repeatable)")
+	f.DurationVar(&deliveryDelay, "delivery-delay", 0, "how long the delay fault holds an attempt back (default 100ms; drawn delays last up to it)")
 	f.DurationVar(&latency, "latency", 0, "add this latency to every RPC")
 	f.BoolVar(&noDelivery, "no-delivery", false, "store tasks but never deliver them")
 	f.StringVar(&consoleAddr, "console-addr", "", "also serve the web console on this address, for example "+console.DefaultAddr)
@@ -300,6 +336,96 @@ func parseFaultFlag(v string) (emulator.FaultRule, error) {
 	}
 	rule.Code, rule.Rate = code, rate
 	return rule, nil
+}
+
+// The forms of the delivery fault flags.
+const (
+	deliveryFaultSyntax = "KIND:RATE"
+	taskFaultSyntax     = "KIND:TASK"
+)
+
+// addDeliveryFaults adds the --delivery-fault rates and the --task-fault
+// tasks to plan, refusing a kind or a task given twice and rates that add
+// up to more than 1.
+func addDeliveryFaults(plan *emulator.DeliveryFaults, rates, tasks []string) error {
+	for _, v := range rates {
+		kind, rate, err := parseDeliveryFaultFlag(v)
+		if err != nil {
+			return err
+		}
+		if _, ok := plan.Rates[kind]; ok {
+			return usagef("--delivery-fault %q: %s has a rate already; give each kind once", v, kind)
+		}
+		if plan.Rates == nil {
+			plan.Rates = map[emulator.DeliveryFault]float64{}
+		}
+		plan.Rates[kind] = rate
+	}
+	var sum float64
+	for _, r := range plan.Rates {
+		sum += r
+	}
+	if sum > 1+1e-9 {
+		return usagef("--delivery-fault: the rates add up to %g, more than 1; an attempt meets one fault at most", sum)
+	}
+	for _, v := range tasks {
+		kind, task, err := parseTaskFaultFlag(v)
+		if err != nil {
+			return err
+		}
+		if prev, ok := plan.Tasks[task]; ok {
+			return usagef("--task-fault %q: task %q has the fault %s already; a task meets one planted fault", v, task, prev)
+		}
+		if plan.Tasks == nil {
+			plan.Tasks = map[string]emulator.DeliveryFault{}
+		}
+		plan.Tasks[task] = kind
+	}
+	return nil
+}
+
+// parseDeliveryFaultFlag reads KIND:RATE.
+func parseDeliveryFaultFlag(v string) (emulator.DeliveryFault, float64, error) {
+	name, rateText, ok := strings.Cut(v, ":")
+	if !ok {
+		return "", 0, usagef("--delivery-fault %q: want %s, for example lose_reply:0.05", v, deliveryFaultSyntax)
+	}
+	kind, err := emulator.ParseDeliveryFault(name)
+	if err != nil {
+		return "", 0, usagef("--delivery-fault %q: %v", v, err)
+	}
+	rate, err := strconv.ParseFloat(rateText, 64)
+	if err != nil || !(rate >= 0 && rate <= 1) {
+		return "", 0, usagef("--delivery-fault %q: rate %q is not a number from 0 to 1", v, rateText)
+	}
+	return kind, rate, nil
+}
+
+// parseTaskFaultFlag reads KIND:TASK; TASK may hold colons itself, as an
+// Idempotency-Key (an internal ID) does.
+func parseTaskFaultFlag(v string) (emulator.DeliveryFault, string, error) {
+	name, task, ok := strings.Cut(v, ":")
+	if !ok || task == "" {
+		return "", "", usagef("--task-fault %q: want %s, for example lose_reply:dispatch:run1:extract:1", v, taskFaultSyntax)
+	}
+	kind, err := emulator.ParseDeliveryFault(name)
+	if err != nil {
+		return "", "", usagef("--task-fault %q: %v", v, err)
+	}
+	return kind, task, nil
+}
+
+// printDeliveryFaults says, a line each, which delivery faults the
+// emulator injects.
+func printDeliveryFaults(out io.Writer, f emulator.DeliveryFaults) {
+	for _, kind := range emulator.DeliveryFaultKinds() {
+		if r := f.Rates[kind]; r > 0 {
+			fmt.Fprintf(out, "delivery fault %s at rate %g (seed %d)\n", kind, r, f.Seed)
+		}
+	}
+	for _, task := range slices.Sorted(maps.Keys(f.Tasks)) {
+		fmt.Fprintf(out, "delivery fault %s on task %s\n", f.Tasks[task], task)
+	}
 }
 
 // warnAllInterfaces prints one line on stderr when a listener was asked for

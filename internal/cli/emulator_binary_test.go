@@ -5,14 +5,19 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	cloudtasks "cloud.google.com/go/cloudtasks/apiv2"
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 )
@@ -95,4 +100,63 @@ func TestEmulatorBinaryOnLoopbackDoesNotWarn(t *testing.T) {
 	require.True(t, strings.HasPrefix(sc.Text(), "Cloud Tasks emulator listening on 127.0.0.1:"), sc.Text())
 	_, errOut := p.interrupt(t)
 	require.Empty(t, errOut)
+}
+
+// The built command with delivery faults: the worker's 2xx to the task
+// planted with lose_reply (named by its Idempotency-Key) is lost, so the
+// emulator delivers it again with the reason; every attempt is delayed
+// (rate 1, by up to 1 ms). The command says which faults it injects, and
+// -v logs each one.
+func TestEmulatorBinaryInjectsDeliveryFaults(t *testing.T) {
+	t.Parallel()
+	const key = "dispatch:run1:extract:1"
+	var mu sync.Mutex
+	var got []string // retry count and reason of each request
+	worker := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r.Header.Get("X-CloudTasks-TaskRetryCount")+" "+r.Header.Get("X-CloudTasks-TaskRetryReason"))
+	}))
+	defer worker.Close()
+	p := startEmulatorBinary(t, "-v", "--addr", "127.0.0.1:0", "--queue", "work",
+		"--task-fault", "lose_reply:"+key, "--delivery-fault", "delay:1", "--delivery-delay", "1ms")
+	var lines []string
+	sc := bufio.NewScanner(p.stdout)
+	for len(lines) < 6 && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	require.Len(t, lines, 6)
+	require.Equal(t, []string{
+		"queue projects/p/locations/europe-west1/queues/work",
+		"delivery fault delay at rate 1 (seed 0)",
+		"delivery fault lose_reply on task " + key,
+	}, lines[3:])
+	addr := strings.TrimPrefix(lines[0], "Cloud Tasks emulator listening on ")
+
+	ctx := context.Background()
+	client, err := cloudtasks.NewClient(ctx, emulator.ClientOptions(addr)...)
+	require.NoError(t, err)
+	defer client.Close()
+	const name = "projects/p/locations/europe-west1/queues/work/tasks/t1"
+	_, err = client.CreateTask(ctx, &cloudtaskspb.CreateTaskRequest{Parent: "projects/p/locations/europe-west1/queues/work", Task: &cloudtaskspb.Task{
+		Name: name,
+		MessageType: &cloudtaskspb.Task_HttpRequest{HttpRequest: &cloudtaskspb.HttpRequest{
+			Url: worker.URL, Body: []byte(`{}`), Headers: map[string]string{"Idempotency-Key": key}}},
+	}})
+	require.NoError(t, err)
+	// The second 200 deletes the task; each GetTask is a round trip, not a sleep.
+	for {
+		_, err := client.GetTask(ctx, &cloudtaskspb.GetTaskRequest{Name: name})
+		if status.Code(err) == codes.NotFound {
+			break
+		}
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	require.Equal(t, []string{"0 ", "1 NO_RESPONSE"}, got)
+	mu.Unlock()
+
+	_, logs := p.interrupt(t)
+	require.Contains(t, logs, "fault=lose_reply task="+name+" attempt=1 status=200")
+	require.Contains(t, logs, "fault=delay task="+name+" attempt=2")
 }

@@ -171,6 +171,17 @@ func TestEmulatorCommandUsageErrors(t *testing.T) {
 		{"allowed host with a scheme", []string{"--allow-host", "http://tasks.internal"}, `--allow-host "http://tasks.internal" is not a host name; allowed: a name such as tasks.internal or an IP, optionally with :PORT, without a scheme or path`},
 		{"bad duration", []string{"--config", bad}, "queues[0].min_backoff: line 1: cannot unmarshal !!str `soon` into time.Duration; want a Go duration such as \"100ms\" or \"1h\""},
 		{"unknown key", []string{"--config", misspelt}, `field queue not found`},
+		{"delivery fault without a rate", []string{"--delivery-fault", "lose_reply"}, `--delivery-fault "lose_reply": want KIND:RATE, for example lose_reply:0.05`},
+		{"unknown delivery fault", []string{"--delivery-fault", "lose:0.1"}, `--delivery-fault "lose:0.1": "lose" is not a delivery fault; allowed: deliver_twice, lose_reply, reset, delay, withhold, drop`},
+		{"delivery fault rate above 1", []string{"--delivery-fault", "reset:2"}, `--delivery-fault "reset:2": rate "2" is not a number from 0 to 1`},
+		{"delivery fault rate not a number", []string{"--delivery-fault", "reset:often"}, `--delivery-fault "reset:often": rate "often" is not a number from 0 to 1`},
+		{"a kind given twice", []string{"--delivery-fault", "reset:0.1", "--delivery-fault", "reset:0.2"}, `--delivery-fault "reset:0.2": reset has a rate already; give each kind once`},
+		{"rates above 1 in all", []string{"--delivery-fault", "reset:0.6", "--delivery-fault", "drop:0.5"}, `--delivery-fault: the rates add up to 1.1, more than 1; an attempt meets one fault at most`},
+		{"task fault without a task", []string{"--task-fault", "lose_reply"}, `--task-fault "lose_reply": want KIND:TASK, for example lose_reply:dispatch:run1:extract:1`},
+		{"task fault with an empty task", []string{"--task-fault", "lose_reply:"}, `--task-fault "lose_reply:": want KIND:TASK`},
+		{"unknown task fault", []string{"--task-fault", "twice:d_abc"}, `--task-fault "twice:d_abc": "twice" is not a delivery fault`},
+		{"a task given twice", []string{"--task-fault", "reset:d_abc", "--task-fault", "drop:d_abc"}, `--task-fault "drop:d_abc": task "d_abc" has the fault reset already; a task meets one planted fault`},
+		{"negative delivery delay", []string{"--delivery-delay", "-1s"}, `Config.DeliveryFaults.Delay "-1s" must not be negative`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,4 +256,53 @@ func TestParseFaultFlag(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// The delivery fault flags, as the command reads them; the task of
+// --task-fault may hold colons, as an Idempotency-Key does.
+func TestParseDeliveryFaultFlags(t *testing.T) {
+	t.Parallel()
+	rates := []struct {
+		in   string
+		kind emulator.DeliveryFault
+		rate float64
+	}{
+		{"deliver_twice:0.05", emulator.FaultDeliverTwice, 0.05},
+		{"lose_reply:1", emulator.FaultLoseReply, 1},
+		{"reset:0", emulator.FaultReset, 0},
+		{"delay:.5", emulator.FaultDelay, 0.5},
+		{"withhold:0.01", emulator.FaultWithhold, 0.01},
+		{"drop:0.001", emulator.FaultDrop, 0.001},
+	}
+	for _, tt := range rates {
+		kind, rate, err := parseDeliveryFaultFlag(tt.in)
+		require.NoError(t, err, tt.in)
+		require.Equal(t, []any{tt.kind, tt.rate}, []any{kind, rate}, tt.in)
+	}
+	tasks := []struct {
+		in, task string
+		kind     emulator.DeliveryFault
+	}{
+		{"lose_reply:d_cxtoltqhbncw6nevn7hy53kqn6", "d_cxtoltqhbncw6nevn7hy53kqn6", emulator.FaultLoseReply},
+		{"withhold:dispatch:run1:extract:1", "dispatch:run1:extract:1", emulator.FaultWithhold},
+		{"deliver_twice:projects/p/locations/l/queues/q/tasks/t1", "projects/p/locations/l/queues/q/tasks/t1", emulator.FaultDeliverTwice},
+	}
+	for _, tt := range tasks {
+		kind, task, err := parseTaskFaultFlag(tt.in)
+		require.NoError(t, err, tt.in)
+		require.Equal(t, []any{tt.kind, tt.task}, []any{kind, task}, tt.in)
+	}
+
+	// The flags add to what a config file planned.
+	plan := emulator.DeliveryFaults{Rates: map[emulator.DeliveryFault]float64{emulator.FaultDelay: 0.1}}
+	require.NoError(t, addDeliveryFaults(&plan, []string{"lose_reply:0.2"}, []string{"reset:t1", "drop:dispatch:r:k:1"}))
+	require.Equal(t, emulator.DeliveryFaults{
+		Rates: map[emulator.DeliveryFault]float64{emulator.FaultDelay: 0.1, emulator.FaultLoseReply: 0.2},
+		Tasks: map[string]emulator.DeliveryFault{"t1": emulator.FaultReset, "dispatch:r:k:1": emulator.FaultDrop},
+	}, plan)
+	var out bytes.Buffer
+	plan.Seed = 4
+	printDeliveryFaults(&out, plan)
+	require.Equal(t, "delivery fault lose_reply at rate 0.2 (seed 4)\ndelivery fault delay at rate 0.1 (seed 4)\n"+
+		"delivery fault drop on task dispatch:r:k:1\ndelivery fault reset on task t1\n", out.String())
 }

@@ -1,5 +1,5 @@
 // Package emuconfig reads the configuration file of ctdispatch emulator
-// (--config): queues, a fault plan and reuse windows, in JSON or YAML,
+// (--config): queues, fault plans and reuse windows, in JSON or YAML,
 // into an emulator.Config, with errors that name the setting, its line
 // and its value.
 package emuconfig
@@ -32,6 +32,7 @@ type configFile struct {
 		Seed  uint64     `yaml:"seed"`
 		Rules []ruleFile `yaml:"rules"`
 	} `yaml:"faults"`
+	DeliveryFaults *emulator.DeliveryFaults `yaml:"delivery_faults"`
 }
 
 // ruleFile is an emulator.FaultRule with its code read by name:
@@ -55,7 +56,7 @@ func (c *codeName) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Read reads queues, fault rules and reuse windows from a JSON or
+// Read reads queues, fault rules, delivery faults and reuse windows from a JSON or
 // YAML document into cfg (queues are appended; other fields are set when
 // present). Unknown keys are errors, so a misspelt setting is not silently
 // ignored; an error names the setting (queues[0].min_backoff), its line and
@@ -72,6 +73,11 @@ func (c *codeName) UnmarshalYAML(n *yaml.Node) error {
 //	  rules:
 //	    - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
 //	    - {methods: [BatchCreateTasks], rate: 0.05, code: UNAVAILABLE, per_request: true}
+//	delivery_faults:
+//	  seed: 1
+//	  rates: {lose_reply: 0.05, deliver_twice: 0.05}
+//	  tasks: {"dispatch:run1:extract:1": withhold}
+//	  delay: 200ms
 //
 // A code is a name as ParseCode reads it (UNAVAILABLE or Unavailable),
 // never a number.
@@ -93,6 +99,9 @@ func Read(data []byte, cfg *emulator.Config) error {
 		cfg.QueueReuseWindow = f.QueueReuseWindow
 	}
 	cfg.Queues = append(cfg.Queues, f.Queues...)
+	if f.DeliveryFaults != nil {
+		cfg.DeliveryFaults = *f.DeliveryFaults
+	}
 	if f.Faults != nil && (len(f.Faults.Rules) > 0 || f.Faults.Seed != 0) {
 		cfg.Faults.Seed = f.Faults.Seed
 		for _, r := range f.Faults.Rules {

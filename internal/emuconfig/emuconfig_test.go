@@ -25,6 +25,10 @@ func TestRead(t *testing.T) {
 			{Rate: 1, Latency: 5 * time.Millisecond},
 			{Methods: []string{"BatchCreateTasks"}, Rate: 0.2, Code: codes.Unavailable, PerRequest: true},
 		}},
+		DeliveryFaults: emulator.DeliveryFaults{Seed: 3,
+			Rates: map[emulator.DeliveryFault]float64{emulator.FaultLoseReply: 0.05, emulator.FaultDeliverTwice: 0.1},
+			Tasks: map[string]emulator.DeliveryFault{"dispatch:run1:extract:1": emulator.FaultWithhold, "d_abc": emulator.FaultReset},
+			Delay: 200 * time.Millisecond},
 	}
 	yamlDoc := `
 name_reuse_window: 1h
@@ -44,6 +48,11 @@ faults:
     - {methods: [CreateTask], rate: 0.1, code: UNAVAILABLE, commit_then_fail: true}
     - {rate: 1, latency: 5ms}
     - {methods: [BatchCreateTasks], rate: 0.2, code: UNAVAILABLE, per_request: true}
+delivery_faults:
+  seed: 3
+  rates: {lose_reply: 0.05, deliver_twice: 0.1}
+  tasks: {"dispatch:run1:extract:1": withhold, d_abc: reset}
+  delay: 200ms
 `
 	jsonDoc := `{"name_reuse_window": "1h",
   "queues": [{"name": "projects/p/locations/l/queues/q", "max_dispatches_per_second": 10,
@@ -52,7 +61,9 @@ faults:
   "faults": {"seed": 9, "rules": [
     {"methods": ["CreateTask"], "rate": 0.1, "code": "Unavailable", "commit_then_fail": true},
     {"rate": 1, "latency": "5ms"},
-    {"methods": ["BatchCreateTasks"], "rate": 0.2, "code": "UNAVAILABLE", "per_request": true}]}}`
+    {"methods": ["BatchCreateTasks"], "rate": 0.2, "code": "UNAVAILABLE", "per_request": true}]},
+  "delivery_faults": {"seed": 3, "rates": {"lose_reply": 0.05, "deliver_twice": 0.1},
+    "tasks": {"dispatch:run1:extract:1": "withhold", "d_abc": "reset"}, "delay": "200ms"}}`
 	for name, doc := range map[string]string{"yaml": yamlDoc, "json": jsonDoc} {
 		t.Run(name, func(t *testing.T) {
 			var cfg emulator.Config

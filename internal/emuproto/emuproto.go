@@ -112,6 +112,9 @@ type DeliveryRecord struct {
 	Err string `json:"error,omitempty"`
 	// Outcome is one of the emulator's Outcome… values.
 	Outcome string `json:"outcome"`
+	// Fault is the delivery fault that happened to the attempt, if any
+	// (emulator.DeliveryFault: lose_reply, deliver_twice, …).
+	Fault string `json:"fault,omitempty"`
 }
 
 // JWK is one RSA public key in JSON Web Key form, as JWKSPath serves it.
