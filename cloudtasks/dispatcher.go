@@ -87,6 +87,9 @@ type Dispatcher struct {
 	relay     *relay
 	tracer    *tracing.Tracer
 	prop      tracing.Propagator
+	// unpropagated is set once a call with a span injected no trace
+	// context, which is logged the first time only.
+	unpropagated atomic.Bool
 	// outboxOK is true once the outbox kept a record, and false again
 	// after any append failed: while it is false the pending record is
 	// kept before the create call, so a failing outbox stops calls

@@ -217,8 +217,10 @@
 //
 // The producer span's context goes into the task's HTTP headers
 // (traceparent, tracestate) through Config.Propagator, the global one by
-// default; the worker links its consumer span to it. A header the caller
-// set is left alone. The headers count against MaxHeaderBytes and
+// default; the worker links its consumer span to it. OpenTelemetry's
+// global propagator is a no-op until a program sets one: the first call
+// that has a span to send and whose propagator writes nothing logs a
+// warning, once per dispatcher. A header the caller set is left alone. The headers count against MaxHeaderBytes and
 // MaxTaskSize, and stay outside the payload fingerprint: the same ID
 // dispatched under another trace is a repeat, not a conflict. Each record
 // keeps the producer span's trace and span IDs (outbox.Record.TraceID,

@@ -84,7 +84,10 @@ func endFailed(span trace.Span, outcome string, err error) {
 // MaxHeaderBytes. The headers stay outside the payload fingerprint: the
 // same ID dispatched under another trace is a repeat, not a conflict.
 func (d *Dispatcher) injectTrace(ctx context.Context, t *Task, req *cloudtaskspb.CreateTaskRequest) error {
-	added := d.prop.Inject(ctx, req.GetTask().GetHttpRequest().GetHeaders(), t.Headers)
+	added, wrote := d.prop.Inject(ctx, req.GetTask().GetHttpRequest().GetHeaders(), t.Headers)
+	if !wrote {
+		d.warnNotPropagated(ctx)
+	}
 	if added == 0 {
 		return nil
 	}
@@ -93,6 +96,21 @@ func (d *Dispatcher) injectTrace(ctx context.Context, t *Task, req *cloudtaskspb
 			Rule: fmt.Sprintf("exceed %d bytes with the %d bytes of trace context headers the propagator adds", MaxHeaderBytes, added)}
 	}
 	return nil
+}
+
+// warnNotPropagated logs, once in the dispatcher's life, that a call with a
+// span to send left without its trace context: the propagator is
+// OpenTelemetry's global no-op until a program sets one, and then no
+// worker can link to or continue the call's trace. A call with no span
+// (tracing off) has nothing to send and says nothing.
+func (d *Dispatcher) warnNotPropagated(ctx context.Context) {
+	if d.unpropagated.Load() || !trace.SpanContextFromContext(ctx).IsValid() || d.unpropagated.Swap(true) {
+		return
+	}
+	d.log.WarnContext(ctx, "trace context not propagated: the propagator wrote no header for a call with a span, so its task "+
+		"carries no traceparent and the worker's span cannot join the trace; set Config.Propagator or the global one "+
+		"(otel.SetTextMapPropagator(propagation.TraceContext{})), which is OpenTelemetry's no-op until a program sets it. "+
+		"Said once per dispatcher")
 }
 
 // headerBytes counts headers as validate does: name, value and 4 bytes

@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -335,4 +336,81 @@ func TestClientSpansNotDuplicated(t *testing.T) {
 	}
 	require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/CreateTask", "dispatch default"}, names)
 	require.Contains(t, taskHeaders(t, emu.Server, res.TaskName), "traceparent", "the global propagator is the default")
+}
+
+// A call with a span whose task leaves without trace context (the default
+// propagator is OpenTelemetry's no-op until a program sets one) is logged
+// once per dispatcher, on the first such call; a propagator that writes,
+// or a call with no span to send, says nothing.
+func TestWarnsOnceWhenNoTraceContextLeaves(t *testing.T) {
+	t.Parallel()
+	const warning = "trace context not propagated: the propagator wrote no header for a call with a span, so its task " +
+		"carries no traceparent and the worker's span cannot join the trace; set Config.Propagator or the global one " +
+		"(otel.SetTextMapPropagator(propagation.TraceContext{})), which is OpenTelemetry's no-op until a program sets it. " +
+		"Said once per dispatcher"
+	tests := []struct {
+		name string
+		// traced: the dispatcher's spans go to the recorder; otherwise
+		// they are off (the no-op provider).
+		traced bool
+		prop   propagation.TextMapPropagator // nil: the global, unset
+		// spans: whether each of the calls, in order, comes with a
+		// caller's span.
+		spans []bool
+		// warnAt is the call (from 0) that logs the warning, -1 for none.
+		warnAt      int
+		traceparent bool
+	}{
+		{name: "global no-op propagator", traced: true, spans: []bool{true, true, true}, warnAt: 0},
+		{name: "global no-op propagator, no caller span", traced: true, spans: []bool{false, false}, warnAt: 0},
+		{name: "W3C propagator", traced: true, prop: propagation.TraceContext{}, spans: []bool{true, false}, warnAt: -1, traceparent: true},
+		{name: "a propagator that writes nothing", traced: true, prop: propagation.Baggage{}, spans: []bool{true, true}, warnAt: 0},
+		{name: "no span to send", spans: []bool{false, false}, warnAt: -1},
+		{name: "first span on the second call", spans: []bool{false, true, true}, warnAt: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTraced(t)
+			var logs bytes.Buffer
+			noTime := func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			}
+			d := b.open(t, func(c *Config) {
+				c.Propagator = tt.prop
+				if !tt.traced {
+					c.TracerProvider = noop.NewTracerProvider()
+				}
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: noTime}))
+			})
+			var want []string
+			for i, withSpan := range tt.spans {
+				ctx := context.Background()
+				if withSpan {
+					ctx, _ = b.under(t, "caller")
+				}
+				res, err := d.Dispatch(ctx, request("run1", "a", uint64(i), "x"))
+				require.NoError(t, err)
+				require.Equal(t, tt.traceparent, taskHeaders(t, b.emu.Server, res.TaskName)["traceparent"] != "")
+				if i != tt.warnAt {
+					continue
+				}
+				// The line carries the IDs of the call's span: the
+				// dispatcher's producer span, or the caller's.
+				sc := trace.SpanContextFromContext(ctx)
+				if tt.traced {
+					sc = spansNamed(b.rec.Ended(), "dispatch default")[i].SpanContext()
+				}
+				want = append(want, fmt.Sprintf("level=WARN msg=%q trace_id=%s span_id=%s", warning, sc.TraceID(), sc.SpanID()))
+			}
+			var got []string
+			if s := strings.TrimSpace(logs.String()); s != "" {
+				got = strings.Split(s, "\n")
+			}
+			require.Equal(t, want, got)
+		})
+	}
 }
