@@ -290,7 +290,7 @@ func (d *Dispatcher) relayIntent(leader context.Context, f *flight, store outbox
 	if id, err := naming.Parse(in.ID); err == nil {
 		kind = id.Kind().String()
 	}
-	calls, err := d.cfg.Retry.retry(ctx, d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context, t try) error {
+	calls, err := d.cfg.Retry.retry(callSpans(ctx), d.clock, rand.Float64, d.onRetry("CreateTask"), func(ctx context.Context, t try) error {
 		return d.attempt(ctx, "CreateTask", t, codes.AlreadyExists, func(ctx context.Context) error {
 			return d.createTask(ctx, in.ID, &req)
 		})
