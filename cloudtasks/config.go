@@ -115,7 +115,8 @@ type Config struct {
 	// Propagator writes the trace context into each task's HTTP headers
 	// (traceparent and tracestate with the W3C propagator). Defaults to
 	// the global propagator (otel.GetTextMapPropagator) as it is at each
-	// call, which injects nothing until a program sets one.
+	// call, which injects nothing until a program sets one; the first call
+	// with a span that leaves without trace context logs a warning, once.
 	Propagator propagation.TextMapPropagator
 	// Clock drives timestamps, schedule-time checks and backoff waits.
 	// Defaults to the real clock. Tests pass a fake one (the emulator's,

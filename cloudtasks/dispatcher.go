@@ -92,6 +92,11 @@ type Dispatcher struct {
 	relay     *relay
 	tracer    *tracing.Tracer
 	prop      tracing.Propagator
+	// sendStarts are the producer spans' starts for the default queue.
+	sendStarts sendStarts
+	// unpropagated is set once a call with a span injected no trace
+	// context, which is logged the first time only.
+	unpropagated atomic.Bool
 	// outboxOK is true once the outbox kept a record, and false again
 	// after any append failed: while it is false the pending record is
 	// kept before the create call, so a failing outbox stops calls
@@ -127,6 +132,7 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 		return nil, fmt.Errorf("cloudtasks: metrics: %w", err)
 	}
 	d.m = m
+	d.sendStarts = newSendStarts(d.queueOf(""))
 	if c.Client != nil {
 		d.client = c.Client
 	} else {
@@ -138,9 +144,9 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 				option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 			}
 		}
-		// The dispatcher's attempt spans are the client spans of its
-		// calls; the client's own, under the global provider, would
-		// repeat each of them (ADR 0014).
+		// The dispatcher's attempt spans and events stand for the client
+		// spans of its calls; the client's own, under the global
+		// provider, would repeat each of them (ADR 0014).
 		opts = append(opts[:len(opts):len(opts)], option.WithTelemetryDisabled())
 		cl, err := ctapi.NewClient(ctx, opts...)
 		if err != nil {
@@ -245,7 +251,7 @@ func (d *Dispatcher) submit(ctx context.Context, id naming.ID, t *Task) (Dispatc
 	queuePath := d.queueOf(t.Queue)
 	ctx, span := d.startSend(ctx, id, queuePath)
 	res, err := d.send(ctx, id, t, queuePath, start)
-	endSend(span, &res, err)
+	endSend(span, id, &res, err)
 	return res, err
 }
 

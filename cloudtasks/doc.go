@@ -208,19 +208,25 @@
 // Spans go to Config.TracerProvider, the global provider by default, read
 // at each call (while a program has set none, no span is made and tracing
 // costs nothing). Dispatch and ScheduleTimer make a producer span,
-// "dispatch <queue>" or "schedule_timer <queue>", with one client span per
-// CreateTask attempt under it (attempt number, backoff, gRPC code; a
-// failed attempt is an error). Cancel, Recover (one span per pass, one per
-// record linked to the span its intent was recorded under) and a shared
-// BatchCreateTasks request (linked to every call it carries) have spans
-// too; a call that joined another's flight links to the leader's span.
+// "dispatch <queue>" or "schedule_timer <queue>". A call to Cloud Tasks
+// answered at the first attempt is an event on its operation's span (the
+// method and the gRPC code); when the first attempt fails with a code
+// worth retrying, each attempt is a client span under it instead (attempt
+// number, backoff, gRPC code; a failed attempt is an error). Cancel,
+// Recover (one span per pass, one per record linked to the span its intent
+// was recorded under) and a shared BatchCreateTasks request (linked to
+// every call it carries) have spans too; a call that joined another's
+// flight links to the leader's span.
 // The official client's own gRPC spans are turned off on clients the
 // dispatcher opens, so each call shows once.
 //
 // The producer span's context goes into the task's HTTP headers
 // (traceparent, tracestate) through Config.Propagator, the global one by
-// default; the worker links its consumer span to it. A header the caller
-// set is left alone. The headers count against MaxHeaderBytes and
+// default; the worker's consumer span is its child and links to it, so a
+// dispatch and its deliveries are one trace. OpenTelemetry's global
+// propagator is a no-op until a program sets one: the first call that has
+// a span to send and whose propagator writes nothing logs a warning, once
+// per dispatcher. A header the caller set is left alone. The headers count against MaxHeaderBytes and
 // MaxTaskSize, and stay outside the payload fingerprint: the same ID
 // dispatched under another trace is a repeat, not a conflict. Each record
 // keeps the producer span's trace and span IDs (outbox.Record.TraceID,

@@ -296,7 +296,7 @@ func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
 	if id, err := naming.Parse(in.ID); err == nil {
 		kind = id.Kind().String()
 	}
-	calls, err := d.call(ctx, "CreateTask", codes.AlreadyExists, func(ctx context.Context) error {
+	calls, err := d.call(callSpans(ctx), "CreateTask", codes.AlreadyExists, func(ctx context.Context) error {
 		return d.createTask(ctx, in.ID, &req)
 	})
 	rec := prev

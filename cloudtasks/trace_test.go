@@ -3,10 +3,14 @@ package cloudtasks
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/googleapis/gax-go/v2"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -17,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -141,7 +146,7 @@ func TestRepeatUnderAnotherTraceIsARepeat(t *testing.T) {
 }
 
 // A caller that joins another caller's flight makes no call; its span
-// links to the leader's.
+// links to the leader's, which holds the one call as an event.
 func TestJoinedCallLinksToTheLeader(t *testing.T) {
 	t.Parallel()
 	b := newTraced(t)
@@ -172,11 +177,13 @@ func TestJoinedCallLinksToTheLeader(t *testing.T) {
 	require.NotNil(t, lead)
 	require.NotNil(t, follow)
 	require.True(t, linkedTo(follow, lead.SpanContext()))
-	require.Len(t, spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/CreateTask"), 1)
+	require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/CreateTask rpc.response.status_code=OK"}, eventsOf(lead))
+	require.Empty(t, eventsOf(follow))
+	require.Empty(t, spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/CreateTask"), "one call, answered at once: no attempt span")
 }
 
 // A BatchCreateTasks request is a span of its own, linked to the span of
-// every call it carries.
+// every call it carries: the producer span, whose one call it was.
 func TestBatchSpanLinksToEveryCaller(t *testing.T) {
 	t.Parallel()
 	b := newTraced(t)
@@ -201,11 +208,13 @@ func TestBatchSpanLinksToEveryCaller(t *testing.T) {
 	require.Len(t, batches, 1)
 	require.Equal(t, int64(n), spanAttr(batches[0], "messaging.batch.message_count").AsInt64())
 	require.Len(t, batches[0].Links(), n)
-	attempts := spansNamed(spans, "google.cloud.tasks.v2.CloudTasks/CreateTask")
-	require.Len(t, attempts, n+1)
+	require.Empty(t, spansNamed(spans, "google.cloud.tasks.v2.CloudTasks/CreateTask"), "no call was retried")
+	producers := spansNamed(spans, "dispatch default")
+	require.Len(t, producers, n+1)
 	linked := 0
-	for _, a := range attempts {
-		if linkedTo(batches[0], a.SpanContext()) {
+	for _, p := range producers {
+		require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/CreateTask rpc.response.status_code=OK"}, eventsOf(p))
+		if linkedTo(batches[0], p.SpanContext()) {
 			linked++
 		}
 	}
@@ -242,7 +251,8 @@ func TestTraceHeadersAndTheirSize(t *testing.T) {
 }
 
 // Cancel and Recover have spans; a record's resolution links to the span
-// its intent was recorded under, and a failed attempt is an errored child.
+// its intent was recorded under. Attempts of a retried call are errored
+// children; a call answered at once is an event of its operation.
 func TestCancelAndRecoverSpans(t *testing.T) {
 	t.Parallel()
 	b := newTraced(t)
@@ -255,10 +265,15 @@ func TestCancelAndRecoverSpans(t *testing.T) {
 	producer := spansNamed(b.rec.Ended(), "dispatch default")[0]
 	require.Equal(t, otelcodes.Error, producer.Status().Code)
 	require.Equal(t, "gave_up", spanAttr(producer, "error.type").AsString())
-	for _, a := range spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/CreateTask") {
+	attempts := spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/CreateTask")
+	require.Len(t, attempts, 2)
+	for i, a := range attempts {
+		require.Equal(t, int64(i+1), spanAttr(a, "ctdispatch.attempt").AsInt64())
+		require.Equal(t, producer.SpanContext().SpanID(), a.Parent().SpanID())
 		require.Equal(t, otelcodes.Error, a.Status().Code)
 		require.Equal(t, "Unavailable", spanAttr(a, "error.type").AsString())
 	}
+	require.Empty(t, eventsOf(producer))
 	require.NoError(t, d.Close(context.Background()))
 
 	d = b.open(t, func(c *Config) { c.StaleAfter = 1 })
@@ -272,9 +287,8 @@ func TestCancelAndRecoverSpans(t *testing.T) {
 	pass := spansNamed(b.rec.Ended(), "recover")
 	require.Len(t, pass, 1)
 	require.Equal(t, pass[0].SpanContext().SpanID(), resolved[0].Parent().SpanID())
-	gets := spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/GetTask")
-	require.Len(t, gets, 1)
-	require.Equal(t, resolved[0].SpanContext().SpanID(), gets[0].Parent().SpanID())
+	require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/GetTask rpc.response.status_code=OK"}, eventsOf(resolved[0]))
+	require.Empty(t, spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/GetTask"))
 	// The recorded outcome keeps the intent's trace.
 	latest, _, err := b.box.Latest(context.Background(), outbox.TableDispatch, "dispatch:run1:a:1")
 	require.NoError(t, err)
@@ -287,9 +301,8 @@ func TestCancelAndRecoverSpans(t *testing.T) {
 	cancels := spansNamed(b.rec.Ended(), "cancel")
 	require.Len(t, cancels, 1)
 	require.Equal(t, "deleted", spanAttr(cancels[0], "ctdispatch.outcome").AsString())
-	deletes := spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/DeleteTask")
-	require.Len(t, deletes, 1)
-	require.Equal(t, cancels[0].SpanContext().SpanID(), deletes[0].Parent().SpanID())
+	require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/DeleteTask rpc.response.status_code=OK"}, eventsOf(cancels[0]))
+	require.Empty(t, spansNamed(b.rec.Ended(), "google.cloud.tasks.v2.CloudTasks/DeleteTask"))
 }
 
 // The dispatcher's log lines carry the trace and span IDs of the call.
@@ -309,9 +322,10 @@ func TestLogLinesCarryTheTrace(t *testing.T) {
 }
 
 // A dispatcher that opens its own client turns the client's gRPC spans
-// off: each call has one span, the dispatcher's attempt span, even under
-// the global provider the client's instrumentation uses. Not parallel: it
-// sets the global provider and propagator.
+// off, even under the global provider the client's instrumentation uses:
+// a call answered at once shows as the producer span's event, and no
+// client span repeats it. Not parallel: it sets the global provider and
+// propagator.
 func TestClientSpansNotDuplicated(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -333,6 +347,171 @@ func TestClientSpansNotDuplicated(t *testing.T) {
 	for _, s := range rec.Ended() {
 		names = append(names, s.Name())
 	}
-	require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/CreateTask", "dispatch default"}, names)
+	require.Equal(t, []string{"dispatch default"}, names)
+	require.Equal(t, []string{"google.cloud.tasks.v2.CloudTasks/CreateTask rpc.response.status_code=OK"}, eventsOf(rec.Ended()[0]))
 	require.Contains(t, taskHeaders(t, emu.Server, res.TaskName), "traceparent", "the global propagator is the default")
+}
+
+// A call with a span whose task leaves without trace context (the default
+// propagator is OpenTelemetry's no-op until a program sets one) is logged
+// once per dispatcher, on the first such call; a propagator that writes,
+// or a call with no span to send, says nothing.
+func TestWarnsOnceWhenNoTraceContextLeaves(t *testing.T) {
+	t.Parallel()
+	const warning = "trace context not propagated: the propagator wrote no header for a call with a span, so its task " +
+		"carries no traceparent and the worker's span cannot join the trace; set Config.Propagator or the global one " +
+		"(otel.SetTextMapPropagator(propagation.TraceContext{})), which is OpenTelemetry's no-op until a program sets it. " +
+		"Said once per dispatcher"
+	tests := []struct {
+		name string
+		// traced: the dispatcher's spans go to the recorder; otherwise
+		// they are off (the no-op provider).
+		traced bool
+		prop   propagation.TextMapPropagator // nil: the global, unset
+		// spans: whether each of the calls, in order, comes with a
+		// caller's span.
+		spans []bool
+		// warnAt is the call (from 0) that logs the warning, -1 for none.
+		warnAt      int
+		traceparent bool
+	}{
+		{name: "global no-op propagator", traced: true, spans: []bool{true, true, true}, warnAt: 0},
+		{name: "global no-op propagator, no caller span", traced: true, spans: []bool{false, false}, warnAt: 0},
+		{name: "W3C propagator", traced: true, prop: propagation.TraceContext{}, spans: []bool{true, false}, warnAt: -1, traceparent: true},
+		{name: "a propagator that writes nothing", traced: true, prop: propagation.Baggage{}, spans: []bool{true, true}, warnAt: 0},
+		{name: "no span to send", spans: []bool{false, false}, warnAt: -1},
+		{name: "first span on the second call", spans: []bool{false, true, true}, warnAt: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTraced(t)
+			var logs bytes.Buffer
+			noTime := func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			}
+			d := b.open(t, func(c *Config) {
+				c.Propagator = tt.prop
+				if !tt.traced {
+					c.TracerProvider = noop.NewTracerProvider()
+				}
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: noTime}))
+			})
+			var want []string
+			for i, withSpan := range tt.spans {
+				ctx := context.Background()
+				if withSpan {
+					ctx, _ = b.under(t, "caller")
+				}
+				res, err := d.Dispatch(ctx, request("run1", "a", uint64(i), "x"))
+				require.NoError(t, err)
+				require.Equal(t, tt.traceparent, taskHeaders(t, b.emu.Server, res.TaskName)["traceparent"] != "")
+				if i != tt.warnAt {
+					continue
+				}
+				// The line carries the IDs of the call's span: the
+				// dispatcher's producer span, or the caller's.
+				sc := trace.SpanContextFromContext(ctx)
+				if tt.traced {
+					sc = spansNamed(b.rec.Ended(), "dispatch default")[i].SpanContext()
+				}
+				want = append(want, fmt.Sprintf("level=WARN msg=%q trace_id=%s span_id=%s", warning, sc.TraceID(), sc.SpanID()))
+			}
+			var got []string
+			if s := strings.TrimSpace(logs.String()); s != "" {
+				got = strings.Split(s, "\n")
+			}
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+// failFirstCreate fails the first CreateTask with code before it reaches
+// the service, then passes every call through.
+type failFirstCreate struct {
+	Client
+	code   codes.Code
+	failed atomic.Bool
+}
+
+func (c *failFirstCreate) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if !c.failed.Swap(true) {
+		return nil, status.Error(c.code, "first call refused")
+	}
+	return c.Client.CreateTask(ctx, req, opts...)
+}
+
+// eventsOf lists a span's events as "name code error.type".
+func eventsOf(s sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for _, e := range s.Events() {
+		line := e.Name
+		for _, kv := range e.Attributes {
+			line += " " + string(kv.Key) + "=" + kv.Value.String()
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// A call answered at its first attempt is an event on the operation's
+// span; an operation whose first attempt failed with a code worth retrying
+// has a client span per attempt, the first backdated to its start.
+func TestAttemptSpansOnlyWhenRetried(t *testing.T) {
+	t.Parallel()
+	const create = "google.cloud.tasks.v2.CloudTasks/CreateTask"
+	tests := []struct {
+		name      string
+		failFirst codes.Code // OK: no failure
+		exists    bool       // the task exists already: ALREADY_EXISTS
+		events    []string
+		// attempts: each attempt span's status code, in order.
+		attempts []string
+		outcome  string
+	}{
+		{name: "answered at once", events: []string{create + " rpc.response.status_code=OK"}, outcome: "created"},
+		{name: "already exists", exists: true, events: []string{create + " rpc.response.status_code=AlreadyExists"}, outcome: "already_existed"},
+		{name: "refused at once", failFirst: codes.PermissionDenied,
+			events: []string{create + " rpc.response.status_code=PermissionDenied error.type=PermissionDenied"}, outcome: "failed"},
+		{name: "retried", failFirst: codes.Unavailable, attempts: []string{"Unavailable", "OK"}, outcome: "created"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTraced(t)
+			var client Client = b.emu.client(t)
+			if tt.failFirst != codes.OK {
+				client = &failFirstCreate{Client: client, code: tt.failFirst}
+			}
+			req := request("run1", "a", 1, "x")
+			if tt.exists {
+				_, err := b.open(t, func(c *Config) { c.TracerProvider = noop.NewTracerProvider() }).Dispatch(context.Background(), req)
+				require.NoError(t, err)
+				b.box = outbox.NewMemory(nil) // forget it: the next call meets the service's task
+			}
+			d := b.open(t, func(c *Config) { c.Client, c.Retry = client, RetryPolicy{Initial: 1, Max: 1, Jitter: -1} })
+			_, _ = d.Dispatch(context.Background(), req)
+
+			producers := spansNamed(b.rec.Ended(), "dispatch default")
+			require.Len(t, producers, 1)
+			require.Equal(t, tt.outcome, spanAttr(producers[0], "ctdispatch.outcome").AsString())
+			require.Equal(t, tt.events, eventsOf(producers[0]))
+			attempts := spansNamed(b.rec.Ended(), create)
+			var got []string
+			for i, a := range attempts {
+				require.Equal(t, producers[0].SpanContext().SpanID(), a.Parent().SpanID())
+				require.Equal(t, int64(i+1), spanAttr(a, "ctdispatch.attempt").AsInt64())
+				require.Equal(t, trace.SpanKindClient, a.SpanKind())
+				require.False(t, a.StartTime().Before(producers[0].StartTime()))
+				if i > 0 {
+					require.False(t, a.StartTime().Before(attempts[i-1].EndTime()), "attempts follow each other")
+				}
+				got = append(got, spanAttr(a, "rpc.response.status_code").AsString())
+			}
+			require.Equal(t, tt.attempts, got)
+		})
+	}
 }

@@ -86,7 +86,7 @@ func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t
 	queuePath := d.queueOf(t.Queue)
 	ctx, span := d.startSend(ctx, id, queuePath)
 	res, err := d.recordIntent(ctx, tx, id, t, queuePath, start)
-	endSend(span, &res, err)
+	endSend(span, id, &res, err)
 	return res, err
 }
 

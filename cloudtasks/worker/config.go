@@ -123,9 +123,21 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Propagator reads the producer's trace context from the request's
 	// headers (traceparent and tracestate with the W3C propagator), which
-	// the consumer span links to. Defaults to the global propagator
-	// (otel.GetTextMapPropagator) as it is at each request.
+	// the consumer span links to and, unless TraceLinkOnly, continues.
+	// Defaults to the global propagator (otel.GetTextMapPropagator) as it
+	// is at each request.
 	Propagator propagation.TextMapPropagator
+	// TraceLinkOnly makes the consumer span only link to the producer span
+	// the request's headers name: it starts a trace of its own unless the
+	// request's context already holds a span (a server span), as before
+	// the default changed. Defaults to false: when the request carries a
+	// producer's context and its context holds no span, the consumer span
+	// is the producer span's child, in its trace, and linked to it too, so
+	// Dispatch, each delivery and the handler's work are one trace (and,
+	// under a parent-based sampler, the producer's sampling decision
+	// holds for the delivery). A span already in the request's context is
+	// the parent either way.
+	TraceLinkOnly bool
 }
 
 func (c Config) withDefaults() Config {

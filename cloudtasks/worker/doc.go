@@ -159,11 +159,17 @@
 // # Tracing
 //
 // With Config.TracerProvider (the global provider by default) each request
-// gets a consumer span, "process <queue>", a child of the request's own
-// context and linked to the producer span whose context the task's
-// traceparent header carries (read with Config.Propagator, the global one
-// by default). The inbox transaction and the handler run in it, so the
-// handler's own spans nest under it. It carries the delivery's retry and
+// gets a consumer span, "process <queue>", linked to the producer span
+// whose context the task's traceparent header carries (read with
+// Config.Propagator, the global one by default). Its parent is the span the
+// request's context already holds (a server span, when the worker is
+// wrapped in one); when it holds none, the producer's context is the
+// parent, so that Dispatch, each delivery and the handler's work are one
+// trace: a Cloud Tasks delivery carries one message, the case in which
+// OpenTelemetry's messaging conventions let a consumer continue the
+// producer's trace. Config.TraceLinkOnly keeps only the link, and the
+// delivery starts a trace of its own. The inbox transaction and the
+// handler run in the span, so the handler's own spans nest under it. It carries the delivery's retry and
 // execution counts and its outcome (ctdispatch.outcome: done, duplicate,
 // rejected, retry, panic, …); ADR 0014 lists the attributes. A delivery's
 // records keep the span's trace_id and span_id, and the worker's log

@@ -16,11 +16,17 @@ import (
 // opProcess is the messaging operation name of a delivery's span.
 const opProcess = "process"
 
-// startProcess starts the consumer span of a delivery, a child of the
-// request's context (a server span, when the worker is wrapped in one),
-// linked to the producer span whose context the task's headers carry. It
-// returns r with the span in its context, so that the inbox transaction
-// and the handler run in it, or r and nil when no span would record.
+// startProcess starts the consumer span of a delivery and returns r with
+// the span in its context, so that the inbox transaction and the handler
+// run in it, or r and nil when no span would record.
+//
+// The span is linked to the producer span whose context the task's
+// headers carry. Its parent is the span the request's context already
+// holds (a server span, when the worker is wrapped in one); when it holds
+// none, the producer's context is the parent too, so that Dispatch, the
+// delivery and the effect are one trace: OpenTelemetry's messaging
+// conventions allow it when one message is processed, which each Cloud
+// Tasks delivery is (ADR 0014). Config.TraceLinkOnly keeps the link only.
 func (w *Worker) startProcess(r *http.Request) (*http.Request, trace.Span) {
 	tr := w.tracer.Get()
 	if tr == nil {
@@ -31,10 +37,14 @@ func (w *Worker) startProcess(r *http.Request) (*http.Request, trace.Span) {
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingOperationName(opProcess),
 	)}
+	parent := r.Context()
 	if producer := w.producer(r.Header); producer.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+		if !w.cfg.TraceLinkOnly && !trace.SpanContextFromContext(parent).IsValid() {
+			parent = trace.ContextWithRemoteSpanContext(parent, producer)
+		}
 	}
-	ctx, span := tr.Start(r.Context(), opProcess, opts...)
+	ctx, span := tr.Start(parent, opProcess, opts...)
 	return r.WithContext(ctx), span
 }
 

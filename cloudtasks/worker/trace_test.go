@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -64,9 +65,9 @@ func named(spans []sdktrace.ReadOnlySpan, name string) []sdktrace.ReadOnlySpan {
 }
 
 // One Dispatch, a failed first CreateTask, a delivery the handler asks to
-// retry, its redelivery, and a duplicate: one producer span whose context
-// every consumer span links to, across real HTTP deliveries from the
-// emulator.
+// retry, its redelivery, and a duplicate: one trace, across real HTTP
+// deliveries from the emulator. With the worker's defaults every consumer
+// span is a child of the producer span and linked to it.
 func TestOneTraceFromDispatchToTheEffect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -152,16 +153,19 @@ func TestOneTraceFromDispatchToTheEffect(t *testing.T) {
 		require.Equal(t, traceparent, dl.Header.Get("Traceparent"))
 	}
 
-	// Three consumer spans, each linked to the producer: retry, done, duplicate.
+	// Three consumer spans in the producer's trace, each its child and
+	// linked to it: retry, done, duplicate.
 	consumers := named(spans, "process "+testQueueID)
 	require.Len(t, consumers, 3)
 	var outcomes []string
 	for _, c := range consumers {
 		require.Equal(t, trace.SpanKindConsumer, c.SpanKind())
+		require.Equal(t, psc.TraceID(), c.SpanContext().TraceID(), "one trace from Dispatch to the effect")
+		require.Equal(t, psc.SpanID(), c.Parent().SpanID())
+		require.True(t, c.Parent().IsRemote())
 		require.Len(t, c.Links(), 1)
 		require.Equal(t, psc.TraceID(), c.Links()[0].SpanContext.TraceID())
 		require.Equal(t, psc.SpanID(), c.Links()[0].SpanContext.SpanID())
-		require.NotEqual(t, psc.TraceID(), c.SpanContext().TraceID(), "a link, not a parent")
 		outcomes = append(outcomes, attr(c, "ctdispatch.outcome").AsString())
 	}
 	require.Equal(t, []string{"retry", "done", "duplicate"}, outcomes)
@@ -181,7 +185,7 @@ func TestOneTraceFromDispatchToTheEffect(t *testing.T) {
 	require.Equal(t, inner, handlerSpans[1].SpanContext())
 
 	// Rows lead to the spans: the dispatch's to the producer, each
-	// delivery's to its consumer.
+	// delivery's to its consumer, all in one trace.
 	latest, found, err := box.Latest(ctx, outbox.TableDispatch, res.ID)
 	require.NoError(t, err)
 	require.True(t, found)
@@ -191,6 +195,7 @@ func TestOneTraceFromDispatchToTheEffect(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
 	for i, r := range recs {
+		require.Equal(t, psc.TraceID().String(), r.TraceID)
 		require.Equal(t, consumers[i].SpanContext().TraceID().String(), r.TraceID)
 		require.Equal(t, consumers[i].SpanContext().SpanID().String(), r.SpanID)
 	}
@@ -201,6 +206,84 @@ func TestOneTraceFromDispatchToTheEffect(t *testing.T) {
 	for i, line := range lines {
 		require.Contains(t, line, "trace_id="+consumers[i].SpanContext().TraceID().String())
 		require.Contains(t, line, "span_id="+consumers[i].SpanContext().SpanID().String())
+	}
+}
+
+// Where a delivery's consumer span hangs: a child of the producer's
+// context by default, a trace of its own with TraceLinkOnly, a child of
+// the span the request's context already holds either way; linked to the
+// producer whenever the request names one.
+func TestConsumerSpanParent(t *testing.T) {
+	t.Parallel()
+	const (
+		producerTrace = "0af7651916cd43dd8448eb211c80319c"
+		producerSpan  = "b7ad6b7169203331"
+	)
+	tests := []struct {
+		name        string
+		linkOnly    bool
+		traceparent bool
+		serverSpan  bool
+		// parent: "producer", "server" or "" (a root span)
+		parent string
+		linked bool
+	}{
+		{name: "default", traceparent: true, parent: "producer", linked: true},
+		{name: "link only", linkOnly: true, traceparent: true, parent: "", linked: true},
+		{name: "server span", traceparent: true, serverSpan: true, parent: "server", linked: true},
+		{name: "server span, link only", linkOnly: true, traceparent: true, serverSpan: true, parent: "server", linked: true},
+		{name: "no traceparent", parent: "", linked: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			cfg := insecure(NewMemoryInbox())
+			cfg.TracerProvider, cfg.Propagator, cfg.TraceLinkOnly = tp, propagation.TraceContext{}, tt.linkOnly
+			w, err := New(context.Background(), cfg, func(context.Context, *Delivery) error { return nil })
+			require.NoError(t, err)
+
+			h := cloudTasksHeaders(mustID(t, "run1", "extract", "1"))
+			if tt.traceparent {
+				h.Set("Traceparent", "00-"+producerTrace+"-"+producerSpan+"-01")
+			}
+			req := httptest.NewRequest(http.MethodPost, "https://worker.example.com/run", strings.NewReader("{}"))
+			req.Header = h
+			var server trace.SpanContext
+			if tt.serverSpan {
+				ctx, span := tp.Tracer("server").Start(req.Context(), "POST /run", trace.WithSpanKind(trace.SpanKindServer))
+				server = span.SpanContext()
+				defer span.End()
+				req = req.WithContext(ctx)
+			}
+			rw := httptest.NewRecorder()
+			w.ServeHTTP(rw, req)
+			require.Equal(t, http.StatusOK, rw.Code)
+
+			consumers := named(rec.Ended(), "process "+testQueueID)
+			require.Len(t, consumers, 1)
+			c := consumers[0]
+			switch tt.parent {
+			case "producer":
+				require.Equal(t, producerTrace, c.SpanContext().TraceID().String())
+				require.Equal(t, producerSpan, c.Parent().SpanID().String())
+				require.True(t, c.Parent().IsRemote())
+			case "server":
+				require.Equal(t, server.TraceID(), c.SpanContext().TraceID())
+				require.Equal(t, server.SpanID(), c.Parent().SpanID())
+			default:
+				require.False(t, c.Parent().IsValid(), "a root span")
+				require.NotEqual(t, producerTrace, c.SpanContext().TraceID().String())
+			}
+			if !tt.linked {
+				require.Empty(t, c.Links())
+				return
+			}
+			require.Len(t, c.Links(), 1)
+			require.Equal(t, producerTrace, c.Links()[0].SpanContext.TraceID().String())
+			require.Equal(t, producerSpan, c.Links()[0].SpanContext.SpanID().String())
+		})
 	}
 }
 

@@ -130,27 +130,55 @@ func (p Propagator) Get() propagation.TextMapPropagator {
 // task will carry, and returns how many bytes it added as a header
 // counts them (name, value and 4 bytes of separators). A header the
 // caller set in given (the task's own headers), in any case, is left as
-// it is. With no propagator it does nothing.
-func (p Propagator) Inject(ctx context.Context, headers, given map[string]string) int {
+// it is. wrote is false when the propagator produced no header at all
+// (none is set, or the one set carries nothing for ctx), whatever the
+// caller's headers: the trace context did not leave.
+func (p Propagator) Inject(ctx context.Context, headers, given map[string]string) (added int, wrote bool) {
 	prop := p.Get()
 	if prop == nil {
-		return 0
+		return 0, false
 	}
-	carrier := propagation.MapCarrier{}
-	prop.Inject(ctx, carrier)
-	added := 0
-	for k, v := range carrier {
-		if hasHeader(given, k) {
-			continue
-		}
-		headers[k] = v
-		added += len(k) + len(v) + 4
+	c := headerCarrier{headers: headers, given: given}
+	prop.Inject(ctx, &c)
+	return c.added, c.wrote
+}
+
+// headerCarrier is where a propagator writes a task's trace headers:
+// straight into the task's headers, skipping those the caller set, and
+// counting what it adds.
+type headerCarrier struct {
+	headers, given map[string]string
+	added          int
+	wrote          bool
+}
+
+func (c *headerCarrier) Get(key string) string { return c.headers[key] }
+
+func (c *headerCarrier) Set(key, value string) {
+	c.wrote = true
+	if hasHeader(c.given, key) {
+		return
 	}
-	return added
+	if old, ok := c.headers[key]; ok { // set again by the propagator
+		c.added -= len(key) + len(old) + 4
+	}
+	c.headers[key] = value
+	c.added += len(key) + len(value) + 4
+}
+
+func (c *headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c.headers))
+	for k := range c.headers {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // hasHeader reports whether h names the header name, in any case.
 func hasHeader(h map[string]string, name string) bool {
+	if len(h) == 0 {
+		return false
+	}
 	if _, ok := h[name]; ok {
 		return true
 	}

@@ -13,6 +13,11 @@ import (
 	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
@@ -491,4 +496,43 @@ func TestReplacedIntentWaitsForItsClaim(t *testing.T) {
 	has, err = second.HasIntent(ctx, "dispatch:tx:raced:1")
 	require.NoError(t, err)
 	require.False(t, has)
+}
+
+// The relay creates tasks under its caller's span, which is not one of the
+// dispatcher's operations: each CreateTask call is a client span, a child
+// of that span, never an event the dispatcher adds to it.
+func TestRelayCallsAreSpansUnderTheCaller(t *testing.T) {
+	t.Parallel()
+	w := newTxWorld(t, clockwork.NewRealClock())
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	d, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true, TracerProvider: tp, Propagator: propagation.TraceContext{}})
+	inTx(t, w.db, true, func(tx outbox.Tx) {
+		_, err := d.DispatchTx(t.Context(), tx, txRequest("traced", "b"))
+		require.NoError(t, err)
+	})
+	ctx, loop := tp.Tracer("program").Start(t.Context(), "relay loop")
+	st, err := d.Relay(ctx)
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Created: 1}, st)
+	loop.End()
+
+	var calls []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "google.cloud.tasks.v2.CloudTasks/CreateTask":
+			calls = append(calls, s)
+		case "relay loop":
+			require.Empty(t, s.Events(), "the caller's span gets no event of the dispatcher's")
+		}
+	}
+	require.Len(t, calls, 1)
+	require.Equal(t, loop.SpanContext().SpanID(), calls[0].Parent().SpanID())
+	require.Equal(t, trace.SpanKindClient, calls[0].SpanKind())
+	attrs := map[attribute.Key]string{}
+	for _, kv := range calls[0].Attributes() {
+		attrs[kv.Key] = kv.Value.String()
+	}
+	require.Equal(t, "1", attrs["ctdispatch.attempt"])
+	require.Equal(t, "OK", attrs["rpc.response.status_code"])
 }
