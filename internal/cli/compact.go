@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -272,6 +274,11 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				trace.Progress = bar.update
 			}
 			opts.Trace = trace
+			if pause.Armed(pause.CompactCommit) {
+				// $CTDISPATCH_PAUSE: the chaos suite and the fence tests
+				// stop this process before a unit's commit.
+				opts.BeforeCommit = func(context.Context) { pause.Point(pause.CompactCommit) }
+			}
 			if err := o.Compact(ctx, opts); err != nil {
 				return err
 			}

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
@@ -123,6 +122,16 @@ type CompactOptions struct {
 	// table's sums and manifest (see CompactTrace). Defaults to none:
 	// Compact then reports only its error.
 	Trace *CompactTrace
+	// BeforeCommit, if not nil, is called in the compaction of each unit
+	// that has outputs to commit, after its lease was last renewed and
+	// before the commit record that makes the outputs visible is created,
+	// with the context Compact was given. It is there for tests of
+	// concurrent compactions: a hook that blocks holds that commit back
+	// while another compaction acts (ctdispatch stops the process there
+	// when $CTDISPATCH_PAUSE names compact.commit). One that blocks past
+	// the lease makes the compaction lose its unit (ErrUnitLost), which
+	// changes nothing. Defaults to none.
+	BeforeCommit func(ctx context.Context)
 }
 
 func (c CompactOptions) withDefaults() CompactOptions {
@@ -621,7 +630,9 @@ func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, ke
 		}
 		return fmt.Errorf("outbox: compact %s/%s: lease unreadable, nothing changed: %w", c.t, pc.Partition, err)
 	}
-	pause.Point(ctx, pause.CompactCommit)
+	if c.opts.BeforeCommit != nil {
+		c.opts.BeforeCommit(ctx)
+	}
 	var placed []string
 	for _, out := range outs {
 		names, err := out.commit()

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gocloud.dev/blob"
 
-	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -103,16 +102,22 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				// Compactor A merges the four runs and stops before
 				// its commit.
 				a := openFenced(t, fenceOptions(b, storage, bkt, ""))
-				gate := pause.NewGate(pause.CompactCommit)
+				reached, release := make(chan struct{}), make(chan struct{})
 				var aUnits []UnitCompaction
 				aDone := make(chan error, 1)
 				go func() {
-					_, err := a.compact(pause.Arm(ctx, gate), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Trace: &CompactTrace{
-						Unit: func(_ outbox.Table, p UnitCompaction) { aUnits = append(aUnits, p) },
-					}})
+					_, err := a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch},
+						Trace: &CompactTrace{
+							Unit: func(_ outbox.Table, p UnitCompaction) { aUnits = append(aUnits, p) },
+						},
+						BeforeCommit: func(context.Context) {
+							close(reached)
+							<-release
+						},
+					})
 					aDone <- err
 				}()
-				<-gate.Reached()
+				<-reached
 
 				// Meanwhile a recovery records every pending ID's
 				// outcome, A's lease runs out, and compactor B folds
@@ -137,7 +142,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				read, listed := tableRows(t, bc, outbox.TableDispatch)
 				require.Equal(t, [2]int64{want, want}, [2]int64{read, listed})
 
-				gate.Release()
+				close(release)
 				err = <-aDone
 				require.ErrorIs(t, err, ErrUnitLost)
 				var lost *UnitLostError
