@@ -3,6 +3,7 @@ package cloudtasks
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"time"
 
@@ -302,6 +303,8 @@ func (c Config) validate() error {
 		return bad("Retry.Max", c.Retry.Max.String(), fmt.Sprintf("is below Retry.Initial (%s)", c.Retry.Initial))
 	case c.Retry.Multiplier < 1:
 		return bad("Retry.Multiplier", fmt.Sprint(c.Retry.Multiplier), "is below 1")
+	case math.IsNaN(c.Retry.Multiplier) || math.IsInf(c.Retry.Multiplier, 1):
+		return bad("Retry.Multiplier", fmt.Sprint(c.Retry.Multiplier), "is not a finite number; allowed: 1 or more")
 	case c.Retry.Jitter > 1:
 		return bad("Retry.Jitter", fmt.Sprint(c.Retry.Jitter), "is above 1; allowed: [0, 1]")
 	case c.Retry.MaxCalls < 1:

@@ -3,6 +3,7 @@ package cloudtasks_test
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,10 @@ func TestConfigErrors(t *testing.T) {
 			cloudtasks.ConfigError{Field: "Retry.Multiplier", Value: "0.5", Rule: "is below 1"}},
 		{"negative Retry.Multiplier", func(c *cloudtasks.Config) { c.Retry.Multiplier = -2 },
 			cloudtasks.ConfigError{Field: "Retry.Multiplier", Value: "-2", Rule: "is below 1"}},
+		{"Retry.Multiplier NaN", func(c *cloudtasks.Config) { c.Retry.Multiplier = math.NaN() },
+			cloudtasks.ConfigError{Field: "Retry.Multiplier", Value: "NaN", Rule: "is not a finite number; allowed: 1 or more"}},
+		{"Retry.Multiplier infinite", func(c *cloudtasks.Config) { c.Retry.Multiplier = math.Inf(1) },
+			cloudtasks.ConfigError{Field: "Retry.Multiplier", Value: "+Inf", Rule: "is not a finite number; allowed: 1 or more"}},
 		{"Retry.Jitter above 1", func(c *cloudtasks.Config) { c.Retry.Jitter = 2 },
 			cloudtasks.ConfigError{Field: "Retry.Jitter", Value: "2", Rule: "is above 1; allowed: [0, 1]"}},
 		{"negative Retry.MaxCalls", func(c *cloudtasks.Config) { c.Retry.MaxCalls = -1 },

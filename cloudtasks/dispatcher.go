@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ctdispatch/ctdispatch/internal/tracing"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tracing"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )

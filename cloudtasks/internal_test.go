@@ -10,6 +10,7 @@ package cloudtasks
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -206,6 +207,9 @@ func TestRetryPolicyDelay(t *testing.T) {
 	}
 	require.Equal(t, []time.Duration{100e6, 200e6, 400e6, 800e6, 1e9, 1e9}, full)
 	require.Equal(t, []time.Duration{50e6, 100e6, 200e6, 400e6, 500e6, 500e6}, jittered)
+	// A policy that was not validated, with a multiplier timers.Backoff
+	// refuses, waits Max.
+	require.Equal(t, time.Second, RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: math.NaN()}.delay(1, 0))
 }
 
 func TestRetryWaitsOnTheClock(t *testing.T) {

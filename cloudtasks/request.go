@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/taskheader"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/timers"
@@ -43,9 +44,9 @@ const (
 const (
 	// HeaderIdempotencyKey carries the internal ID, so workers can
 	// deduplicate deliveries.
-	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderIdempotencyKey = taskheader.IdempotencyKey
 	// HeaderTaskID carries the Cloud Tasks task ID (d_… or t_…).
-	HeaderTaskID = "X-Ctdispatch-Task-Id"
+	HeaderTaskID = taskheader.TaskID
 )
 
 // DispatchRequest asks for one attempt of a task to be handed to Cloud

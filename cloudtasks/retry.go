@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ctdispatch/ctdispatch/internal/backoff"
+	"github.com/ctdispatch/ctdispatch/timers"
 )
 
 // codeOf returns the gRPC code of err; context errors map to Canceled and
@@ -45,8 +45,13 @@ func transient(code codes.Code) bool {
 // delay returns the wait before call n+1 (n ≥ 1 calls made so far): the
 // exponential delay timers.Backoff names retry timers with, less the
 // jittered part. u is a uniform random number in [0, 1) that scales it.
+// Config.validate refuses every policy timers.Backoff does; one that was
+// not validated waits Max where Backoff refuses it.
 func (p RetryPolicy) delay(n int, u float64) time.Duration {
-	d := backoff.Exponential(p.Initial, p.Max, p.Multiplier, uint64(n))
+	d, err := timers.Backoff{Initial: p.Initial, Max: p.Max, Multiplier: p.Multiplier}.Delay(uint64(n))
+	if err != nil {
+		d = p.Max
+	}
 	return time.Duration(float64(d) * (1 - p.Jitter*u))
 }
 

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
-	"github.com/ctdispatch/ctdispatch/internal/tracing"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tracing"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/ctdispatch/ctdispatch/internal/backoff"
 )
 
 // MaxAhead is how far ahead of now Cloud Tasks accepts a task's schedule
@@ -60,7 +58,7 @@ func (b Backoff) Delay(n uint64) (time.Duration, error) {
 	case b.Multiplier < 1 || math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0):
 		return 0, fmt.Errorf("timers: Backoff.Multiplier %v is not a number of at least 1", b.Multiplier)
 	}
-	return backoff.Exponential(b.Initial, b.Max, b.Multiplier, n), nil
+	return exponential(b.Initial, b.Max, b.Multiplier, n), nil
 }
 
 // Due returns when the retry of attempt n, which failed at failedAt, is

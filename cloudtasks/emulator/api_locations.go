@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 )
 
 // maxLocationPageSize bounds a ListLocations page. The service documents

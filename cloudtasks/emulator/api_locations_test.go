@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 )
 
 // Time budget for this file: under a second (one emulator per test).

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tasksize"
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // The service's limits, as documented for HTTP targets.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/taskheader"
 )
 
 // requestLocked builds the HTTP request of t's attempt at now, as the
@@ -43,16 +45,16 @@ func (s *Server) requestLocked(t *task, now time.Time) (*http.Request, Delivery)
 	}
 	_, taskID, _ := parseTaskName(p.Name)
 	h.Set("User-Agent", "Google-Cloud-Tasks")
-	h.Set("X-CloudTasks-QueueName", t.q.id)
-	h.Set("X-CloudTasks-TaskName", taskID)
-	h.Set("X-CloudTasks-TaskRetryCount", strconv.Itoa(int(p.DispatchCount-1)))
-	h.Set("X-CloudTasks-TaskExecutionCount", strconv.Itoa(int(t.executions)))
-	h.Set("X-CloudTasks-TaskETA", strconv.FormatFloat(float64(t.schedule)/1e9, 'f', 6, 64))
+	h.Set(taskheader.QueueName, t.q.id)
+	h.Set(taskheader.TaskName, taskID)
+	h.Set(taskheader.RetryCount, strconv.Itoa(int(p.DispatchCount-1)))
+	h.Set(taskheader.ExecutionCount, strconv.Itoa(int(t.executions)))
+	h.Set(taskheader.ETA, strconv.FormatFloat(float64(t.schedule)/1e9, 'f', 6, 64))
 	if t.prevResponse != 0 {
-		h.Set("X-CloudTasks-TaskPreviousResponse", strconv.Itoa(int(t.prevResponse)))
+		h.Set(taskheader.PreviousResponse, strconv.Itoa(int(t.prevResponse)))
 	}
 	if t.retryReason != "" {
-		h.Set("X-CloudTasks-TaskRetryReason", t.retryReason)
+		h.Set(taskheader.RetryReason, t.retryReason)
 	}
 	switch {
 	case target.oidc != nil:

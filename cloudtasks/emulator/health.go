@@ -5,7 +5,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 )
 
 // registerHealth answers health checks for as long as the gRPC server

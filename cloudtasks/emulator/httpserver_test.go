@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 )
 
 // TestHTTPServerAnswersOnlyItsHosts: the keys, the discovery document and

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 )
 
 // withInspection serves emuproto.InspectPath and hands every other request to next.

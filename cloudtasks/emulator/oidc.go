@@ -7,8 +7,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/internal/oidc"
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
 )
 
 // tokenLifetime is how long a signed OIDC token is valid, as Google's are.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/taskheader"
 	"github.com/ctdispatch/ctdispatch/naming"
 )
 
@@ -15,27 +16,27 @@ import (
 // every task it creates.
 const (
 	// HeaderQueueName carries the queue's ID.
-	HeaderQueueName = "X-CloudTasks-QueueName"
+	HeaderQueueName = taskheader.QueueName
 	// HeaderTaskName carries the task's ID (not its full resource name).
-	HeaderTaskName = "X-CloudTasks-TaskName"
+	HeaderTaskName = taskheader.TaskName
 	// HeaderRetryCount counts the task's earlier attempts.
-	HeaderRetryCount = "X-CloudTasks-TaskRetryCount"
+	HeaderRetryCount = taskheader.RetryCount
 	// HeaderExecutionCount counts the earlier attempts answered with
 	// anything but 5xx.
-	HeaderExecutionCount = "X-CloudTasks-TaskExecutionCount"
+	HeaderExecutionCount = taskheader.ExecutionCount
 	// HeaderETA carries the task's schedule time in fractional seconds
 	// since the Unix epoch.
-	HeaderETA = "X-CloudTasks-TaskETA"
+	HeaderETA = taskheader.ETA
 	// HeaderPreviousResponse carries the status the previous attempt got.
-	HeaderPreviousResponse = "X-CloudTasks-TaskPreviousResponse"
+	HeaderPreviousResponse = taskheader.PreviousResponse
 	// HeaderRetryReason says why the task is retried.
-	HeaderRetryReason = "X-CloudTasks-TaskRetryReason"
+	HeaderRetryReason = taskheader.RetryReason
 	// HeaderIdempotencyKey carries the task's internal ID, set by the
 	// dispatcher.
-	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderIdempotencyKey = taskheader.IdempotencyKey
 	// HeaderCtdispatchTaskID carries the task's Cloud Tasks ID as the
 	// dispatcher computed it.
-	HeaderCtdispatchTaskID = "X-Ctdispatch-Task-Id"
+	HeaderCtdispatchTaskID = taskheader.TaskID
 )
 
 // Delivery is one verified delivery of a task, as the handler sees it.

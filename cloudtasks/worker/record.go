@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ctdispatch/ctdispatch/internal/tracing"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tracing"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 )

@@ -10,7 +10,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ctdispatch/ctdispatch/internal/tracing"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tracing"
 )
 
 // opProcess is the messaging operation name of a delivery's span.

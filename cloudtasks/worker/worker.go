@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/tracing"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/internal/tracing"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 

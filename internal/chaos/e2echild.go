@@ -321,7 +321,7 @@ func (in *e2eInbox) pause(ctx context.Context, n int64, point, key string) {
 		return
 	}
 	in.ew.emit(e2eEvent{Hop: hopWorker, Op: "pause", ID: key, Detail: point})
-	pause.Point(ctx, point)
+	pause.Point(point)
 }
 
 func (in *e2eInbox) Process(ctx context.Context, key string, wait time.Duration, work worker.Work) (worker.Outcome, error) {

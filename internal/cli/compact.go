@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
+	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -57,7 +58,7 @@ func (p *progressBar) finish() {
 
 // printTableTotals writes what was skipped or kept in a table, and its
 // totals.
-func printTableTotals(w io.Writer, s compactreport.Table) {
+func printTableTotals(w io.Writer, s parquetbox.TableCompaction) {
 	if s.Table == outbox.TableDeliveries && s.FilesIn == 0 && len(s.Partitions) == 0 && len(s.Skipped) == 0 && len(s.Kept) == 0 {
 		return // a dispatcher's outbox: workers record deliveries in their own
 	}
@@ -89,16 +90,16 @@ func fileErrors(errs []error) []*parquetbox.FileError {
 
 // manifestLine says what compaction did with a table's manifest ("" when
 // the table has nothing for one to list).
-func manifestLine(t outbox.Table, m compactreport.Manifest) string {
+func manifestLine(t outbox.Table, m parquetbox.ManifestRefresh) string {
 	switch m.Action {
-	case compactreport.ManifestWritten:
+	case parquetbox.ManifestWritten:
 		return fmt.Sprintf("%s: manifest written: %d files, %d row groups (%s)", t, m.Files, m.RowGroups, m.Path)
-	case compactreport.ManifestCurrent:
+	case parquetbox.ManifestCurrent:
 		if m.Files == 0 {
 			return ""
 		}
 		return fmt.Sprintf("%s: manifest up to date: %d files, %d row groups", t, m.Files, m.RowGroups)
-	case compactreport.ManifestFailed:
+	case parquetbox.ManifestFailed:
 		return fmt.Sprintf("%s: manifest not written (lookups open every file instead): %v", t, m.Err)
 	}
 	return ""
@@ -106,19 +107,19 @@ func manifestLine(t outbox.Table, m compactreport.Manifest) string {
 
 // partitionLine says what compaction did with one unit: a partition, or
 // one bucket of it.
-func partitionLine(t outbox.Table, p compactreport.Partition) string {
+func partitionLine(t outbox.Table, p parquetbox.UnitCompaction) string {
 	where := string(t) + "/" + p.Partition
 	if p.Bucket != "" {
 		where += " " + p.Bucket
 	}
 	switch p.Action {
-	case compactreport.Untouched:
+	case parquetbox.UnitUntouched:
 		return fmt.Sprintf("%s: untouched: %s", where, p.Reason)
-	case compactreport.Busy:
+	case parquetbox.UnitBusy:
 		return fmt.Sprintf("%s: busy, skipped: %s", where, p.Reason)
-	case compactreport.Lost:
+	case parquetbox.UnitLost:
 		return fmt.Sprintf("%s: lost, stepped back: %s", where, p.Reason)
-	case compactreport.Dropped:
+	case parquetbox.UnitDropped:
 		return fmt.Sprintf("%s: dropped: all %d rows past retention; %d files, %d bytes removed", where, p.RowsIn, p.FilesIn, p.BytesIn)
 	}
 	line := fmt.Sprintf("%s: %s: %d files, %d rows, %d bytes -> %d files, %d rows, %d bytes; %d dropped by retention",
@@ -252,15 +253,15 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}
 			var bar *progressBar
 			var skipped []*parquetbox.FileError
-			trace := &compactreport.Trace{
-				Partition: func(t outbox.Table, p compactreport.Partition) {
+			trace := &parquetbox.CompactTrace{
+				Unit: func(t outbox.Table, p parquetbox.UnitCompaction) {
 					if bar != nil {
 						bar.finish()
 					}
 					fmt.Fprintln(w, partitionLine(t, p))
 				},
 				// Each table's totals follow its partitions.
-				Table: func(st compactreport.Table) {
+				Table: func(st parquetbox.TableCompaction) {
 					if bar != nil {
 						bar.finish()
 					}
@@ -272,7 +273,13 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				bar = &progressBar{w: env.Err, now: time.Now}
 				trace.Progress = bar.update
 			}
-			if err := o.Compact(compactreport.WithTrace(ctx, trace), opts); err != nil {
+			opts.Trace = trace
+			if pause.Armed(pause.CompactCommit) {
+				// $CTDISPATCH_PAUSE: the chaos suite and the fence tests
+				// stop this process before a unit's commit.
+				opts.BeforeCommit = func(context.Context) { pause.Point(pause.CompactCommit) }
+			}
+			if err := o.Compact(ctx, opts); err != nil {
 				return err
 			}
 			if err := o.Close(); err != nil {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 )
 
 // defaultHealthTimeout bounds a health check: well under the 30 s a

@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -65,7 +64,7 @@ type queryColumn struct {
 	name string
 	// col is the table column it shows; nil for table and task_name,
 	// which are the record's own.
-	col *tableschema.Column
+	col *parquetbox.Column
 	// omitEmpty leaves it out of a JSON line when empty: the nullable
 	// columns and the times (due_at, a timer's only).
 	omitEmpty bool
@@ -75,7 +74,7 @@ type queryColumn struct {
 }
 
 // queryColumns are the output's columns, taken from the tables' one
-// column list (package tableschema), so a column added there shows here
+// column list (parquetbox.Columns), so a column added there shows here
 // too: the table, then the timers table's columns (every column of
 // dispatch_outbox, plus kind and due_at) with its ID column as id and the
 // task's name after its Cloud Tasks ID, then the deliveries table's own.
@@ -85,24 +84,26 @@ type queryColumn struct {
 var queryColumns = func() []queryColumn {
 	cols := []queryColumn{{name: "table"}}
 	seen := map[string]bool{}
-	for i := range tableschema.TimerSchema.Columns {
-		c := &tableschema.TimerSchema.Columns[i]
+	timers := parquetbox.Columns(outbox.TableTimers)
+	for i := range timers {
+		c := &timers[i]
 		seen[c.Name] = true
-		switch c.Field {
-		case tableschema.FieldVersion:
+		switch {
+		case c.Name == "version":
 			continue
-		case tableschema.FieldID:
+		case c.ID:
 			cols = append(cols, queryColumn{name: "id", col: c})
 			continue
 		}
-		cols = append(cols, queryColumn{name: c.Name, col: c, omitEmpty: c.Optional || c.Kind == tableschema.Timestamp})
-		if c.Field == tableschema.FieldCloudTaskID {
+		cols = append(cols, queryColumn{name: c.Name, col: c, omitEmpty: c.Optional || c.Kind == parquetbox.ColumnTime})
+		if c.Name == "cloud_task_id" {
 			cols = append(cols, queryColumn{name: "task_name"})
 		}
 	}
-	for i := range tableschema.DeliverySchema.Columns {
-		c := &tableschema.DeliverySchema.Columns[i]
-		if !seen[c.Name] && c.Field != tableschema.FieldNone && c.Field != tableschema.FieldID {
+	deliveries := parquetbox.Columns(outbox.TableDeliveries)
+	for i := range deliveries {
+		c := &deliveries[i]
+		if !seen[c.Name] && !c.Derived && !c.ID {
 			cols = append(cols, queryColumn{name: c.Name, col: c, delivery: true})
 		}
 	}
@@ -154,32 +155,27 @@ type queryValue struct {
 	number bool
 }
 
-// value returns c's value in r, whose columns are row.
-func (c queryColumn) value(r *outbox.Record, row *tableschema.Row) queryValue {
-	switch {
-	case c.name == "table":
+// value returns c's value in r.
+func (c queryColumn) value(r *outbox.Record) queryValue {
+	switch c.name {
+	case "table":
 		return queryValue{text: string(r.Table)}
-	case c.name == "task_name":
+	case "task_name":
 		return queryValue{text: r.TaskName}
-	case c.col.Kind == tableschema.String:
-		return queryValue{text: c.col.Str(row)}
-	case c.col.Kind == tableschema.Timestamp:
-		return queryValue{text: formatTime(tableschema.FromMicros(c.col.Int(row)))}
 	}
-	return queryValue{text: strconv.FormatInt(c.col.Int(row), 10), number: true}
+	return queryValue{text: c.col.Text(r), number: c.col.Kind == parquetbox.ColumnInt}
 }
 
 // appendJSON appends r as one JSON object, keys as the columns', and a
 // newline.
 func appendJSON(b []byte, r *outbox.Record) []byte {
-	row := tableschema.RowOf(r)
 	b = append(b, '{')
 	first := true
 	for _, c := range queryColumns {
 		if c.delivery && r.Table != outbox.TableDeliveries {
 			continue
 		}
-		v := c.value(r, &row)
+		v := c.value(r)
 		if c.omitEmpty && v.text == "" {
 			continue
 		}
@@ -202,7 +198,6 @@ func appendJSON(b []byte, r *outbox.Record) []byte {
 // csvRow returns r's CSV fields; with deliveries, the deliveries table's
 // own columns too (empty for the records of other tables).
 func csvRow(r *outbox.Record, deliveries bool) []string {
-	row := tableschema.RowOf(r)
 	out := make([]string, 0, len(queryColumns))
 	for _, c := range queryColumns {
 		switch {
@@ -210,7 +205,7 @@ func csvRow(r *outbox.Record, deliveries bool) []string {
 		case c.delivery && r.Table != outbox.TableDeliveries:
 			out = append(out, "")
 		default:
-			out = append(out, c.value(r, &row).text)
+			out = append(out, c.value(r).text)
 		}
 	}
 	return out
@@ -264,9 +259,8 @@ func formatRecords(w io.Writer, format string, recs []outbox.Record, deliveries 
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		for _, r := range recs {
-			row := tableschema.RowOf(&r)
 			for i, c := range summaryColumns {
-				cells[i] = dash(c.value(&r, &row).text)
+				cells[i] = dash(c.value(&r).text)
 			}
 			fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		}

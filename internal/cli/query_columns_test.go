@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // query's columns are the tables' column list, in the order and under the
@@ -26,12 +26,12 @@ func TestQueryColumnsComeFromTheColumnList(t *testing.T) {
 			shown[c.col.Name] = true
 		}
 	}
-	for _, s := range []tableschema.Schema{tableschema.DispatchSchema, tableschema.TimerSchema, tableschema.DeliverySchema} {
-		for _, c := range s.Columns {
-			if c.Field == tableschema.FieldVersion || c.Field == tableschema.FieldNone || c.Field == tableschema.FieldID {
+	for _, table := range outbox.Tables() {
+		for _, c := range parquetbox.Columns(table) {
+			if c.Name == "version" || c.Derived || c.ID {
 				continue // left out, or shown as id
 			}
-			require.True(t, shown[c.Name], "%s.%s is not in query's output", s.Table, c.Name)
+			require.True(t, shown[c.Name], "%s.%s is not in query's output", table, c.Name)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ctdispatch/ctdispatch/internal/emuproto"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator/emuproto"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )

@@ -1,19 +1,7 @@
-// Package pause holds named pause points: places in the code where a test
-// can stop a process at a precise moment (between a compactor's last look
-// at its lease and its commit, say) and let another process act before it
-// goes on. They are the one mechanism for such pauses: a package's tests
-// arm them in-process, and the chaos suite arms them in a child process
-// through the environment.
-//
-// # In-process
-//
-// A Gate armed on a context pauses the first call of Point with that
-// context (or one derived from it) and the gate's name, until the gate is
-// released or the context ends; Reached tells the test it arrived. Other
-// contexts, and later arrivals, pass: tests running in parallel do not
-// stop each other.
-//
-// # In a child process
+// Package pause holds the program's named pause points: places where the
+// chaos suite and the CLI's tests stop a ctdispatch process at a precise
+// moment (between a compactor's last look at its lease and its commit,
+// say) and let another process act before it goes on.
 //
 // A process started with CTDISPATCH_PAUSE=name[,name…] stops itself
 // (SIGSTOP) at each named point the first time it reaches it (a name
@@ -24,10 +12,14 @@
 // on its standard error; the parent sends SIGCONT to let it go on. Where
 // signals cannot stop a process (Windows) the point writes that it cannot
 // pause and goes on.
+//
+// The library reads no environment: the point inside a compaction is
+// parquetbox's CompactOptions.BeforeCommit hook, which ctdispatch compact
+// sets to Point(CompactCommit) when Armed(CompactCommit). The chaos
+// suite's e2e worker calls Point itself.
 package pause
 
 import (
-	"context"
 	"os"
 	"strings"
 	"sync"
@@ -42,7 +34,7 @@ const EnvVar = "CTDISPATCH_PAUSE"
 const (
 	// CompactCommit is in a compaction of one unit, after its last check
 	// of its lease and before its commit record makes its outputs
-	// visible.
+	// visible (parquetbox's CompactOptions.BeforeCommit).
 	CompactCommit = "compact.commit"
 	// E2EWorkerBeforeCommit is in the chaos suite's e2e worker, after
 	// the handler applied its effect in the inbox's transaction and
@@ -71,59 +63,24 @@ func parseEnv(v string) map[string]int {
 	return out
 }
 
-// Gate is a point armed in-process, on a context.
-type Gate struct {
-	name    string
-	reached chan struct{}
-	release chan struct{}
-	once    sync.Once
-	mu      sync.Mutex
-	taken   bool
-}
-
-// NewGate returns a gate for the point name; arm it with Arm.
-func NewGate(name string) *Gate {
-	return &Gate{name: name, reached: make(chan struct{}), release: make(chan struct{})}
-}
-
-type gateKey struct{ name string }
-
-// Arm returns a context under which the gate's point pauses.
-func Arm(ctx context.Context, g *Gate) context.Context {
-	return context.WithValue(ctx, gateKey{g.name}, g)
-}
-
-// Reached is closed when a call has reached the point and blocks there.
-func (g *Gate) Reached() <-chan struct{} { return g.reached }
-
-// Release lets the paused call go on; later arrivals pass. It may be
-// called more than once, and before the point is reached.
-func (g *Gate) Release() { g.once.Do(func() { close(g.release) }) }
-
-// Point pauses here if the point name is armed: on ctx, until its gate is
-// released or ctx ends; through the environment, until SIGCONT.
-func Point(ctx context.Context, name string) {
-	if g, ok := ctx.Value(gateKey{name}).(*Gate); ok {
-		g.mu.Lock()
-		first := !g.taken
-		g.taken = true
-		g.mu.Unlock()
-		if first {
-			close(g.reached)
-			select {
-			case <-g.release:
-			case <-ctx.Done():
-			}
-			return
-		}
-	}
+// Armed reports whether the environment armed the point name and some of
+// its arrivals are still to stop.
+func Armed(name string) bool {
 	mu.Lock()
-	env := fromEnv[name] > 0
-	if env {
+	defer mu.Unlock()
+	return fromEnv[name] > 0
+}
+
+// Point stops the process here, until SIGCONT, if the environment armed
+// the point name and this arrival is one of those it listed.
+func Point(name string) {
+	mu.Lock()
+	stop := fromEnv[name] > 0
+	if stop {
 		fromEnv[name]--
 	}
 	mu.Unlock()
-	if env {
+	if stop {
 		stopSelf(name)
 	}
 }

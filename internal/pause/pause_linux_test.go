@@ -2,7 +2,6 @@ package pause
 
 import (
 	"bufio"
-	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,9 +17,10 @@ import (
 // through the environment: it stops, says so, and ends once continued.
 func TestChildStopsAtArmedPoint(t *testing.T) {
 	if os.Getenv("PAUSE_TEST_CHILD") == "1" {
-		Point(context.Background(), CompactCommit)
-		Point(context.Background(), CompactCommit) // once only
-		os.Stdout.WriteString("went on\n")
+		armed := Armed(CompactCommit)
+		Point(CompactCommit)
+		Point(CompactCommit) // once only
+		os.Stdout.WriteString("went on; armed before: " + strconv.FormatBool(armed) + ", after: " + strconv.FormatBool(Armed(CompactCommit)) + "\n")
 		return
 	}
 	t.Parallel()
@@ -37,5 +37,5 @@ func TestChildStopsAtArmedPoint(t *testing.T) {
 	require.Eventually(t, func() bool { return Stopped(cmd.Process.Pid) }, 10*time.Second, 5*time.Millisecond, "the child never stopped")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
 	require.NoError(t, cmd.Wait())
-	require.Contains(t, out.String(), "went on\n")
+	require.Contains(t, out.String(), "went on; armed before: true, after: false\n")
 }

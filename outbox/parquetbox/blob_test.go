@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
@@ -103,7 +102,7 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, []string{"deliveries/" + schemaFileName, "dispatch_outbox/" + schemaFileName}, keys[5:7], "compaction leaves the schema files alone")
 			require.True(t, strings.HasPrefix(keys[7], "dispatch_outbox/created_date=2026-03-01/compacted-"), keys[7])
 			require.Equal(t, "timers/"+schemaFileName, keys[8])
-			require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
+			require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 			require.Equal(t, 1, st.Tables[0].Manifest.Files)
 			// o's cached listing still names the files ro compacted away:
 			// reading one fails as not found, o lists again and finds the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 )
 
 // recordVersion is the first byte of every encoded record, so a later format

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
-	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
@@ -119,6 +117,21 @@ type CompactOptions struct {
 	// into one, instead of merging runs of similar size (see Compact).
 	// Defaults to tiered merges.
 	Full bool
+	// Trace, if not nil, receives what the compaction does as it goes:
+	// its progress through each unit, each unit's outcome, and each
+	// table's sums and manifest (see CompactTrace). Defaults to none:
+	// Compact then reports only its error.
+	Trace *CompactTrace
+	// BeforeCommit, if not nil, is called in the compaction of each unit
+	// that has outputs to commit, after its lease was last renewed and
+	// before the commit record that makes the outputs visible is created,
+	// with the context Compact was given. It is there for tests of
+	// concurrent compactions: a hook that blocks holds that commit back
+	// while another compaction acts (ctdispatch stops the process there
+	// when $CTDISPATCH_PAUSE names compact.commit). One that blocks past
+	// the lease makes the compaction lose its unit (ErrUnitLost), which
+	// changes nothing. Defaults to none.
+	BeforeCommit func(ctx context.Context)
 }
 
 func (c CompactOptions) withDefaults() CompactOptions {
@@ -164,22 +177,25 @@ func (c CompactOptions) withDefaults() CompactOptions {
 // are removed after the commit: appends continue meanwhile, and an
 // interrupted compaction leaves the outbox as it was or as committed.
 //
-// Stats shows the tables afterwards; ctdispatch compact prints what was
-// done to each unit.
+// Stats shows the tables afterwards; CompactOptions.Trace hears what was
+// done to each unit, as ctdispatch compact prints it.
 func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) error {
 	_, err := o.compact(ctx, opts)
 	return err
 }
 
-// compact is Compact, returning its report, which it also gives the
-// context's compactreport.Trace as it goes.
-func (o *Outbox) compact(ctx context.Context, opts CompactOptions) (compactreport.Stats, error) {
-	var stats compactreport.Stats
+// compact is Compact, returning its report, which it also gives
+// opts.Trace as it goes.
+func (o *Outbox) compact(ctx context.Context, opts CompactOptions) (compactStats, error) {
+	var stats compactStats
 	if err := o.checkOpen(); err != nil {
 		return stats, err
 	}
 	opts = opts.withDefaults()
-	trace := compactreport.TraceOf(ctx)
+	trace := opts.Trace
+	if trace == nil {
+		trace = &CompactTrace{}
+	}
 	for _, t := range opts.Tables {
 		if err := t.Validate(); err != nil {
 			return stats, err
@@ -201,10 +217,10 @@ type compaction struct {
 	o      *Outbox
 	t      outbox.Table
 	opts   CompactOptions
-	trace  *compactreport.Trace
+	trace  *CompactTrace
 	now    time.Time
 	holder string
-	st     *compactreport.Table
+	st     *TableCompaction
 	// runsSeen is how many runs the unit being compacted held at its
 	// last step.
 	runsSeen int
@@ -216,8 +232,8 @@ type compaction struct {
 	hidden []string
 }
 
-func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions, trace *compactreport.Trace) (compactreport.Table, error) {
-	st := compactreport.Table{Table: t}
+func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions, trace *CompactTrace) (TableCompaction, error) {
+	st := TableCompaction{Table: t}
 	c := &compaction{o: o, t: t, opts: opts, trace: trace, now: o.clock.Now(), holder: o.leaseHolder(), st: &st}
 	o.store.cleanTemps(ctx, t, c.now.Add(-time.Hour))
 	parts, err := c.listUnits(ctx)
@@ -269,7 +285,7 @@ func (c *compaction) listUnits(ctx context.Context) (map[unitName][]storeEntry, 
 	return out, nil
 }
 
-func (c *compaction) report(pc compactreport.Partition) {
+func (c *compaction) report(pc UnitCompaction) {
 	st := c.st
 	st.FilesIn += pc.FilesIn
 	st.RowsIn += pc.RowsIn
@@ -283,22 +299,22 @@ func (c *compaction) report(pc compactreport.Partition) {
 		st.Output = pc.Outputs[0]
 	}
 	st.Partitions = append(st.Partitions, pc)
-	if c.trace.Partition != nil {
-		c.trace.Partition(c.t, pc)
+	if c.trace.Unit != nil {
+		c.trace.Unit(c.t, pc)
 	}
 }
 
 // run does step for one unit under its lease, with the unit's files as
 // they are once the lease is held.
-func (c *compaction) run(ctx context.Context, unit unitName, step func(context.Context, *lease, []*openFile, *compactreport.Partition) error) (compactreport.Partition, error) {
-	pc := compactreport.Partition{Partition: unitPartition(unit), Bucket: strings.TrimSuffix(unitBucket(unit), "-")}
+func (c *compaction) run(ctx context.Context, unit unitName, step func(context.Context, *lease, []*openFile, *UnitCompaction) error) (UnitCompaction, error) {
+	pc := UnitCompaction{Partition: unitPartition(unit), Bucket: strings.TrimSuffix(unitBucket(unit), "-")}
 	// A bucket's lease is <partition>~<bucket>, which no other unit's
 	// lease prefix (<partition>.) matches.
 	name := strings.Replace(unit, "/", "~", 1)
 	l, err := acquireLease(ctx, c.o.store, path.Join(leaseDir, string(c.t), name)+".", c.holder, c.o.clock.Now(), c.opts.LeaseTTL)
 	var busy *BusyError
 	if errors.As(err, &busy) {
-		pc.Action, pc.Reason = compactreport.Busy, busy.Error()
+		pc.Action, pc.Reason = UnitBusy, busy.Error()
 		return pc, nil
 	}
 	if err != nil {
@@ -326,7 +342,7 @@ func (c *compaction) run(ctx context.Context, unit unitName, step func(context.C
 var errMoreRuns = errors.New("more runs to merge")
 
 // step does step once, with the unit's files as they are now.
-func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *compactreport.Partition, step func(context.Context, *lease, []*openFile, *compactreport.Partition) error) error {
+func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *UnitCompaction, step func(context.Context, *lease, []*openFile, *UnitCompaction) error) error {
 	// Listed again under the lease: a compaction that held it before may
 	// have replaced these files. The commit is read first: this
 	// compaction's own commit will be the next one, which fails if any
@@ -345,7 +361,7 @@ func (c *compaction) step(ctx context.Context, l *lease, unit unitName, pc *comp
 	defer fs.release(files)
 	c.hidden = fs.hiddenIn(unit)
 	if len(files) == 0 {
-		pc.Action, pc.Reason = compactreport.Untouched, "no readable files"
+		pc.Action, pc.Reason = UnitUntouched, "no readable files"
 		return nil
 	}
 	return step(ctx, l, files, pc)
@@ -370,7 +386,7 @@ const maxFanIn = 48
 
 // compactUnit merges a unit's runs as the tiers call for (see Compact).
 // It answers errMoreRuns when a merge took only maxFanIn of its runs.
-func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFile, pc *compactreport.Partition) error {
+func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFile, pc *UnitCompaction) error {
 	runs := groupRuns(files)
 	c.runsSeen = len(runs)
 	if pc.Merges == 0 {
@@ -402,11 +418,11 @@ func (c *compaction) compactUnit(ctx context.Context, l *lease, files []*openFil
 	}
 	if len(merges) == 0 {
 		if pc.Merges == 0 {
-			pc.Action, pc.Reason = compactreport.Untouched, "runs within the tiers' bounds"
+			pc.Action, pc.Reason = UnitUntouched, "runs within the tiers' bounds"
 		}
 		return nil
 	}
-	pc.Action = compactreport.Compacted
+	pc.Action = UnitCompacted
 	more := false
 	for i, m := range merges {
 		if len(m) > maxFanIn {
@@ -475,8 +491,8 @@ func (c *compaction) scanRetention(ctx context.Context, files []*openFile, dropp
 }
 
 // dropWhole removes a partition whose every row is past retention.
-func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile, pc *compactreport.Partition, dropped droppedMarks) error {
-	pc.Action = compactreport.Dropped
+func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile, pc *UnitCompaction, dropped droppedMarks) error {
+	pc.Action = UnitDropped
 	for _, f := range files {
 		pc.FilesIn++
 		pc.BytesIn += f.size
@@ -490,7 +506,7 @@ func (c *compaction) dropWhole(ctx context.Context, l *lease, files []*openFile,
 // partition part (to its own partition when part is ""), and then
 // removes the inputs. Retention drops records only when drop is set: when
 // the files are every run of their unit.
-func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *compactreport.Partition, out *partWriters, drop bool, part string) error {
+func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *UnitCompaction, out *partWriters, drop bool, part string) error {
 	var total, done int64
 	for _, f := range files {
 		total += f.NumRows()
@@ -589,8 +605,8 @@ func (c *compaction) fold(ctx context.Context, l *lease, files []*openFile, pc *
 
 // stepBack reports the unit lost (its outputs already discarded by the
 // caller), logs it and returns lost.
-func (c *compaction) stepBack(pc *compactreport.Partition, lost *UnitLostError) error {
-	pc.Action, pc.Reason = compactreport.Lost, lost.Error()
+func (c *compaction) stepBack(pc *UnitCompaction, lost *UnitLostError) error {
+	pc.Action, pc.Reason = UnitLost, lost.Error()
 	pc.FilesOut, pc.RowsOut, pc.BytesOut, pc.Outputs = 0, 0, 0, nil
 	c.o.log.Warn("outbox: compaction "+lost.Error(), "table", c.t, "unit", c.unit, "commit", lost.Gen)
 	return lost
@@ -602,7 +618,7 @@ func (c *compaction) stepBack(pc *compactreport.Partition, lost *UnitLostError) 
 // That create fails if another compaction committed the unit since this
 // one read its commit (this one was paused past its lease, say): it then
 // deletes its outputs, removes nothing and returns a *UnitLostError.
-func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *compactreport.Partition, dropped droppedMarks, outs ...*partWriters) error {
+func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, keep map[*openFile]bool, pc *UnitCompaction, dropped droppedMarks, outs ...*partWriters) error {
 	// Renewed, not only checked: writing the outputs may have taken most
 	// of the lease, and the commit below must land while it is held.
 	if err := l.renew(ctx, c.o.clock.Now()); err != nil {
@@ -614,7 +630,9 @@ func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, ke
 		}
 		return fmt.Errorf("outbox: compact %s/%s: lease unreadable, nothing changed: %w", c.t, pc.Partition, err)
 	}
-	pause.Point(ctx, pause.CompactCommit)
+	if c.opts.BeforeCommit != nil {
+		c.opts.BeforeCommit(ctx)
+	}
 	var placed []string
 	for _, out := range outs {
 		names, err := out.commit()
@@ -754,7 +772,7 @@ func isCompacted(f *openFile) bool {
 // of about TargetFileBytes each, committed together at the end.
 type partWriters struct {
 	c      *compaction
-	pc     *compactreport.Partition
+	pc     *UnitCompaction
 	prefix string
 	// weight is the weight of the run written (see parseRun) and gen
 	// the generation of the commit meant to name it (see commitDir),
@@ -775,7 +793,7 @@ type partFile struct {
 	rw   *rowWriter
 }
 
-func newPartWriters(c *compaction, pc *compactreport.Partition) *partWriters {
+func newPartWriters(c *compaction, pc *UnitCompaction) *partWriters {
 	return &partWriters{c: c, pc: pc, prefix: "compacted-", id: fmt.Sprintf("%d-%s", c.now.UnixMicro(), randomHex(4)), layout: pqfile.FlushLayout, open: map[string]*partFile{}}
 }
 

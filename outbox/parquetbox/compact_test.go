@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -77,15 +76,16 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	before, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	require.Len(t, before, 3)
 
-	// Compact reports through the context's trace what compact returns.
+	// Compact reports through CompactOptions.Trace what compact returns.
 	var progress []int64
-	var st compactreport.Stats
-	err := a.Compact(compactreport.WithTrace(ctx, &compactreport.Trace{
-		Progress: func(_ outbox.Table, done, _ int64) { progress = append(progress, done) },
-		Table:    func(tc compactreport.Table) { st.Tables = append(st.Tables, tc) },
-	}), CompactOptions{
+	var st compactStats
+	err := a.Compact(ctx, CompactOptions{
 		Tables:    []outbox.Table{outbox.TableDispatch},
 		Retention: Retention{"q": 7 * 24 * time.Hour},
+		Trace: &CompactTrace{
+			Progress: func(_ outbox.Table, done, _ int64) { progress = append(progress, done) },
+			Table:    func(tc TableCompaction) { st.Tables = append(st.Tables, tc) },
+		},
 	})
 	require.NoError(t, err)
 	require.Len(t, st.Tables, 1)
@@ -146,11 +146,11 @@ func TestCompactInterruptedLeavesInputs(t *testing.T) {
 	}
 	dir := filepath.Join(b.root, string(outbox.TableDispatch))
 	before, _ := filepath.Glob(filepath.Join(dir, "*"))
-	_, err := o.compact(compactreport.WithTrace(ctx, &compactreport.Trace{Progress: func(_ outbox.Table, done, _ int64) {
+	_, err := o.compact(ctx, CompactOptions{Full: true, Trace: &CompactTrace{Progress: func(_ outbox.Table, done, _ int64) {
 		if done > 3000 {
 			cancel()
 		}
-	}}), CompactOptions{Full: true})
+	}}})
 	require.ErrorIs(t, err, context.Canceled)
 	entries, _ := os.ReadDir(dir)
 	var names []string

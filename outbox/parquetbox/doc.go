@@ -165,7 +165,9 @@
 // The outbox logs through Options.Logger (log/slog) only what needs a
 // person: skipped files, dropped torn log tails, failed conversions, and
 // the replay of a stopped processor's log. Damaged lists the skipped files;
-// Stats counts records by status, queue, kind and processor.
+// Stats counts records by status, queue, kind and processor. A
+// CompactTrace set in CompactOptions.Trace hears a compaction's progress
+// and what it did to each unit, each table and each manifest.
 //
 // # Buckets
 //

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -68,7 +67,7 @@ func TestDuckDBReadsPartitionedTables(t *testing.T) {
 	}
 	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
-	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
 	units := map[string]bool{}
 	for _, p := range st.Tables[0].Partitions {
 		units[p.Partition+" "+p.Bucket] = true

@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gocloud.dev/blob"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
-	"github.com/ctdispatch/ctdispatch/internal/pause"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -104,16 +102,22 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				// Compactor A merges the four runs and stops before
 				// its commit.
 				a := openFenced(t, fenceOptions(b, storage, bkt, ""))
-				gate := pause.NewGate(pause.CompactCommit)
-				var aUnits []compactreport.Partition
+				reached, release := make(chan struct{}), make(chan struct{})
+				var aUnits []UnitCompaction
 				aDone := make(chan error, 1)
 				go func() {
-					_, err := a.compact(compactreport.WithTrace(pause.Arm(ctx, gate), &compactreport.Trace{
-						Partition: func(_ outbox.Table, p compactreport.Partition) { aUnits = append(aUnits, p) },
-					}), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+					_, err := a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch},
+						Trace: &CompactTrace{
+							Unit: func(_ outbox.Table, p UnitCompaction) { aUnits = append(aUnits, p) },
+						},
+						BeforeCommit: func(context.Context) {
+							close(reached)
+							<-release
+						},
+					})
 					aDone <- err
 				}()
-				<-gate.Reached()
+				<-reached
 
 				// Meanwhile a recovery records every pending ID's
 				// outcome, A's lease runs out, and compactor B folds
@@ -138,14 +142,14 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				read, listed := tableRows(t, bc, outbox.TableDispatch)
 				require.Equal(t, [2]int64{want, want}, [2]int64{read, listed})
 
-				gate.Release()
+				close(release)
 				err = <-aDone
 				require.ErrorIs(t, err, ErrUnitLost)
 				var lost *UnitLostError
 				require.ErrorAs(t, err, &lost)
 				require.Equal(t, UnitLostError{Table: outbox.TableDispatch, Unit: "created_date=2026-03-01", Gen: 1}, *lost)
 				require.Len(t, aUnits, 1)
-				require.Equal(t, compactreport.Lost, aUnits[0].Action)
+				require.Equal(t, UnitLost, aUnits[0].Action)
 				require.Equal(t, "lost its lease on unit dispatch_outbox/created_date=2026-03-01 (commit 1 was made by another compaction); stepped back: its outputs were discarded and nothing changed", aUnits[0].Reason)
 				require.Contains(t, b.logs.String(), "lost its lease on unit dispatch_outbox/created_date=2026-03-01")
 
@@ -246,7 +250,7 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 			// output, which readers serve whole.
 			st, err = c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 			require.NoError(t, err)
-			require.Equal(t, compactreport.Compacted, st.Tables[0].Partitions[0].Action)
+			require.Equal(t, UnitCompacted, st.Tables[0].Partitions[0].Action)
 			require.Equal(t, []string{"dispatch:r:y:1", "dispatch:r:x:2"}, pendingIDs())
 			_, ok, err = reader.Latest(ctx, outbox.TableDispatch, "dispatch:r:x:1")
 			require.NoError(t, err)

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"gocloud.dev/blob"
@@ -296,15 +295,15 @@ func (fs *fileSet) probeFile(ctx context.Context, e storeEntry, mf *pqtable.Mani
 // the manifest rebuilt (a few times at most) if they changed meanwhile; a
 // manifest left behind by a race is merely stale, since readers check
 // every entry against their own listing.
-func (c *compaction) refreshManifest(ctx context.Context) compactreport.Manifest {
-	var rep compactreport.Manifest
+func (c *compaction) refreshManifest(ctx context.Context) ManifestRefresh {
+	var rep ManifestRefresh
 	for range 3 {
 		before, err := c.o.store.list(ctx, c.t)
 		if err != nil {
 			return c.manifestFailed(err)
 		}
 		rep = c.buildManifest(ctx)
-		if rep.Action != compactreport.ManifestWritten {
+		if rep.Action != ManifestWritten {
 			return rep
 		}
 		after, err := c.o.store.list(ctx, c.t)
@@ -315,8 +314,8 @@ func (c *compaction) refreshManifest(ctx context.Context) compactreport.Manifest
 	return rep
 }
 
-func (c *compaction) manifestFailed(err error) compactreport.Manifest {
-	rep := compactreport.Manifest{Action: compactreport.ManifestFailed, Path: manifestWhere(c.o.store, c.t), Err: err}
+func (c *compaction) manifestFailed(err error) ManifestRefresh {
+	rep := ManifestRefresh{Action: ManifestFailed, Path: manifestWhere(c.o.store, c.t), Err: err}
 	c.o.log.Warn("outbox: manifest not written", "path", rep.Path, "err", err)
 	return rep
 }
@@ -341,8 +340,8 @@ func sameListing(a, b []storeEntry) bool {
 
 // buildManifest writes the manifest of the files open now, or reports it
 // current.
-func (c *compaction) buildManifest(ctx context.Context) compactreport.Manifest {
-	rep := compactreport.Manifest{Path: manifestWhere(c.o.store, c.t)}
+func (c *compaction) buildManifest(ctx context.Context) ManifestRefresh {
+	rep := ManifestRefresh{Path: manifestWhere(c.o.store, c.t)}
 	fs := c.o.files[c.t]
 	fs.invalidate()
 	files, err := fs.acquire(ctx)
@@ -375,12 +374,12 @@ func (c *compaction) buildManifest(ctx context.Context) compactreport.Manifest {
 		rep.RowGroups += len(mf.Groups)
 	}
 	if (current && len(old) == len(m.Files)) || (err == nil && old == nil && len(m.Files) == 0) {
-		rep.Action = compactreport.ManifestCurrent // nothing changed, or nothing to list
+		rep.Action = ManifestCurrent // nothing changed, or nothing to list
 		return rep
 	}
 	if err := writeManifest(ctx, c.o.store, c.t, m, c.now); err != nil {
 		return c.manifestFailed(err)
 	}
-	rep.Action = compactreport.ManifestWritten
+	rep.Action = ManifestWritten
 	return rep
 }

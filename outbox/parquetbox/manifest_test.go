@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -38,7 +37,7 @@ func manifestDays(t *testing.T, b *testBundle, opts Options) string {
 	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	m := st.Tables[0].Manifest
-	require.Equal(t, compactreport.ManifestWritten, m.Action)
+	require.Equal(t, ManifestWritten, m.Action)
 	require.Equal(t, 3, m.Files)
 	require.Equal(t, 3, m.RowGroups)
 	return filepath.Join(b.root, manifestDir, string(outbox.TableDispatch))
@@ -139,7 +138,7 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	// misses their replacements.
 	st, err := w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.WriteFile(path, first, 0o600))
 	o = readOnly(t, b, b.options(""))
 	lookupBoth(t, o, added)
@@ -152,12 +151,12 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	for _, p := range st.Tables[0].Partitions {
-		require.Equal(t, compactreport.Untouched, p.Action)
+		require.Equal(t, UnitUntouched, p.Action)
 	}
-	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, compactreport.ManifestCurrent, st.Tables[0].Manifest.Action)
+	require.Equal(t, ManifestCurrent, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.Remove(path))
 	// A crashed writer's temporary goes once it is an hour old.
 	old, fresh := filepath.Join(filepath.Dir(path), ".dispatch_outbox.tmp-1"), filepath.Join(filepath.Dir(path), ".dispatch_outbox.tmp-2")
@@ -167,7 +166,7 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	}
 	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action, "a missing manifest is written again")
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "a missing manifest is written again")
 	require.NoFileExists(t, old)
 	require.FileExists(t, fresh)
 }
@@ -359,7 +358,7 @@ func TestManifestBoundsOfLongIDs(t *testing.T) {
 	require.NoError(t, o.Flush(ctx))
 	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, compactreport.ManifestWritten, st.Tables[0].Manifest.Action)
+	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 	require.NoError(t, o.Close())
 
 	r := readOnly(t, b, opts)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 )
 
 // field identifies the Record field a column fills.

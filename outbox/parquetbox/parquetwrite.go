@@ -8,9 +8,9 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 )
 
 // recordBefore is the order every file written by this package has: by

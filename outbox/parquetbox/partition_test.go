@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -40,7 +39,7 @@ func partitionFiles(t *testing.T, root string, table outbox.Table) []string {
 
 // actions summarizes a table's compaction: one "partition action files-in
 // rows-out" per partition.
-func actions(tc compactreport.Table) []string {
+func actions(tc TableCompaction) []string {
 	var out []string
 	for _, p := range tc.Partitions {
 		out = append(out, fmt.Sprintf("%s %s in=%d out=%d dropped=%d", p.Partition, p.Action, p.FilesIn, p.RowsOut, p.Dropped))
@@ -278,7 +277,7 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 	require.Equal(t, int64(3000), ids)
 	var outputs int64
 	for _, out := range outs {
-		var st compactreport.Stats
+		var st compactStats
 		require.NoError(t, json.Unmarshal(out, &st))
 		outputs += st.Tables[0].RowsOut
 	}
@@ -311,7 +310,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 	require.Equal(t, int64(6000), rows)
 
 	var wg sync.WaitGroup
-	results := make([]compactreport.Stats, 2)
+	results := make([]compactStats, 2)
 	for i := range 2 {
 		o := opts("")
 		o.ReadOnly = true
@@ -333,7 +332,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 	var busy int
 	for _, r := range results {
 		for _, p := range r.Tables[0].Partitions {
-			if p.Action == compactreport.Busy {
+			if p.Action == UnitBusy {
 				busy++
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
@@ -116,7 +115,7 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 	folded := 0
 	for _, p := range st.Tables[0].Partitions {
 		if p.Partition == "created_date=2026-03-02" {
-			require.Equal(t, []any{compactreport.Compacted, true, 1}, []any{p.Action, p.Full, p.RunsAfter}, "%+v", p)
+			require.Equal(t, []any{UnitCompacted, true, 1}, []any{p.Action, p.Full, p.RunsAfter}, "%+v", p)
 			folded++
 		}
 	}

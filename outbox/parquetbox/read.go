@@ -10,8 +10,8 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqtable"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 )
 
 // summaryFields are the columns a Summary lookup reads: those its records

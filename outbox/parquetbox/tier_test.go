@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/ctdispatch/ctdispatch/outbox/internal/bucket"
@@ -229,7 +228,7 @@ func TestRetentionDropsOnlyInAMergeOfEveryRun(t *testing.T) {
 			st, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: tc.retention})
 			require.NoError(t, err)
 			p := st.Tables[0].Partitions[0]
-			require.Equal(t, []any{compactreport.Compacted, 5, tc.runsAfter, tc.full}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full})
+			require.Equal(t, []any{UnitCompacted, 5, tc.runsAfter, tc.full}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full})
 
 			var states []string
 			got, err := o.Lookup(ctx, outbox.Query{ID: x.ID})
@@ -298,7 +297,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 	}
 	var wg sync.WaitGroup
-	done := make([]map[string]compactreport.Action, 2)
+	done := make([]map[string]UnitAction, 2)
 	for i := range done {
 		c, err := Open(ctx, Options{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
 		require.NoError(t, err)
@@ -306,7 +305,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			done[i] = map[string]compactreport.Action{}
+			done[i] = map[string]UnitAction{}
 			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 			if err == nil {
 				for _, p := range st.Tables[0].Partitions {
@@ -319,7 +318,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 	compacted := map[string]int{}
 	for _, d := range done {
 		for bucket, a := range d {
-			if a == compactreport.Compacted {
+			if a == UnitCompacted {
 				compacted[bucket]++
 			}
 		}
@@ -421,10 +420,10 @@ func TestPastDayIsFoldedToTheRunBound(t *testing.T) {
 	st, err := o.compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
-	require.Equal(t, []any{compactreport.Compacted, 4, 1, true}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full}, "bound for 7 rounds: 3")
+	require.Equal(t, []any{UnitCompacted, 4, 1, true}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full}, "bound for 7 rounds: 3")
 	st, err = o.compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
-	require.Equal(t, compactreport.Untouched, st.Tables[0].Partitions[0].Action)
+	require.Equal(t, UnitUntouched, st.Tables[0].Partitions[0].Action)
 }
 
 // A merge never reads more than maxFanIn runs at once: a day of
@@ -453,7 +452,7 @@ func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
 	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
-	require.Equal(t, []any{compactreport.Compacted, rounds + 1, 1, 2, true, int64(1), rounds + 1 + 1},
+	require.Equal(t, []any{UnitCompacted, rounds + 1, 1, 2, true, int64(1), rounds + 1 + 1},
 		[]any{p.Action, p.RunsBefore, p.RunsAfter, p.Merges, p.Full, p.Dropped, p.FilesIn})
 	got, err := o.Lookup(ctx, outbox.Query{RunID: "many"})
 	require.NoError(t, err)
@@ -489,8 +488,8 @@ func TestCompactionStepOpensOnlyItsUnit(t *testing.T) {
 	require.Len(t, units, 4)
 	c := &compaction{o: o, t: outbox.TableDispatch, now: b.clock.Now()}
 	for unit, n := range units {
-		pc := &compactreport.Partition{}
-		err := c.step(ctx, nil, unit, pc, func(_ context.Context, _ *lease, files []*openFile, _ *compactreport.Partition) error {
+		pc := &UnitCompaction{}
+		err := c.step(ctx, nil, unit, pc, func(_ context.Context, _ *lease, files []*openFile, _ *UnitCompaction) error {
 			require.Len(t, files, n)
 			fs.mu.Lock()
 			defer fs.mu.Unlock()

@@ -2,13 +2,12 @@ package parquetbox
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 	"unsafe"
 
-	"github.com/ctdispatch/ctdispatch/internal/backoff"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
+	"github.com/googleapis/gax-go/v2"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -345,16 +344,17 @@ func (o *Outbox) trimIndexLocked() {
 
 // healBackoff spaces the retries of an unwritable log or a failed
 // conversion: soon at first (a disk freed by an operator), the bound
-// doubling up to 10s, by the module's one exponential delay. Each pause is
-// drawn at random up to the bound, which does no harm here and spreads
-// processes that share a disk. The zero value starts afresh.
-type healBackoff struct{ tries uint64 }
+// doubling up to 10s. Each pause is drawn at random up to the bound, as
+// gax.Backoff draws it, which does no harm here and spreads processes that
+// share a disk. The zero value starts afresh.
+type healBackoff struct{ bo gax.Backoff }
 
 // pause returns the wait before the next try.
 func (b *healBackoff) pause() time.Duration {
-	b.tries++
-	bound := backoff.Exponential(100*time.Millisecond, 10*time.Second, 2, b.tries)
-	return time.Duration(1 + rand.Int64N(int64(bound)))
+	if b.bo.Initial == 0 {
+		b.bo = gax.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2}
+	}
+	return b.bo.Pause()
 }
 
 // stopPublishTimer disarms the publish timer (the segment it was armed

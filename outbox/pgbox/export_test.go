@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ctdispatch/ctdispatch/internal/compactreport"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -409,14 +408,14 @@ func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, before)
 
-	var actions []compactreport.Action
-	trace := &compactreport.Trace{Partition: func(tb outbox.Table, p compactreport.Partition) {
+	var actions []parquetbox.UnitAction
+	trace := &parquetbox.CompactTrace{Unit: func(tb outbox.Table, p parquetbox.UnitCompaction) {
 		if tb == outbox.TableDispatch {
 			actions = append(actions, p.Action)
 		}
 	}}
-	require.NoError(t, pq.Compact(compactreport.WithTrace(t.Context(), trace), parquetbox.CompactOptions{Full: true}))
-	require.Equal(t, []compactreport.Action{compactreport.Compacted}, actions)
+	require.NoError(t, pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true, Trace: trace}))
+	require.Equal(t, []parquetbox.UnitAction{parquetbox.UnitCompacted}, actions)
 	require.Len(t, files(t, root), 1, "six runs folded into one file")
 	rows, after := exportedTree(t, root, "fold")
 	require.Equal(t, [3]int64{6, 0, 0}, rows, "one row per ID")

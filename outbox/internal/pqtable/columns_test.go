@@ -15,9 +15,9 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")

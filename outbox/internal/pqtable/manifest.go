@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 	"hash/crc32"
 	"io"
 

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"

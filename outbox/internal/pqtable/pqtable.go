@@ -6,9 +6,9 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/internal/pqfile"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 )
 
 // Writer streams sorted rows of one table into a Parquet file.

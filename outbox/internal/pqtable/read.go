@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ctdispatch/ctdispatch/internal/tableschema"
+	"github.com/ctdispatch/ctdispatch/outbox/internal/tableschema"
 	"io"
 	"slices"
 	"sync"

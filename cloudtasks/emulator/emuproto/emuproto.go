@@ -1,9 +1,12 @@
 // Package emuproto is what the Cloud Tasks emulator (cloudtasks/emulator)
-// and this repository's tools (ctdispatch console, emulator and demo) say
-// to each other outside the Cloud Tasks API: the paths of the emulator's
-// HTTP server, the inspection answer, and the gRPC extensions by which a
-// tool that knows only the emulator's gRPC address finds the rest. A user
-// of the emulator reaches the same things through its Server's methods.
+// says outside the Cloud Tasks API, to tools in other processes such as
+// ctdispatch console and ctdispatch emulator health: the paths of the
+// emulator's HTTP server, the inspection answer, the health service's
+// name, and the gRPC extensions by which a tool that knows only the
+// emulator's gRPC address finds the rest. A program that runs the emulator
+// in-process reaches the same things through its Server's methods; a tool
+// that reads a running emulator (`ctdispatch emulator` in a container,
+// say) decodes what it answers with these types.
 package emuproto
 
 import (

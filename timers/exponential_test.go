@@ -1,4 +1,4 @@
-package backoff_test
+package timers
 
 import (
 	"math"
@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ctdispatch/ctdispatch/internal/backoff"
 )
 
 func TestExponential(t *testing.T) {
@@ -33,7 +31,7 @@ func TestExponential(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, backoff.Exponential(tt.initial, tt.max, tt.multiplier, tt.n))
+			require.Equal(t, tt.want, exponential(tt.initial, tt.max, tt.multiplier, tt.n))
 		})
 	}
 }

@@ -1,26 +1,17 @@
-// Package compactreport is what a compaction of a parquetbox outbox
-// reports as it goes: each unit (a partition, or one bucket of it), each
-// table's sums and its manifest, and the rows read. A library user calls
-// parquetbox's Compact for its effect; the command that prints a line per
-// unit asks for the report by setting a Trace on the context it passes, as
-// net/http/httptrace does for a request.
-package compactreport
+package parquetbox
 
-import (
-	"context"
+import "github.com/ctdispatch/ctdispatch/outbox"
 
-	"github.com/ctdispatch/ctdispatch/outbox"
-)
-
-// Stats reports a compaction, per table.
-type Stats struct {
+// compactStats reports a compaction, per table, as Compact's trace saw
+// it.
+type compactStats struct {
 	// Tables holds one entry per table compacted, in order.
-	Tables []Table
+	Tables []TableCompaction
 }
 
-// Table reports the compaction of one table: the sums over its
-// partitions, and each partition.
-type Table struct {
+// TableCompaction reports the compaction of one table: the sums over its
+// units, and each unit. CompactTrace.Table receives it.
+type TableCompaction struct {
 	// Table is the table.
 	Table outbox.Table
 	// FilesIn and FilesOut count Parquet files before and after.
@@ -34,46 +25,47 @@ type Table struct {
 	// Output is the path of the first file written ("" if none was).
 	Output string
 	// ForeignRows counts rows left out of the output because this system
-	// cannot have written them (see parquetbox.ErrForeignRecord).
+	// cannot have written them (see ErrForeignRecord).
 	ForeignRows int64
 	// Kept lists the inputs left in place because they hold foreign rows:
 	// compaction never deletes what it did not fold in.
 	Kept []string
 	// Skipped lists damaged or foreign files left out, each with its path
-	// and the reason (a *parquetbox.FileError).
+	// and the reason (a *FileError).
 	Skipped []error
 	// Partitions reports each unit (a partition, or a bucket of one), in
 	// order.
-	Partitions []Partition
+	Partitions []UnitCompaction
 	// Manifest reports the table's manifest, refreshed after the
 	// partitions (also when every partition was untouched).
-	Manifest Manifest
+	Manifest ManifestRefresh
 }
 
-// Action says what compaction did with a unit.
-type Action string
+// UnitAction says what compaction did with a unit.
+type UnitAction string
 
-// The actions of a Partition.
+// The actions of a UnitCompaction.
 const (
-	// Compacted: its files were merged into sorted files.
-	Compacted Action = "compacted"
-	// Untouched: its runs are within the tiers' bounds (and nothing is to
-	// drop), so nothing was rewritten.
-	Untouched Action = "untouched"
-	// Dropped: every row was past retention; its files were removed
+	// UnitCompacted: its files were merged into sorted files.
+	UnitCompacted UnitAction = "compacted"
+	// UnitUntouched: its runs are within the tiers' bounds (and nothing
+	// is to drop), so nothing was rewritten.
+	UnitUntouched UnitAction = "untouched"
+	// UnitDropped: every row was past retention; its files were removed
 	// without being rewritten.
-	Dropped Action = "dropped"
-	// Busy: another compaction holds its lease; skipped.
-	Busy Action = "busy"
-	// Lost: another compaction committed the unit while this one worked
-	// on it (its lease ran out); this one discarded its outputs and
-	// changed nothing (see parquetbox.ErrUnitLost).
-	Lost Action = "lost"
+	UnitDropped UnitAction = "dropped"
+	// UnitBusy: another compaction holds its lease; skipped.
+	UnitBusy UnitAction = "busy"
+	// UnitLost: another compaction committed the unit while this one
+	// worked on it (its lease ran out); this one discarded its outputs and
+	// changed nothing (see ErrUnitLost).
+	UnitLost UnitAction = "lost"
 )
 
-// Partition reports one unit of a compaction: a partition, or one bucket
-// of a partition (see parquetbox.Options.Buckets).
-type Partition struct {
+// UnitCompaction reports one unit of a compaction: a partition, or one
+// bucket of a partition (see Options.Buckets). CompactTrace.Unit receives
+// it.
+type UnitCompaction struct {
 	// Partition is the partition directory (created_date=2026-11-23).
 	Partition string
 	// Bucket is the unit's bucket within the partition (b3of8), or "" for
@@ -85,7 +77,7 @@ type Partition struct {
 	RunsBefore, RunsAfter, Merges int
 	Full                          bool
 	// Action says what was done; Reason says why when it was skipped.
-	Action Action
+	Action UnitAction
 	Reason string
 	// FilesIn and FilesOut count files read and written.
 	FilesIn, FilesOut int
@@ -100,7 +92,7 @@ type Partition struct {
 // ManifestAction says what compaction did with a table's manifest.
 type ManifestAction string
 
-// The actions of a Manifest.
+// The actions of a ManifestRefresh.
 const (
 	// ManifestWritten: the manifest was written anew.
 	ManifestWritten ManifestAction = "written"
@@ -111,10 +103,10 @@ const (
 	ManifestFailed ManifestAction = "failed"
 )
 
-// Manifest says what compaction did with a table's manifest: the small
-// file that lets a lookup by ID or cloud_task_id skip opening files that
-// cannot hold the value.
-type Manifest struct {
+// ManifestRefresh says what compaction did with a table's manifest: the
+// small file that lets a lookup by ID or cloud_task_id skip opening files
+// that cannot hold the value.
+type ManifestRefresh struct {
 	// Action says what was done.
 	Action ManifestAction
 	// Path names the manifest.
@@ -125,32 +117,20 @@ type Manifest struct {
 	Err error
 }
 
-// Trace receives a compaction's report while it runs. Each function may be
-// nil; they are called from the goroutine that called Compact.
-type Trace struct {
+// CompactTrace receives a compaction's report while it runs, as
+// net/http/httptrace's ClientTrace receives a request's events: set it as
+// CompactOptions.Trace to print or count what Compact does to each unit
+// (ctdispatch compact prints a line per unit and per table from it).
+// Each function may be nil; they are called from the goroutine that
+// called Compact, one at a time.
+type CompactTrace struct {
 	// Progress is called as rows are read, with the rows read so far and
 	// the total of the unit being compacted.
 	Progress func(t outbox.Table, done, total int64)
-	// Partition is called when a unit is done (or skipped), with what
+	// Unit is called when a unit is done (or skipped), with what
 	// happened to it.
-	Partition func(t outbox.Table, p Partition)
+	Unit func(t outbox.Table, u UnitCompaction)
 	// Table is called when a table is done, or stopped by an error, with
 	// its sums, its units and its manifest.
-	Table func(Table)
-}
-
-type traceKey struct{}
-
-// WithTrace returns a context that makes a compaction run under it report
-// to tr.
-func WithTrace(ctx context.Context, tr *Trace) context.Context {
-	return context.WithValue(ctx, traceKey{}, tr)
-}
-
-// TraceOf returns the Trace set on ctx, or an empty one.
-func TraceOf(ctx context.Context) *Trace {
-	if tr, ok := ctx.Value(traceKey{}).(*Trace); ok && tr != nil {
-		return tr
-	}
-	return &Trace{}
+	Table func(TableCompaction)
 }

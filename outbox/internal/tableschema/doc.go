@@ -1,6 +1,7 @@
 // Package tableschema is the one list of the outbox tables' columns, which
-// the Parquet writer and reader (outbox/internal/pqtable) and the CLI's
-// query output all derive from.
+// the Parquet writer and reader (outbox/internal/pqtable) and parquetbox's
+// public column view (parquetbox.Columns, from which ctdispatch query
+// derives its output) all derive from.
 //
 // # Rows
 //
@@ -15,9 +16,10 @@
 // dispatch_outbox, timers and deliveries tables in file order: each
 // Column's name, kind, encoding and the Row field it holds. They are the
 // one list of columns: pqtable's Writer builds the files' Parquet schema
-// from it, its Open maps and checks a file's columns by it, and ctdispatch
-// query prints what it names. Adding a column means a Row field, a Column
-// in the list, and its line in RowOf and Row.Record. The deliveries table
+// from it, its Open maps and checks a file's columns by it, and
+// parquetbox.Columns shows it to tools (ctdispatch query prints what it
+// names). Adding a column means a Row field, a Column in the list, and its
+// line in RowOf and Row.Record. The deliveries table
 // also writes the internal ID as dispatch_id or timer_id (for joins),
 // which readers ignore. Strings are plain strings (never the uuid tag,
 // which parquet-go mis-encodes for string fields), dictionaries for
