@@ -14,23 +14,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/internal/testtools/duckdbtest"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // duckDBNode returns node and the node_modules holding @duckdb/node-api,
-// or skips the test (CTDISPATCH_DUCKDB_NODE_MODULES names them; CI sets it).
-func duckDBNode(t *testing.T) (node, modules string) {
-	t.Helper()
-	modules = os.Getenv("CTDISPATCH_DUCKDB_NODE_MODULES")
-	if modules == "" {
-		t.Skip("needs duckdb: set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("needs node: node is not on PATH (apt-get install nodejs npm): DuckDB runs through its Node.js package")
-	}
-	return node, modules
-}
+// or skips the test (see package duckdbtest).
+var duckDBNode = duckdbtest.Node
 
 // A running dispatcher's answered outcome reaches DuckDB, through the
 // docs' query, within its publish interval: a `dispatch --from -` process

@@ -2,42 +2,18 @@ package parquetbox
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/internal/testtools/duckdbtest"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
 )
 
-// duckDB runs SQL statements in DuckDB through its Node.js package and
-// returns each one's rows as JSON. The test is skipped unless node is
-// installed and CTDISPATCH_DUCKDB_NODE_MODULES names a node_modules
-// directory holding @duckdb/node-api (npm install @duckdb/node-api).
-func duckDB(t *testing.T, sql ...string) []string {
-	t.Helper()
-	modules := os.Getenv("CTDISPATCH_DUCKDB_NODE_MODULES")
-	if modules == "" {
-		t.Skip("needs duckdb: set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("needs node: node is not on PATH (apt-get install nodejs npm): DuckDB runs through its Node.js package")
-	}
-	script, err := filepath.Abs(filepath.Join("testdata", "duckdb_query.cjs"))
-	require.NoError(t, err)
-	cmd := exec.Command(node, append([]string{script}, sql...)...)
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, stderr.String())
-	return strings.Split(strings.TrimSpace(string(out)), "\n")
-}
+// duckDB runs SQL statements in DuckDB (see package duckdbtest).
+var duckDB = duckdbtest.Query
 
 // DuckDB reads the partitioned tables with the README's queries: hive
 // partitioning turns created_date=… into a column it prunes on, the

@@ -4,10 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 
+	"github.com/ctdispatch/ctdispatch/internal/testtools/duckdbtest"
 	"github.com/ctdispatch/ctdispatch/outbox"
 
 	"github.com/stretchr/testify/require"
@@ -70,33 +69,9 @@ func TestSchemaFileIsInEveryTableAndCountsAsNothing(t *testing.T) {
 	require.True(t, os.SameFile(before, after), "a current schema file is not written again")
 }
 
-// docsSQL returns the DuckDB statements of docs/outbox.md (its sql blocks
-// that read Parquet), with the documented outbox and worker outbox
-// directories replaced by root and workerRoot. A statement that uses the
-// CTEs of the one before it ("with the same two CTEs") gets them.
-func docsSQL(t *testing.T, root, workerRoot string) []string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "outbox.md"))
-	require.NoError(t, err)
-	var out []string
-	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
-		if !strings.Contains(m[1], "read_parquet(") {
-			continue // BigQuery's
-		}
-		block := strings.NewReplacer("/var/lib/ctdispatch/worker-outbox", workerRoot, "/var/lib/ctdispatch/outbox", root).Replace(m[1])
-		for _, stmt := range strings.Split(block, ";\n") {
-			if stmt = strings.TrimSpace(stmt); stmt == "" {
-				continue
-			}
-			if strings.Contains(stmt, "with the same two CTEs") {
-				prev := out[len(out)-1]
-				stmt = prev[:strings.LastIndex(prev, "\nSELECT ")] + "\n" + stmt
-			}
-			out = append(out, stmt)
-		}
-	}
-	return out
-}
+// docsSQL returns the DuckDB statements of docs/outbox.md (see package
+// duckdbtest).
+var docsSQL = duckdbtest.DocsStatements
 
 // Every DuckDB query of docs/outbox.md returns no rows, rather than
 // failing for want of files, on outboxes just opened: nothing dispatched,

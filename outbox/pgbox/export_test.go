@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctdispatch/ctdispatch/internal/testtools/duckdbtest"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -541,59 +540,14 @@ func TestExportedTreeHasEveryTablesSchemaFile(t *testing.T) {
 	require.Equal(t, [3]int64{2, 0, 0}, rows, "the schema files add no row")
 }
 
-// duckDB runs SQL statements in DuckDB through its Node.js package (the
-// script parquetbox's DuckDB tests use) and returns each one's rows as a
-// JSON array. Skipped unless node is installed and
-// CTDISPATCH_DUCKDB_NODE_MODULES names a node_modules holding
-// @duckdb/node-api.
-func duckDB(t *testing.T, sql ...string) []string {
-	t.Helper()
-	modules := os.Getenv("CTDISPATCH_DUCKDB_NODE_MODULES")
-	if modules == "" {
-		t.Skip("needs duckdb: set CTDISPATCH_DUCKDB_NODE_MODULES to a node_modules with @duckdb/node-api to run DuckDB")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("needs node: node is not on PATH (apt-get install nodejs npm): DuckDB runs through its Node.js package")
-	}
-	script, err := filepath.Abs(filepath.Join("..", "parquetbox", "testdata", "duckdb_query.cjs"))
-	require.NoError(t, err)
-	cmd := exec.Command(node, append([]string{script}, sql...)...)
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, stderr.String())
-	return strings.Split(strings.TrimSpace(string(out)), "\n")
-}
+// duckDB runs SQL statements in DuckDB (see package duckdbtest).
+var duckDB = duckdbtest.Query
 
 // docsDuckDBStatements returns the DuckDB statements of docs/outbox.md
-// (its sql blocks that read Parquet) with both documented roots, the
-// dispatcher's and the worker's, replaced by root: an export holds all
-// three tables. A statement "with the same two CTEs" gets the CTEs of
-// the one before it.
+// with both documented roots replaced by root: an export holds all three
+// tables.
 func docsDuckDBStatements(t *testing.T, root string) []string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "outbox.md"))
-	require.NoError(t, err)
-	var out []string
-	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
-		if !strings.Contains(m[1], "read_parquet(") {
-			continue // BigQuery's
-		}
-		block := strings.NewReplacer("/var/lib/ctdispatch/worker-outbox", root, "/var/lib/ctdispatch/outbox", root).Replace(m[1])
-		for _, stmt := range strings.Split(block, ";\n") {
-			if stmt = strings.TrimSpace(stmt); stmt == "" {
-				continue
-			}
-			if strings.Contains(stmt, "with the same two CTEs") {
-				prev := out[len(out)-1]
-				stmt = prev[:strings.LastIndex(prev, "\nSELECT ")] + "\n" + stmt
-			}
-			out = append(out, stmt)
-		}
-	}
-	return out
+	return duckdbtest.DocsStatements(t, root, root)
 }
 
 // The docs' DuckDB queries run on an exported tree whose rows are all in
