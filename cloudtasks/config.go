@@ -92,7 +92,7 @@ type Config struct {
 	// DefaultRelayInterval (200ms).
 	RelayInterval time.Duration
 	// NoRelay keeps NewDispatcher from starting the relay that it starts
-	// when the outbox records intents (outbox.Intents: pgbox) and
+	// when the outbox records intents (outbox.Intents: pgbox, Memory) and
 	// RelayQueues names a queue. Relay still runs a pass when called.
 	// Defaults to off: every dispatcher on the database relays.
 	NoRelay bool

@@ -160,8 +160,10 @@
 // Config.RelayQueues (by default Config.Queue) unless Config.NoRelay, and
 // relays of every dispatcher on the database share the intents through
 // claims. CancelTx records a cancel the same way, carried out by a relay.
-// WaitOutcome waits for the relay's outcome; Relay runs one pass.
-// See docs/transactional.md.
+// WaitOutcome waits for the relay's outcome; Relay runs one pass. An
+// outbox.Memory records intents too, in transactions of its own
+// (Memory.Begin), so code and tests that use these calls run without a
+// database. See docs/transactional.md.
 //
 // # Errors
 //

@@ -14,17 +14,18 @@ import (
 // heldOutbox is an in-memory outbox that keeps every record at once but
 // reports an outcome record (not a pending one) kept only when the test
 // calls the done function it hands over, like a group commit still
-// syncing.
+// syncing. It has only the Outbox methods, as a Parquet outbox, so the
+// pending record goes through Append too.
 type heldOutbox struct {
-	*outbox.Memory
+	outbox.Outbox
 	held chan func(error)
 }
 
 func (h *heldOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
 	if r.Status == outbox.StatusPending || done == nil {
-		return h.Memory.Append(ctx, r, done)
+		return h.Outbox.Append(ctx, r, done)
 	}
-	if err := h.Memory.Append(ctx, r, nil); err != nil {
+	if err := h.Outbox.Append(ctx, r, nil); err != nil {
 		return err
 	}
 	h.held <- done
@@ -47,7 +48,7 @@ func TestDurabilityDecidesWhenTheAnswerComes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
-			box := &heldOutbox{Memory: outbox.NewMemory(w.clock), held: make(chan func(error), 1)}
+			box := &heldOutbox{Outbox: outbox.NewMemory(w.clock), held: make(chan func(error), 1)}
 			cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(),
 				Clock: w.clock, Durability: tt.mode}
 			d, err := cloudtasks.NewDispatcher(context.Background(), box, &cfg)

@@ -65,6 +65,55 @@ func ExampleDispatcher_Dispatch() {
 	// tasks in the queue: 1
 }
 
+// A dispatch recorded in a transaction is created by the relay once the
+// transaction commits, and never when it rolls back. With an in-memory
+// outbox the transaction is the Memory's own; with PostgreSQL it is the
+// caller's database transaction (pgbox.SQLTx), and the calls are the same.
+func ExampleDispatcher_DispatchTx() {
+	ctx := context.Background()
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Queues: []emulator.QueueConfig{{Name: exampleQueue}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer emu.Close()
+	box := outbox.NewMemory(nil)
+	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{
+		Project: "my-project", Location: "europe-west1", Queue: "work", EmulatorAddr: emu.Addr()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close(ctx)
+	request := func(key string) cloudtasks.DispatchRequest {
+		return cloudtasks.DispatchRequest{RunID: "order-1001", TaskKey: key, Identity: naming.Attempt(1),
+			Task: cloudtasks.Task{URL: "https://worker.example/" + key}}
+	}
+
+	rolledBack := box.Begin()
+	if _, err := d.DispatchTx(ctx, rolledBack, request("refund")); err != nil {
+		log.Fatal(err)
+	}
+	if err := rolledBack.Rollback(); err != nil {
+		log.Fatal(err)
+	}
+	tx := box.Begin()
+	res, err := d.DispatchTx(ctx, tx, request("ship"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("in the transaction:", res.Outcome, emu.TaskCount(), "tasks")
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+	rec, err := d.WaitOutcome(ctx, res.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after commit:", rec.Status, emu.TaskCount(), "task")
+	// Output:
+	// in the transaction: queued 0 tasks
+	// after commit: created 1 task
+}
+
 // Attempt 1 of a task failed; the retry timer starts attempt 2 when the
 // backoff has passed. Its due time comes from the failure time, which the
 // orchestrator keeps with the failed attempt, so scheduling it again names

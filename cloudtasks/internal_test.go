@@ -101,9 +101,11 @@ func request(run, task string, attempt uint64, body string) DispatchRequest {
 
 // slowCommitOutbox is an in-memory outbox that records at once but
 // reports an outcome record (not a pending one) kept only when the test
-// says so, like a group commit still syncing.
+// says so, like a group commit still syncing. It has only the Outbox
+// methods, as a Parquet outbox, so the pending record goes through Append
+// too.
 type slowCommitOutbox struct {
-	*outbox.Memory
+	outbox.Outbox
 	mu   sync.Mutex
 	held []func(error)
 	// holding hears of each outcome record held: the dispatcher appends
@@ -113,9 +115,9 @@ type slowCommitOutbox struct {
 
 func (s *slowCommitOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
 	if r.Status == outbox.StatusPending || done == nil {
-		return s.Memory.Append(ctx, r, done)
+		return s.Outbox.Append(ctx, r, done)
 	}
-	if err := s.Memory.Append(ctx, r, nil); err != nil {
+	if err := s.Outbox.Append(ctx, r, nil); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -143,7 +145,7 @@ func (s *slowCommitOutbox) release() {
 func TestAnsweredFlightStaysUntilOutcomeWritten(t *testing.T) {
 	t.Parallel()
 	emu := startEmulator(t)
-	box := &slowCommitOutbox{Memory: outbox.NewMemory(clockwork.NewRealClock()), holding: make(chan struct{}, 1)}
+	box := &slowCommitOutbox{Outbox: outbox.NewMemory(clockwork.NewRealClock()), holding: make(chan struct{}, 1)}
 	reader := sdkmetric.NewManualReader()
 	cfg := testConfig()
 	cfg.Client = emu.client(t)

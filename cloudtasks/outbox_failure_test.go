@@ -20,8 +20,10 @@ import (
 var errDiskFull = errors.New("write wal: no space left on device")
 
 // brokenOutbox is an in-memory outbox whose appends fail while broken.
+// It has only the Outbox methods, as a Parquet outbox, whose log is what
+// breaks: every record, the pending one too, goes through its Append.
 type brokenOutbox struct {
-	*outbox.Memory
+	outbox.Outbox
 	broken atomic.Bool
 	// refusing makes every append fail at once, the way an outbox that
 	// already knows its log is unwritable refuses records.
@@ -45,7 +47,7 @@ func (b *brokenOutbox) Append(ctx context.Context, r outbox.Record, done func(er
 		done(errDiskFull)
 		return nil
 	}
-	if err := b.Memory.Append(ctx, r, done); err != nil {
+	if err := b.Outbox.Append(ctx, r, done); err != nil {
 		return err
 	}
 	if r.Status != outbox.StatusPending {
@@ -63,7 +65,7 @@ var outboxModes = []cloudtasks.Durability{cloudtasks.DurabilityOverlapped, cloud
 func newBrokenSetup(t *testing.T, mode cloudtasks.Durability) (*cloudtasks.Dispatcher, *brokenOutbox, *emulator.Server, *sdkmetric.ManualReader) {
 	t.Helper()
 	w := newWorld(t)
-	box := &brokenOutbox{Memory: outbox.NewMemory(w.clock), outcomes: make(chan struct{}, 1)}
+	box := &brokenOutbox{Outbox: outbox.NewMemory(w.clock), outcomes: make(chan struct{}, 1)}
 	reader := sdkmetric.NewManualReader()
 	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(),
 		Durability: mode, Clock: w.clock, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}
@@ -187,8 +189,9 @@ func dispatcherOver(t *testing.T, w *world, box outbox.Outbox) *cloudtasks.Dispa
 	return d
 }
 
-// unreadableOutbox is an in-memory outbox whose reads fail.
-type unreadableOutbox struct{ *outbox.Memory }
+// unreadableOutbox is an in-memory outbox whose reads fail. It has only
+// the Outbox methods, so that every read goes through Latest and Pending.
+type unreadableOutbox struct{ outbox.Outbox }
 
 func (unreadableOutbox) Latest(context.Context, outbox.Table, string) (outbox.Record, bool, error) {
 	return outbox.Record{}, false, errDiskFull

@@ -161,7 +161,7 @@ func (r *relay) loop(ctx context.Context) {
 func (d *Dispatcher) Relay(ctx context.Context) (RelayStats, error) {
 	if d.intents == nil {
 		return RelayStats{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
-			Rule: "records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox)"}
+			Rule: "records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)"}
 	}
 	if d.flights.isClosed() {
 		return RelayStats{}, ErrClosed

@@ -16,8 +16,9 @@ import (
 // tx, for a relay to create once tx commits: the state change that needs
 // the task and the task's record commit together or not at all. tx is a
 // transaction on the database of the dispatcher's outbox, which must
-// record intents (outbox.Intents: package outbox/pgbox); pgbox.SQLTx makes
-// one of a *sql.Tx, pgxtx.Tx of a pgx.Tx.
+// record intents (outbox.Intents: package outbox/pgbox, or outbox.Memory);
+// pgbox.SQLTx makes one of a *sql.Tx, pgxtx.Tx of a pgx.Tx, and a Memory's
+// Begin starts one of its own.
 //
 // Inside tx it checks the ID as Dispatch does, with the same answers: an
 // ID recorded as created or already_existed with the same payload is
@@ -68,7 +69,7 @@ func (d *Dispatcher) ScheduleTimerTx(ctx context.Context, tx outbox.Tx, req Time
 func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t *Task) (DispatchResult, error) {
 	if d.intents == nil {
 		return DispatchResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
-			Rule: "records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox)"}
+			Rule: "records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)"}
 	}
 	if tx == nil {
 		return DispatchResult{}, &RequestError{Field: "tx", Value: "nil", Rule: "is required: the transaction to record the dispatch in"}
@@ -187,7 +188,7 @@ func (d *Dispatcher) answerFromRecord(ctx context.Context, res *DispatchResult, 
 func (d *Dispatcher) CancelTx(ctx context.Context, tx outbox.Tx, id, queue string) (CancelResult, error) {
 	if d.intents == nil {
 		return CancelResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
-			Rule: "records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox)"}
+			Rule: "records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)"}
 	}
 	nid, err := parseID("ID", id)
 	if err != nil {

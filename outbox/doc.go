@@ -37,8 +37,25 @@
 // and Pending return; RecordOf builds a record from a naming.ID without
 // parsing it again.
 //
-// Two optional interfaces let a dispatcher use what a shared store can do:
-// Claimer (recovering processes share the stale records) and Reserver (a
+// Optional interfaces let a dispatcher use what a shared store can do:
+// Claimer (recovering processes share the stale records), Reserver (a
 // new ID's first record is tried before any read, one round trip instead
-// of two).
+// of two), Intents (dispatches recorded inside the caller's transaction,
+// Tx, and carried out by a relay after commit) and FreshReader (a read
+// fresher than Latest, for a store whose Latest may be stale). Package
+// outboxtest's RunIntents checks the first three together. A store that
+// exports its records to another store's tables writes through a
+// RunWriter, which the program opens, so that no store package imports
+// another.
+//
+// # Memory
+//
+// Memory implements every optional interface a database store does
+// (Claimer, Reserver, Intents, but not FreshReader: its Latest is never
+// stale), so a dispatcher over it behaves as over PostgreSQL and the
+// tests of transactional dispatch and the relay need no database. Its
+// transactions are its own (Begin returns a MemoryTx, which Commit keeps
+// and Rollback drops); where a database makes a concurrent writer of the
+// same version wait for an open transaction, a Memory lets the writer go
+// on and refuses the transaction's Commit with a *VersionConflictError.
 package outbox

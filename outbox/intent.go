@@ -2,7 +2,10 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/ctdispatch/ctdispatch/naming"
 )
 
 // Tx is a caller's open database transaction, as a store that records
@@ -90,4 +93,53 @@ type Intents interface {
 	// its place (another Version, or a delete) is kept; it stays claimed
 	// while the older one is worked on, and DropIntent releases it.
 	DropIntent(ctx context.Context, in Intent) error
+}
+
+// Validate checks an intent as every store that records intents does
+// before it writes anything. A create (Delete false) goes with r, its
+// pending record, already filled in by Record.Prepare: r must be pending,
+// conditional (Version 1 or above) and of dispatch_outbox or timers, and
+// the intent must name its table, ID, version and queue and hold the
+// request. A delete goes without a record (r is nil): it must name a table
+// with intents, an internal ID, a queue, and a version that is not
+// negative. Errors are *RecordErrors naming the field.
+func (in *Intent) Validate(r *Record) error {
+	if !in.Delete {
+		return in.validateCreate(r)
+	}
+	if r != nil {
+		return &RecordError{ID: in.ID, Field: "Intent.Delete", Value: "true", Rule: "must be false for an intent with a record: a delete writes none (AppendCancel)"}
+	}
+	switch {
+	case in.Table != TableDispatch && in.Table != TableTimers:
+		return &RecordError{ID: in.ID, Field: "Intent.Table", Value: string(in.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
+	case in.ID == "" || in.Queue == "":
+		return &RecordError{ID: in.ID, Field: "Intent", Value: fmt.Sprintf("ID %q, queue %q", in.ID, in.Queue), Rule: "needs an ID and a queue"}
+	case in.Version < 0:
+		return &RecordError{ID: in.ID, Field: "Intent.Version", Value: fmt.Sprint(in.Version), Rule: "is negative"}
+	}
+	if _, err := naming.CloudTaskID(in.ID); err != nil {
+		return &RecordError{ID: in.ID, Field: "Intent.ID", Value: in.ID, Rule: err.Error()}
+	}
+	return nil
+}
+
+// validateCreate is Validate for a create intent and its pending record.
+func (in *Intent) validateCreate(r *Record) error {
+	switch {
+	case r == nil:
+		return &RecordError{ID: in.ID, Field: "Intent.Delete", Value: "false", Rule: "must be true: a create intent goes with its pending record (AppendIntent)"}
+	case r.Table == TableDeliveries:
+		return &RecordError{ID: r.ID, Field: "Table", Value: string(r.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
+	case r.Status != StatusPending:
+		return &RecordError{ID: r.ID, Field: "Status", Value: string(r.Status), Rule: "must be pending: an intent's record is the pending one"}
+	case r.Version < 1:
+		return &RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1 or above: an intent's record is conditional"}
+	case in.ID != r.ID || in.Table != r.Table || in.Version != r.Version || in.Queue != r.Queue:
+		return &RecordError{ID: r.ID, Field: "Intent", Value: fmt.Sprintf("%s %s v%d in %s", in.Table, in.ID, in.Version, in.Queue),
+			Rule: fmt.Sprintf("must name the record's table, ID, version and queue (%s %s v%d in %s)", r.Table, r.ID, r.Version, r.Queue)}
+	case len(in.Request) == 0:
+		return &RecordError{ID: r.ID, Field: "Intent.Request", Rule: "is empty: the relay needs the whole CreateTask request"}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,17 +13,29 @@ import (
 // Memory is an Outbox held in one process's memory, for a dispatcher
 // that needs no record past its process and for tests. It follows the
 // same rules as every Outbox (checked by the conformance suite in package
-// outboxtest): the same validation and
-// refusal of foreign records, microsecond UTC times, UpdatedAt strictly
-// increasing per ID, conditional append by Version, Pending oldest first. It keeps every state of every
+// outboxtest): the same validation and refusal of foreign records,
+// microsecond UTC times, UpdatedAt strictly increasing per ID, conditional
+// append by Version, Pending oldest first. It keeps every state of every
 // ID until it is dropped, and forgets everything when it is. Its methods
 // are safe for concurrent use.
+//
+// It implements every optional interface a database store does, so that
+// a dispatcher over it works as over PostgreSQL and its tests need no
+// database: Reserver (Append decides at once), Claimer, and Intents with
+// transactions of its own (Begin, MemoryTx) for DispatchTx,
+// ScheduleTimerTx, CancelTx and the relay. It is no FreshReader: Latest
+// reads every record kept.
 type Memory struct {
 	processor string
 	clock     clockwork.Clock
 
 	mu      sync.Mutex
 	history map[recKey][]Record // oldest first
+	// claims are ClaimPending's, on an ID's latest record, until the
+	// time given: a later record of the ID ends its claim.
+	claims map[recKey]time.Time
+	// intents are the committed intents no relay has finished, by ID.
+	intents map[string]*memIntent
 }
 
 // NewMemory returns an empty in-memory outbox whose records name a new
@@ -33,7 +46,8 @@ func NewMemory(clock clockwork.Clock) *Memory {
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	return &Memory{processor: uuid.Must(uuid.NewV7()).String(), clock: clock, history: map[recKey][]Record{}}
+	return &Memory{processor: uuid.Must(uuid.NewV7()).String(), clock: clock, history: map[recKey][]Record{},
+		claims: map[recKey]time.Time{}, intents: map[string]*memIntent{}}
 }
 
 // recKey identifies an ID within its table.
@@ -56,27 +70,57 @@ func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 	if err := r.Prepare(m.processor, m.clock.Now()); err != nil {
 		return err
 	}
-	k := recKey{r.Table, r.ID}
-	m.mu.Lock()
-	h := m.history[k]
-	if n := len(h); n > 0 && r.Conflicts(&h[n-1]) {
-		m.mu.Unlock()
-		return &VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: h[n-1]}
+	if _, _, err := m.keep(r, false); err != nil {
+		return err
 	}
-	if n := len(h); n > 0 && !r.UpdatedAt.After(h[n-1].UpdatedAt) {
-		r.UpdatedAt = h[n-1].UpdatedAt.Add(time.Microsecond)
-	}
-	if h == nil {
-		// Room for the outcome that follows a pending record, so the
-		// usual history of an ID costs one allocation.
-		h = make([]Record, 0, 2)
-	}
-	m.history[k] = append(h, r)
-	m.mu.Unlock()
 	if done != nil {
 		done(nil)
 	}
 	return nil
+}
+
+// keep adds r, prepared, to its ID's history, unless it conflicts with
+// the latest record (a *VersionConflictError), or, when first, unless the
+// ID has any record: then it returns that latest record and kept false.
+func (m *Memory) keep(r Record, first bool) (latest Record, kept bool, err error) {
+	k := recKey{r.Table, r.ID}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.history[k]
+	n := len(h)
+	switch {
+	case n > 0 && first:
+		return h[n-1], false, nil
+	case n > 0 && r.Conflicts(&h[n-1]):
+		return Record{}, false, &VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: h[n-1]}
+	case h == nil:
+		// Room for the outcome that follows a pending record, so the
+		// usual history of an ID costs one allocation.
+		h = make([]Record, 0, 2)
+	}
+	m.history[k] = append(h, follow(h, r))
+	if len(m.claims) > 0 {
+		delete(m.claims, k)
+	}
+	return Record{}, true, nil
+}
+
+var _ Reserver = (*Memory)(nil)
+
+// Reserve implements Reserver: it keeps r, an ID's first record (Version
+// 1), as Append does, unless the ID has any record; then it returns the
+// ID's latest record and kept false.
+func (m *Memory) Reserve(ctx context.Context, r Record) (Record, bool, error) {
+	if r.Version != 1 {
+		return Record{}, false, &RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1: Reserve writes an ID's first record"}
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, false, err
+	}
+	if err := r.Prepare(m.processor, m.clock.Now()); err != nil {
+		return Record{}, false, err
+	}
+	return m.keep(r, true)
 }
 
 // Flush does nothing: memory keeps every record as soon as it is
@@ -143,6 +187,48 @@ func (m *Memory) Pending(ctx context.Context, t Table, olderThan time.Duration) 
 		if r := h[len(h)-1]; k.table == t && r.Status == StatusPending && !r.UpdatedAt.After(cutoff) {
 			out = append(out, r)
 		}
+	}
+	m.mu.Unlock()
+	SortPending(out)
+	return out, nil
+}
+
+var _ Claimer = (*Memory)(nil)
+
+// ClaimPending implements Claimer: it returns, as Pending does, the
+// records of table t whose latest state is pending and older than
+// olderThan, leaving out those a claim holds and those whose ID has an
+// intent waiting for a relay (which alone holds the request that creates
+// the ID's task), and claims them until claimFor from now. A later record
+// of an ID ends its claim. The deliveries table has nothing to recover:
+// it returns none.
+func (m *Memory) ClaimPending(ctx context.Context, t Table, olderThan, claimFor time.Duration) ([]Record, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if claimFor <= 0 {
+		return nil, fmt.Errorf("outbox: claim pending: claimFor %s must be positive: a claim that has expired already shares nothing", claimFor)
+	}
+	if err := ctx.Err(); err != nil || t == TableDeliveries {
+		return nil, err
+	}
+	now := m.clock.Now()
+	cutoff := now.Add(-olderThan)
+	m.mu.Lock()
+	var out []Record
+	for k, h := range m.history {
+		r := h[len(h)-1]
+		if k.table != t || r.Status != StatusPending || r.UpdatedAt.After(cutoff) {
+			continue
+		}
+		if m.claims[k].After(now) {
+			continue
+		}
+		if _, waiting := m.intents[k.id]; waiting {
+			continue
+		}
+		m.claims[k] = now.Add(claimFor)
+		out = append(out, r)
 	}
 	m.mu.Unlock()
 	SortPending(out)

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
@@ -68,7 +72,7 @@ them with --quarantine or --delete.
 			if !once {
 				logger = warningsShown(env)
 			}
-			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Interval: interval, Logger: logger})
+			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Open: openExportTables, Interval: interval, Logger: logger})
 			if err != nil {
 				return err
 			}
@@ -135,7 +139,25 @@ func (c *connFlags) exportOptions(env *Env) pgbox.ExportOptions {
 	if c.exportTo == "" {
 		return pgbox.ExportOptions{}
 	}
-	return pgbox.ExportOptions{Root: c.exportTo, Interval: c.exportInterval, Logger: env.Logger}
+	return pgbox.ExportOptions{Root: c.exportTo, Open: openExportTables, Interval: c.exportInterval, Logger: env.Logger}
+}
+
+// openExportTables opens the Parquet tables at root that a PostgreSQL
+// outbox's exporter writes to (pgbox.ExportOptions.Open): read-only, as
+// the exporter keeps no log of its own, and a local directory is created
+// (0700) when missing. The program wires the two stores: neither imports
+// the other.
+func openExportTables(ctx context.Context, root string) (outbox.RunWriter, error) {
+	if !strings.Contains(root, "://") {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
 }
 
 // checkExport checks --export-to and --export-interval for a dispatcher

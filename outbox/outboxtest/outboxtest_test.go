@@ -24,6 +24,17 @@ func TestMemory(t *testing.T) {
 	outboxtest.RunVersions(t, newStore)
 }
 
+func TestMemoryIntents(t *testing.T) {
+	t.Parallel()
+	outboxtest.RunIntents(t, func(t *testing.T, clock clockwork.Clock) (outboxtest.TxStore, outboxtest.Begin) {
+		m := outbox.NewMemory(clock)
+		return m, func(context.Context) (outbox.Tx, func() error, func() error, error) {
+			tx := m.Begin()
+			return tx, tx.Commit, tx.Rollback, nil
+		}
+	})
+}
+
 func TestFileOutbox(t *testing.T) {
 	t.Parallel()
 	newStore := func(t *testing.T, clock clockwork.Clock) outbox.Outbox {

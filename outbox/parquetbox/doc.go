@@ -131,7 +131,7 @@
 //     FuzzReadParquet feeds mutated files to every read path.
 //   - A row whose cloud_task_id is not the hash of its ID (naming's
 //     CloudTaskID), whose ID is not an internal ID, or whose status is
-//     unknown is foreign (ErrForeignRecord): Latest, Lookup and Pending
+//     unknown is foreign (outbox.ErrForeignRecord): Latest, Lookup and Pending
 //     never return it, Stats counts it in ForeignRows, and Compact leaves
 //     it out of its output and its file in place (listed in Kept). Append
 //     refuses such a record, and fills in an empty CloudTaskID.
@@ -155,8 +155,9 @@
 // Bad records and options are refused with errors that name the field, the
 // value and the rule. A file that cannot be read is a *FileError (path and
 // reason) matching ErrDamaged, or ErrForeignFile for valid Parquet that is
-// not an outbox table; it is skipped, never fatal. ErrUnavailable,
-// ErrForeignRecord, ErrClosed, ErrProcessorInUse and ErrReadOnly are the
+// not an outbox table; it is skipped, never fatal. A foreign record is
+// refused with outbox.ErrForeignRecord, as every store refuses one.
+// ErrUnavailable, ErrClosed, ErrProcessorInUse and ErrReadOnly are the
 // other sentinels. A cancelled context is checked first: a call with one
 // never writes.
 //

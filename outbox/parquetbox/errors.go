@@ -3,6 +3,8 @@ package parquetbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // Sentinel errors; match them with errors.Is.
@@ -24,12 +26,13 @@ var (
 	// skipped and reported like a damaged file: an answer may miss what
 	// it holds.
 	ErrOutsideLayout = errors.New("outbox: outside the table layout")
-	// ErrForeignRecord marks a record this system cannot have written: its
-	// cloud_task_id is not the hash of its ID, its ID is not an internal ID,
-	// or its status is unknown. Append refuses one; reads leave one out
-	// (Latest, Lookup and Pending never return it) and Stats and Compact
-	// count it.
-	ErrForeignRecord = errors.New("outbox: foreign record")
+	// ErrForeignRecord is outbox.ErrForeignRecord, the one error every
+	// store refuses a foreign record with, under the name this package
+	// gave it first: the two are the same value, so errors.Is matches an
+	// Append's refusal with either.
+	//
+	// Deprecated: use outbox.ErrForeignRecord.
+	ErrForeignRecord = outbox.ErrForeignRecord
 	// ErrUnavailable is returned at once by Append while
 	// the log cannot be written (a full disk, a permission taken away): no
 	// record is accepted that cannot be made durable. The error is an

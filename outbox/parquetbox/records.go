@@ -8,12 +8,13 @@ import (
 
 // Records calls fn with every record of table t: the whole history of
 // every ID, from the write-ahead logs not yet converted and then from the
-// Parquet files, in no particular order, leaving out foreign records (see
-// ErrForeignRecord) and damaged files (see Damaged). A log converted, or a
-// file compacted away, while Records runs may show its records twice
-// (the files are then read again from a new listing); a consumer that
-// copies the records elsewhere (pgbox's Import) skips a record it holds
-// already. An error from fn stops the walk and is returned.
+// Parquet files, in no particular order, leaving out foreign records
+// (see outbox.ErrForeignRecord) and damaged files (see Damaged). A log
+// converted, or a file compacted away, while Records runs may show its
+// records twice (the files are then read again from a new listing); a
+// consumer that copies the records elsewhere (pgbox's Import) skips a
+// record it holds already. An error from fn stops the walk and is
+// returned.
 func (o *Outbox) Records(ctx context.Context, t outbox.Table, fn func(outbox.Record) error) error {
 	if err := t.Validate(); err != nil {
 		return err

@@ -12,9 +12,12 @@ import (
 // any name of the same alphabet (file names take it as it is).
 var runSource = regexp.MustCompile(`^[0-9a-z][0-9a-z_]{0,63}$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// WriteRun writes records kept elsewhere (another store's export, such as
-// outbox/pgbox's) into the tables, as a converted log segment's records
-// are written: one file per table, partition and bucket,
+var _ outbox.RunWriter = (*Outbox)(nil)
+
+// WriteRun implements outbox.RunWriter: it writes records kept elsewhere
+// (another store's export, such as outbox/pgbox's) into the tables, as a
+// converted log segment's records are written: one file per table,
+// partition and bucket,
 // <table>/created_date=<day>/b<k>of<n>-<source>-<seq>.parquet, each
 // appearing whole or not at all. Readers, stats, manifests and Compact
 // treat the files as any other run. Writing the same source and seq with

@@ -25,8 +25,8 @@ type TableStats struct {
 	// state's status, queue, kind and writing processor.
 	ByStatus, ByQueue, ByKind, ByProcessor map[string]int64
 	// ForeignRows counts rows left out because this system cannot have
-	// written them (see ErrForeignRecord); they are in no other count but
-	// Rows.
+	// written them (see outbox.ErrForeignRecord); they are in no other
+	// count but Rows.
 	ForeignRows int64
 	// Skipped lists damaged or foreign files left out, each with its path
 	// and the reason.

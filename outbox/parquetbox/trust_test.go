@@ -241,6 +241,7 @@ func TestAppendChecksCloudTaskID(t *testing.T) {
 	r.CloudTaskID = "d_made_up"
 	err = outbox.AppendAndWait(ctx, o, r)
 	require.ErrorIs(t, err, outbox.ErrForeignRecord)
+	require.ErrorIs(t, err, ErrForeignRecord, "the deprecated name is the same error")
 	require.EqualError(t, err, `outbox: foreign record: cloud_task_id "d_made_up" of dispatch:r:t:1 is not the Cloud Tasks ID of that ID (want "`+mustHash(r.ID)+`")`)
 	r.Table = outbox.TableTimers
 	r.CloudTaskID = ""

@@ -39,3 +39,26 @@ func TestOnlyTheDriversImporterLinksPgx(t *testing.T) {
 		require.Equal(t, c.wantsPgx, links, "%s links github.com/jackc/pgx", c.pkg)
 	}
 }
+
+// The PostgreSQL store links no other store: its exporter writes through
+// outbox.RunWriter, which the program opens (with package
+// outbox/parquetbox), so a program using pgbox without an export does not
+// link parquet-go or gocloud's blob, and none of their drivers. About 1 s.
+func TestThePostgreSQLStoreLinksNoOtherStore(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the package's dependencies")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/ctdispatch/ctdispatch/outbox/pgbox").CombinedOutput()
+	require.NoError(t, err, string(out))
+	var linked []string
+	for _, d := range strings.Fields(string(out)) {
+		for _, other := range []string{"github.com/parquet-go/", "gocloud.dev/", "github.com/ctdispatch/ctdispatch/outbox/parquetbox", "github.com/ctdispatch/ctdispatch/outbox/cloudblob"} {
+			if strings.HasPrefix(d, other) {
+				linked = append(linked, d)
+			}
+		}
+	}
+	require.Empty(t, linked, "outbox/pgbox links another store's packages")
+}

@@ -129,7 +129,10 @@
 // tables in outbox/parquetbox's layout (a directory or a bucket), so that
 // analysts query this store's history with the same DuckDB or BigQuery
 // queries as a Parquet outbox's, and "ctdispatch compact", "stats" and
-// the manifests work on the exported tree. Options.Export runs one inside
+// the manifests work on the exported tree. It writes through an
+// outbox.RunWriter that the program opens (ExportOptions.Open: a
+// *parquetbox.Outbox opened read-only), so this package links neither
+// parquet-go nor the bucket drivers. Options.Export runs one inside
 // every dispatcher's outbox; "ctdispatch export --outbox postgres://… --to
 // DIR" runs one alone. Rows go in numbered batches: a batch is claimed in
 // one short transaction under an advisory lock, which marks up to

@@ -5,11 +5,14 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
@@ -82,4 +85,74 @@ func ExampleSQLTx() {
 	// Output:
 	// in the transaction: queued 0 tasks
 	// after commit: created 1 task
+}
+
+// The program links the two stores: the exporter writes the database's
+// records to the Parquet tables that Open opens with package
+// outbox/parquetbox, so pgbox itself links no Parquet code.
+func ExampleExporter() {
+	ctx := context.Background()
+	dsn, drop, err := pgtest.Database() // in production: os.Getenv("DATABASE_URL")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer drop()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	box, err := pgbox.New(db, pgbox.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := box.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	id, err := naming.NewDispatch("o-1001", "ship", naming.Attempt(1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	rec := outbox.RecordOf(id)
+	rec.Queue, rec.Status, rec.Version = "projects/p/locations/l/queues/shipping", outbox.StatusCreated, 1
+	if err := outbox.AppendAndWait(ctx, box, rec); err != nil {
+		log.Fatal(err)
+	}
+
+	root, err := os.MkdirTemp("", "export") // or a bucket URL, gs://… with outbox/cloudblob
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: root,
+		Open: func(ctx context.Context, root string) (outbox.RunWriter, error) {
+			files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+			if err != nil {
+				return nil, err
+			}
+			return files, nil
+		}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+	st, err := e.ExportOnce(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("batches", st.Batches, "rows", st.Rows)
+
+	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer files.Close()
+	got, ok, err := files.Latest(ctx, outbox.TableDispatch, id.String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("in Parquet:", ok, got.Status)
+	// Output:
+	// batches [1] rows [1 0 0]
+	// in Parquet: true created
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
-	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // Defaults of ExportOptions.
@@ -42,13 +40,22 @@ const (
 )
 
 // ExportOptions configures an Exporter (and Options.Export, which runs one
-// inside the outbox). The zero value exports nothing: Root is required.
+// inside the outbox). The zero value exports nothing: Root and Open are
+// required.
 type ExportOptions struct {
-	// Root is where the Parquet tables go, in the layout of
-	// outbox/parquetbox: a local directory (created 0700 if missing) or a
-	// bucket URL (gs://bucket/prefix once package outbox/cloudblob is
-	// imported; any gocloud.dev/blob URL whose driver is registered).
+	// Root is where the Parquet tables go: a local directory or a bucket
+	// URL, as Open takes it. The exporter hands it to Open and names it in
+	// its logs and errors.
 	Root string
+	// Open opens the tables at Root that the batches are written to. This
+	// package writes no Parquet itself (it links no store but its own):
+	// the program opens them with package outbox/parquetbox, read-only
+	// since the exporter keeps no log of its own (see the Exporter
+	// example; a read-only parquetbox opens only a local directory that
+	// exists, so create it first). The exporter calls Open at its first
+	// pass, again at the next pass after a failure, and closes what it
+	// returned in Close.
+	Open func(ctx context.Context, root string) (outbox.RunWriter, error)
 	// Interval is how often the exporter looks for changes that are not yet
 	// exported. Several exporters on one database space their batches by
 	// half of it between them. Defaults to DefaultExportInterval; at least
@@ -62,9 +69,6 @@ type ExportOptions struct {
 	// that died with a batch unwritten leaves it to another after this
 	// long. Defaults to DefaultExportLease; at least a second.
 	Lease time.Duration
-	// Buckets splits each day's rows into this many files by the hash of
-	// their task, as parquetbox.Options.Buckets does. Defaults to 8.
-	Buckets int
 	// Logger receives the failures of Run's passes (Run goes on), a
 	// warning for each batch holding rows the exporter refused (see
 	// Exporter), and at debug level the batches each pass wrote. Defaults
@@ -76,13 +80,10 @@ type ExportOptions struct {
 }
 
 // set reports whether any option is given (Options.Export runs an
-// exporter only then). The provider is compared apart: an interface
-// holding an uncomparable type would make == panic.
+// exporter only then).
 func (e ExportOptions) set() bool {
-	if e.MeterProvider != nil {
-		return true
-	}
-	return e != ExportOptions{}
+	return e.Root != "" || e.Open != nil || e.Interval != 0 || e.BatchRows != 0 || e.Lease != 0 ||
+		e.Logger != nil || e.MeterProvider != nil
 }
 
 func (e ExportOptions) withDefaults() ExportOptions {
@@ -108,14 +109,14 @@ func (e ExportOptions) validate(field string) error {
 	switch {
 	case e.Root == "":
 		return &ConfigError{Field: field + ".Root", Value: `""`, Rule: "is required: a directory or a bucket URL for the Parquet tables"}
+	case e.Open == nil:
+		return &ConfigError{Field: field + ".Open", Value: "nil", Rule: "is required: the function that opens the Parquet tables at Root (package outbox/parquetbox)"}
 	case e.Interval < MinExportInterval:
 		return &ConfigError{Field: field + ".Interval", Value: e.Interval.String(), Rule: "is below the minimum " + MinExportInterval.String()}
 	case e.BatchRows < 1:
 		return &ConfigError{Field: field + ".BatchRows", Value: strconv.Itoa(e.BatchRows), Rule: "must be positive"}
 	case e.Lease < time.Second:
 		return &ConfigError{Field: field + ".Lease", Value: e.Lease.String(), Rule: "is below the minimum 1s"}
-	case e.Buckets < 0 || e.Buckets > 256:
-		return &ConfigError{Field: field + ".Buckets", Value: strconv.Itoa(e.Buckets), Rule: "is out of range; allowed: 1 to 256 (0 for the default, 8)"}
 	}
 	return nil
 }
@@ -228,15 +229,15 @@ type Exporter struct {
 	// take, and returns only once that batch is written too.
 	passing sync.Mutex
 	mu      sync.Mutex
-	src     string             // the database's export source, once registered
-	files   *parquetbox.Outbox // the Parquet tables, once opened
+	src     string           // the database's export source, once registered
+	files   outbox.RunWriter // the Parquet tables, once opened
 	// refused counts the rows refused (MetricExportRefused).
 	refused metric.Int64Counter
 }
 
 // NewExporter returns an exporter of o's tables to opts.Root. It does no
 // I/O: the first pass registers the export in the database (from then on
-// Retain keeps unexported rows) and opens Root.
+// Retain keeps unexported rows) and opens Root with opts.Open.
 func NewExporter(o *Outbox, opts ExportOptions) (*Exporter, error) {
 	if o == nil {
 		return nil, &ConfigError{Field: "o", Value: "nil", Rule: "is required"}
@@ -326,8 +327,8 @@ func (e *Exporter) Run(ctx context.Context) error {
 	}
 }
 
-// Close closes the Parquet tables' handles. The exporter is not used
-// after.
+// Close closes the Parquet tables that ExportOptions.Open opened, if it
+// was called. The exporter is not used after.
 func (e *Exporter) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -373,7 +374,7 @@ func (e *Exporter) pass(ctx context.Context, spacing time.Duration) (ExportStats
 
 // prepare registers the export in the database (once) and opens the
 // Parquet tables, with their schema files.
-func (e *Exporter) prepare(ctx context.Context) (*parquetbox.Outbox, error) {
+func (e *Exporter) prepare(ctx context.Context) (outbox.RunWriter, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.files != nil {
@@ -392,12 +393,10 @@ func (e *Exporter) prepare(ctx context.Context) (*parquetbox.Outbox, error) {
 			return nil, fmt.Errorf("pgbox: export: register: %w", err)
 		}
 	}
-	if !strings.Contains(e.opts.Root, "://") {
-		if err := os.MkdirAll(e.opts.Root, 0o700); err != nil {
-			return nil, fmt.Errorf("pgbox: export: %w", err)
-		}
+	files, err := e.opts.Open(ctx, e.opts.Root)
+	if err == nil && files == nil {
+		err = errors.New("ExportOptions.Open returned no tables and no error")
 	}
-	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: e.opts.Root, ReadOnly: true, Buckets: e.opts.Buckets, Clock: e.o.clock})
 	if err != nil {
 		return nil, fmt.Errorf("pgbox: export: open %s: %w", e.opts.Root, err)
 	}
@@ -517,7 +516,7 @@ type written struct {
 // written. Rows the exporter will not write (Record.Distrust) leave the
 // batch first: they are marked refused, so that the written batch holds
 // only rows a file holds.
-func (e *Exporter) write(ctx context.Context, files *parquetbox.Outbox, batch int64) (written, error) {
+func (e *Exporter) write(ctx context.Context, files outbox.RunWriter, batch int64) (written, error) {
 	var w written
 	res, err := e.o.db.ExecContext(ctx, `UPDATE `+e.et.batches+` SET lease_expires = $3 WHERE batch = $1 AND claimed_by = $2 AND written_at IS NULL`,
 		batch, e.id, e.o.clock.Now().Add(e.opts.Lease))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -78,10 +79,24 @@ func files(t *testing.T, root string) []string {
 	return out
 }
 
+// parquetTables is the tests' ExportOptions.Open: the Parquet tables at
+// root, one bucket per day so that a batch writes one file per table and
+// day.
+func parquetTables(ctx context.Context, root string) (outbox.RunWriter, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
+	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true, Buckets: 1})
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
+}
+
 // newExporter returns an exporter of o to root.
 func newExporter(t *testing.T, o *pgbox.Outbox, root string) *pgbox.Exporter {
 	t.Helper()
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Buckets: 1})
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	return e
@@ -330,10 +345,10 @@ func TestExportOptionsAreChecked(t *testing.T) {
 		field string
 	}{
 		{pgbox.ExportOptions{}, "ExportOptions.Root"},
-		{pgbox.ExportOptions{Root: "x", Interval: time.Millisecond}, "ExportOptions.Interval"},
-		{pgbox.ExportOptions{Root: "x", BatchRows: -1}, "ExportOptions.BatchRows"},
-		{pgbox.ExportOptions{Root: "x", Lease: time.Millisecond}, "ExportOptions.Lease"},
-		{pgbox.ExportOptions{Root: "x", Buckets: 257}, "ExportOptions.Buckets"},
+		{pgbox.ExportOptions{Root: "x"}, "ExportOptions.Open"},
+		{pgbox.ExportOptions{Root: "x", Open: parquetTables, Interval: time.Millisecond}, "ExportOptions.Interval"},
+		{pgbox.ExportOptions{Root: "x", Open: parquetTables, BatchRows: -1}, "ExportOptions.BatchRows"},
+		{pgbox.ExportOptions{Root: "x", Open: parquetTables, Lease: time.Millisecond}, "ExportOptions.Lease"},
 	} {
 		_, err := pgbox.NewExporter(o, c.opts)
 		var ce *pgbox.ConfigError
@@ -346,6 +361,56 @@ func TestExportOptionsAreChecked(t *testing.T) {
 	require.Equal(t, "Options.Export.Root", ce.Field)
 }
 
+// The exporter opens its tables through ExportOptions.Open at its first
+// pass, again at the next pass when that failed (the error names Root),
+// and never again once it has them; Close closes what Open returned.
+func TestExportOpensItsTablesThroughOpen(t *testing.T) {
+	t.Parallel()
+	o := openIn(t, pgtest.Open(t), clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)))
+	root := t.TempDir()
+	var opened []*closeCounter
+	fail := errors.New("bucket unreachable")
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: func(ctx context.Context, at string) (outbox.RunWriter, error) {
+		require.Equal(t, root, at)
+		if len(opened) == 0 {
+			opened = append(opened, nil)
+			return nil, fail
+		}
+		files, err := parquetTables(ctx, at)
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, &closeCounter{RunWriter: files})
+		return opened[len(opened)-1], nil
+	}})
+	require.NoError(t, err)
+
+	_, err = e.ExportOnce(t.Context())
+	require.ErrorIs(t, err, fail)
+	require.EqualError(t, err, "pgbox: export: open "+root+": bucket unreachable")
+	appendStates(t, o, "open", "a", outbox.StatusPending)
+	for range 2 {
+		_, err = e.ExportOnce(t.Context())
+		require.NoError(t, err)
+	}
+	require.Len(t, opened, 2, "a failed open, then one that served both passes")
+	rows, _ := exportedTree(t, root, "open")
+	require.Equal(t, [3]int64{1, 0, 0}, rows)
+	require.NoError(t, e.Close())
+	require.Equal(t, 1, opened[1].closed)
+}
+
+// closeCounter counts the Close calls of the tables it wraps.
+type closeCounter struct {
+	outbox.RunWriter
+	closed int
+}
+
+func (c *closeCounter) Close() error {
+	c.closed++
+	return c.RunWriter.Close()
+}
+
 // Options.Export runs an exporter inside the outbox: its first pass at
 // New, then one every Interval; Flush exports what is left, and Close
 // stops it.
@@ -355,7 +420,7 @@ func TestOptionsExportRunsInsideTheOutbox(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	openSchema(t, db, "inside", clock)
 	root := t.TempDir()
-	o, err := pgbox.New(db, pgbox.Options{Schema: "inside", Clock: clock, Export: pgbox.ExportOptions{Root: root, Interval: time.Minute, Buckets: 1}})
+	o, err := pgbox.New(db, pgbox.Options{Schema: "inside", Clock: clock, Export: pgbox.ExportOptions{Root: root, Open: parquetTables, Interval: time.Minute}})
 	require.NoError(t, err)
 	t.Cleanup(func() { o.Close() })
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the first pass is done; Run waits for the interval")
@@ -429,7 +494,7 @@ func TestExportWritesFullBatchesUntilOneIsNot(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	o := openIn(t, db, clock)
 	root := t.TempDir()
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, BatchRows: 3, Buckets: 1})
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables, BatchRows: 3})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	for i := range 7 {
@@ -455,7 +520,7 @@ func TestRunningExportersShareOneBatchPerInterval(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var running sync.WaitGroup
 	start := func() {
-		e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Interval: time.Minute, Buckets: 1})
+		e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables, Interval: time.Minute})
 		require.NoError(t, err)
 		running.Add(1)
 		go func() {

@@ -161,18 +161,8 @@ func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record
 	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
 		return err
 	}
-	switch {
-	case r.Table == outbox.TableDeliveries:
-		return &outbox.RecordError{ID: r.ID, Field: "Table", Value: string(r.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
-	case r.Status != outbox.StatusPending:
-		return &outbox.RecordError{ID: r.ID, Field: "Status", Value: string(r.Status), Rule: "must be pending: an intent's record is the pending one"}
-	case r.Version < 1:
-		return &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1 or above: an intent's record is conditional"}
-	case in.ID != r.ID || in.Table != r.Table || in.Version != r.Version || in.Queue != r.Queue:
-		return &outbox.RecordError{ID: r.ID, Field: "Intent", Value: fmt.Sprintf("%s %s v%d in %s", in.Table, in.ID, in.Version, in.Queue),
-			Rule: fmt.Sprintf("must name the record's table, ID, version and queue (%s %s v%d in %s)", r.Table, r.ID, r.Version, r.Queue)}
-	case len(in.Request) == 0:
-		return &outbox.RecordError{ID: r.ID, Field: "Intent.Request", Rule: "is empty: the relay needs the whole CreateTask request"}
+	if err := in.Validate(&r); err != nil {
+		return err
 	}
 	n, err := tx.Exec(ctx, tb.insert, insertArgs(&r)...)
 	if err != nil {
@@ -218,19 +208,12 @@ func (o *Outbox) AppendCancel(ctx context.Context, tx outbox.Tx, in outbox.Inten
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	switch {
-	case !in.Delete:
-		return &outbox.RecordError{ID: in.ID, Field: "Intent.Delete", Value: "false", Rule: "must be true: a create intent goes with its pending record (AppendIntent)"}
-	case in.Table != outbox.TableDispatch && in.Table != outbox.TableTimers:
-		return &outbox.RecordError{ID: in.ID, Field: "Intent.Table", Value: string(in.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
-	case in.ID == "" || in.Queue == "":
-		return &outbox.RecordError{ID: in.ID, Field: "Intent", Value: fmt.Sprintf("ID %q, queue %q", in.ID, in.Queue), Rule: "needs an ID and a queue"}
-	case in.Version < 0:
-		return &outbox.RecordError{ID: in.ID, Field: "Intent.Version", Value: fmt.Sprint(in.Version), Rule: "is negative"}
+	if err := in.Validate(nil); err != nil { // a create needs its record: AppendIntent
+		return err
 	}
 	cloudTaskID, err := naming.CloudTaskID(in.ID)
 	if err != nil {
-		return &outbox.RecordError{ID: in.ID, Field: "Intent.ID", Value: in.ID, Rule: err.Error()}
+		return err // Validate checked it
 	}
 	now := o.clock.Now()
 	if _, err := tx.Exec(ctx, o.intents.upsert, in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),

@@ -37,10 +37,11 @@ type Options struct {
 	// Pending, ClaimPending and Retain, and claims' expiry. Defaults to the
 	// real clock. Give it the clock the dispatcher uses.
 	Clock clockwork.Clock
-	// Export, when set (Root is then required), runs an Exporter inside
-	// the outbox from New until Close: every Export.Interval it writes the changes
-	// not yet exported to Parquet tables at Export.Root, and Flush (which
-	// a dispatcher's Close calls) writes those left. Run it in every
+	// Export, when set (Root and Open are then required), runs an
+	// Exporter inside the outbox from New until Close: every
+	// Export.Interval it writes the changes not yet exported to the
+	// Parquet tables Export.Open opens at Export.Root, and Flush (which a
+	// dispatcher's Close calls) writes those left. Run it in every
 	// dispatcher on the database, or in one "ctdispatch export" process:
 	// exporters share the work. Unset, nothing is exported.
 	Export ExportOptions

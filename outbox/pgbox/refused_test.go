@@ -84,7 +84,7 @@ func TestExportReportsForeignRowsAndRetainKeepsThem(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	var log bytes.Buffer
 	root := t.TempDir()
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Buckets: 1,
+	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables,
 		Logger: slog.New(slog.NewTextHandler(&log, nil)), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })

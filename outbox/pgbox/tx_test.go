@@ -18,7 +18,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
@@ -34,6 +33,12 @@ const (
 	txQueue       = "projects/p/locations/l/queues/q"
 	txRemoteQueue = "projects/p/locations/l/queues/remote"
 )
+
+// The transactional path's behaviours are tested in package cloudtasks
+// over outbox.Memory, and the store's part of them against this package
+// by the conformance suite (outboxtest.RunIntents in TestConformance).
+// What stays here is PostgreSQL's own: relays of several processes on
+// their own pools, and a Dispatch waiting for an open transaction's lock.
 
 // txWorld is an emulator and a migrated schema of one database, for
 // dispatchers that record inside transactions.
@@ -114,49 +119,6 @@ func inTx(t *testing.T, db *sql.DB, commit bool, fn func(tx outbox.Tx)) {
 	}
 }
 
-// A dispatch recorded in a transaction that rolls back leaves no record
-// and no intent, and no relay ever creates its task; the same dispatch
-// committed is created once, by the relay, after the commit. About 2 s.
-func TestDispatchTxRolledBackNeverCreated(t *testing.T) {
-	t.Parallel()
-	w := newTxWorld(t, clockwork.NewRealClock())
-	d, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
-
-	inTx(t, w.db, false, func(tx outbox.Tx) {
-		res, err := d.DispatchTx(t.Context(), tx, txRequest("rolled-back", "b"))
-		require.NoError(t, err)
-		require.Equal(t, cloudtasks.OutcomeQueued, res.Outcome)
-		require.Zero(t, w.calls.Load(), "nothing is created inside the transaction")
-	})
-	st, err := d.Relay(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{}, st, "a rolled-back transaction leaves no intent")
-	require.Zero(t, w.emu.TaskCount())
-	require.Zero(t, w.calls.Load())
-	_, ok, err := d.Latest(t.Context(), "dispatch:tx:rolled-back:1")
-	require.NoError(t, err)
-	require.False(t, ok, "nor a record")
-	_, err = d.WaitOutcome(t.Context(), "dispatch:tx:rolled-back:1")
-	require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest)
-	require.ErrorContains(t, err, "has no record")
-
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.DispatchTx(t.Context(), tx, txRequest("rolled-back", "b"))
-		require.NoError(t, err)
-	})
-	st, err = d.Relay(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Created: 1}, st)
-	rec, err := d.WaitOutcome(t.Context(), "dispatch:tx:rolled-back:1")
-	require.NoError(t, err)
-	require.Equal(t, outbox.StatusCreated, rec.Status)
-	require.Equal(t, int32(1), rec.CreateCalls)
-	require.Equal(t, int64(1), w.calls.Load())
-	st, err = d.Relay(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{}, st, "the finished intent is gone")
-}
-
 // Two dispatchers on one database, each with its own pool, processor and
 // running relay, race over 100 committed intents while a caller waits for
 // every outcome: each task is created by exactly one CreateTask call, and
@@ -203,102 +165,6 @@ func TestDispatchTxCommittedCreatedOnceByRacingRelays(t *testing.T) {
 		require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, []outbox.Status{hist[i].Status, hist[i+1].Status}, hist[i].ID)
 		require.Equal(t, hist[i].ID, hist[i+1].ID)
 	}
-}
-
-// Inside the transaction DispatchTx gives Dispatch's answers: a repeat of
-// a recorded ID with the same payload is already_existed and writes
-// nothing, another payload is a conflict, and a name a Cancel left held
-// is refused; a repeat before commit replaces the intent. About 2 s (6 s
-// under the race detector).
-func TestDispatchTxAnswersAsDispatch(t *testing.T) {
-	t.Parallel()
-	w := newTxWorld(t, clockwork.NewRealClock())
-	// Strict: the Dispatch calls below return once their outcome is
-	// committed, so the transaction reads it (an overlapped outcome is
-	// still on its way when the call returns).
-	d, box := w.dispatcher(t, cloudtasks.Config{NoRelay: true, Durability: cloudtasks.DurabilityStrict})
-	ctx := t.Context()
-	_, err := d.Dispatch(ctx, txRequest("done", "body"))
-	require.NoError(t, err)
-	_, err = d.Dispatch(ctx, txRequest("cancelled", "body"))
-	require.NoError(t, err)
-	_, err = d.Cancel(ctx, "dispatch:tx:cancelled:1", "")
-	require.NoError(t, err)
-
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		res, err := d.DispatchTx(ctx, tx, txRequest("done", "body"))
-		require.NoError(t, err)
-		require.Equal(t, cloudtasks.OutcomeAlreadyExisted, res.Outcome)
-		require.True(t, res.Skipped)
-		require.Equal(t, txQueue+"/tasks/"+res.CloudTaskID, res.TaskName)
-
-		_, err = d.DispatchTx(ctx, tx, txRequest("done", "other"))
-		require.ErrorIs(t, err, cloudtasks.ErrPayloadConflict)
-
-		_, err = d.DispatchTx(ctx, tx, txRequest("cancelled", "body"))
-		require.ErrorIs(t, err, cloudtasks.ErrNameHeld)
-
-		first, err := d.DispatchTx(ctx, tx, txRequest("twice", "body"))
-		require.NoError(t, err)
-		require.Equal(t, cloudtasks.OutcomeQueued, first.Outcome)
-		_, err = d.DispatchTx(ctx, tx, txRequest("twice", "other"))
-		require.ErrorIs(t, err, cloudtasks.ErrPayloadConflict, "its own pending record is checked too")
-		again, err := d.DispatchTx(ctx, tx, txRequest("twice", "body"))
-		require.NoError(t, err)
-		require.Equal(t, cloudtasks.OutcomeQueued, again.Outcome)
-		require.Equal(t, first.FirstRecorded, again.FirstRecorded)
-	})
-	st, err := d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Created: 1}, st, "one intent per ID, the latest")
-	hist, err := box.Lookup(ctx, outbox.Query{ID: "dispatch:tx:twice:1", History: true})
-	require.NoError(t, err)
-	got := make([]string, len(hist))
-	for i, r := range hist {
-		got[i] = fmt.Sprintf("v%d %s", r.Version, r.Status)
-	}
-	require.Equal(t, []string{"v1 pending", "v2 pending", "v3 created"}, got)
-}
-
-// Recover leaves a pending record whose intent waits for a relay alone,
-// however stale: only the relay holds the request that creates its task.
-// The relay then creates it. About 2 s.
-func TestRecoverLeavesIntentsToTheRelay(t *testing.T) {
-	t.Parallel()
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	w := newTxWorld(t, clock)
-	d, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.ScheduleTimerTx(t.Context(), tx, cloudtasks.TimerRequest{Kind: naming.KindHeartbeat, RunID: "tx", TaskKey: "beat",
-			At: clock.Now().Add(time.Hour), Task: cloudtasks.Task{URL: "https://worker.example/check"}})
-		require.NoError(t, err)
-	})
-	clock.Advance(2 * cloudtasks.DefaultStaleAfter)
-	st, err := d.Recover(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RecoverStats{}, st)
-
-	rst, err := d.Relay(t.Context())
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Created: 1}, rst)
-	tasks := w.emu.Tasks(txQueue)
-	require.Len(t, tasks, 1)
-	require.Equal(t, time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC), tasks[0].GetScheduleTime().AsTime(), "the timer's schedule time came through the intent")
-}
-
-// A dispatcher whose outbox records no intents refuses DispatchTx and
-// Relay, naming the outbox.
-func TestDispatchTxNeedsAnIntentOutbox(t *testing.T) {
-	t.Parallel()
-	d, err := cloudtasks.NewDispatcher(t.Context(), outbox.NewMemory(nil), &cloudtasks.Config{
-		Project: "p", Location: "l", Queue: "q", EmulatorAddr: "127.0.0.1:1"})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close(context.Background()) })
-	_, err = d.DispatchTx(t.Context(), pgbox.SQLTx(nil), txRequest("x", "b"))
-	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
-	require.EqualError(t, err, `cloudtasks: Config.outbox "*outbox.Memory" records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox)`)
-	_, err = d.Relay(t.Context())
-	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
 }
 
 // A Dispatch of an ID that an open transaction has recorded waits for
@@ -350,109 +216,6 @@ func TestDispatchWaitsForAnOpenDispatchTx(t *testing.T) {
 		got[i] = fmt.Sprintf("v%d %s", r.Version, r.Status)
 	}
 	require.Equal(t, []string{"v1 pending", "v2 pending", "v3 created"}, got)
-}
-
-// A cancel recorded in a transaction is carried out by the relay after
-// commit, and not at all after a rollback; one committed over a dispatch
-// intent not yet relayed replaces it, so that task is never created.
-// About 2 s.
-func TestCancelTx(t *testing.T) {
-	t.Parallel()
-	w := newTxWorld(t, clockwork.NewRealClock())
-	d, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
-	ctx := t.Context()
-	created, err := d.Dispatch(ctx, txRequest("made", "body"))
-	require.NoError(t, err)
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.DispatchTx(ctx, tx, txRequest("never", "body"))
-		require.NoError(t, err)
-	})
-
-	inTx(t, w.db, false, func(tx outbox.Tx) {
-		res, err := d.CancelTx(ctx, tx, created.ID, "")
-		require.NoError(t, err)
-		require.Equal(t, cloudtasks.CancelResult{ID: created.ID, CloudTaskID: created.CloudTaskID, TaskName: created.TaskName, Outcome: cloudtasks.CancelQueued}, res)
-	})
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.CancelTx(ctx, tx, "dispatch:tx:never:1", "")
-		require.NoError(t, err)
-		_, err = d.CancelTx(ctx, tx, "dispatch:tx:unknown:1", "")
-		require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest)
-		require.ErrorContains(t, err, "is required: the outbox has no record of dispatch:tx:unknown:1")
-		_, err = d.CancelTx(ctx, tx, created.ID, "elsewhere")
-		require.ErrorIs(t, err, cloudtasks.ErrInvalidRequest)
-	})
-	st, err := d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Cancelled: 1}, st, "the rolled-back cancel left nothing")
-	require.Len(t, w.emu.Tasks(txQueue), 1, "the dispatched task stays")
-	require.Equal(t, int64(1), w.calls.Load(), "the replaced intent's task was never created")
-	rec, err := d.WaitOutcome(ctx, "dispatch:tx:never:1")
-	require.NoError(t, err)
-	require.Equal(t, []string{"cancelled", "NotFound"}, []string{string(rec.Status), rec.ErrorCode})
-
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.CancelTx(ctx, tx, created.ID, "q")
-		require.NoError(t, err)
-	})
-	st, err = d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Cancelled: 1}, st)
-	require.Empty(t, w.emu.Tasks(txQueue))
-	rec, err = d.WaitOutcome(ctx, created.ID)
-	require.NoError(t, err)
-	require.Equal(t, []string{"cancelled", ""}, []string{string(rec.Status), rec.ErrorCode}, "deleted by the cancel")
-}
-
-// A relay whose create took effect but whose answer was lost leaves the
-// intent and its pending record; no relay takes the intent while the
-// claim lasts, and once it expires the next create meets ALREADY_EXISTS
-// and records already_existed: one task. A permanent refusal is recorded
-// failed. About 2 s.
-func TestRelayLostAnswerAndRefusal(t *testing.T) {
-	t.Parallel()
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	w := newTxWorld(t, clock)
-	d, box := w.dispatcher(t, cloudtasks.Config{NoRelay: true, Retry: cloudtasks.RetryPolicy{MaxCalls: 1}})
-	ctx := t.Context()
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.DispatchTx(ctx, tx, txRequest("lost", "body"))
-		require.NoError(t, err)
-	})
-	require.NoError(t, w.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
-		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.Unavailable, CommitThenFail: true}}}))
-	st, err := d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Errors: 1}, st)
-	require.Equal(t, 1, w.emu.TaskCount(), "the create took effect")
-	st, err = d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{}, st, "claimed still")
-
-	require.NoError(t, w.emu.SetFaults(emulator.Faults{}))
-	clock.Advance(2*cloudtasks.DefaultRetryMaxElapsed + cloudtasks.DefaultStaleAfter)
-	st, err = d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, AlreadyExisted: 1}, st)
-	require.Equal(t, 1, w.emu.TaskCount())
-	hist, err := box.Lookup(ctx, outbox.Query{ID: "dispatch:tx:lost:1", History: true})
-	require.NoError(t, err)
-	require.Len(t, hist, 2)
-	require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusAlreadyExisted}, []outbox.Status{hist[0].Status, hist[1].Status})
-	require.Equal(t, int32(1), hist[1].CreateCalls, "the lost try counts no call in the record: its relay recorded nothing")
-
-	inTx(t, w.db, true, func(tx outbox.Tx) {
-		_, err := d.DispatchTx(ctx, tx, txRequest("refused", "body"))
-		require.NoError(t, err)
-	})
-	require.NoError(t, w.emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{
-		{Methods: []string{"CreateTask"}, Rate: 1, Code: codes.PermissionDenied}}}))
-	st, err = d.Relay(ctx)
-	require.NoError(t, err)
-	require.Equal(t, cloudtasks.RelayStats{Claimed: 1, Failed: 1}, st)
-	rec, err := d.WaitOutcome(ctx, "dispatch:tx:refused:1")
-	require.NoError(t, err)
-	require.Equal(t, []string{"failed", "PermissionDenied"}, []string{string(rec.Status), rec.ErrorCode})
 }
 
 // An intent replaced while a relay holds the claim on it (here a cancel
