@@ -101,7 +101,7 @@ type Dispatcher struct {
 // ErrInvalidConfig and name the field.
 func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispatcher, error) {
 	if box == nil {
-		return nil, &ConfigError{Field: "outbox", Value: "nil",
+		return nil, &ConfigError{Field: fieldOutbox, Value: "nil",
 			Rule: "is required: pass outbox.NewMemory(clock) to keep records in this process, or a *parquetbox.Outbox to keep them in Parquet files"}
 	}
 	if cfg == nil {

@@ -108,15 +108,23 @@ func (e *IndeterminateError) Unwrap() error { return e.Err }
 
 // ConfigError names the Config field that is wrong, its value and the rule.
 type ConfigError struct {
-	// Field is the Config field, for example "Project".
+	// Field is the Config field, for example "Project", or "outbox" for
+	// the outbox passed to NewDispatcher, which is not a Config field.
 	Field string
-	// Value is the offending value as text.
+	// Value is the offending value as text; for the outbox, its type
+	// ("*outbox.Memory") or "nil".
 	Value string
 	// Rule says what is allowed.
 	Rule string
 }
 
+// fieldOutbox is ConfigError.Field for the outbox passed to NewDispatcher.
+const fieldOutbox = "outbox"
+
 func (e *ConfigError) Error() string {
+	if e.Field == fieldOutbox {
+		return fmt.Sprintf("cloudtasks: the outbox passed to NewDispatcher (%s) %s", e.Value, e.Rule)
+	}
 	return fmt.Sprintf("cloudtasks: Config.%s %q %s", e.Field, e.Value, e.Rule)
 }
 

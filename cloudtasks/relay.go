@@ -156,7 +156,7 @@ func (d *Dispatcher) relayLoop(ctx context.Context) {
 // is counted in Errors and left for a later pass.
 func (d *Dispatcher) Relay(ctx context.Context) (RelayStats, error) {
 	if _, ok := d.box.(outbox.Intents); !ok {
-		return RelayStats{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+		return RelayStats{}, &ConfigError{Field: fieldOutbox, Value: fmt.Sprintf("%T", d.box),
 			Rule: "records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox)"}
 	}
 	if d.flights.isClosed() {

@@ -68,7 +68,7 @@ func (d *Dispatcher) ScheduleTimerTx(ctx context.Context, tx outbox.Tx, req Time
 func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t *Task) (DispatchResult, error) {
 	store, ok := d.box.(outbox.Intents)
 	if !ok {
-		return DispatchResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+		return DispatchResult{}, &ConfigError{Field: fieldOutbox, Value: fmt.Sprintf("%T", d.box),
 			Rule: "records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox)"}
 	}
 	if tx == nil {
@@ -205,7 +205,7 @@ func (d *Dispatcher) answerFromRecord(ctx context.Context, res *DispatchResult, 
 func (d *Dispatcher) CancelTx(ctx context.Context, tx outbox.Tx, id, queue string) (CancelResult, error) {
 	store, ok := d.box.(outbox.Intents)
 	if !ok {
-		return CancelResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+		return CancelResult{}, &ConfigError{Field: fieldOutbox, Value: fmt.Sprintf("%T", d.box),
 			Rule: "records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox)"}
 	}
 	nid, err := parseID("ID", id)

@@ -281,19 +281,33 @@ func TestRecoverLeavesIntentsToTheRelay(t *testing.T) {
 	require.Equal(t, time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC), tasks[0].GetScheduleTime().AsTime(), "the timer's schedule time came through the intent")
 }
 
-// A dispatcher whose outbox records no intents refuses DispatchTx and
-// Relay, naming the outbox.
+// A dispatcher whose outbox records no intents refuses DispatchTx,
+// CancelTx and Relay, naming the outbox the caller passed and its type
+// (not a Config field: there is no Config.outbox).
 func TestDispatchTxNeedsAnIntentOutbox(t *testing.T) {
 	t.Parallel()
 	d, err := cloudtasks.NewDispatcher(t.Context(), outbox.NewMemory(nil), &cloudtasks.Config{
 		Project: "p", Location: "l", Queue: "q", EmulatorAddr: "127.0.0.1:1"})
 	require.NoError(t, err)
 	t.Cleanup(func() { d.Close(context.Background()) })
-	_, err = d.DispatchTx(t.Context(), pgbox.SQLTx(nil), txRequest("x", "b"))
-	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
-	require.EqualError(t, err, `cloudtasks: Config.outbox "*outbox.Memory" records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox)`)
-	_, err = d.Relay(t.Context())
-	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
+	for _, c := range []struct {
+		call func() error
+		want string
+	}{
+		{func() error { _, err := d.DispatchTx(t.Context(), pgbox.SQLTx(nil), txRequest("x", "b")); return err },
+			`cloudtasks: the outbox passed to NewDispatcher (*outbox.Memory) records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox)`},
+		{func() error {
+			_, err := d.CancelTx(t.Context(), pgbox.SQLTx(nil), "timer:heartbeat:r:t:1700000000", "")
+			return err
+		},
+			`cloudtasks: the outbox passed to NewDispatcher (*outbox.Memory) records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox)`},
+		{func() error { _, err := d.Relay(t.Context()); return err },
+			`cloudtasks: the outbox passed to NewDispatcher (*outbox.Memory) records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox)`},
+	} {
+		err := c.call()
+		require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
+		require.EqualError(t, err, c.want)
+	}
 }
 
 // A Dispatch of an ID that an open transaction has recorded waits for
