@@ -21,14 +21,17 @@ func newMigrateCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate --outbox postgres://…",
 		Short: "Create the tables of a PostgreSQL outbox (idempotent)",
-		Long: `Create the schema and the tables of a PostgreSQL outbox (package
-outbox/pgbox), with their indexes, if they do not exist: dispatch_outbox,
-timers and deliveries, and intents (the tasks that transactions recorded
-for a relay to create, see "ctdispatch relay"), each prefixed, and the
-tables "ctdispatch export" keeps its batches in. Running it again, or from several
-machines at once, is safe. Then give the same URL as --outbox to dispatch,
-timer, recover and query. A worker's inbox table is created by
-"ctdispatch worker migrate".
+		Long: `Create the schema (unless it exists) and the tables of a PostgreSQL outbox
+(package outbox/pgbox), with their indexes, if they do not exist:
+dispatch_outbox, timers and deliveries, and intents (the tasks that
+transactions recorded for a relay to create, see "ctdispatch relay"), each
+prefixed, and the tables "ctdispatch export" keeps its batches in. Running
+it again, or from several machines at once, is safe. A role that owns the
+schema (CREATE SCHEMA jobs AUTHORIZATION app, made by an administrator)
+needs no other privilege; a statement the role may not run is named with
+the privilege it needs. Then give the same URL as --outbox to dispatch,
+timer, recover and query. A worker's inbox table is created by "ctdispatch
+worker migrate".
 
 ` + postgresURLHelp,
 		Example: `  ctdispatch migrate --outbox "postgres://app@db.internal/app"

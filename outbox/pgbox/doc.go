@@ -15,7 +15,11 @@
 //
 // Create the tables first, once per database, with Migrate or
 // "ctdispatch migrate --outbox postgres://…"; both are idempotent and safe
-// to run from several processes at once.
+// to run from several processes at once. A schema that exists is left as
+// it is: a role that owns its schema, made for it by an administrator
+// (CREATE SCHEMA jobs AUTHORIZATION app), migrates without CREATE on the
+// database, and a statement the role may not run is named in the error
+// with the privilege it needs.
 //
 // # Tables
 //

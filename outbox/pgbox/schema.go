@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ctdispatch/ctdispatch/internal/pgmigrate"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -163,28 +164,18 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 }
 
 // Migrate creates the schema and the tables of o if they do not exist, as
-// the package-level Migrate does.
+// the package-level Migrate does. A schema that exists is left as it is,
+// so a role that owns its schema and may not create others migrates; a
+// statement the role may not run is named in the error with the
+// privilege it needs.
 func (o *Outbox) Migrate(ctx context.Context) error {
-	tx, err := o.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("pgbox: migrate: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	stmts := []string{
-		`SELECT pg_advisory_xact_lock(` + strconv.Itoa(migrateLock) + `)`,
-		`CREATE SCHEMA IF NOT EXISTS "` + o.opts.Schema + `"`,
-	}
+	var stmts []string
 	for _, tb := range o.tables {
 		stmts = append(stmts, tb.ddl()...)
 	}
 	stmts = append(stmts, o.intents.ddl()...)
 	stmts = append(stmts, o.exportDDL()...)
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
+	if err := pgmigrate.Run(ctx, o.db, migrateLock, o.opts.Schema, stmts); err != nil {
 		return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
 	}
 	return nil
