@@ -98,7 +98,12 @@ type Dispatcher struct {
 // Dispatcher that records into box: an *outbox.Memory, a
 // *parquetbox.Outbox, or any other outbox.Outbox. box is the caller's: Close
 // flushes it but does not close it. Errors about cfg or box match
-// ErrInvalidConfig and name the field.
+// ErrInvalidConfig and name the field. A box that offers a check
+// (outbox.Checker: a *pgbox.Outbox checks that its tables exist) is
+// checked once, unless Config.SkipOutboxCheck: an answer that it cannot
+// keep records (outbox.ErrNotReady) is returned, wrapped; a check that
+// could not be made (the database not reached) is logged, and the calls
+// fail with ErrOutboxUnavailable until the outbox answers.
 func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispatcher, error) {
 	if box == nil {
 		return nil, &ConfigError{Field: fieldOutbox, Value: "nil",
@@ -110,6 +115,16 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	c := cfg.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if ch, ok := box.(outbox.Checker); ok && !c.SkipOutboxCheck {
+		switch err := ch.Check(ctx); {
+		case errors.Is(err, outbox.ErrNotReady):
+			return nil, fmt.Errorf("cloudtasks: the outbox cannot keep records (Config.SkipOutboxCheck starts the dispatcher anyway): %w", err)
+		case err != nil:
+			// Not an answer: the calls fail closed until the outbox can be
+			// reached, as they would at any other time.
+			c.Logger.Warn("cannot check the outbox; starting, and calls fail until it answers", "err", err)
+		}
 	}
 	d := &Dispatcher{cfg: c, box: box, processor: box.ProcessorUUID(), clock: c.Clock,
 		log: slog.New(tracing.LogHandler(c.Logger.Handler())), tracer: tracing.NewTracer(c.TracerProvider), prop: tracing.NewPropagator(c.Propagator)}

@@ -34,6 +34,13 @@
 // latest state, which step 1 then answers from; the pending record is kept
 // before CreateTask is called.
 //
+// An outbox that can tell whether it is able to keep records at all (an
+// outbox.Checker: pgbox checks that its tables exist) is asked once, by
+// NewDispatcher, which refuses an outbox that is not ready with what is
+// missing and how to make it ("ctdispatch migrate"). Config.SkipOutboxCheck
+// (off by default) starts the dispatcher anyway, for a service that may
+// start before its migration job: its calls fail until the tables exist.
+//
 // Identical calls made at the same time in one process share one CreateTask
 // call, and exactly one of them sees "created". Across processes, the task
 // name does the same job. Dispatch, ScheduleTimer, Cancel and Recover share

@@ -22,6 +22,11 @@ var (
 	// different processors and different statuses, written blind of each
 	// other, so the store cannot say which is the ID's state.
 	ErrConcurrentWrites = errors.New("outbox: concurrent writes")
+	// ErrNotReady marks a Checker's answer that the store cannot keep
+	// records until something is done to it (a database's tables made),
+	// as opposed to a check that could not be made (a database not
+	// reached).
+	ErrNotReady = errors.New("outbox: not ready to keep records")
 )
 
 // ConcurrentWritesError is Latest's answer when the newest Version of an

@@ -19,7 +19,9 @@
 // it is: a role that owns its schema, made for it by an administrator
 // (CREATE SCHEMA jobs AUTHORIZATION app), migrates without CREATE on the
 // database, and a statement the role may not run is named in the error
-// with the privilege it needs.
+// with the privilege it needs. A dispatcher made on the outbox checks once
+// that the tables exist (Check; cloudtasks.Config.SkipOutboxCheck skips it
+// for a service that starts before its migration job).
 //
 // # Tables
 //

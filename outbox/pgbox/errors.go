@@ -1,6 +1,10 @@
 package pgbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
 
 // SQLSTATE codes the store tells apart.
 const (
@@ -17,3 +21,10 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// notReady marks Check's answer that the tables are not made as
+// outbox.ErrNotReady.
+type notReady struct{ error }
+
+func (e notReady) Is(target error) bool { return target == outbox.ErrNotReady }
+func (e notReady) Unwrap() error        { return e.error }

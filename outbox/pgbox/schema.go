@@ -3,6 +3,7 @@ package pgbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -177,6 +178,74 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 	stmts = append(stmts, o.exportDDL()...)
 	if err := pgmigrate.Run(ctx, o.db, migrateLock, o.opts.Schema, stmts); err != nil {
 		return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
+	}
+	return nil
+}
+
+var _ outbox.Checker = (*Outbox)(nil)
+
+// Check implements outbox.Checker: it returns nil when every table and
+// column Migrate makes exists, and otherwise an error naming what is
+// missing and the command that makes it (matching outbox.ErrNotReady); a
+// database it cannot query is another error. A dispatcher made on o calls it
+// once (unless its Config says not to), so a process started on a
+// database that was never migrated fails at once, not at its first call.
+func (o *Outbox) Check(ctx context.Context) error {
+	type item struct {
+		Table  string  `json:"t"`
+		Column *string `json:"c"` // nil: the table itself
+	}
+	var items []item
+	tables := 0
+	add := func(table string, columns ...string) {
+		items = append(items, item{Table: table})
+		tables++
+		for _, c := range columns {
+			items = append(items, item{Table: table, Column: &c})
+		}
+	}
+	et := exportTablesOf(o.opts)
+	add(o.intents.name)
+	add(et.source)
+	add(et.batches)
+	for _, tb := range o.tables {
+		add(tb.name, "trace_id", "export_batch") // the columns later Migrates added to tables made before
+	}
+	arg, err := json.Marshal(items)
+	if err != nil {
+		return err
+	}
+	rows, err := o.db.QueryContext(ctx, `SELECT x.t, x.c FROM jsonb_to_recordset($1::jsonb) AS x(t text, c text)
+		WHERE CASE WHEN x.c IS NULL THEN to_regclass(x.t) IS NULL
+			ELSE to_regclass(x.t) IS NOT NULL AND NOT EXISTS (
+				SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(x.t) AND a.attname = x.c AND NOT a.attisdropped) END`, string(arg))
+	if err != nil {
+		return fmt.Errorf("pgbox: check the tables: %w", err)
+	}
+	defer rows.Close()
+	var missingTables, missingColumns []string
+	for rows.Next() {
+		var table string
+		var column sql.NullString
+		if err := rows.Scan(&table, &column); err != nil {
+			return fmt.Errorf("pgbox: check the tables: %w", err)
+		}
+		if column.Valid {
+			missingColumns = append(missingColumns, table+"."+column.String)
+		} else {
+			missingTables = append(missingTables, table)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgbox: check the tables: %w", err)
+	}
+	switch {
+	case len(missingTables) == tables: // none: say so once
+		return notReady{fmt.Errorf("pgbox: %w", errNotMigrated)}
+	case len(missingTables) > 0:
+		return notReady{fmt.Errorf("pgbox: %s missing: %w", strings.Join(missingTables, ", "), errNotMigrated)}
+	case len(missingColumns) > 0:
+		return notReady{fmt.Errorf(`pgbox: columns %s missing (the tables were made by an older Migrate); add them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate`, strings.Join(missingColumns, ", "))}
 	}
 	return nil
 }
