@@ -226,8 +226,12 @@ func (d *Dispatcher) queueOf(queue string) string {
 // errors outlasted the retry policy (the record stays pending; call again
 // or let Recover finish it); *WaitError when ctx ended first (ErrNotStarted
 // if nothing was started, ErrStoppedWaiting if the work goes on);
+// *OutboxError (ErrOutboxUnavailable) when the outbox could not read or
+// record (its Op and BeforeCall say what and whether a call was made);
 // *IndeterminateError (ErrIndeterminate) when the outbox and Cloud Tasks
-// together cannot decide the answer (see docs/consistency.md).
+// together cannot decide the answer (see docs/consistency.md), including
+// a lost answer to the pending record (UnknownPendingRecord, which
+// matches ErrOutboxUnavailable too).
 func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
 	id, err := req.ID()
 	if err != nil {
@@ -676,17 +680,23 @@ func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, res
 	return calls, err, nil
 }
 
-// outboxFailed notes that the outbox failed an append and returns the
-// error for the caller.
+// outboxFailed notes that the outbox failed an append of the pending
+// record and returns the error for the caller: an *OutboxError, inside an
+// *IndeterminateError when the outbox lost its answer before any call
+// (the record may be kept).
 func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
+	oe := &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
 	if errors.Is(err, outbox.ErrVersionConflict) {
 		// The outbox works: another process recorded the ID first.
-		return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
+		return oe
 	}
 	if d.outboxOK.Swap(false) {
 		d.log.Error("outbox cannot record; calls stop until it can", "id", id, "err", err)
 	}
-	return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
+	if beforeCall && errors.Is(err, outbox.ErrKeptUnknown) {
+		return &IndeterminateError{ID: id, Unknown: UnknownPendingRecord, Err: oe}
+	}
+	return oe
 }
 
 // recordOutcome appends rec, f's outcome, as the version after the pending

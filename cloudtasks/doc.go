@@ -183,9 +183,14 @@
 // outcome or a cancel), ErrIndeterminate (*IndeterminateError: two
 // processes wrote the ID's newest state blind of each other and GetTask did
 // not settle it, or, on an outbox that cannot read every process's
-// records, GetTask could not confirm a recorded task; Unknown names what
-// is unknown; see docs/consistency.md)
-// and ErrClosed.
+// records, GetTask could not confirm a recorded task, or the outbox lost
+// its answer to the pending record before the call, which was not made;
+// Unknown names what is unknown; see docs/consistency.md)
+// and ErrClosed. An outbox that lost its answer to a record (a database
+// connection lost while the record committed; outbox.ErrKeptUnknown) may
+// have kept it: the pending record's case is an *IndeterminateError
+// (UnknownPendingRecord) around the *OutboxError, so it matches both
+// ErrIndeterminate and ErrOutboxUnavailable; repeat the call.
 //
 // # Observability
 //

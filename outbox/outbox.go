@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -81,7 +82,7 @@ type Checker interface {
 
 // AppendAndWait appends r to o and returns once it is kept, with the error
 // that kept it from being kept, or ctx's error if ctx ends first (r may
-// still be kept).
+// still be kept: the error matches ErrKeptUnknown too).
 func AppendAndWait(ctx context.Context, o Outbox, r Record) error {
 	ch := make(chan error, 1)
 	if err := o.Append(ctx, r, func(err error) { ch <- err }); err != nil {
@@ -96,6 +97,6 @@ func AppendAndWait(ctx context.Context, o Outbox, r Record) error {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: %w", ErrKeptUnknown, ctx.Err())
 	}
 }

@@ -1,12 +1,20 @@
 package pgbox_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
@@ -99,4 +107,124 @@ func TestNewDispatcherChecksTheTables(t *testing.T) {
 	t.Cleanup(func() { d.Close(context.Background()) })
 	_, err = d.Dispatch(t.Context(), txRequest("unreachable", "b"))
 	require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+}
+
+// cutter is a connection to the server that, once armed, sends the next
+// statement that inserts, lets the server run it to its end (its
+// ReadyForQuery: committed), and then drops the connection instead of
+// passing the answer on: a commit whose acknowledgement was lost.
+type cutter struct {
+	net.Conn
+	armed   *atomic.Bool
+	cutting atomic.Bool
+	written chan struct{} // closed once the cut statement is written
+	buf     []byte
+}
+
+func (c *cutter) Write(p []byte) (int, error) {
+	// QueryExecModeExec: a statement is one write, Parse (with its text)
+	// to Sync.
+	if !bytes.Contains(p, []byte("INSERT INTO")) || !c.armed.CompareAndSwap(true, false) {
+		return c.Conn.Write(p)
+	}
+	c.written = make(chan struct{})
+	c.cutting.Store(true)
+	defer close(c.written)
+	return c.Conn.Write(p)
+}
+
+func (c *cutter) Read(p []byte) (int, error) {
+	if !c.cutting.Load() {
+		return c.Conn.Read(p)
+	}
+	// pgx reads in the background while it writes; the lost answer is
+	// reported once the write is over, as a connection that died after it.
+	defer func() { <-c.written }()
+	chunk := make([]byte, 4096)
+	for {
+		// Messages are a type byte and a length that counts itself.
+		for len(c.buf) >= 5 {
+			n := 1 + int(binary.BigEndian.Uint32(c.buf[1:5]))
+			if len(c.buf) < n {
+				break
+			}
+			if c.buf[0] == 'Z' {
+				c.Conn.Close()
+				return 0, io.ErrUnexpectedEOF
+			}
+			c.buf = c.buf[n:]
+		}
+		n, err := c.Conn.Read(chunk)
+		c.buf = append(c.buf, chunk[:n]...)
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// After a lost commit acknowledgement of the pending record, Dispatch
+// says that whether the record is kept is unknown, not that it could not
+// be recorded: the record did commit, no Cloud Tasks call was made, and
+// the error still matches ErrOutboxUnavailable. The repeat creates the
+// task once. A statement the server refused before its commit (a table
+// gone) stays "could not record". About 1 s.
+func TestLostCommitAcknowledgement(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	w := newTxWorld(t, clock)
+	cfg, err := pgx.ParseConfig(w.dsn)
+	require.NoError(t, err)
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	var armed atomic.Bool
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cutter{Conn: conn, armed: &armed}, nil
+	}
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	box, err := pgbox.New(db, w.opts)
+	require.NoError(t, err)
+	cl, err := w.emu.NewClient(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cloudtasks.Config{Project: "p", Location: "l", Queue: "q", Clock: clock,
+		Client: countingClient{Client: cl, n: &w.calls}, NoRelay: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+
+	const id = "dispatch:tx:lost-ack:1"
+	armed.Store(true)
+	_, err = d.Dispatch(t.Context(), txRequest("lost-ack", "b"))
+	require.False(t, armed.Load(), "the pending record's statement was cut")
+	require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+	require.ErrorIs(t, err, cloudtasks.ErrIndeterminate)
+	require.ErrorIs(t, err, outbox.ErrKeptUnknown)
+	var ie *cloudtasks.IndeterminateError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, cloudtasks.UnknownPendingRecord, ie.Unknown)
+	var oe *cloudtasks.OutboxError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, []any{cloudtasks.OpRecordPending, true}, []any{oe.Op, oe.BeforeCall})
+	require.EqualError(t, err, "cloudtasks: "+id+": outcome indeterminate (pending_record unknown): unknown whether the outbox could record the pending state, whose answer was lost (the Cloud Tasks call was not made): pgbox: append dispatch_outbox "+id+": unexpected EOF (outbox: whether the record was kept is unknown)")
+	require.Zero(t, w.calls.Load(), "no Cloud Tasks call")
+	rec, ok, err := box.Latest(t.Context(), outbox.TableDispatch, id)
+	require.NoError(t, err)
+	require.True(t, ok, "the record committed")
+	require.Equal(t, outbox.StatusPending, rec.Status)
+
+	res, err := d.Dispatch(t.Context(), txRequest("lost-ack", "b"))
+	require.NoError(t, err)
+	require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
+	require.Equal(t, int64(1), w.calls.Load())
+
+	_, err = db.ExecContext(t.Context(), `ALTER TABLE "`+w.opts.Schema+`"."ctdispatch_dispatch_outbox" RENAME TO gone`)
+	require.NoError(t, err)
+	_, err = d.Dispatch(t.Context(), txRequest("refused", "b"))
+	require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+	require.False(t, errors.Is(err, cloudtasks.ErrIndeterminate), "refused before its commit: not kept")
+	require.EqualError(t, err, "cloudtasks: dispatch:tx:refused:1: outbox could not record the pending state (the Cloud Tasks call was not made): pgbox: append dispatch_outbox dispatch:tx:refused:1: "+notMigrated)
 }

@@ -23,6 +23,12 @@
 // that the tables exist (Check; cloudtasks.Config.SkipOutboxCheck skips it
 // for a service that starts before its migration job).
 //
+// A write whose answer is lost (the connection dropped while the
+// statement committed, the server shut down under it) may have committed:
+// its error matches outbox.ErrKeptUnknown, and a dispatcher says the
+// pending record's state is unknown rather than unwritten. A statement
+// the server refused kept nothing.
+//
 // # Tables
 //
 // Three tables (and the intents table, below), named
