@@ -41,7 +41,7 @@ keeps the records it has not yet exported.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file or bucket outbox is in Parquet already)", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file or bucket outbox is in Parquet already)", redact(where))
 			}
 			if err := checkExportTo(to); err != nil {
 				return err
@@ -63,7 +63,9 @@ keeps the records it has not yet exported.
 				return e.Run(cmd.Context())
 			}
 			st, err := e.ExportOnce(cmd.Context())
-			printExport(env.Out, st)
+			if err == nil || len(st.Batches) > 0 {
+				printExport(env.Out, st) // not "nothing to export" above an error
+			}
 			return err
 		},
 	}

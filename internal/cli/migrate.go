@@ -14,7 +14,11 @@ import (
 const postgresURLHelp = `The URL's query parameters ` + schemaParam + ` and ` + prefixParam + ` name
 the schema (default public) and the tables' prefix (default ctdispatch_);
 give every command the same URL. The other parameters go to the driver
-(pgx), for example sslmode.`
+(pgx), for example sslmode. Without --outbox the URL is read from
+$` + outboxEnv + `, which keeps it out of the argument list that other
+users see (ps); the password is best in $PGPASSWORD or ~/.pgpass, which
+the driver reads. Messages show a password as xxxxx. A key=value
+connection string (host=… password=…) is refused: give the URL form.`
 
 func newMigrateCmd(env *Env) *cobra.Command {
 	var where string
@@ -34,16 +38,16 @@ timer, recover and query. A worker's inbox table is created by "ctdispatch
 worker migrate".
 
 ` + postgresURLHelp,
-		Example: `  ctdispatch migrate --outbox "postgres://app@db.internal/app"
+		Example: `  CTDISPATCH_OUTBOX="postgres://app@db.internal/app" ctdispatch migrate
   ctdispatch migrate --outbox "postgres://app@db.internal/app?ctdispatch_schema=jobs&sslmode=require"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… or postgresql://… (a file outbox needs no migration)", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… or postgresql://… (a file outbox needs no migration)", redact(where))
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), workerMigrateTimeout)
 			defer cancel()
-			box, db, err := openPostgres(ctx, where)
+			box, db, err := connectPostgres(ctx, where, pgbox.ExportOptions{})
 			if err != nil {
 				return err
 			}
@@ -84,7 +88,7 @@ when it compacts ("ctdispatch compact --retention").
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file outbox applies retention in \"ctdispatch compact --retention\")", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file outbox applies retention in \"ctdispatch compact --retention\")", redact(where))
 			}
 			if olderThan <= 0 {
 				return usagef("--older-than %s is not positive; allowed: a Go duration above 0, for example 720h", olderThan)
