@@ -96,6 +96,15 @@ type Config struct {
 	// RelayQueues names a queue. Relay still runs a pass when called.
 	// Defaults to off: every dispatcher on the database relays.
 	NoRelay bool
+	// SkipOutboxCheck keeps NewDispatcher from checking, once, that the
+	// outbox can keep records, when the outbox offers such a check
+	// (outbox.Checker: a PostgreSQL outbox checks that the tables Migrate
+	// makes exist). Set it for a service that may start before its
+	// migration job has run: its calls then fail until the tables exist.
+	// Defaults to off: NewDispatcher returns an error naming what is
+	// missing and the command that makes it (a database it cannot reach
+	// is no such answer: it is logged and the dispatcher starts).
+	SkipOutboxCheck bool
 
 	// OnRetry, if set, is called before each retry of a transient failure
 	// (CreateTask, GetTask, DeleteTask), for example to tell a waiting user

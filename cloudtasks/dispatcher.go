@@ -108,10 +108,15 @@ type Dispatcher struct {
 // Dispatcher that records into box: an *outbox.Memory, a
 // *parquetbox.Outbox, or any other outbox.Outbox. box is the caller's: Close
 // flushes it but does not close it. Errors about cfg or box match
-// ErrInvalidConfig and name the field.
+// ErrInvalidConfig and name the field. A box that offers a check
+// (outbox.Checker: a *pgbox.Outbox checks that its tables exist) is
+// checked once, unless Config.SkipOutboxCheck: an answer that it cannot
+// keep records (outbox.ErrNotReady) is returned, wrapped; a check that
+// could not be made (the database not reached) is logged, and the calls
+// fail with ErrOutboxUnavailable until the outbox answers.
 func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispatcher, error) {
 	if box == nil {
-		return nil, &ConfigError{Field: "outbox", Value: "nil",
+		return nil, &ConfigError{Field: fieldOutbox, Value: "nil",
 			Rule: "is required: pass outbox.NewMemory(clock) to keep records in this process, or a *parquetbox.Outbox to keep them in Parquet files"}
 	}
 	if cfg == nil {
@@ -120,6 +125,16 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	c := cfg.WithDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if ch, ok := box.(outbox.Checker); ok && !c.SkipOutboxCheck {
+		switch err := ch.Check(ctx); {
+		case errors.Is(err, outbox.ErrNotReady):
+			return nil, fmt.Errorf("cloudtasks: the outbox cannot keep records (Config.SkipOutboxCheck starts the dispatcher anyway): %w", err)
+		case err != nil:
+			// Not an answer: the calls fail closed until the outbox can be
+			// reached, as they would at any other time.
+			c.Logger.Warn("cannot check the outbox; starting, and calls fail until it answers", "err", err)
+		}
 	}
 	d := &Dispatcher{cfg: c, box: box, processor: box.ProcessorUUID(), clock: c.Clock,
 		log: slog.New(tracing.LogHandler(c.Logger.Handler())), tracer: tracing.NewTracer(c.TracerProvider), prop: tracing.NewPropagator(c.Propagator)}
@@ -227,8 +242,12 @@ func (d *Dispatcher) queueOf(queue string) string {
 // errors outlasted the retry policy (the record stays pending; call again
 // or let Recover finish it); *WaitError when ctx ended first (ErrNotStarted
 // if nothing was started, ErrStoppedWaiting if the work goes on);
+// *OutboxError (ErrOutboxUnavailable) when the outbox could not read or
+// record (its Op and BeforeCall say what and whether a call was made);
 // *IndeterminateError (ErrIndeterminate) when the outbox and Cloud Tasks
-// together cannot decide the answer (see docs/consistency.md).
+// together cannot decide the answer (see docs/consistency.md), including
+// a lost answer to the pending record (UnknownPendingRecord, which
+// matches ErrOutboxUnavailable too).
 func (d *Dispatcher) Dispatch(ctx context.Context, req DispatchRequest) (DispatchResult, error) {
 	id, err := req.ID()
 	if err != nil {
@@ -683,17 +702,23 @@ func (d *Dispatcher) pendingWithCall(ctx context.Context, rec outbox.Record, res
 	return calls, err, nil
 }
 
-// outboxFailed notes that the outbox failed an append and returns the
-// error for the caller.
+// outboxFailed notes that the outbox failed an append of the pending
+// record and returns the error for the caller: an *OutboxError, inside an
+// *IndeterminateError when the outbox lost its answer before any call
+// (the record may be kept).
 func (d *Dispatcher) outboxFailed(id string, beforeCall bool, err error) error {
+	oe := &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
 	if errors.Is(err, outbox.ErrVersionConflict) {
 		// The outbox works: another process recorded the ID first.
-		return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
+		return oe
 	}
 	if d.outboxOK.Swap(false) {
 		d.log.Error("outbox cannot record; calls stop until it can", "id", id, "err", err)
 	}
-	return &OutboxError{ID: id, Op: OpRecordPending, BeforeCall: beforeCall, Err: err}
+	if beforeCall && errors.Is(err, outbox.ErrKeptUnknown) {
+		return &IndeterminateError{ID: id, Unknown: UnknownPendingRecord, Err: oe}
+	}
+	return oe
 }
 
 // recordOutcome appends rec, f's outcome, as the version after the pending

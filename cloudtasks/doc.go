@@ -34,6 +34,13 @@
 // latest state, which step 1 then answers from; the pending record is kept
 // before CreateTask is called.
 //
+// An outbox that can tell whether it is able to keep records at all (an
+// outbox.Checker: pgbox checks that its tables exist) is asked once, by
+// NewDispatcher, which refuses an outbox that is not ready with what is
+// missing and how to make it ("ctdispatch migrate"). Config.SkipOutboxCheck
+// (off by default) starts the dispatcher anyway, for a service that may
+// start before its migration job: its calls fail until the tables exist.
+//
 // Identical calls made at the same time in one process share one CreateTask
 // call, and exactly one of them sees "created". Across processes, the task
 // name does the same job. Dispatch, ScheduleTimer, Cancel and Recover share
@@ -180,9 +187,14 @@
 // outcome or a cancel), ErrIndeterminate (*IndeterminateError: two
 // processes wrote the ID's newest state blind of each other and GetTask did
 // not settle it, or, on an outbox that cannot read every process's
-// records, GetTask could not confirm a recorded task; Unknown names what
-// is unknown; see docs/consistency.md)
-// and ErrClosed.
+// records, GetTask could not confirm a recorded task, or the outbox lost
+// its answer to the pending record before the call, which was not made;
+// Unknown names what is unknown; see docs/consistency.md)
+// and ErrClosed. An outbox that lost its answer to a record (a database
+// connection lost while the record committed; outbox.ErrKeptUnknown) may
+// have kept it: the pending record's case is an *IndeterminateError
+// (UnknownPendingRecord) around the *OutboxError, so it matches both
+// ErrIndeterminate and ErrOutboxUnavailable; repeat the call.
 //
 // # Observability
 //

@@ -416,6 +416,7 @@ func TestNewDispatcherRefusesAmbiguousSetups(t *testing.T) {
 	var ce *cloudtasks.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "outbox", ce.Field)
+	require.EqualError(t, err, "cloudtasks: the outbox passed to NewDispatcher (nil) is required: pass outbox.NewMemory(clock) to keep records in this process, or a *parquetbox.Outbox to keep them in Parquet files")
 
 	cfg.EmulatorAddr, cfg.Client = "127.0.0.1:1", fakeClient{}
 	_, err = cloudtasks.NewDispatcher(ctx, outbox.NewMemory(nil), cfg)

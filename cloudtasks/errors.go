@@ -3,12 +3,14 @@ package cloudtasks
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // Sentinel errors; match them with errors.Is.
@@ -79,6 +81,14 @@ const (
 	// schedule time, and no completed delivery is recorded: whether the
 	// task ran or a cancel not yet readable deleted it is unknown.
 	UnknownDeletion Unknown = "deletion"
+	// UnknownPendingRecord: the outbox lost its answer to the pending
+	// record written before the create call (outbox.ErrKeptUnknown: a
+	// database connection lost while the record committed), so whether
+	// the ID is recorded pending is unknown. No Cloud Tasks call was made.
+	// Repeat the call: it reads what the outbox kept and goes on from it.
+	// Err is the *OutboxError, so the error matches ErrOutboxUnavailable
+	// too.
+	UnknownPendingRecord Unknown = "pending_record"
 )
 
 // IndeterminateError is the answer to a call whose true outcome cannot be
@@ -86,7 +96,8 @@ const (
 // Nothing was created by the call. It matches ErrIndeterminate and
 // unwraps to its cause (for UnknownWriteOrder an
 // *outbox.ConcurrentWritesError naming the records; for UnknownTaskExists
-// GetTask's error).
+// GetTask's error; for UnknownPendingRecord the *OutboxError, so it
+// matches ErrOutboxUnavailable as well).
 type IndeterminateError struct {
 	// ID is the internal ID.
 	ID string
@@ -97,7 +108,8 @@ type IndeterminateError struct {
 }
 
 func (e *IndeterminateError) Error() string {
-	return fmt.Sprintf("cloudtasks: %s: outcome indeterminate (%s unknown): %v", e.ID, e.Unknown, e.Err)
+	cause := strings.TrimPrefix(fmt.Sprint(e.Err), "cloudtasks: "+e.ID+": ") // said once is enough
+	return fmt.Sprintf("cloudtasks: %s: outcome indeterminate (%s unknown): %s", e.ID, e.Unknown, cause)
 }
 
 // Is makes an IndeterminateError match ErrIndeterminate.
@@ -108,15 +120,23 @@ func (e *IndeterminateError) Unwrap() error { return e.Err }
 
 // ConfigError names the Config field that is wrong, its value and the rule.
 type ConfigError struct {
-	// Field is the Config field, for example "Project".
+	// Field is the Config field, for example "Project", or "outbox" for
+	// the outbox passed to NewDispatcher, which is not a Config field.
 	Field string
-	// Value is the offending value as text.
+	// Value is the offending value as text; for the outbox, its type
+	// ("*outbox.Memory") or "nil".
 	Value string
 	// Rule says what is allowed.
 	Rule string
 }
 
+// fieldOutbox is ConfigError.Field for the outbox passed to NewDispatcher.
+const fieldOutbox = "outbox"
+
 func (e *ConfigError) Error() string {
+	if e.Field == fieldOutbox {
+		return fmt.Sprintf("cloudtasks: the outbox passed to NewDispatcher (%s) %s", e.Value, e.Rule)
+	}
 	return fmt.Sprintf("cloudtasks: Config.%s %q %s", e.Field, e.Value, e.Rule)
 }
 
@@ -281,7 +301,10 @@ func (e *NameHeldError) Is(target error) bool { return target == ErrNameHeld }
 
 // OutboxError reports a call that got no answer, or an incomplete one,
 // because the outbox failed. It matches ErrOutboxUnavailable and unwraps
-// to the outbox's error.
+// to the outbox's error. When that error matches outbox.ErrKeptUnknown,
+// the outbox lost its answer and may have kept the record all the same;
+// for the pending record before the call, the OutboxError comes inside an
+// *IndeterminateError (UnknownPendingRecord).
 //
 // Op says what the outbox could not do. For OpRecordPending, when
 // BeforeCall is true no Cloud Tasks call was made; when it is false (the
@@ -345,6 +368,9 @@ func (e *OutboxError) Error() string {
 		subject = "relay"
 	} else if subject == "" {
 		subject = "recover"
+	}
+	if errors.Is(e.Err, outbox.ErrKeptUnknown) {
+		return fmt.Sprintf("cloudtasks: %s: unknown whether the outbox could %s, whose answer was lost (%s): %v", subject, e.Op, when, e.Err)
 	}
 	return fmt.Sprintf("cloudtasks: %s: outbox could not %s (%s): %v", subject, e.Op, when, e.Err)
 }

@@ -3,6 +3,7 @@ package cloudtasks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,4 +263,81 @@ func TestRecoverWithEndedContextStartsNothing(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, cloudtasks.RecoverStats{}, st)
 	require.Equal(t, "cloudtasks: recover not started: the context ended first (context canceled); no call was made", err.Error())
+}
+
+// errAnswerLost stands for a commit whose acknowledgement never came: the
+// connection to the database dropped while the record committed.
+var errAnswerLost = fmt.Errorf("commit: unexpected EOF (%w)", outbox.ErrKeptUnknown)
+
+// lostAnswerOutbox is an in-memory outbox that, while losing, keeps each
+// record and then reports that its answer was lost.
+type lostAnswerOutbox struct {
+	*outbox.Memory
+	losing atomic.Bool
+}
+
+func (b *lostAnswerOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
+	if !b.losing.Load() {
+		return b.Memory.Append(ctx, r, done)
+	}
+	if err := b.Memory.Append(ctx, r, nil); err != nil {
+		return err
+	}
+	if done == nil {
+		return errAnswerLost
+	}
+	done(errAnswerLost)
+	return nil
+}
+
+// When the outbox loses its answer to the pending record written before
+// the call, Dispatch does not say the record could not be written: it may
+// be kept (here it is), so the answer is the typed unknown, which still
+// matches ErrOutboxUnavailable; no call was made, and the repeat goes on
+// from the kept record. In overlapped mode, once the outbox has kept
+// records, the pending record is written beside the call: the answer is
+// withheld and says that the task may exist.
+func TestLostAnswerToThePendingRecord(t *testing.T) {
+	t.Parallel()
+	for _, mode := range outboxModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			box := &lostAnswerOutbox{Memory: outbox.NewMemory(w.clock)}
+			box.losing.Store(true)
+			ctx := context.Background()
+			d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{
+				Project: "proj", Location: "europe-west1", Queue: "default", EmulatorAddr: w.emu.Addr(), Clock: w.clock, Durability: mode})
+			require.NoError(t, err)
+			t.Cleanup(func() { d.Close(context.Background()) })
+			const id = "dispatch:run1:t:1"
+			_, err = d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			require.ErrorIs(t, err, cloudtasks.ErrOutboxUnavailable)
+			require.ErrorIs(t, err, cloudtasks.ErrIndeterminate)
+			var ie *cloudtasks.IndeterminateError
+			require.ErrorAs(t, err, &ie)
+			require.Equal(t, cloudtasks.UnknownPendingRecord, ie.Unknown)
+			require.EqualError(t, err, "cloudtasks: "+id+": outcome indeterminate (pending_record unknown): unknown whether the outbox could record the pending state, whose answer was lost (the Cloud Tasks call was not made): commit: unexpected EOF (outbox: whether the record was kept is unknown)")
+			require.Equal(t, 0, w.emu.TaskCount(), "no call")
+			rec, ok, err := box.Latest(ctx, outbox.TableDispatch, id)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, outbox.StatusPending, rec.Status, "kept all the same")
+
+			box.losing.Store(false)
+			res, err := d.Dispatch(ctx, request("run1", "t", 1, "x"))
+			require.NoError(t, err)
+			require.Equal(t, cloudtasks.OutcomeCreated, res.Outcome)
+			require.Equal(t, 1, w.emu.TaskCount())
+			if mode == cloudtasks.DurabilityStrict {
+				return
+			}
+
+			box.losing.Store(true)
+			_, err = d.Dispatch(ctx, request("run1", "t", 2, "x"))
+			require.False(t, errors.Is(err, cloudtasks.ErrIndeterminate), "the call was made beside the record")
+			require.EqualError(t, err, "cloudtasks: dispatch:run1:t:2: unknown whether the outbox could record the pending state, whose answer was lost (the task may exist; repeat the call once the outbox works): commit: unexpected EOF (outbox: whether the record was kept is unknown)")
+			require.Equal(t, 2, w.emu.TaskCount())
+		})
+	}
 }

@@ -160,7 +160,7 @@ func (r *relay) loop(ctx context.Context) {
 // is counted in Errors and left for a later pass.
 func (d *Dispatcher) Relay(ctx context.Context) (RelayStats, error) {
 	if d.intents == nil {
-		return RelayStats{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+		return RelayStats{}, &ConfigError{Field: fieldOutbox, Value: fmt.Sprintf("%T", d.box),
 			Rule: "records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)"}
 	}
 	if d.flights.isClosed() {

@@ -68,7 +68,7 @@ func (d *Dispatcher) ScheduleTimerTx(ctx context.Context, tx outbox.Tx, req Time
 // submitTx is DispatchTx's work for the task of id (a dispatch or a timer).
 func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t *Task) (DispatchResult, error) {
 	if d.intents == nil {
-		return DispatchResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+		return DispatchResult{}, &ConfigError{Field: fieldOutbox, Value: fmt.Sprintf("%T", d.box),
 			Rule: "records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)"}
 	}
 	if tx == nil {
@@ -187,7 +187,7 @@ func (d *Dispatcher) answerFromRecord(ctx context.Context, res *DispatchResult, 
 // intents.
 func (d *Dispatcher) CancelTx(ctx context.Context, tx outbox.Tx, id, queue string) (CancelResult, error) {
 	if d.intents == nil {
-		return CancelResult{}, &ConfigError{Field: "outbox", Value: fmt.Sprintf("%T", d.box),
+		return CancelResult{}, &ConfigError{Field: fieldOutbox, Value: fmt.Sprintf("%T", d.box),
 			Rule: "records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)"}
 	}
 	nid, err := parseID("ID", id)

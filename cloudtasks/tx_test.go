@@ -270,11 +270,13 @@ func TestDispatchTxNeedsAnIntentOutbox(t *testing.T) {
 	ctx := context.Background()
 	_, err = d.DispatchTx(ctx, outbox.NewMemory(nil).Begin(), txRequest("x", "b"))
 	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
-	require.EqualError(t, err, `cloudtasks: Config.outbox "cloudtasks_test.coreOnly" records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)`)
+	require.EqualError(t, err, `cloudtasks: the outbox passed to NewDispatcher (cloudtasks_test.coreOnly) records nothing inside a transaction; DispatchTx and ScheduleTimerTx need an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)`)
 	_, err = d.CancelTx(ctx, outbox.NewMemory(nil).Begin(), "dispatch:tx:x:1", "q")
 	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
+	require.EqualError(t, err, `cloudtasks: the outbox passed to NewDispatcher (cloudtasks_test.coreOnly) records nothing inside a transaction; CancelTx needs an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)`)
 	_, err = d.Relay(ctx)
 	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
+	require.EqualError(t, err, `cloudtasks: the outbox passed to NewDispatcher (cloudtasks_test.coreOnly) records no intents; Relay needs an outbox that implements outbox.Intents (outbox/pgbox, outbox.Memory)`)
 }
 
 // A Dispatch of an ID that an open transaction has recorded does not wait

@@ -22,6 +22,18 @@ var (
 	// different processors and different statuses, written blind of each
 	// other, so the store cannot say which is the ID's state.
 	ErrConcurrentWrites = errors.New("outbox: concurrent writes")
+	// ErrKeptUnknown marks an Append (or Reserve) error after which the
+	// store cannot say whether the record was kept: the answer to its
+	// commit was lost (a database connection lost while the statement
+	// committed, a server shut down under it) or the caller stopped
+	// waiting for it. Read Latest to learn. An error without it means the
+	// record was not kept.
+	ErrKeptUnknown = errors.New("outbox: whether the record was kept is unknown")
+	// ErrNotReady marks a Checker's answer that the store cannot keep
+	// records until something is done to it (a database's tables made),
+	// as opposed to a check that could not be made (a database not
+	// reached).
+	ErrNotReady = errors.New("outbox: not ready to keep records")
 )
 
 // ConcurrentWritesError is Latest's answer when the newest Version of an

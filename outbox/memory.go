@@ -127,6 +127,12 @@ func (m *Memory) Reserve(ctx context.Context, r Record) (Record, bool, error) {
 // appended.
 func (m *Memory) Flush(ctx context.Context) error { return ctx.Err() }
 
+var _ Checker = (*Memory)(nil)
+
+// Check implements Checker: memory can always keep records, so it returns
+// only ctx's error.
+func (m *Memory) Check(ctx context.Context) error { return ctx.Err() }
+
 // Latest returns the current state of an ID; ok is false when it was never
 // recorded.
 func (m *Memory) Latest(ctx context.Context, t Table, id string) (Record, bool, error) {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -69,9 +70,19 @@ type FreshReader interface {
 	LatestFresh(ctx context.Context, t Table, id string) (r Record, ok bool, unseen time.Duration, err error)
 }
 
+// Checker is implemented by an Outbox that can tell before its first
+// record whether it can keep records at all: a database whose tables are
+// not made cannot. A dispatcher calls Check once, when it is made.
+type Checker interface {
+	// Check returns nil when the store can keep records; an error
+	// matching ErrNotReady, saying what is missing and how to make it,
+	// when it cannot; any other error when the check could not be made.
+	Check(ctx context.Context) error
+}
+
 // AppendAndWait appends r to o and returns once it is kept, with the error
 // that kept it from being kept, or ctx's error if ctx ends first (r may
-// still be kept).
+// still be kept: the error matches ErrKeptUnknown too).
 func AppendAndWait(ctx context.Context, o Outbox, r Record) error {
 	ch := make(chan error, 1)
 	if err := o.Append(ctx, r, func(err error) { ch <- err }); err != nil {
@@ -86,6 +97,6 @@ func AppendAndWait(ctx context.Context, o Outbox, r Record) error {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: %w", ErrKeptUnknown, ctx.Err())
 	}
 }

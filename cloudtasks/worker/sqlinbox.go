@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox/pgmigrate"
 )
 
 // Defaults of SQLConfig.
@@ -118,15 +120,11 @@ const migrateLock = 7_304_119_220_260_001
 
 // Migrate creates the schema, the table and its index if they do not
 // exist. It is idempotent and safe to run from several processes at once.
+// A schema that exists is left as it is, so a role that owns its schema
+// and may not create others migrates; a statement the role may not run is
+// named in the error with the privilege it needs.
 func (s *SQLInbox) Migrate(ctx context.Context) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("worker: migrate %s: %w", s.table, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	stmts := []string{
-		`SELECT pg_advisory_xact_lock(` + strconv.Itoa(migrateLock) + `)`,
-		`CREATE SCHEMA IF NOT EXISTS "` + s.cfg.Schema + `"`,
 		`CREATE TABLE IF NOT EXISTS ` + s.table + ` (
 			id          text        PRIMARY KEY,
 			status      text        NOT NULL CHECK (status IN ('done', 'failed')),
@@ -136,12 +134,7 @@ func (s *SQLInbox) Migrate(ctx context.Context) error {
 		`COMMENT ON TABLE ` + s.table + ` IS 'ctdispatch worker inbox: one row per finished Idempotency-Key (github.com/ctdispatch/ctdispatch/cloudtasks/worker)'`,
 		`CREATE INDEX IF NOT EXISTS "` + s.cfg.Table + `_finished_at" ON ` + s.table + ` (finished_at)`,
 	}
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("worker: migrate %s: %w", s.table, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
+	if err := pgmigrate.Run(ctx, s.db, migrateLock, s.cfg.Schema, stmts); err != nil {
 		return fmt.Errorf("worker: migrate %s: %w", s.table, err)
 	}
 	return nil

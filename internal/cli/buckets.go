@@ -22,7 +22,7 @@ func checkBucketURL(root string) error { return checkBucketFlag("--outbox", root
 func checkBucketFlag(flag, root string) error {
 	u, err := url.Parse(root)
 	if err != nil {
-		return usagef("%s %q is not a bucket URL: %v", flag, root, err)
+		return usagef("%s %q is not a bucket URL: %s", flag, redact(root), urlReason(err))
 	}
 	switch u.Scheme {
 	case "gs", "mem":
@@ -31,16 +31,16 @@ func checkBucketFlag(flag, root string) error {
 		if s3Linked {
 			return nil
 		}
-		return fmt.Errorf("%s %s: this ctdispatch was built without the S3 driver; build one with: go build -tags s3 -o bin/ctdispatch ./cmd/ctdispatch", flag, root)
+		return fmt.Errorf("%s %s: this ctdispatch was built without the S3 driver; build one with: go build -tags s3 -o bin/ctdispatch ./cmd/ctdispatch", flag, redact(root))
 	}
-	return usagef("%s %q: scheme %q unknown; allowed: a directory, gs://BUCKET[?prefix=P/], s3://BUCKET[?region=R&prefix=P/] or mem://", flag, root, u.Scheme)
+	return usagef("%s %q: scheme %q unknown; allowed: a directory, gs://BUCKET[?prefix=P/], s3://BUCKET[?region=R&prefix=P/] or mem://", flag, redact(root), u.Scheme)
 }
 
 // checkLogDir requires --log-dir with a bucket root for commands that
 // write: the write-ahead log lives on local disk.
 func checkLogDir(root, logDir string) error {
 	if isBucketURL(root) && logDir == "" {
-		return usagef("--log-dir DIR is required with a bucket outbox (%s): the write-ahead log stays on local disk", root)
+		return usagef("--log-dir DIR is required with a bucket outbox (%s): the write-ahead log stays on local disk", redact(root))
 	}
 	return nil
 }

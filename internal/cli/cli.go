@@ -172,10 +172,11 @@ stepped back (nothing of that unit changed).`,
 		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 		SilenceUsage:               true,
 		SilenceErrors:              true,
-		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if verbose {
 				env.Logger = slog.New(slog.NewTextHandler(env.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			}
+			return checkStoreFlags(cmd, env)
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
@@ -197,6 +198,7 @@ stepped back (nothing of that unit changed).`,
 		newMigrateCmd(env), newRetainCmd(env), newImportCmd(env), newRelayCmd(env), newExportCmd(env),
 		newVersionCmd(),
 	)
+	documentOutboxEnv(root)
 	// The root's own check (unknown command) is set above; the
 	// subcommands' checks are wrapped to exit 2.
 	for _, sub := range root.Commands() {

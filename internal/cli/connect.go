@@ -226,11 +226,15 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 	}
 	cfg.Logger = env.Logger
 	box, closeBox, err := c.openOutbox(ctx, env, mode, pg)
+	if err != nil && !pg { // a PostgreSQL outbox's error names it already
+		err = fmt.Errorf("open outbox: %w", err)
+	}
 	if err != nil {
-		return fail(fmt.Errorf("open outbox: %w", err))
+		return fail(err)
 	}
 	// The outbox closes after the dispatcher has flushed it.
 	s.closers = append([]func() error{closeBox}, s.closers...)
+	cfg.SkipOutboxCheck = true // openOutbox checked it, and said which --outbox
 	d, err := cloudtasks.NewDispatcher(ctx, box, &cfg)
 	if err != nil {
 		return fail(err)

@@ -23,8 +23,10 @@ func newDemoCmd(env *Env) *cobra.Command {
 		allowHosts  []string
 	)
 	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Run ctdispatch end to end on this machine: emulator, worker, outbox",
+		Use: "demo",
+		// Its --outbox is filled and emptied here: never $CTDISPATCH_OUTBOX.
+		Annotations: map[string]string{scratchOutbox: "yes"},
+		Short:       "Run ctdispatch end to end on this machine: emulator, worker, outbox",
 		Long: `Run ctdispatch end to end with nothing but this repository.
 
 The demo starts the in-repo Cloud Tasks emulator, a local HTTP worker that
@@ -46,6 +48,9 @@ the web console serves them on --console-addr (see "ctdispatch console").`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Keep = keep
 			opts.Logger = env.Logger
+			if isBucketURL(opts.OutboxDir) {
+				return usagef("--outbox %s is a URL; the demo writes its outbox to a local directory", redact(opts.OutboxDir))
+			}
 			if err := opts.Validate(); err != nil {
 				return asUsage(err)
 			}

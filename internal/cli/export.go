@@ -55,7 +55,7 @@ them with --quarantine or --delete.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file or bucket outbox is in Parquet already)", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file or bucket outbox is in Parquet already)", redact(where))
 			}
 			if err := checkExportTo(to); err != nil {
 				return err
@@ -81,7 +81,9 @@ them with --quarantine or --delete.
 				return e.Run(cmd.Context())
 			}
 			st, err := e.ExportOnce(cmd.Context())
-			printExport(env.Out, st)
+			if err == nil || len(st.Batches) > 0 {
+				printExport(env.Out, st) // not "nothing to export" above an error
+			}
 			return errors.Join(err, refusedReport(st, where))
 		},
 	}

@@ -30,7 +30,7 @@ imported and skipped.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… or postgresql://… (the outbox the records go to)", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… or postgresql://… (the outbox the records go to)", redact(where))
 			}
 			if from == "" {
 				return usagef("--from is required: the file or bucket outbox to copy")

@@ -14,34 +14,41 @@ import (
 const postgresURLHelp = `The URL's query parameters ` + schemaParam + ` and ` + prefixParam + ` name
 the schema (default public) and the tables' prefix (default ctdispatch_);
 give every command the same URL. The other parameters go to the driver
-(pgx), for example sslmode.`
+(pgx), for example sslmode. Without --outbox the URL is read from
+$` + outboxEnv + `, which keeps it out of the argument list that other
+users see (ps); the password is best in $PGPASSWORD or ~/.pgpass, which
+the driver reads. Messages show a password as xxxxx. A key=value
+connection string (host=… password=…) is refused: give the URL form.`
 
 func newMigrateCmd(env *Env) *cobra.Command {
 	var where string
 	cmd := &cobra.Command{
 		Use:   "migrate --outbox postgres://…",
 		Short: "Create the tables of a PostgreSQL outbox (idempotent)",
-		Long: `Create the schema and the tables of a PostgreSQL outbox (package
-outbox/pgbox), with their indexes, if they do not exist: dispatch_outbox,
-timers and deliveries, and intents (the tasks that transactions recorded
-for a relay to create, see "ctdispatch relay"), each prefixed, and the
-tables "ctdispatch export" keeps its batches (and refused rows moved by
-"export refused --quarantine") in. Running it again, or from several
-machines at once, is safe. Then give the same URL as --outbox to dispatch,
-timer, recover and query. A worker's inbox table is created by
-"ctdispatch worker migrate".
+		Long: `Create the schema (unless it exists) and the tables of a PostgreSQL outbox
+(package outbox/pgbox), with their indexes, if they do not exist:
+dispatch_outbox, timers and deliveries, and intents (the tasks that
+transactions recorded for a relay to create, see "ctdispatch relay"), each
+prefixed, and the tables "ctdispatch export" keeps its batches (and
+refused rows moved by "export refused --quarantine") in. Running
+it again, or from several machines at once, is safe. A role that owns the
+schema (CREATE SCHEMA jobs AUTHORIZATION app, made by an administrator)
+needs no other privilege; a statement the role may not run is named with
+the privilege it needs. Then give the same URL as --outbox to dispatch,
+timer, recover and query. A worker's inbox table is created by "ctdispatch
+worker migrate".
 
 ` + postgresURLHelp,
-		Example: `  ctdispatch migrate --outbox "postgres://app@db.internal/app"
+		Example: `  CTDISPATCH_OUTBOX="postgres://app@db.internal/app" ctdispatch migrate
   ctdispatch migrate --outbox "postgres://app@db.internal/app?ctdispatch_schema=jobs&sslmode=require"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… or postgresql://… (a file outbox needs no migration)", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… or postgresql://… (a file outbox needs no migration)", redact(where))
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), workerMigrateTimeout)
 			defer cancel()
-			box, db, err := openPostgres(ctx, where)
+			box, db, err := connectPostgres(ctx, where, pgbox.ExportOptions{})
 			if err != nil {
 				return err
 			}
@@ -82,7 +89,7 @@ when it compacts ("ctdispatch compact --retention").
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(where) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file outbox applies retention in \"ctdispatch compact --retention\")", where)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://… (a file outbox applies retention in \"ctdispatch compact --retention\")", redact(where))
 			}
 			if olderThan <= 0 {
 				return usagef("--older-than %s is not positive; allowed: a Go duration above 0, for example 720h", olderThan)

@@ -33,7 +33,7 @@ func isPostgresURL(s string) bool {
 func postgresOptions(raw string) (string, pgbox.Options, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", pgbox.Options{}, usagef("--outbox: %v", err)
+		return "", pgbox.Options{}, usagef("--outbox %s is not a valid URL: %s", redact(raw), urlReason(err))
 	}
 	q := u.Query()
 	for _, p := range []string{schemaParam, prefixParam} {
@@ -56,7 +56,8 @@ const maxIdleConns = 128
 
 // openPostgres connects to the database a postgres:// --outbox names and
 // returns its outbox and the pool, which the caller closes. A database
-// that cannot be reached is an error at once, not at the first record.
+// that cannot be reached, or whose tables "ctdispatch migrate" has not
+// made, is an error at once, not at the first record.
 func openPostgres(ctx context.Context, raw string) (*pgbox.Outbox, *sql.DB, error) {
 	return openPostgresExporting(ctx, raw, pgbox.ExportOptions{})
 }
@@ -64,6 +65,21 @@ func openPostgres(ctx context.Context, raw string) (*pgbox.Outbox, *sql.DB, erro
 // openPostgresExporting is openPostgres for an outbox that runs export
 // (none when it is zero) until its Close.
 func openPostgresExporting(ctx context.Context, raw string, export pgbox.ExportOptions) (*pgbox.Outbox, *sql.DB, error) {
+	box, db, err := connectPostgres(ctx, raw, export)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := box.Check(ctx); err != nil {
+		box.Close()
+		db.Close()
+		return nil, nil, fmt.Errorf("outbox %s: %w", redact(raw), err)
+	}
+	return box, db, nil
+}
+
+// connectPostgres is openPostgresExporting without the check of the
+// tables, for migrate, which makes them.
+func connectPostgres(ctx context.Context, raw string, export pgbox.ExportOptions) (*pgbox.Outbox, *sql.DB, error) {
 	dsn, opts, err := postgresOptions(raw)
 	if err != nil {
 		return nil, nil, err
@@ -71,7 +87,7 @@ func openPostgresExporting(ctx context.Context, raw string, export pgbox.ExportO
 	opts.Export = export
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		return nil, nil, asUsage(fmt.Errorf("--outbox: %w", err))
+		return nil, nil, asUsage(fmt.Errorf("--outbox %s: %w", redact(raw), err))
 	}
 	// Concurrent dispatches each keep their connection (database/sql keeps
 	// two idle by default, and a new PostgreSQL connection is a new server
@@ -126,17 +142,4 @@ func notForPostgres(command, where, instead string) error {
 		return nil
 	}
 	return usagef("%s works on a file or bucket outbox; --outbox %s is a PostgreSQL database: %s", command, redact(where), instead)
-}
-
-// redact hides the password of a PostgreSQL URL given on the command
-// line; anything else is returned as it is.
-func redact(raw string) string {
-	if !isPostgresURL(raw) {
-		return raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "postgres://…"
-	}
-	return u.Redacted()
 }

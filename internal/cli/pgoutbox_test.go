@@ -152,3 +152,36 @@ func TestRelayCommand(t *testing.T) {
 		require.Contains(t, stderr, c.want, c.args)
 	}
 }
+
+// On a database "ctdispatch migrate" has not run on, every command that
+// reads or writes the outbox answers with the migrate hint and nothing
+// else: no "nothing to export" or "0 rows deleted" before it, no raw
+// "relation … does not exist (42P01)", and nothing dispatched. Then
+// $CTDISPATCH_OUTBOX (no --outbox on the command line) migrates it.
+func TestUnmigratedDatabaseGetsTheMigrateHint(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	pg := postgresURL(t, "")
+	hint := "ctdispatch: outbox " + pg + `: pgbox: the outbox tables do not exist; create them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate` + "\n"
+	for _, args := range [][]string{
+		{"export", "--outbox", pg, "--to", t.TempDir(), "--once"},
+		{"retain", "--outbox", pg, "--older-than", "1h"},
+		{"stats", "--outbox", pg},
+		{"query", "--outbox", pg, "--run", "run1"},
+		{"import", "--from", t.TempDir(), "--outbox", pg},
+		{"relay", "--outbox", pg, "--project", "p", "--location", "europe-west1", "--queue", "work", "--once"},
+		append(append([]string(nil), dispatchArgs...), "--outbox", pg, "--run", "run1", "--task", "t", "--attempt", "1", "--url", "https://worker.example/x"),
+	} {
+		code, stdout, stderr := runWithEnv(t, emu.Addr(), "", args...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout, args)
+		require.Equal(t, hint, stderr, args)
+	}
+	require.Empty(t, emu.Tasks(dqQueue))
+
+	code, stdout, stderr := runIn(t, map[string]string{outboxEnv: pg}, "migrate")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "intents table \"public\".\"ctdispatch_intents\" ready\n")
+	code, _, stderr = runIn(t, map[string]string{outboxEnv: pg}, "stats")
+	require.Equal(t, 0, code, stderr)
+}

@@ -41,10 +41,10 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 	}
 	info, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("outbox %s: %w", dir, err)
+		return nil, fmt.Errorf("outbox %s: %w", redact(dir), err)
 	}
 	if !info.IsDir() {
-		return nil, fmt.Errorf("outbox %s: not a directory", dir)
+		return nil, fmt.Errorf("outbox %s: not a directory", redact(dir))
 	}
 	return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
 }

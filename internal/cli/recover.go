@@ -59,9 +59,9 @@ pending, and a later run tries them again.`,
 			}
 			if !isBucketURL(conn.outbox) && !isPostgresURL(conn.outbox) {
 				if info, err := os.Stat(conn.outbox); err != nil {
-					return fmt.Errorf("outbox %s: %w", conn.outbox, err)
+					return fmt.Errorf("outbox %s: %w", redact(conn.outbox), err)
 				} else if !info.IsDir() {
-					return fmt.Errorf("outbox %s: not a directory", conn.outbox)
+					return fmt.Errorf("outbox %s: not a directory", redact(conn.outbox))
 				}
 			}
 			ctx := cmd.Context()

@@ -45,7 +45,7 @@ for a later pass).
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !isPostgresURL(conn.outbox) {
-				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://…: only a PostgreSQL outbox records transactional dispatches", conn.outbox)
+				return usagef("--outbox %q is not a PostgreSQL URL; want postgres://…: only a PostgreSQL outbox records transactional dispatches", redact(conn.outbox))
 			}
 			if len(queues) == 0 && conn.queue != "" {
 				queues = []string{conn.queue}

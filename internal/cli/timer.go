@@ -199,7 +199,7 @@ func cancelTimer(ctx context.Context, env *Env, cmd *cobra.Command, conn *connFl
 		return err
 	}
 	if notFound {
-		where := "the outbox " + conn.outbox
+		where := "the outbox " + redact(conn.outbox)
 		if conn.outbox == "" {
 			where = "an outbox (none given: --outbox)"
 		}

@@ -69,9 +69,11 @@ func newWorkerMigrateCmd(env *Env) *cobra.Command {
 		Short: "Create the worker's inbox table in PostgreSQL (idempotent)",
 		Long: `Create the schema, the inbox table and its index that worker.NewSQLInbox
 uses, if they do not exist. Running it again, or from several machines at
-once, is safe. The table holds one row per finished Idempotency-Key; keep
-rows at least 31 days (worker.MinRetention) and remove older ones with
-"ctdispatch worker cleanup" (or SQLInbox.Cleanup).`,
+once, is safe. A schema that exists is left as it is, so a role that owns
+its schema needs no other privilege; a statement the role may not run is
+named with the privilege it needs. The table holds one row per finished
+Idempotency-Key; keep rows at least 31 days (worker.MinRetention) and
+remove older ones with "ctdispatch worker cleanup" (or SQLInbox.Cleanup).`,
 		Example: `  ctdispatch worker migrate --dsn "postgres://app@db.internal/app"
   ctdispatch worker migrate --dsn "$DATABASE_URL" --schema jobs --table inbox`,
 		Args: cobra.NoArgs,

@@ -80,7 +80,7 @@ func (o *Outbox) write(ctx context.Context, tb *table, r *outbox.Record, first b
 	case <-w.done:
 		return w, w.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("pgbox: append %s %s: %w before its batch committed; the record may still be kept: read Latest", r.Table, r.ID, ctx.Err())
+		return nil, fmt.Errorf("pgbox: append %s %s: %w before its batch committed; the record may still be kept: read Latest (%w)", r.Table, r.ID, ctx.Err(), outbox.ErrKeptUnknown)
 	}
 }
 
@@ -166,7 +166,9 @@ func (o *Outbox) appendError(r *outbox.Record, err error) error {
 }
 
 // insertBatch runs tb's batch statement over ws and sets each one's kept
-// and, when refused, the rows of its ID the statement saw.
+// and, when refused, the rows of its ID the statement saw. An error after
+// the statement was sent matches outbox.ErrKeptUnknown when the
+// statement may have committed (sentStatementError).
 func (o *Outbox) insertBatch(ctx context.Context, tb *table, ws []*write) error {
 	recs := make([]*outbox.Record, len(ws))
 	var first []bool
@@ -185,26 +187,26 @@ func (o *Outbox) insertBatch(ctx context.Context, tb *table, ws []*write) error 
 	}
 	rows, err := o.db.QueryContext(ctx, o.batchStmt[tb.t], arg)
 	if err != nil {
-		return err
+		return sentStatementError(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var inserted bool
 		r, err := scan(tb, rows, &inserted)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", tb.name, err)
+			return sentStatementError(fmt.Errorf("read %s: %w", tb.name, err))
 		}
 		w := byID[r.ID]
 		switch {
 		case w == nil:
-			return fmt.Errorf("batch statement on %s returned ID %q, which it was not given", tb.name, r.ID)
+			return sentStatementError(fmt.Errorf("batch statement on %s returned ID %q, which it was not given", tb.name, r.ID))
 		case inserted:
 			w.kept = true
 		case r.Trusted():
 			w.current = append(w.current, r)
 		}
 	}
-	return rows.Err()
+	return sentStatementError(rows.Err())
 }
 
 // batchRow is one record as the batch statement's JSON argument carries

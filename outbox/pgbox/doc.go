@@ -15,7 +15,19 @@
 //
 // Create the tables first, once per database, with Migrate or
 // "ctdispatch migrate --outbox postgres://…"; both are idempotent and safe
-// to run from several processes at once.
+// to run from several processes at once. A schema that exists is left as
+// it is: a role that owns its schema, made for it by an administrator
+// (CREATE SCHEMA jobs AUTHORIZATION app), migrates without CREATE on the
+// database, and a statement the role may not run is named in the error
+// with the privilege it needs. A dispatcher made on the outbox checks once
+// that the tables exist (Check; cloudtasks.Config.SkipOutboxCheck skips it
+// for a service that starts before its migration job).
+//
+// A write whose answer is lost (the connection dropped while the
+// statement committed, the server shut down under it) may have committed:
+// its error matches outbox.ErrKeptUnknown, and a dispatcher says the
+// pending record's state is unknown rather than unwritten. A statement
+// the server refused kept nothing.
 //
 // # Tables
 //

@@ -45,6 +45,9 @@ func (o *Outbox) Retain(ctx context.Context, olderThan time.Duration) ([]RetainS
 				return append(stats, st), err
 			}
 			res, err := o.db.ExecContext(ctx, tb.retain, cutoff)
+			if sqlState(err) == undefinedTable {
+				err = errNotMigrated
+			}
 			if err != nil {
 				return append(stats, st), fmt.Errorf("pgbox: retain %s: %w", tb.name, err)
 			}

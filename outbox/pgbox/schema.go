@@ -3,11 +3,13 @@ package pgbox
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox/pgmigrate"
 )
 
 // table is one outbox table as this store lays it out: its quoted name,
@@ -163,29 +165,87 @@ func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
 }
 
 // Migrate creates the schema and the tables of o if they do not exist, as
-// the package-level Migrate does.
+// the package-level Migrate does. A schema that exists is left as it is,
+// so a role that owns its schema and may not create others migrates; a
+// statement the role may not run is named in the error with the
+// privilege it needs.
 func (o *Outbox) Migrate(ctx context.Context) error {
-	tx, err := o.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("pgbox: migrate: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	stmts := []string{
-		`SELECT pg_advisory_xact_lock(` + strconv.Itoa(migrateLock) + `)`,
-		`CREATE SCHEMA IF NOT EXISTS "` + o.opts.Schema + `"`,
-	}
+	var stmts []string
 	for _, tb := range o.tables {
 		stmts = append(stmts, tb.ddl()...)
 	}
 	stmts = append(stmts, o.intents.ddl()...)
 	stmts = append(stmts, o.exportDDL()...)
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
+	if err := pgmigrate.Run(ctx, o.db, migrateLock, o.opts.Schema, stmts); err != nil {
+		return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
+	}
+	return nil
+}
+
+var _ outbox.Checker = (*Outbox)(nil)
+
+// Check implements outbox.Checker: it returns nil when every table and
+// column Migrate makes exists, and otherwise an error naming what is
+// missing and the command that makes it (matching outbox.ErrNotReady); a
+// database it cannot query is another error. A dispatcher made on o calls it
+// once (unless its Config says not to), so a process started on a
+// database that was never migrated fails at once, not at its first call.
+func (o *Outbox) Check(ctx context.Context) error {
+	type item struct {
+		Table  string  `json:"t"`
+		Column *string `json:"c"` // nil: the table itself
+	}
+	var items []item
+	tables := 0
+	add := func(table string, columns ...string) {
+		items = append(items, item{Table: table})
+		tables++
+		for _, c := range columns {
+			items = append(items, item{Table: table, Column: &c})
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("pgbox: migrate %s: %w", o.opts.Schema, err)
+	et := exportTablesOf(o.opts)
+	add(o.intents.name)
+	add(et.source)
+	add(et.batches)
+	for _, tb := range o.tables {
+		add(tb.name, "trace_id", "export_batch") // the columns later Migrates added to tables made before
+	}
+	arg, err := json.Marshal(items)
+	if err != nil {
+		return err
+	}
+	rows, err := o.db.QueryContext(ctx, `SELECT x.t, x.c FROM jsonb_to_recordset($1::jsonb) AS x(t text, c text)
+		WHERE CASE WHEN x.c IS NULL THEN to_regclass(x.t) IS NULL
+			ELSE to_regclass(x.t) IS NOT NULL AND NOT EXISTS (
+				SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(x.t) AND a.attname = x.c AND NOT a.attisdropped) END`, string(arg))
+	if err != nil {
+		return fmt.Errorf("pgbox: check the tables: %w", err)
+	}
+	defer rows.Close()
+	var missingTables, missingColumns []string
+	for rows.Next() {
+		var table string
+		var column sql.NullString
+		if err := rows.Scan(&table, &column); err != nil {
+			return fmt.Errorf("pgbox: check the tables: %w", err)
+		}
+		if column.Valid {
+			missingColumns = append(missingColumns, table+"."+column.String)
+		} else {
+			missingTables = append(missingTables, table)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgbox: check the tables: %w", err)
+	}
+	switch {
+	case len(missingTables) == tables: // none: say so once
+		return notReady{fmt.Errorf("pgbox: %w", errNotMigrated)}
+	case len(missingTables) > 0:
+		return notReady{fmt.Errorf("pgbox: %s missing: %w", strings.Join(missingTables, ", "), errNotMigrated)}
+	case len(missingColumns) > 0:
+		return notReady{fmt.Errorf(`pgbox: columns %s missing (the tables were made by an older Migrate); add them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate`, strings.Join(missingColumns, ", "))}
 	}
 	return nil
 }
