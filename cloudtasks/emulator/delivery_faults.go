@@ -347,7 +347,16 @@ func (s *Server) do(ctx context.Context, a *attempt) (*http.Response, DeliveryFa
 	}
 	ev.Status = resp.StatusCode
 	discard(resp)
-	switch fault {
+	return s.afterReply(ctx, ev, again, happened)
+}
+
+// afterReply carries out ev's fault once the worker has answered 2xx
+// (ev.Status): a second delivery, a lost reply, or the reply withheld
+// until the attempt ends. again builds the attempt's request anew and
+// happened reports the fault.
+func (s *Server) afterReply(ctx context.Context, ev DeliveryFaultEvent, again func(io.Reader, int64) *http.Request,
+	happened func(DeliveryFaultEvent) DeliveryFault) (*http.Response, DeliveryFault, error) {
+	switch ev.Fault {
 	case FaultDeliverTwice:
 		second, err := s.cfg.HTTPClient.Do(again(nil, 0))
 		if err != nil {
