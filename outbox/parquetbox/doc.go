@@ -75,7 +75,16 @@
 // LatestFresh (outbox.FreshReader) reads others' logs and files again
 // whatever RefreshInterval allows, and says how long another process's
 // record may still be unseen: 0 when the logs are in the root directory,
-// PublishInterval on a bucket.
+// PublishInterval on a bucket. On a directory it reads only what changed
+// since the last look: the frames appended to the log segments it
+// follows, and a new listing of the logs or of a table only when a
+// directory the last listing read has gained, lost or renamed an entry
+// (a stat of each directory, held open, tells by its change time, which
+// the filesystem takes from the machine's clock; a listing made within
+// 100 ms of a change to a directory it read is not trusted to stand, as
+// a second change in the same tick of that clock would leave the time
+// equal).
+// Records of other processes' logs are indexed by ID.
 // A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
 // a small fraction of a large file; a Query with Summary set reads only the

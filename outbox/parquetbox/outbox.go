@@ -214,6 +214,7 @@ func (o *Outbox) Close() error {
 		for _, fs := range o.files {
 			fs.closeAll()
 		}
+		o.tails.close()
 		o.closeErr = errors.Join(o.closeErr, o.store.close())
 	})
 	return o.closeErr
