@@ -13,6 +13,7 @@
 //	<root>/<table>/created_date=1970-01-01/_schema/empty.parquet  the table's columns, no rows (see below)
 //	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
 //	<root>/wal/<processor>.lock                                held while the process lives
+//	<root>/wal/<processor>.json                                what the process announced (its default queue)
 //	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
 //	<root>/_manifests/<table>                                  what Compact saw of each table file, for lookups
 //
@@ -35,7 +36,12 @@
 // Each process (named by its processor UUID) writes only files of its own,
 // so any number of processes share one root without coordinating. Parquet
 // files appear atomically (written under a hidden name, synced, renamed);
-// readers ignore hidden files.
+// readers ignore hidden files. Because nothing orders two processes'
+// first records of an ID, a process announces its default queue
+// (outbox.Announcer: Announce, Announced; the dispatcher does it when it is
+// made) beside its lock, and the processes sharing the log directory read
+// the live ones' announcements: two processes with different default
+// queues can each create an ID's task in their own (docs/consistency.md).
 //
 // # Durability
 //
