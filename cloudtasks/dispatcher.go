@@ -144,6 +144,7 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 		d.batches = newBatcher(d, c.BatchInFlight)
 	}
 	d.startRelay()
+	d.announce(ctx)
 	return d, nil
 }
 
