@@ -3,6 +3,7 @@ package parquetbox
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -25,17 +26,19 @@ const (
 	settleCoarse = 2 * time.Second
 )
 
-// dirStamp is what a stat of one directory said: whether it existed, its
-// inode and its change time. An existing directory is held open, so
-// that a later look stats it without walking its path (a third of the
-// cost on the machine of BENCHMARKS.md); a directory removed or renamed
-// since shows it, as its change time moves and a removed one has no
-// links.
+// dirStamp is what a stat of one directory said: its inode and its change
+// time. The directory is held open, so that a later look stats it
+// without walking its path (a third of the cost on the machine of
+// BENCHMARKS.md); a directory removed or renamed since shows it, as its
+// change time moves and a removed one has no links. A directory that did
+// not exist is stamped by its nearest existing ancestor, whose change
+// time moves when the first missing directory on the way is made.
 type dirStamp struct {
-	path  string
-	f     *os.File // nil: the directory did not exist
-	ino   uint64
-	ctime int64 // nanoseconds since the epoch
+	path   string
+	absent bool     // path did not exist: f is its nearest existing ancestor
+	f      *os.File // nil once the stamp could not be taken
+	ino    uint64
+	ctime  int64 // nanoseconds since the epoch
 }
 
 // dirStamps are the stamps of the directories a listing read, each taken
@@ -65,7 +68,7 @@ func (s *dirStamps) add(dir string) {
 		s.trusted = false
 		return
 	}
-	if st.f != nil && !settled(st.ctime, s.at) {
+	if !settled(st.ctime, s.at) {
 		s.trusted = false
 	}
 	s.stamps = append(s.stamps, st)
@@ -97,12 +100,6 @@ func (s *dirStamps) unchanged() bool {
 		return false
 	}
 	for _, old := range s.stamps {
-		if old.f == nil {
-			if _, err := os.Stat(old.path); !errors.Is(err, os.ErrNotExist) {
-				return false // made since, or cannot tell
-			}
-			continue
-		}
 		fi, err := old.f.Stat()
 		if err != nil {
 			return false
@@ -127,12 +124,20 @@ func (s *dirStamps) close() {
 	}
 }
 
-// stampDir opens and stats dir. ok is false when that failed for another
-// reason than a missing directory, or the platform gives no change time.
+// stampDir opens and stats dir, or its nearest existing ancestor when it
+// does not exist. ok is false when that failed, or the platform gives no
+// change time.
 func stampDir(dir string) (dirStamp, bool) {
-	f, err := os.Open(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return dirStamp{path: dir}, true
+	st := dirStamp{path: dir}
+	at := dir
+	f, err := os.Open(at)
+	for errors.Is(err, os.ErrNotExist) {
+		up := filepath.Dir(at)
+		if up == at {
+			return dirStamp{}, false
+		}
+		at, st.absent = up, true
+		f, err = os.Open(at)
 	}
 	if err != nil {
 		return dirStamp{}, false
@@ -147,5 +152,6 @@ func stampDir(dir string) (dirStamp, bool) {
 		f.Close()
 		return dirStamp{}, false
 	}
-	return dirStamp{path: dir, f: f, ino: ino, ctime: ctime}, true
+	st.f, st.ino, st.ctime = f, ino, ctime
+	return st, true
 }

@@ -107,15 +107,44 @@ func TestDirStampsSeeEveryChangeToEntries(t *testing.T) {
 	}
 }
 
-// A directory absent when stamped is unchanged while it stays absent.
+// A directory absent when stamped, and its parent too, is unchanged
+// while it stays absent: its nearest existing ancestor stands for it, so
+// an entry made there counts as a change too, and one made above does
+// not.
 func TestDirStampsOfAnAbsentDirectory(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "later")
-	s := newDirStamps()
-	s.add(dir)
-	require.True(t, s.unchanged())
-	require.NoError(t, os.Mkdir(dir, 0o700))
-	require.False(t, s.unchanged())
+	for _, tc := range []struct {
+		name      string
+		change    func(t *testing.T, top string)
+		unchanged bool
+	}{
+		{"nothing", func(*testing.T, string) {}, true},
+		{"a file made above the nearest ancestor", func(t *testing.T, top string) {
+			require.NoError(t, os.WriteFile(filepath.Join(top, "f"), nil, 0o600))
+		}, true},
+		{"a file made in the nearest ancestor (seen as a change: listed again)", func(t *testing.T, top string) {
+			require.NoError(t, os.WriteFile(filepath.Join(top, "a", "f"), nil, 0o600))
+		}, false},
+		{"its parent made", func(t *testing.T, top string) {
+			require.NoError(t, os.Mkdir(filepath.Join(top, "a", "b"), 0o700))
+		}, false},
+		{"it and its parent made", func(t *testing.T, top string) {
+			require.NoError(t, os.MkdirAll(filepath.Join(top, "a", "b", "c"), 0o700))
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			top := t.TempDir()
+			require.NoError(t, os.Mkdir(filepath.Join(top, "a"), 0o700))
+			waitSettled(t, top, filepath.Join(top, "a"))
+			s := newDirStamps()
+			s.add(filepath.Join(top, "a", "b", "c"))
+			t.Cleanup(s.close)
+			require.True(t, s.unchanged())
+			tc.change(t, top)
+			require.Equal(t, tc.unchanged, s.unchanged())
+		})
+	}
 }
 
 // Closed stamps, and none at all, never vouch for a listing.
