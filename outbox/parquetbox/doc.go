@@ -90,7 +90,10 @@
 // 100 ms of a change to a directory it read is not trusted to stand, as
 // a second change in the same tick of that clock would leave the time
 // equal).
-// Records of other processes' logs are indexed by ID.
+// Records of other processes' logs are indexed by ID. For this a reader
+// holds open each directory its last listing of a table read (the table's,
+// up to 64; the rest are stat'ed by path), the log directory, and the
+// log segments of other processes it follows.
 // A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
 // a small fraction of a large file; a Query with Summary set reads only the

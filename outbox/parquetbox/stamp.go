@@ -26,19 +26,25 @@ const (
 	settleCoarse = 2 * time.Second
 )
 
+// maxHeld bounds the directories one listing's stamps hold open (a
+// table of many daily partitions); the others are stamped by path,
+// which costs a walk of the path at each look.
+const maxHeld = 64
+
 // dirStamp is what a stat of one directory said: its inode and its change
-// time. The directory is held open, so that a later look stats it
-// without walking its path (a third of the cost on the machine of
-// BENCHMARKS.md); a directory removed or renamed since shows it, as its
-// change time moves and a removed one has no links. A directory that did
-// not exist is stamped by its nearest existing ancestor, whose change
+// time. The directory is held open (up to maxHeld), so that a later look
+// stats it without walking its path (a third of the cost on the machine
+// of BENCHMARKS.md); a directory removed or renamed since shows it, as
+// its change time moves and a removed one has no links. A directory that
+// did not exist is stamped by its nearest existing ancestor, whose change
 // time moves when the first missing directory on the way is made.
 type dirStamp struct {
-	path   string
-	absent bool     // path did not exist: f is its nearest existing ancestor
-	f      *os.File // nil once the stamp could not be taken
-	ino    uint64
-	ctime  int64 // nanoseconds since the epoch
+	// at is the directory stamped: the one asked for, or its nearest
+	// existing ancestor.
+	at    string
+	f     *os.File // at, held open; nil: stamped by path
+	ino   uint64
+	ctime int64 // nanoseconds since the epoch
 }
 
 // dirStamps are the stamps of the directories a listing read, each taken
@@ -48,6 +54,7 @@ type dirStamps struct {
 	// times are the machine's, whatever clock the outbox was given.
 	at     time.Time
 	stamps []dirStamp
+	held   int
 	// trusted is false once a stamp could not be taken or had not settled
 	// when the listing began: the next look lists again.
 	trusted bool
@@ -63,10 +70,13 @@ func (s *dirStamps) add(dir string) {
 	if s == nil {
 		return
 	}
-	st, ok := stampDir(dir)
+	st, ok := stampDir(dir, s.held < maxHeld)
 	if !ok {
 		s.trusted = false
 		return
+	}
+	if st.f != nil {
+		s.held++
 	}
 	if !settled(st.ctime, s.at) {
 		s.trusted = false
@@ -78,8 +88,9 @@ func (s *dirStamps) add(dir string) {
 // over their handles.
 func (s *dirStamps) merge(o *dirStamps) {
 	s.stamps = append(s.stamps, o.stamps...)
+	s.held += o.held
 	s.trusted = s.trusted && o.trusted
-	o.stamps = nil
+	o.stamps, o.held = nil, 0
 }
 
 // settled reports whether a change time is far enough before at that a
@@ -100,7 +111,13 @@ func (s *dirStamps) unchanged() bool {
 		return false
 	}
 	for _, old := range s.stamps {
-		fi, err := old.f.Stat()
+		var fi os.FileInfo
+		var err error
+		if old.f != nil {
+			fi, err = old.f.Stat()
+		} else {
+			fi, err = os.Stat(old.at)
+		}
 		if err != nil {
 			return false
 		}
@@ -117,6 +134,7 @@ func (s *dirStamps) close() {
 	if s == nil {
 		return
 	}
+	s.trusted = false
 	for _, st := range s.stamps {
 		if st.f != nil {
 			st.f.Close()
@@ -124,11 +142,10 @@ func (s *dirStamps) close() {
 	}
 }
 
-// stampDir opens and stats dir, or its nearest existing ancestor when it
-// does not exist. ok is false when that failed, or the platform gives no
-// change time.
-func stampDir(dir string) (dirStamp, bool) {
-	st := dirStamp{path: dir}
+// stampDir stats dir, or its nearest existing ancestor when it does not
+// exist, holding it open when hold is set. ok is false when that failed,
+// or the platform gives no change time.
+func stampDir(dir string, hold bool) (dirStamp, bool) {
 	at := dir
 	f, err := os.Open(at)
 	for errors.Is(err, os.ErrNotExist) {
@@ -136,7 +153,7 @@ func stampDir(dir string) (dirStamp, bool) {
 		if up == at {
 			return dirStamp{}, false
 		}
-		at, st.absent = up, true
+		at = up
 		f, err = os.Open(at)
 	}
 	if err != nil {
@@ -152,6 +169,9 @@ func stampDir(dir string) (dirStamp, bool) {
 		f.Close()
 		return dirStamp{}, false
 	}
-	st.f, st.ino, st.ctime = f, ino, ctime
-	return st, true
+	if !hold {
+		f.Close()
+		f = nil
+	}
+	return dirStamp{at: at, f: f, ino: ino, ctime: ctime}, true
 }
