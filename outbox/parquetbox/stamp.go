@@ -105,7 +105,7 @@ func settled(ctime int64, at time.Time) bool {
 
 // unchanged reports whether every directory still shows its stamp, so
 // that what the listing read still stands. Nil stamps (no listing yet, or
-// a store without directories) are never unchanged, nor closed ones.
+// a store without directories) are never unchanged.
 func (s *dirStamps) unchanged() bool {
 	if s == nil || !s.trusted {
 		return false
@@ -129,12 +129,13 @@ func (s *dirStamps) unchanged() bool {
 	return true
 }
 
-// close releases the directories' handles; unchanged is false after it.
+// close releases the directories' handles: a stamp of a held directory
+// is then never unchanged. It may run while another goroutine checks the
+// stamps, which then fail on the closed handle and list.
 func (s *dirStamps) close() {
 	if s == nil {
 		return
 	}
-	s.trusted = false
 	for _, st := range s.stamps {
 		if st.f != nil {
 			st.f.Close()
