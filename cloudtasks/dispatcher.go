@@ -175,6 +175,7 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	}
 	d.relay = newRelay(d)
 	d.relay.start()
+	d.announce(ctx)
 	return d, nil
 }
 

@@ -270,17 +270,20 @@ func TestRecoverWithEndedContextStartsNothing(t *testing.T) {
 var errAnswerLost = fmt.Errorf("commit: unexpected EOF (%w)", outbox.ErrKeptUnknown)
 
 // lostAnswerOutbox is an in-memory outbox that, while losing, keeps each
-// record and then reports that its answer was lost.
+// record and then reports that its answer was lost. It embeds the Outbox
+// interface, not *outbox.Memory, so that Memory's Reserve (which would
+// write the pending record without this Append) stays hidden, as a store
+// that appends through a log would.
 type lostAnswerOutbox struct {
-	*outbox.Memory
+	outbox.Outbox
 	losing atomic.Bool
 }
 
 func (b *lostAnswerOutbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
 	if !b.losing.Load() {
-		return b.Memory.Append(ctx, r, done)
+		return b.Outbox.Append(ctx, r, done)
 	}
-	if err := b.Memory.Append(ctx, r, nil); err != nil {
+	if err := b.Outbox.Append(ctx, r, nil); err != nil {
 		return err
 	}
 	if done == nil {
@@ -303,7 +306,7 @@ func TestLostAnswerToThePendingRecord(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
-			box := &lostAnswerOutbox{Memory: outbox.NewMemory(w.clock)}
+			box := &lostAnswerOutbox{Outbox: outbox.NewMemory(w.clock)}
 			box.losing.Store(true)
 			ctx := context.Background()
 			d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{

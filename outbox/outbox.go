@@ -80,6 +80,54 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
+// Announcer is implemented by an Outbox whose processes can each write an
+// ID's first record blind of the others (a parquetbox: there is no lock
+// across processes), so that two processes with different default queues
+// can each create the ID's task in their own (docs/consistency.md). Each
+// process announces its default queue where the others read it, and one
+// whose default differs from a live process's can say so. Memory (one
+// process) and pgbox (the second first record is refused) do not
+// implement it.
+type Announcer interface {
+	Outbox
+	// Announce publishes p, whose ProcessorUUID must be the outbox's, for
+	// as long as the outbox stays open, replacing what it announced
+	// before.
+	Announce(ctx context.Context, p Process) error
+	// Announced returns what the live processes sharing the outbox (this
+	// one among them) announced, sorted by ProcessorUUID. A process that
+	// announced nothing, such as one of a version before announcements,
+	// is not listed.
+	Announced(ctx context.Context) ([]Process, error)
+}
+
+// Process is what a process sharing an outbox announces about itself.
+type Process struct {
+	// ProcessorUUID names the process, as its records do.
+	ProcessorUUID string `json:"processor_uuid"`
+	// DefaultQueue is the full name of the queue its dispatcher uses for a
+	// call that names none (projects/P/locations/L/queues/Q); empty when
+	// it has none.
+	DefaultQueue string `json:"default_queue,omitempty"`
+}
+
+// DefaultQueuesDiffer reports whether two of the processes announced
+// different default queues (one without a default queue differs from
+// none).
+func DefaultQueuesDiffer(ps []Process) bool {
+	first := ""
+	for _, p := range ps {
+		switch {
+		case p.DefaultQueue == "":
+		case first == "":
+			first = p.DefaultQueue
+		case p.DefaultQueue != first:
+			return true
+		}
+	}
+	return false
+}
+
 // AppendAndWait appends r to o and returns once it is kept, with the error
 // that kept it from being kept, or ctx's error if ctx ends first (r may
 // still be kept: the error matches ErrKeptUnknown too).

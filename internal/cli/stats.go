@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -70,6 +71,28 @@ func writeStats(w io.Writer, stats []parquetbox.TableStats) error {
 	return tw.Flush()
 }
 
+// defaultQueuesJSON is the --format json line that names the live
+// processes when their default queues differ.
+type defaultQueuesJSON struct {
+	DefaultQueuesDiffer []outbox.Process `json:"default_queues_differ"`
+}
+
+// writeDefaultQueues warns, after the tables, when the live processes on
+// the outbox announced different default queues: a new ID two of them
+// dispatch at once without naming a queue can then become a task in each
+// (docs/consistency.md).
+func writeDefaultQueues(w io.Writer, procs []outbox.Process) {
+	if !outbox.DefaultQueuesDiffer(procs) {
+		return
+	}
+	named := make([]string, len(procs))
+	for i, p := range procs {
+		named[i] = p.ProcessorUUID + " " + dash(p.DefaultQueue)
+	}
+	fmt.Fprintf(w, "\nwarning: live processes on this outbox have different default queues; a new ID two of them dispatch at once without naming a queue can become a task in each (docs/consistency.md): %s\n",
+		strings.Join(named, ", "))
+}
+
 // writeUnexported says, after the tables, how many rows of each a
 // PostgreSQL outbox's exporter has still to write, and has refused.
 func writeUnexported(w io.Writer, stats []parquetbox.TableStats, unexported map[outbox.Table]exportBacklog) {
@@ -108,6 +131,12 @@ refused").
 
 --format json prints JSON Lines: one object per table.
 
+When the running dispatchers on a Parquet outbox (those sharing its log
+directory) announced different default queues, a warning line names each
+with its queue after the tables ({"default_queues_differ":[…]} in JSON): a
+new ID two of them dispatch at once without naming a queue can become a
+task in each.
+
 Damaged or foreign files are skipped, so the counts may be incomplete: they
 are then listed on stderr (one line), added to the json output as lines
 {"skipped_file":PATH,"reason":…,"damaged":BOOL} after the tables, and the
@@ -120,7 +149,7 @@ exit status is 3.`,
 				return usagef("--format %q unknown; allowed: table, json", format)
 			}
 			ctx := cmd.Context()
-			stats, unexported, skipped, err := outboxStats(ctx, env, dir)
+			stats, unexported, procs, skipped, err := outboxStats(ctx, env, dir)
 			if err != nil {
 				return err
 			}
@@ -142,11 +171,17 @@ exit status is 3.`,
 						return err
 					}
 				}
+				if outbox.DefaultQueuesDiffer(procs) {
+					if err := enc.Encode(defaultQueuesJSON{procs}); err != nil {
+						return err
+					}
+				}
 			} else {
 				if err := writeStats(cmd.OutOrStdout(), stats); err != nil {
 					return err
 				}
 				writeUnexported(cmd.OutOrStdout(), stats, unexported)
+				writeDefaultQueues(cmd.OutOrStdout(), procs)
 			}
 			return reportSkipped(cmd.OutOrStdout(), format == "json", skipped, "")
 		},
@@ -156,21 +191,22 @@ exit status is 3.`,
 	return cmd
 }
 
-// outboxStats reads the statistics of the outbox at where and the files
-// it skipped. A PostgreSQL outbox has no files and no log: its rows and
-// its size on the server are counted instead, and, once an exporter has
-// run on it, the rows of each table not yet exported or refused
-// (unexported; nil otherwise).
-func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbox.TableStats, unexported map[outbox.Table]exportBacklog, skipped []*parquetbox.FileError, err error) {
+// outboxStats reads the statistics of the outbox at where, what its live
+// processes announced (a Parquet outbox's) and the files it skipped. A
+// PostgreSQL outbox has no files and no log: its rows and its size on the
+// server are counted instead, and, once an exporter has run on it, the
+// rows of each table not yet exported or refused (unexported; nil
+// otherwise).
+func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbox.TableStats, unexported map[outbox.Table]exportBacklog, procs []outbox.Process, skipped []*parquetbox.FileError, err error) {
 	if isPostgresURL(where) {
 		box, db, err := openPostgres(ctx, where)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		defer db.Close()
 		pg, err := box.Stats(ctx)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		stats := make([]parquetbox.TableStats, 0, len(pg))
 		for _, s := range pg {
@@ -183,13 +219,16 @@ func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbo
 				unexported[s.Table] = exportBacklog{unexported: s.Unexported, refused: s.Refused}
 			}
 		}
-		return stats, unexported, nil, nil
+		return stats, unexported, nil, nil, nil
 	}
 	o, err := openOutbox(ctx, env, where, true)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer o.Close()
-	stats, err = o.Stats(ctx)
-	return stats, nil, o.Damaged(), err
+	if stats, err = o.Stats(ctx); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	procs, err = o.Announced(ctx)
+	return stats, nil, procs, o.Damaged(), err
 }

@@ -115,6 +115,19 @@ var versionTests = []struct {
 		require.NoError(t, err)
 		require.False(t, found)
 	}},
+	{"AnnouncementReadsBack", func(t *testing.T, b *bundle) {
+		a, ok := b.s.(outbox.Announcer)
+		if !ok {
+			t.Skip("no process writes an ID's first record blind of another: no Announcer")
+		}
+		me := outbox.Process{ProcessorUUID: b.s.ProcessorUUID(), DefaultQueue: "projects/p/locations/l/queues/q"}
+		require.NoError(t, a.Announce(b.ctx, me))
+		me.DefaultQueue = "projects/p/locations/l/queues/r"
+		require.NoError(t, a.Announce(b.ctx, me))
+		got, err := a.Announced(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, []outbox.Process{me}, got)
+	}},
 	{"NegativeVersionRefused", func(t *testing.T, b *bundle) {
 		err := b.appendVersion(dispatch("v", "t", "1", outbox.StatusPending), -1)
 		var re *outbox.RecordError

@@ -13,6 +13,7 @@
 //	<root>/<table>/created_date=1970-01-01/_schema/empty.parquet  the table's columns, no rows (see below)
 //	<root>/wal/<processor>-<seq>.wal                           each process's write-ahead log
 //	<root>/wal/<processor>.lock                                held while the process lives
+//	<root>/wal/<processor>.json                                what the process announced (its default queue)
 //	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
 //	<root>/_manifests/<table>                                  what Compact saw of each table file, for lookups
 //
@@ -35,7 +36,12 @@
 // Each process (named by its processor UUID) writes only files of its own,
 // so any number of processes share one root without coordinating. Parquet
 // files appear atomically (written under a hidden name, synced, renamed);
-// readers ignore hidden files.
+// readers ignore hidden files. Because nothing orders two processes'
+// first records of an ID, a process announces its default queue
+// (outbox.Announcer: Announce, Announced; the dispatcher does it when it is
+// made) beside its lock, and the processes sharing the log directory read
+// the live ones' announcements: two processes with different default
+// queues can each create an ID's task in their own (docs/consistency.md).
 //
 // # Durability
 //
@@ -75,7 +81,19 @@
 // LatestFresh (outbox.FreshReader) reads others' logs and files again
 // whatever RefreshInterval allows, and says how long another process's
 // record may still be unseen: 0 when the logs are in the root directory,
-// PublishInterval on a bucket.
+// PublishInterval on a bucket. On a directory it reads only what changed
+// since the last look: the frames appended to the log segments it
+// follows, and a new listing of the logs or of a table only when a
+// directory the last listing read has gained, lost or renamed an entry
+// (a stat of each directory, held open, tells by its change time, which
+// the filesystem takes from the machine's clock; a listing made within
+// 100 ms of a change to a directory it read is not trusted to stand, as
+// a second change in the same tick of that clock would leave the time
+// equal).
+// Records of other processes' logs are indexed by ID. For this a reader
+// holds open each directory its last listing of a table read (the table's,
+// up to 64; the rest are stat'ed by path), the log directory, and the
+// log segments of other processes it follows.
 // A lookup by ID skips row groups by min/max statistics and
 // bloom filters and reads only the pages the page index admits, so it reads
 // a small fraction of a large file; a Query with Summary set reads only the

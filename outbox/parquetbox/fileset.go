@@ -45,6 +45,14 @@ type fileSet struct {
 	odd      []*FileError
 	listedAt time.Time
 	stale    bool
+	// expired makes the next read look again, whatever refresh allows;
+	// unlike stale, the look may find the stamps unchanged and keep the
+	// listing.
+	expired bool
+	// stamps are those of the directories the last listing read (nil on
+	// a bucket): while they hold, the listing, the commits and the
+	// manifest it read are those of now.
+	stamps *dirStamps
 	// manifest is the table's manifest as of the last listing (nil: none
 	// usable); badManifest is the last error reading it, logged once.
 	manifest    manifestView
@@ -82,6 +90,16 @@ func newFileSet(store tableStore, t outbox.Table, log *slog.Logger, cacheBloom b
 func (fs *fileSet) invalidate() {
 	fs.mu.Lock()
 	fs.stale = true
+	fs.mu.Unlock()
+}
+
+// expire makes the next read look at the files again, whatever the
+// refresh interval allows: on a directory a stat of each directory the
+// last listing read and of the table's commits, which lists again only
+// if one of them changed.
+func (fs *fileSet) expire() {
+	fs.mu.Lock()
+	fs.expired = true
 	fs.mu.Unlock()
 }
 
@@ -178,71 +196,42 @@ func inBucket(listed []storeEntry, fld field, value string) []storeEntry {
 	return out
 }
 
-// relist lists the files again unless the last listing is recent enough,
-// forgets files no longer listed, and reloads the table's manifest. When
+// relist lists the files again unless the last listing is recent enough
+// (or, for a read that expired it, its stamps show that none of the
+// directories it read has changed), forgets files no longer listed, and
+// reloads the table's manifest. When
 // it lists and a manifest is there, early (unless nil) is called with it
 // while the listing is still under way.
 func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
 	fs.mu.Lock()
-	if !fs.stale && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
+	if !fs.stale && !fs.expired && fs.refresh > 0 && !fs.listedAt.IsZero() && fs.clock.Since(fs.listedAt) < fs.refresh {
 		fs.mu.Unlock()
 		return nil
 	}
+	stamps := fs.stamps
+	if fs.stale || !fs.expired {
+		stamps = nil
+	}
 	fs.mu.Unlock()
+	if stamps.unchanged() && fs.keepListing(stamps) {
+		return nil
+	}
 	listedAt := fs.clock.Now()
 	fs.mu.Lock()
 	prev := fs.commits
 	fs.mu.Unlock()
-	var entries []storeEntry
-	var commits *commitView
-	var hidden []storeEntry
-	var m manifestView
-	for try := 0; ; try++ {
-		// The commits are read before and after the listing: a
-		// compaction places its outputs before it commits and removes its
-		// inputs after, so a listing between two reads of the same
-		// commits shows every file they name.
-		before, err := loadCommits(ctx, fs.store, fs.table, prev)
-		if err != nil {
-			return fmt.Errorf("outbox: read commits of %s: %w", fs.store.where(fs.table, ""), err)
-		}
-		// The files are listed while the manifest is read (and used):
-		// each of its entries is checked against the listing
-		// afterwards, so which comes first does not matter.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			entries, err = fs.store.list(ctx, fs.table)
-		}()
-		if try == 0 {
-			m = fs.loadManifest(ctx)
-			if m != nil && early != nil {
-				early(m)
-			}
-		}
-		<-done
-		if err != nil {
-			return fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
-		}
-		after, err := loadCommits(ctx, fs.store, fs.table, before)
-		if err != nil {
-			return fmt.Errorf("outbox: read commits of %s: %w", fs.store.where(fs.table, ""), err)
-		}
-		if sameCommits(before, after) || try == 2 {
-			// Still moving after three tries: a file either commit
-			// shows is read, so nothing is hidden (a duplicate folds).
-			entries, hidden = visibleEntries(entries, before, after)
-			commits = after
-			break
-		}
-		prev = after
+	l, err := fs.list(ctx, prev, early)
+	if err != nil {
+		return err
 	}
-	entries, odd := splitOdd(entries)
+	entries, odd := splitOdd(l.entries)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.reportOddLocked(odd)
-	fs.listedAt, fs.stale, fs.listed, fs.manifest = listedAt, false, entries, m
-	fs.commits, fs.hidden = commits, hidden
+	fs.listedAt, fs.stale, fs.expired, fs.listed, fs.manifest = listedAt, false, false, entries, l.manifest
+	fs.stamps.close()
+	fs.stamps = l.stamps
+	fs.commits, fs.hidden = l.commits, l.hidden
 	seen := map[string]bool{}
 	for _, e := range entries {
 		seen[e.name] = true
@@ -258,6 +247,110 @@ func (fs *fileSet) relist(ctx context.Context, early func(manifestView)) error {
 		}
 	}
 	return nil
+}
+
+// listing is what one listing of a table read.
+type listing struct {
+	entries, hidden []storeEntry
+	commits         *commitView
+	manifest        manifestView
+	// stamps are those of the directories read (stamp.go); nil on a
+	// bucket, or when the commits moved during the listing.
+	stamps *dirStamps
+}
+
+// list reads the table's commits, files and manifest, as relist says.
+func (fs *fileSet) list(ctx context.Context, prev *commitView, early func(manifestView)) (l listing, err error) {
+	stamped, _ := fs.store.(stampedStore)
+	for try := 0; ; try++ {
+		var stamps, listStamps *dirStamps
+		if stamped != nil && try == 0 {
+			// Each directory is stamped before it is read, so a change
+			// after the read moves its stamp.
+			stamps = newDirStamps()
+			for _, dir := range stamped.stampDirs(fs.table) {
+				stamps.add(dir)
+			}
+			listStamps = &dirStamps{at: stamps.at, trusted: true}
+		}
+		entries, before, after, err := fs.listTry(ctx, prev, stamped, listStamps, try == 0, &l.manifest, early)
+		if err != nil {
+			stamps.close()
+			listStamps.close()
+			return listing{}, err
+		}
+		if sameCommits(before, after) || try == 2 {
+			// Still moving after three tries: a file either commit
+			// shows is read, so nothing is hidden (a duplicate folds).
+			l.entries, l.hidden = visibleEntries(entries, before, after)
+			l.commits = after
+			if stamps != nil {
+				stamps.merge(listStamps)
+				l.stamps = stamps
+			}
+			return l, nil
+		}
+		stamps.close()
+		listStamps.close()
+		prev = after
+	}
+}
+
+// listTry is one try of list: the commits, the files (stamped into
+// stamps unless nil) and, on the first try, the manifest into m.
+func (fs *fileSet) listTry(ctx context.Context, prev *commitView, stamped stampedStore, stamps *dirStamps, first bool, m *manifestView, early func(manifestView)) (entries []storeEntry, before, after *commitView, err error) {
+	// The commits are read before and after the listing: a compaction
+	// places its outputs before it commits and removes its inputs after,
+	// so a listing between two reads of the same commits shows every
+	// file they name.
+	before, err = loadCommits(ctx, fs.store, fs.table, prev)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("outbox: read commits of %s: %w", fs.store.where(fs.table, ""), err)
+	}
+	// The files are listed while the manifest is read (and used): each
+	// of its entries is checked against the listing afterwards, so which
+	// comes first does not matter.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if stamps != nil {
+			entries, err = stamped.listStamped(ctx, fs.table, stamps)
+		} else {
+			entries, err = fs.store.list(ctx, fs.table)
+		}
+	}()
+	if first {
+		*m = fs.loadManifest(ctx)
+		if *m != nil && early != nil {
+			early(*m)
+		}
+	}
+	<-done
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("outbox: list %s: %w", fs.store.where(fs.table, ""), err)
+	}
+	after, err = loadCommits(ctx, fs.store, fs.table, before)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("outbox: read commits of %s: %w", fs.store.where(fs.table, ""), err)
+	}
+	return entries, before, after, nil
+}
+
+// keepListing keeps the last listing for a read that expired it, after
+// its stamps were found unchanged; it reports false when this process
+// wrote files or listed again meanwhile, and the caller lists. The
+// listing keeps its age: the next read past the refresh interval lists
+// everything again, which also loads a new manifest (a manifest changes
+// which files are opened, never an answer, so a fresh read does not
+// look for one).
+func (fs *fileSet) keepListing(stamps *dirStamps) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.stale || fs.stamps != stamps {
+		return false
+	}
+	fs.expired = false
+	return true
 }
 
 // splitOdd separates a listing's data files from its entries outside the
@@ -469,101 +562,9 @@ func (fs *fileSet) markBad(f *openFile, err error) (vanished bool) {
 func (fs *fileSet) closeAll() {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.stamps.close()
+	fs.stamps = nil
 	for name, f := range fs.files {
 		fs.dropLocked(name, f)
 	}
-}
-
-// walTails follows the log segments of other processors, reading only
-// what was appended since the last look. A frame still being written is
-// not an error: it is read once complete.
-type walTails struct {
-	dir     string
-	self    string
-	refresh time.Duration
-	clock   clockwork.Clock
-
-	mu       sync.Mutex
-	segs     map[string]*tail
-	lookedAt time.Time
-}
-
-type tail struct {
-	off  int64
-	size int64
-	recs []outbox.Record
-}
-
-func newWALTails(dir, self string, refresh time.Duration, clock clockwork.Clock) *walTails {
-	return &walTails{dir: dir, self: self, refresh: refresh, clock: clock, segs: map[string]*tail{}}
-}
-
-// records refreshes every followed segment and returns all their records
-// (the slices must not be modified).
-func (w *walTails) records() ([][]outbox.Record, error) {
-	w.mu.Lock()
-	if w.refresh > 0 && !w.lookedAt.IsZero() && w.clock.Since(w.lookedAt) < w.refresh {
-		defer w.mu.Unlock()
-		return w.snapshotLocked(), nil
-	}
-	w.mu.Unlock()
-	lookedAt := w.clock.Now()
-	segs, err := listSegments(w.dir)
-	if err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lookedAt = lookedAt
-	seen := map[string]bool{}
-	for _, s := range segs {
-		if s.Processor == w.self {
-			continue
-		}
-		seen[s.Path] = true
-		t, ok := w.segs[s.Path]
-		if !ok {
-			t = &tail{}
-			w.segs[s.Path] = t
-		}
-		st, err := os.Stat(s.Path)
-		if err != nil {
-			delete(w.segs, s.Path)
-			continue
-		}
-		if st.Size() != t.size {
-			recs, end, err := readFrames(s.Path, t.off)
-			var te *tailError
-			if err != nil && !errors.As(err, &te) {
-				continue // vanished or not a segment: nothing to serve
-			}
-			t.recs = append(t.recs, recs...)
-			t.off = end
-			t.size = st.Size()
-		}
-	}
-	for p := range w.segs {
-		if !seen[p] {
-			delete(w.segs, p)
-		}
-	}
-	return w.snapshotLocked(), nil
-}
-
-// expire makes the next records look at the logs again, whatever the
-// refresh interval allows.
-func (w *walTails) expire() {
-	w.mu.Lock()
-	w.lookedAt = time.Time{}
-	w.mu.Unlock()
-}
-
-func (w *walTails) snapshotLocked() [][]outbox.Record {
-	var out [][]outbox.Record
-	for _, t := range w.segs {
-		if len(t.recs) > 0 {
-			out = append(out, t.recs[:len(t.recs):len(t.recs)])
-		}
-	}
-	return out
 }

@@ -210,6 +210,9 @@ func (o *Outbox) Close() error {
 			o.mu.RLock()
 			left := len(o.sealed)
 			o.mu.RUnlock()
+			// Withdrawn while the lock is held: an announcement beside a
+			// free lock is a dead processor's.
+			os.Remove(o.announcePath(o.processor))
 			if left == 0 {
 				os.Remove(o.lock.Name())
 			}
@@ -218,6 +221,7 @@ func (o *Outbox) Close() error {
 		for _, fs := range o.files {
 			fs.closeAll()
 		}
+		o.tails.close()
 		o.closeErr = errors.Join(o.closeErr, o.store.close())
 	})
 	return o.closeErr

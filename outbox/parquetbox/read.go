@@ -71,7 +71,11 @@ var _ outbox.FreshReader = (*Outbox)(nil)
 
 // LatestFresh is Latest after looking again at other processes' logs and
 // at the table's files, whatever RefreshInterval allows Latest to reuse.
-// unseen is 0 when the root is a directory that also holds this process's
+// On a directory the look reads what changed since the last one: each
+// followed log segment's new frames (a stat of each tells), and a listing
+// of the logs or of the table only when a stat of the directories the
+// last listing read shows an entry added, removed or renamed since (a
+// segment, a publication, a commit; see stamp.go). unseen is 0 when the root is a directory that also holds this process's
 // log (LogDir unset or the Root): processes sharing it read each other's
 // logs, so every kept record is read. Otherwise (a bucket, or a log kept
 // elsewhere) others' records are read once they are published, and unseen
@@ -81,7 +85,7 @@ func (o *Outbox) LatestFresh(ctx context.Context, t outbox.Table, id string) (ou
 	if err := t.Validate(); err != nil {
 		return outbox.Record{}, false, 0, err
 	}
-	o.files[t].invalidate()
+	o.files[t].expire()
 	o.tails.expire()
 	r, ok, err := o.Latest(ctx, t, id)
 	return r, ok, o.unseen(), err
@@ -190,7 +194,15 @@ func (o *Outbox) search(ctx context.Context, t outbox.Table, q outbox.Query, own
 	}
 	// Logs before files: a segment converted in between is then seen in
 	// its Parquet file, never missed.
-	tails, err := o.tails.records()
+	var tails [][]outbox.Record
+	var err error
+	if q.ID != "" {
+		var recs []outbox.Record
+		recs, err = o.tails.of(t, q.ID)
+		tails = [][]outbox.Record{recs}
+	} else {
+		tails, err = o.tails.records()
+	}
 	if err != nil {
 		return fmt.Errorf("outbox: read logs: %w", err)
 	}

@@ -66,6 +66,7 @@ func (o *Outbox) recover(ctx context.Context) error {
 		err = o.adopt(ctx, byProc[p])
 		if lock != nil {
 			if err == nil {
+				os.Remove(o.announcePath(p))
 				os.Remove(lock.Name())
 			}
 			lock.Close()

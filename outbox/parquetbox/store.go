@@ -72,8 +72,31 @@ type localStore struct{ root string }
 
 func (s localStore) dir(t outbox.Table) string { return filepath.Join(s.root, string(t)) }
 
-func (s localStore) list(_ context.Context, t outbox.Table) ([]storeEntry, error) {
+// stampedStore is a tableStore whose listings can be checked for change
+// by a stat of each directory they read (stamp.go): a local directory. A
+// bucket is listed again instead.
+type stampedStore interface {
+	// listStamped is list, stamping each directory it reads (the
+	// table's and each partition's) before reading it.
+	listStamped(ctx context.Context, t outbox.Table, stamps *dirStamps) ([]storeEntry, error)
+	// stampDirs are the other directories what a listing of t shows
+	// depends on: its commits'.
+	stampDirs(t outbox.Table) []string
+}
+
+var _ stampedStore = localStore{}
+
+func (s localStore) stampDirs(t outbox.Table) []string {
+	return []string{s.leasePath(path.Join(commitDir, string(t)))}
+}
+
+func (s localStore) list(ctx context.Context, t outbox.Table) ([]storeEntry, error) {
+	return s.listStamped(ctx, t, nil)
+}
+
+func (s localStore) listStamped(_ context.Context, t outbox.Table, stamps *dirStamps) ([]storeEntry, error) {
 	root := s.dir(t)
+	stamps.add(root)
 	top, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil // no table yet
@@ -105,6 +128,7 @@ func (s localStore) list(_ context.Context, t outbox.Table) ([]storeEntry, error
 		case !isPartitionDir(name):
 			odd(name, reasonNotPartition, true, nil)
 		default:
+			stamps.add(filepath.Join(root, name))
 			entries, err := os.ReadDir(filepath.Join(root, name))
 			if errors.Is(err, os.ErrNotExist) {
 				continue // removed while listing

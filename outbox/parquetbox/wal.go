@@ -2,6 +2,7 @@ package parquetbox
 
 import (
 	"errors"
+	"io"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 
@@ -47,8 +48,13 @@ func readFrames(path string, from int64) ([]outbox.Record, int64, error) {
 		return nil, from, err
 	}
 	defer f.Close()
+	return readFramesOf(f, path, st.Size(), from)
+}
+
+// readFramesOf is readFrames of an open segment of the given size.
+func readFramesOf(f io.ReaderAt, path string, size, from int64) ([]outbox.Record, int64, error) {
 	var recs []outbox.Record
-	end, err := wal.ReadFrames(f, st.Size(), from, func(p []byte) error {
+	end, err := wal.ReadFrames(f, size, from, func(p []byte) error {
 		r, err := decodeRecord(p)
 		if err == nil {
 			recs = append(recs, r)

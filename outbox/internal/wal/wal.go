@@ -17,7 +17,11 @@
 //
 // Segments are <dir>/<processor>-<seq>.wal, with sequence numbers padded
 // to 16 digits so they sort; <dir>/<processor>.lock is the processor's
-// liveness lock.
+// liveness lock, and <dir>/<processor>.json what the processor announced
+// about itself (its default queue) while it lives, for the others to
+// read. A log written before announcements has no such file, and a
+// reader of that time skips it as it skips every name that is not a
+// segment.
 package wal
 
 import (
@@ -39,9 +43,11 @@ const (
 	Magic = "CTDWAL01"
 	// DirName is the log's directory under the outbox's log root.
 	DirName = "wal"
-	// Ext ends a segment's name; LockExt a processor's lock file's.
-	Ext     = ".wal"
-	LockExt = ".lock"
+	// Ext ends a segment's name; LockExt a processor's lock file's;
+	// AnnounceExt the name of what a processor announced.
+	Ext         = ".wal"
+	LockExt     = ".lock"
+	AnnounceExt = ".json"
 	// MaxFrame bounds a frame's payload.
 	MaxFrame    = 1 << 20
 	frameHeader = 8
