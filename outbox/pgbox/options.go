@@ -44,6 +44,14 @@ type Options struct {
 	// dispatcher on the database, or in one "ctdispatch export" process:
 	// exporters share the work. Unset, nothing is exported.
 	Export ExportOptions
+	// NoNotify keeps the statements that record intents from sending the
+	// notification (PostgreSQL's NOTIFY, see NoticeChannel) that wakes
+	// listening relays. Every transaction that records an intent sends
+	// one; where no relay listens (none has a cloudtasks.Config.Listener)
+	// it is wasted, and PostgreSQL commits the transactions that notified
+	// one at a time. Relays then find intents by polling. Defaults to
+	// off: notifications are sent.
+	NoNotify bool
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
