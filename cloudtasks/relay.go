@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -81,6 +82,9 @@ type relay struct {
 	// release; claimsExpire, when the last of their claims expires.
 	left, unreleased []outbox.Intent
 	claimsExpire     time.Time
+	// trail nudges the loop one notice gap after the last notification
+	// of intents (lookAgainLater).
+	trail clockwork.Timer
 }
 
 // held is a claimed intent that ended in an error. One that Cloud Tasks
@@ -143,12 +147,16 @@ func (r *relay) isStopping() bool {
 // and some queue is the dispatcher's to relay.
 func (r *relay) start() {
 	cfg := &r.d.cfg
+	relaying := r.store != nil && !cfg.NoRelay && len(r.queues) > 0
+	if relaying {
+		r.done = make(chan struct{})
+	}
 	var side context.Context
 	side, r.quiet = context.WithCancel(context.Background())
 	if cfg.Listener != nil {
 		r.side.Go(func() { r.listen(side) })
 	}
-	if r.store == nil || cfg.NoRelay || len(r.queues) == 0 {
+	if !relaying {
 		return
 	}
 	if r.notices != nil {
@@ -156,7 +164,6 @@ func (r *relay) start() {
 	}
 	var ctx context.Context
 	ctx, r.halt = context.WithCancel(context.Background())
-	r.done = make(chan struct{})
 	go r.loop(ctx)
 }
 
@@ -202,6 +209,11 @@ func (r *relay) drain(ctx context.Context) error {
 	}
 	r.quiet()
 	r.side.Wait()
+	r.mu.Lock()
+	if r.trail != nil {
+		r.trail.Stop()
+	}
+	r.mu.Unlock()
 	return r.drainError()
 }
 

@@ -28,12 +28,30 @@ func (r *relay) heard(payload string) {
 	switch payload {
 	case outbox.NoticeIntents:
 		r.nudge()
+		r.lookAgainLater()
 	case outbox.NoticeOutcomes:
 		r.recorded()
 	case "":
 		r.nudge()
 		r.recorded()
 	}
+}
+
+// lookAgainLater has the loop pass again one notice gap after the last
+// notification of intents: the transactions that committed within the
+// gap of a notifying one sent none of their own (outbox.Notices).
+func (r *relay) lookAgainLater() {
+	gap := r.notices.NoticeGap()
+	if gap <= 0 || r.done == nil { // no loop to nudge
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.trail == nil {
+		r.trail = r.d.clock.AfterFunc(gap, r.nudge)
+		return
+	}
+	r.trail.Reset(gap)
 }
 
 // announcer sends the outbox's outcome notification when r.announce asks

@@ -114,17 +114,23 @@ const (
 
 // Notices is implemented by an Intents store that tells listeners when
 // there is work for a relay, so that relays need not poll for it: the
-// statements that record intents (AppendIntent, AppendCancel) and
-// release them send NoticeIntents inside their transaction, so that only
-// a commit wakes anyone, and NotifyOutcomes sends NoticeOutcomes. The
-// notifications reach a Listener the program supplies (package
-// outbox/pgbox/pgxlisten for PostgreSQL, whose NOTIFY pgbox sends).
-// Delivery is best effort: a listener that was not listening misses them,
-// so a relay still polls, less often.
+// statements that record intents (AppendIntent, AppendCancel) send
+// NoticeIntents inside their transaction, so that only a commit wakes
+// anyone, at most once per NoticeGap (a transaction within the gap of
+// the one before sends none: the relay that one woke looks again
+// NoticeGap later), ReleaseIntents sends it too, and NotifyOutcomes sends
+// NoticeOutcomes. The notifications reach a Listener the program supplies
+// (package outbox/pgbox/pgxlisten for PostgreSQL, whose NOTIFY pgbox
+// sends). Delivery is best effort: a listener that was not listening
+// misses them, so a relay still polls, less often.
 type Notices interface {
 	// NoticeChannel returns the channel the store's notifications go to,
 	// or "" when it sends none (pgbox.Options.NoNotify).
 	NoticeChannel() string
+	// NoticeGap returns how long after a notification of intents the
+	// store sends no other (0: one per transaction): a relay woken by
+	// one looks again this much later.
+	NoticeGap() time.Duration
 	// NotifyOutcomes sends NoticeOutcomes in a statement of its own.
 	NotifyOutcomes(ctx context.Context) error
 }

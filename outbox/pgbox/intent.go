@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/naming"
@@ -35,13 +36,17 @@ func IntentTableName(opts Options) string {
 type intents struct {
 	name, bare                        string
 	upsert, claim, drop, release, has string
-	// channel is where the statements that record or release intents
-	// send NoticeIntents; "" under Options.NoNotify.
-	channel string
+	// upsertNotify is upsert that also sends NoticeIntents on channel,
+	// which is "" under Options.NoNotify.
+	upsertNotify, channel string
+	// gap spaces the upserts that notify (Options.NotifyGap); last is
+	// when one last did, in Unix nanoseconds.
+	gap  time.Duration
+	last *atomic.Int64
 }
 
 func newIntents(o Options) intents {
-	in := intents{bare: o.TablePrefix + IntentTable}
+	in := intents{bare: o.TablePrefix + IntentTable, gap: o.NotifyGap, last: new(atomic.Int64)}
 	in.name = `"` + o.Schema + `"."` + in.bare + `"`
 	if !o.NoNotify {
 		in.channel = noticeChannel(o)
@@ -52,11 +57,12 @@ func newIntents(o Options) intents {
 	// (it records nothing over a newer version), and its DropIntent, which
 	// finds the intent replaced, releases the claim for the next pass. A
 	// cancel thus never runs beside the create it replaces.
-	in.upsert = in.notifying(`INSERT INTO `+in.name+` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
+	in.upsert = `INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (id) DO UPDATE SET op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
 			task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request,
-			created_at = EXCLUDED.created_at`, true)
+			created_at = EXCLUDED.created_at`
+	in.upsertNotify = in.notifying(in.upsert, true)
 	// $6 are the expiries of this outbox's claims whose answer was lost:
 	// their intents are this processor's and no relay works on them.
 	in.claim = `UPDATE ` + in.name + ` SET claimed_by = $2, claim_expires = $3 WHERE id IN (
@@ -87,6 +93,23 @@ func (in intents) notifying(stmt string, always bool) string {
 	return `WITH w AS (` + stmt + ` RETURNING 1) SELECT ` + notify + ` WHERE EXISTS (SELECT 1 FROM w)`
 }
 
+// upsertFor returns the upsert a new intent uses now: the one that
+// notifies when the last one did at least gap ago (and this call is the
+// one that takes the turn), the plain one otherwise.
+func (in intents) upsertFor() string {
+	if in.channel == "" {
+		return in.upsert
+	}
+	// Real time, not the outbox's clock: the gap spares the server's
+	// commits, which a test's clock does not slow.
+	now := time.Now().UnixNano()
+	last := in.last.Load()
+	if now-last < int64(in.gap) || !in.last.CompareAndSwap(last, now) {
+		return in.upsert
+	}
+	return in.upsertNotify
+}
+
 // noticeChannel names the channel of the outbox's notifications after
 // its intents table, schema.table; a name longer than PostgreSQL's 63
 // bytes for a channel is replaced by a hash of it. Schema and prefix are
@@ -106,6 +129,10 @@ func noticeChannel(o Options) string {
 // It is the intents table's schema-qualified name, "public.ctdispatch_intents"
 // by default, or a hash of it when that is longer than 63 bytes.
 func (o *Outbox) NoticeChannel() string { return o.intents.channel }
+
+// NoticeGap implements outbox.Notices: Options.NotifyGap (0 when every
+// transaction notifies).
+func (o *Outbox) NoticeGap() time.Duration { return o.intents.gap }
 
 // NotifyOutcomes implements outbox.Notices: it sends NoticeOutcomes on
 // the outbox's channel, in a statement of its own. Under
@@ -257,7 +284,7 @@ func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record
 	if !r.DueAt.IsZero() {
 		schedule = sql.NullTime{Time: r.DueAt, Valid: true}
 	}
-	if _, err := tx.Exec(ctx, o.intents.upsert, r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
+	if _, err := tx.Exec(ctx, o.intents.upsertFor(), r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
 		return txError(o.intents.name, "append intent to", err)
 	}
 	return nil
@@ -298,7 +325,7 @@ func (o *Outbox) AppendCancel(ctx context.Context, tx outbox.Tx, in outbox.Inten
 		return &outbox.RecordError{ID: in.ID, Field: "Intent.ID", Value: in.ID, Rule: err.Error()}
 	}
 	now := o.clock.Now()
-	if _, err := tx.Exec(ctx, o.intents.upsert, in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),
+	if _, err := tx.Exec(ctx, o.intents.upsertFor(), in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),
 		sql.NullTime{}, []byte{}, now, opDelete); err != nil {
 		return txError(o.intents.name, "append intent to", err)
 	}

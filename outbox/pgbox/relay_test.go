@@ -77,6 +77,7 @@ func outcomes(t *testing.T, box *pgbox.Outbox, id string) []outbox.Status {
 func TestRelayWokenByTheCommit(t *testing.T) {
 	t.Parallel()
 	w := newTxWorld(t, clockwork.NewRealClock())
+	w.opts.NotifyGap = -1 // every transaction notifies
 	never := cloudtasks.Config{RelayInterval: time.Hour}
 	relayCfg, waiterCfg := never, never
 	relayCfg.Listener = w.listener(t)
@@ -103,6 +104,31 @@ func TestRelayWokenByTheCommit(t *testing.T) {
 	require.Equal(t, 4, w.emu.TaskCount())
 	require.Equal(t, int64(4), w.calls.Load())
 	require.Equal(t, []outbox.Status{outbox.StatusCreated}, outcomes(t, box, "dispatch:tx:gap:1"))
+}
+
+// A transaction that records an intent within the notify gap of another
+// sends no notification of its own; the relay woken by the other's, done
+// with it, looks again one gap later and finds it, though it never
+// polls. About 4 s.
+func TestRelayLooksAgainAfterTheGap(t *testing.T) {
+	t.Parallel()
+	w := newTxWorld(t, clockwork.NewRealClock())
+	w.opts.NotifyGap = 3 * time.Second
+	w.dispatcher(t, cloudtasks.Config{Listener: w.listener(t), RelayInterval: time.Hour})
+	waiter, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true, Listener: w.listener(t), RelayInterval: time.Hour})
+	created := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			rec, err := waiter.WaitOutcome(ctx, id)
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, outbox.StatusCreated, rec.Status, id)
+		}
+	}
+	created(commitIntents(t, w.db, waiter, "notifies")...)
+	created(commitIntents(t, w.db, waiter, "within", "the-gap")...)
+	require.Equal(t, int64(3), w.calls.Load())
 }
 
 // An intent whose transaction sent no notification (an outbox with

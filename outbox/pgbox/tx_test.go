@@ -23,11 +23,12 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
-// txQueue is the queue of the tests' dispatches; txRemoteQueue, one only
-// a benchmark's remote relay takes.
+// txQueue is the queue of the tests' dispatches; txRemoteQueue and
+// txPollQueue, ones only a benchmark's remote relays take.
 const (
 	txQueue       = "projects/p/locations/l/queues/q"
 	txRemoteQueue = "projects/p/locations/l/queues/remote"
+	txPollQueue   = "projects/p/locations/l/queues/remote-poll"
 )
 
 // txWorld is an emulator and a migrated schema of one database, for
@@ -44,7 +45,7 @@ type txWorld struct {
 
 func newTxWorld(t testing.TB, clock clockwork.Clock) *txWorld {
 	t.Helper()
-	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock, Queues: []emulator.QueueConfig{{Name: txQueue}, {Name: txRemoteQueue}}})
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock, Queues: []emulator.QueueConfig{{Name: txQueue}, {Name: txRemoteQueue}, {Name: txPollQueue}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { emu.Close() })
 	w := &txWorld{emu: emu, dsn: pgtest.New(t), clock: clock,

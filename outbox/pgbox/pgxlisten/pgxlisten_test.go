@@ -67,9 +67,9 @@ func sendMarker(t *testing.T, db *sql.DB, channel string) {
 
 // A transaction that records several intents (dispatches, a timer, a
 // cancel) sends one notification, when it commits; one that rolls back
-// sends none; a release of claimed intents sends one, and
-// NotifyOutcomes the outcomes' one. An outbox with NoNotify sends none.
-// About 2 s.
+// sends none; one within the NotifyGap of the one before sends none; a
+// release of claimed intents sends one, and NotifyOutcomes the outcomes'
+// one. An outbox with NoNotify sends none. About 2 s.
 func TestOneNotificationPerCommit(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -77,13 +77,18 @@ func TestOneNotificationPerCommit(t *testing.T) {
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	box, err := pgbox.New(db, pgbox.Options{})
+	box, err := pgbox.New(db, pgbox.Options{NotifyGap: -1})
 	require.NoError(t, err)
 	require.NoError(t, box.Migrate(ctx))
 	quiet, err := pgbox.New(db, pgbox.Options{NoNotify: true})
 	require.NoError(t, err)
+	spaced, err := pgbox.New(db, pgbox.Options{NotifyGap: time.Hour})
+	require.NoError(t, err)
+	byDefault, err := pgbox.New(db, pgbox.Options{})
+	require.NoError(t, err)
 	require.Equal(t, "public.ctdispatch_intents", box.NoticeChannel())
 	require.Empty(t, quiet.NoticeChannel())
+	require.Equal(t, []time.Duration{0, time.Hour, pgbox.DefaultNotifyGap}, []time.Duration{box.NoticeGap(), spaced.NoticeGap(), byDefault.NoticeGap()})
 
 	emu, err := emulator.New(emulator.Config{DisableDelivery: true})
 	require.NoError(t, err)
@@ -94,7 +99,7 @@ func TestOneNotificationPerCommit(t *testing.T) {
 		t.Cleanup(func() { d.Close(context.Background()) })
 		return d
 	}
-	d, dq := open(box), open(quiet)
+	d, dq, ds := open(box), open(quiet), open(spaced)
 	l, err := pgxlisten.New(pgxlisten.Config{ConnString: dsn})
 	require.NoError(t, err)
 	got := heard(t, l, box.NoticeChannel())
@@ -131,16 +136,21 @@ func TestOneNotificationPerCommit(t *testing.T) {
 	sendMarker(t, db, box.NoticeChannel())
 	require.Equal(t, []string{marker}, until(t, got), "NoNotify sends none")
 
-	claimed, err := box.ClaimIntents(ctx, []string{"projects/p/locations/l/queues/q"}, 10, time.Hour)
+	record(ds, true, "s1")
+	record(ds, true, "s2")
+	sendMarker(t, db, box.NoticeChannel())
+	require.Equal(t, []string{outbox.NoticeIntents, marker}, until(t, got), "the second transaction fell within the gap of the first")
+
+	claimed, err := box.ClaimIntents(ctx, []string{"projects/p/locations/l/queues/q"}, 20, time.Hour)
 	require.NoError(t, err)
-	require.Len(t, claimed, 7, "per transaction: two dispatches, a timer and a cancel (which replaced the first dispatch)")
+	require.Len(t, claimed, 11, "per transaction: its dispatches, a timer and a cancel, which replaced the first dispatch")
 	require.NoError(t, box.ReleaseIntents(ctx, claimed[:2]))
 	require.NoError(t, box.ReleaseIntents(ctx, claimed[:2]), "released already: nothing to release, nothing sent")
 	require.NoError(t, box.NotifyOutcomes(ctx))
 	require.NoError(t, quiet.NotifyOutcomes(ctx))
 	sendMarker(t, db, box.NoticeChannel())
 	require.Equal(t, []string{outbox.NoticeIntents, outbox.NoticeOutcomes, marker}, until(t, got))
-	again, err := box.ClaimIntents(ctx, []string{"projects/p/locations/l/queues/q"}, 10, time.Hour)
+	again, err := box.ClaimIntents(ctx, []string{"projects/p/locations/l/queues/q"}, 20, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []string{claimed[0].ID, claimed[1].ID}, []string{again[0].ID, again[1].ID}, "the released intents are claimable at once")
 	require.Len(t, again, 2)
