@@ -3,7 +3,6 @@ package pgbox_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
-	"github.com/ctdispatch/ctdispatch/internal/pgserver"
+	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox/pgxlisten"
@@ -231,13 +230,7 @@ func TestRelayCloseNamesWhatTheDrainLeft(t *testing.T) {
 // started again).
 func TestRelayTakesBackItsClaimsAfterADatabaseRestart(t *testing.T) {
 	t.Parallel()
-	cluster, err := pgserver.Start()
-	var missing *pgserver.MissingError
-	if errors.As(err, &missing) {
-		t.Skip(err.Error())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { cluster.Stop() })
+	cluster := pgtest.OwnCluster(t)
 	dsn, _, err := cluster.CreateDatabase(t.Context())
 	require.NoError(t, err)
 	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Queues: []emulator.QueueConfig{{Name: txQueue}}})
