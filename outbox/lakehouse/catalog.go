@@ -1,0 +1,279 @@
+package lakehouse
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/catalog/hadoop"
+	"github.com/apache/iceberg-go/catalog/rest"
+	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	"github.com/apache/iceberg-go/table"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	// Cloud Storage file IO, for tables in a gs:// root.
+	_ "github.com/apache/iceberg-go/io/gocloud/gcs"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
+)
+
+// commitRetries is the tables' commit.retry.num-retries: a commit that
+// meets another commit is rebuilt on the new snapshot and tried again this
+// many times (the guard below keeps a retry from naming a file twice).
+const commitRetries = 4
+
+// ErrDuplicatePath is the error of a commit refused because the snapshot
+// it would make names one file twice (or names again a file the table
+// already holds): nothing is committed, and Publish computes its changes
+// again from the table as it is.
+var ErrDuplicatePath = errors.New("lakehouse: a snapshot would name a file twice")
+
+// lakeCatalog is an opened catalog with the root's table locations.
+type lakeCatalog struct {
+	cat       catalog.Catalog
+	kind      string
+	namespace table.Identifier
+	// location is the root's metadata directory as a URL: where
+	// the tables' metadata goes.
+	location string
+	props    iceberg.Properties
+	db       *sql.DB
+}
+
+// rootURL returns an outbox root as the URL Iceberg locations start with.
+func rootURL(root string) (string, error) {
+	if isBucketRoot(root) {
+		return strings.TrimRight(root, "/"), nil
+	}
+	abs, err := filepath.Abs(strings.TrimPrefix(root, "file://"))
+	if err != nil {
+		return "", err
+	}
+	return "file://" + filepath.ToSlash(abs), nil
+}
+
+// openCatalog opens the catalog cfg names for an outbox root.
+func openCatalog(ctx context.Context, root string, cfg Config) (*lakeCatalog, error) {
+	kind, err := catalogKind(cfg.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCatalogForRoot(root, cfg.Catalog); err != nil {
+		return nil, err
+	}
+	base, err := rootURL(root)
+	if err != nil {
+		return nil, err
+	}
+	props := iceberg.Properties{}
+	for k, v := range cfg.Properties {
+		props[k] = v
+	}
+	lc := &lakeCatalog{kind: kind, namespace: table.Identifier{cfg.Namespace}, location: base + "/" + metaDir, props: props}
+	switch kind {
+	case catalogFile:
+		lc.cat, err = hadoop.NewCatalog("ctdispatch", strings.TrimPrefix(lc.location, "file://"), props)
+	case catalogSQL:
+		lc.cat, lc.db, err = openSQLCatalog(ctx, cfg.Catalog, props)
+	case catalogREST:
+		opts := []rest.Option{rest.WithAdditionalProps(props)}
+		if w := props["warehouse"]; w != "" {
+			opts = append(opts, rest.WithWarehouseLocation(w))
+		}
+		if c := props["credential"]; c != "" {
+			opts = append(opts, rest.WithCredential(c))
+		}
+		lc.cat, err = rest.NewCatalog(ctx, "ctdispatch", cfg.Catalog, opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lakehouse: open catalog %q: %w", redact(cfg.Catalog), err)
+	}
+	return lc, nil
+}
+
+// openSQLCatalog opens iceberg-go's SQL catalog on PostgreSQL through
+// pgx's database/sql driver. The catalog names its tables without a
+// schema, so they go to the connection's search_path: the schema the URL
+// names there is created first when missing.
+func openSQLCatalog(ctx context.Context, dsn string, props iceberg.Properties) (catalog.Catalog, *sql.DB, error) {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	schema := cc.RuntimeParams["search_path"]
+	db := stdlib.OpenDB(*cc)
+	if schema != "" {
+		if strings.Contains(schema, ",") {
+			db.Close()
+			return nil, nil, fmt.Errorf("search_path %q names more than one schema; name the one schema of the catalog's tables", schema)
+		}
+		if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			db.Close()
+			return nil, nil, fmt.Errorf("create schema %q: %w", schema, err)
+		}
+	}
+	cat, err := sqlcat.NewCatalog("ctdispatch", db, sqlcat.Postgres, props)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return cat, db, nil
+}
+
+func (lc *lakeCatalog) close() error {
+	var errs []error
+	if c, ok := lc.cat.(catalog.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	if lc.db != nil {
+		errs = append(errs, lc.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (lc *lakeCatalog) ident(t outbox.Table) table.Identifier {
+	return append(table.Identifier{}, append(lc.namespace, string(t))...)
+}
+
+// load loads table t through the guard, or returns catalog.ErrNoSuchTable.
+func (lc *lakeCatalog) load(ctx context.Context, t outbox.Table) (*table.Table, error) {
+	tbl, err := lc.cat.LoadTable(ctx, lc.ident(t))
+	if err != nil {
+		return nil, err
+	}
+	return guarded(tbl, lc.cat), nil
+}
+
+// ensure loads table t, creating the namespace and the table first when
+// missing.
+func (lc *lakeCatalog) ensure(ctx context.Context, t outbox.Table) (*table.Table, error) {
+	tbl, err := lc.load(ctx, t)
+	if !errors.Is(err, catalog.ErrNoSuchTable) {
+		return tbl, err
+	}
+	if err := lc.cat.CreateNamespace(ctx, lc.namespace, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return nil, fmt.Errorf("lakehouse: create namespace %s: %w", lc.namespace, err)
+	}
+	sc, err := icebergSchema(t)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := partitionSpec(sc)
+	if err != nil {
+		return nil, err
+	}
+	opts := []catalog.CreateTableOpt{
+		catalog.WithPartitionSpec(spec),
+		catalog.WithProperties(iceberg.Properties{
+			"format-version":            "2",
+			table.CommitNumRetriesKey:   fmt.Sprint(commitRetries),
+			table.DefaultNameMappingKey: nameMapping(sc),
+		}),
+	}
+	if lc.kind != catalogFile {
+		opts = append(opts, catalog.WithLocation(lc.location+"/"+lc.namespace[0]+"/"+string(t)))
+	}
+	if _, err := lc.cat.CreateTable(ctx, lc.ident(t), sc, opts...); err != nil && !errors.Is(err, catalog.ErrTableAlreadyExists) {
+		return nil, fmt.Errorf("lakehouse: create table %s: %w", t, err)
+	}
+	return lc.load(ctx, t)
+}
+
+// nameMapping maps each column of the files, which carry no field IDs,
+// to its field by name.
+func nameMapping(sc *iceberg.Schema) string {
+	data, err := json.Marshal(sc.NameMapping())
+	if err != nil {
+		panic(err) // a mapping of names and numbers always marshals
+	}
+	return string(data)
+}
+
+// guard is the catalog a published table commits through: it refuses a
+// commit whose new snapshot names a file twice. iceberg-go rebuilds a
+// commit that met another on the new snapshot and tries again; if the
+// other commit was this publisher's own (one the file catalog reported
+// lost but published, see Publish), the rebuilt snapshot would name the
+// added files a second time. The guard makes that a refusal
+// (ErrDuplicatePath), after which Publish computes its changes again.
+type guard struct {
+	cat catalog.Catalog
+}
+
+func guarded(tbl *table.Table, cat catalog.Catalog) *table.Table {
+	g := guard{cat: cat}
+	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, g)
+}
+
+// LoadTable loads a table that commits through the guard.
+func (g guard) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	tbl, err := g.cat.LoadTable(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	return guarded(tbl, g.cat), nil
+}
+
+// CommitTable refuses updates that add a snapshot naming a path twice and
+// passes the others to the catalog.
+func (g guard) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
+	for _, u := range updates {
+		if u.Action() != table.UpdateAddSnapshot {
+			continue
+		}
+		snap, err := snapshotOf(u)
+		if err != nil {
+			return nil, "", err
+		}
+		cur, err := g.cat.LoadTable(ctx, ident)
+		if err != nil {
+			return nil, "", err
+		}
+		fs, err := cur.FS(ctx)
+		if err != nil {
+			return nil, "", err
+		}
+		files, err := snapshotFiles(fs, snap)
+		if err != nil {
+			return nil, "", err
+		}
+		if dup := duplicatePath(files); dup != "" {
+			return nil, "", fmt.Errorf("%w: %s in table %s", ErrDuplicatePath, dup, strings.Join(ident, "."))
+		}
+	}
+	return g.cat.CommitTable(ctx, ident, reqs, updates)
+}
+
+// snapshotOf returns the snapshot an add-snapshot update adds.
+func snapshotOf(u table.Update) (*table.Snapshot, error) {
+	data, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		Snapshot *table.Snapshot `json:"snapshot"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, err
+	}
+	if v.Snapshot == nil {
+		return nil, fmt.Errorf("lakehouse: add-snapshot update without a snapshot")
+	}
+	return v.Snapshot, nil
+}
+
+// rootOfURL is the inverse of rootURL for errors and logs.
+func rootOfURL(u string) string {
+	if p, err := url.Parse(u); err == nil && p.Scheme == "file" {
+		return p.Path
+	}
+	return u
+}
