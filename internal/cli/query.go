@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -297,8 +299,8 @@ func dash(s string) string {
 
 func newQueryCmd(env *Env) *cobra.Command {
 	var (
-		dir, workerDir, dispatchID, timerID, cloudTaskID, run, format string
-		history                                                       bool
+		dir, workerDir, dispatchID, timerID, cloudTaskID, run, format, asOf string
+		history                                                             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "query [--outbox DIR] [--worker-outbox DIR] (--dispatch-id ID | --timer-id ID | --cloud-task-id ID | --run RUN) [--history] [--format table|json|csv]",
@@ -319,6 +321,15 @@ given alone; at least one is required. The two are separate flags because
 they are different stores: a dispatcher's outbox holds dispatch_outbox and
 timers, a worker's holds deliveries, and each is written by its own fleet.
 
+--as-of TIME (RFC 3339) reads the outbox's Iceberg tables (see compact
+--iceberg) as the snapshot current at TIME had them: each ID in the state
+it had then, with iceberg-go's own scan, as an engine reading that
+snapshot does. Snapshots that a newer one replaced stay readable for the
+outbox's grace (compact --iceberg-grace, an hour by default); a TIME older
+than every snapshot kept is an error saying so. It reads --outbox only
+(a file or bucket outbox; an export's Parquet root for a PostgreSQL
+one), and not with --history: a snapshot holds what the files held.
+
 Formats: table (aligned columns, the default), json (JSON Lines: one object
 per line, keys as the Parquet columns) and csv (with a header). Exits 1 when
 nothing matches.
@@ -330,6 +341,7 @@ exit status is 3.`,
 		Example: `  ctdispatch query --outbox ./outbox --dispatch-id dispatch:run1:extract:1
   ctdispatch query --outbox ./outbox --cloud-task-id d_cxtoltqhbncw6nevn7hy53kqn6 --history
   ctdispatch query --outbox ./outbox --run run1 --format csv
+  ctdispatch query --outbox ./outbox --run run1 --as-of 2026-11-29T09:00:00Z
   ctdispatch query --outbox ./outbox --worker-outbox ./worker-outbox --dispatch-id dispatch:run1:extract:1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -364,6 +376,9 @@ exit status is 3.`,
 			}
 			q.History = history
 			ctx := cmd.Context()
+			if asOf != "" {
+				return queryAsOf(ctx, env, cmd.OutOrStdout(), dir, asOf, q, what, format, workerDir != "")
+			}
 			var (
 				recs, dels []outbox.Record
 				skipped    []*parquetbox.FileError
@@ -416,5 +431,80 @@ exit status is 3.`,
 	f.StringVar(&run, "run", "", "run ID: every dispatch and timer of the run")
 	f.BoolVar(&history, "history", false, "show every recorded state, not only the latest")
 	f.StringVar(&format, "format", "table", "output format: table, json (JSON Lines) or csv")
+	f.StringVar(&asOf, "as-of", "", "read the Iceberg snapshot current at this time (RFC 3339) instead of the outbox now")
 	return cmd
+}
+
+// queryAsOf answers q from the outbox's Iceberg snapshots current at the
+// time asOf names.
+func queryAsOf(ctx context.Context, env *Env, out io.Writer, dir, asOf string, q outbox.Query, what, format string, worker bool) error {
+	at, err := time.Parse(time.RFC3339, asOf)
+	if err != nil {
+		return usagef("--as-of %q is not an RFC 3339 time (2026-11-29T09:00:00Z)", asOf)
+	}
+	switch {
+	case worker:
+		return usagef("--as-of reads --outbox only; query a worker's outbox at a time with --outbox WORKER-OUTBOX --as-of")
+	case q.History:
+		return usagef("--as-of and --history exclude each other: a snapshot is read as each ID's state at that time")
+	case dir == "":
+		return usagef("--as-of needs --outbox DIR")
+	case isPostgresURL(dir):
+		return usagef("--as-of reads Iceberg tables, which a PostgreSQL outbox has not; give its export's root (export --to) as --outbox")
+	}
+	o, err := openOutbox(ctx, env, dir, true)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	cfg, on, err := publishedConfig(ctx, env, o)
+	if err != nil {
+		return err
+	}
+	if !on {
+		return errNotPublished(dir)
+	}
+	status, err := lakehouse.Status(ctx, o, cfg)
+	if err != nil {
+		return fmt.Errorf("iceberg tables: %w", err)
+	}
+	var recs, dels []outbox.Record
+	for _, st := range status {
+		if !st.Published || (q.Table != "" && st.Table != q.Table) {
+			continue
+		}
+		got, err := lakehouse.ReadAsOf(ctx, o, cfg, st.Table, at)
+		if errors.Is(err, lakehouse.ErrNoSnapshot) {
+			return fmt.Errorf("--as-of %s: no snapshot of %s that old remains (replaced snapshots are kept for the outbox's grace, %s): %w",
+				formatTime(at), st.Table, cfg.Grace, err)
+		}
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			if !matches(q, &r) {
+				continue
+			}
+			if r.Table == outbox.TableDeliveries {
+				dels = append(dels, r)
+			} else {
+				recs = append(recs, r)
+			}
+		}
+	}
+	if len(recs) == 0 && len(dels) == 0 {
+		return fmt.Errorf("no record with %s in %s as of %s", what, redact(dir), formatTime(at))
+	}
+	return writeRecords(out, format, recs, len(dels) > 0, dels)
+}
+
+// matches reports whether r is a record q asks for.
+func matches(q outbox.Query, r *outbox.Record) bool {
+	switch {
+	case q.ID != "":
+		return r.ID == q.ID
+	case q.CloudTaskID != "":
+		return r.CloudTaskID == q.CloudTaskID
+	}
+	return r.RunID == q.RunID
 }
