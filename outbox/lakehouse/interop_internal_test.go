@@ -148,6 +148,7 @@ func TestPublishAppendsReplacesAndExpires(t *testing.T) {
 	require.Equal(t, 1, rep.Tables[0].Expired, "the append snapshot, replaced over an hour ago")
 	require.Len(t, rep.Tables[0].Deleted, len(before))
 }
+
 // Time budget: a few seconds. Files parquetbox writes, and the old ones
 // under parquetbox's testdata/pretrace (no version, trace_id, span_id),
 // register, and iceberg-go's scan returns their records.
