@@ -1,0 +1,52 @@
+package lakehouse_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
+	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+)
+
+// Time budget: under a second. The file-based catalog cannot commit
+// atomically in a bucket, so Enable refuses it there and says which
+// option to set.
+func TestFileCatalogRefusedOnBucketRoot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: "mem://", LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
+	require.NoError(t, err)
+	defer ob.Close()
+	err = lakehouse.Enable(ctx, ob, lakehouse.Config{})
+	require.ErrorContains(t, err, "Config.Catalog")
+	require.ErrorContains(t, err, "cannot commit atomically on bucket root mem://")
+	_, on, err := lakehouse.Enabled(ctx, ob)
+	require.Error(t, err, "a mem:// root is not shared with any catalog")
+	require.False(t, on)
+}
+
+// Time budget: a few seconds (go list). A program that only dispatches,
+// or only keeps an outbox, links no Iceberg or Arrow code.
+func TestDispatchingLinksNoIceberg(t *testing.T) {
+	t.Parallel()
+	pkgs := []string{
+		"github.com/ctdispatch/ctdispatch/cloudtasks",
+		"github.com/ctdispatch/ctdispatch/timers",
+		"github.com/ctdispatch/ctdispatch/outbox",
+		"github.com/ctdispatch/ctdispatch/outbox/parquetbox",
+		"github.com/ctdispatch/ctdispatch/outbox/pgbox",
+		"github.com/ctdispatch/ctdispatch/cloudtasks/worker",
+	}
+	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, dep := range strings.Fields(string(out)) {
+		require.False(t, strings.HasPrefix(dep, "github.com/apache/iceberg-go"), "links %s", dep)
+		require.False(t, strings.HasPrefix(dep, "github.com/apache/arrow-go"), "links %s", dep)
+	}
+	require.Contains(t, string(out), "github.com/ctdispatch/ctdispatch/outbox/parquetbox", "the list is real")
+}
