@@ -19,9 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	// Cloud Storage file IO, for tables in a gs:// root.
-	_ "github.com/apache/iceberg-go/io/gocloud/gcs"
-
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
