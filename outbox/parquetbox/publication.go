@@ -2,7 +2,9 @@ package parquetbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -125,4 +127,19 @@ func (o *Outbox) checkRootObject(ctx context.Context, key string) error {
 		return err
 	}
 	return checkRootKey(key)
+}
+
+// published reports whether the publication switch (PublicationKey) is
+// there. A switch that cannot be read counts as there, logged: keeping a
+// file a snapshot may name is safe, removing it is not.
+func (o *Outbox) published(ctx context.Context) bool {
+	_, err := o.store.get(ctx, PublicationKey, maxRootObjectBytes)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, os.ErrNotExist):
+		return false
+	}
+	o.log.Warn("outbox: could not read the publication switch; files are kept and runs are not written over, as when it is there", "key", PublicationKey, "err", err)
+	return true
 }
