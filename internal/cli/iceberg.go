@@ -56,11 +56,6 @@ func (f *icebergFlags) apply(ctx context.Context, env *Env, o *parquetbox.Outbox
 		}
 		return cfg, false, lakehouse.Disable(ctx, o)
 	}
-	if f.changed("iceberg-catalog") {
-		if err := checkCatalogFlag(f.catalog); err != nil {
-			return cfg, false, err
-		}
-	}
 	if f.changed("iceberg-grace") && f.grace < time.Second {
 		return cfg, false, usagef("--iceberg-grace %s is below the minimum 1s", f.grace)
 	}
