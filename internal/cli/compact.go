@@ -305,7 +305,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
 	cmd.Flags().StringVar(&target, "target-size", "256MiB", "size past which a partition's output goes on in another file (KiB, MiB, GiB)")
-	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a unit's lease outlives a crashed compaction (a running one renews it)")
+	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a unit's lease, and a table's publication lease, outlive a crashed compaction (a running one renews them)")
 	cmd.Flags().BoolVar(&full, "full", false, "fold every run of each unit into one, instead of merging runs of similar size")
 	cmd.Flags().DurationVar(&every, "every", 0, "keep running: compact (and publish) every DURATION until SIGTERM or SIGINT, which end it after the round in progress; --every alone is every "+defaultEvery.String())
 	cmd.Flags().Lookup("every").NoOptDefVal = defaultEvery.String()
@@ -393,5 +393,7 @@ func (c *compaction) publication(ctx context.Context) (*lakehouse.Config, error)
 	if c.pub != nil && redactCatalog(c.pub.Catalog) == cfg.Catalog {
 		cfg.Catalog = c.pub.Catalog
 	}
+	// A table's publication is leased as long as a unit's compaction.
+	cfg.LeaseTTL = c.opts.LeaseTTL
 	return &cfg, nil
 }
