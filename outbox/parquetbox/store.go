@@ -254,9 +254,13 @@ func isTemp(name string) bool { return strings.HasPrefix(name, ".") && strings.C
 // becomes visible only when its writer closes, so no rename is needed.
 type blobStore struct {
 	bucket *blob.Bucket
-	url    string // for messages
+	url    string // for messages and locations; anonymousBucket if unknown
 	owned  bool   // opened from a URL, closed with the outbox
 }
+
+// anonymousBucket names, in messages, a bucket given as Options.Bucket
+// without Options.BucketURL.
+const anonymousBucket = "bucket:"
 
 func openBlobStore(ctx context.Context, url string) (*blobStore, error) {
 	b, err := blob.OpenBucket(ctx, url)
