@@ -64,7 +64,7 @@ func TestLostCommitIsDetectedAndRedone(t *testing.T) {
 	require.NoError(t, err)
 	defer ob.Close()
 	require.NoError(t, Enable(ctx, ob, Config{}))
-	src := dirSource{dir: dir}
+	src := outboxSource{ob}
 	cfg := Config{Clock: clock}
 	appendDispatches(t, ob, "r1", 5, outbox.StatusPending)
 	_, err = publish(ctx, src, cfg)

@@ -2,7 +2,6 @@ package lakehouse
 
 import (
 	"context"
-	"errors"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -13,14 +12,27 @@ type outboxSource struct{ ob *parquetbox.Outbox }
 
 func (s outboxSource) root() string { return s.ob.Root() }
 
-// errLiveFiles: parquetbox's LiveFiles and RemoveReplaced are being added
-// on branch lakestore; this adapter calls them once that is merged.
-var errLiveFiles = errors.New("lakehouse: parquetbox.(*Outbox).LiveFiles is not merged yet")
+func (s outboxSource) objects() objects { return objects{s.ob} }
 
-func (s outboxSource) liveFiles(context.Context, outbox.Table) ([]liveFile, error) {
-	return nil, errLiveFiles
+func (s outboxSource) liveFiles(ctx context.Context, t outbox.Table) ([]liveFile, error) {
+	return convert(s.ob.LiveFiles(ctx, t))
 }
 
-func (s outboxSource) removeReplaced(context.Context, outbox.Table, []string) error {
-	return errLiveFiles
+func (s outboxSource) replacedFiles(ctx context.Context, t outbox.Table) ([]liveFile, error) {
+	return convert(s.ob.ReplacedFiles(ctx, t))
+}
+
+func (s outboxSource) removeReplaced(ctx context.Context, t outbox.Table, names []string) error {
+	return s.ob.RemoveReplaced(ctx, t, names)
+}
+
+func convert(files []parquetbox.LiveFile, err error) ([]liveFile, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]liveFile, len(files))
+	for i, f := range files {
+		out[i] = liveFile{name: f.Name, location: f.Location, day: f.Day, size: f.Size}
+	}
+	return out, nil
 }
