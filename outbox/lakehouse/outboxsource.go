@@ -12,7 +12,7 @@ type outboxSource struct{ ob *parquetbox.Outbox }
 
 func (s outboxSource) root() string { return s.ob.Root() }
 
-func (s outboxSource) objects() objects { return objects{s.ob} }
+func (s outboxSource) objects() objects { return objects(s) }
 
 func (s outboxSource) liveFiles(ctx context.Context, t outbox.Table) ([]liveFile, error) {
 	return convert(s.ob.LiveFiles(ctx, t))

@@ -372,4 +372,3 @@ func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *t
 	tp.Deleted = names
 	return nil
 }
-
