@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -265,12 +264,4 @@ func snapshotOf(u table.Update) (*table.Snapshot, error) {
 		return nil, fmt.Errorf("lakehouse: add-snapshot update without a snapshot")
 	}
 	return v.Snapshot, nil
-}
-
-// rootOfURL is the inverse of rootURL for errors and logs.
-func rootOfURL(u string) string {
-	if p, err := url.Parse(u); err == nil && p.Scheme == "file" {
-		return p.Path
-	}
-	return u
 }

@@ -21,11 +21,10 @@ func snapshotFiles(fs iceio.IO, snap *table.Snapshot) ([]string, error) {
 		if m.ManifestContent() != iceberg.ManifestContentData {
 			continue
 		}
-		entries, err := m.FetchEntries(fs, true)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
+		for e, err := range m.Entries(fs, true) {
+			if err != nil {
+				return nil, err
+			}
 			paths = append(paths, e.DataFile().FilePath())
 		}
 	}

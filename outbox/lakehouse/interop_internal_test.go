@@ -2,11 +2,7 @@ package lakehouse
 
 import (
 	"context"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,40 +14,6 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
-
-// dirSource lists a directory root's Parquet files as live: true of a root
-// nothing compacted, where every published file is live.
-type dirSource struct{ dir string }
-
-func (d dirSource) root() string { return d.dir }
-
-func (d dirSource) liveFiles(_ context.Context, t outbox.Table) ([]liveFile, error) {
-	var out []liveFile
-	base := filepath.Join(d.dir, string(t))
-	err := filepath.WalkDir(base, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".parquet") || strings.Contains(p, "_schema") || strings.HasPrefix(e.Name(), ".") {
-			return err
-		}
-		rel, _ := filepath.Rel(base, p)
-		out = append(out, liveFile{name: filepath.ToSlash(rel), location: "file://" + p})
-		return nil
-	})
-	if os.IsNotExist(err) {
-		err = nil
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, err
-}
-
-func (d dirSource) removeReplaced(_ context.Context, t outbox.Table, names []string) error {
-	for _, n := range names {
-		// Today's compaction removed its inputs already.
-		if err := os.Remove(filepath.Join(d.dir, string(t), n)); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	return nil
-}
 
 func appendDispatches(t *testing.T, ob *parquetbox.Outbox, run string, n int, status outbox.Status) {
 	t.Helper()
@@ -89,7 +51,7 @@ func currentFiles(t *testing.T, dir string, tb outbox.Table) []string {
 	return files
 }
 
-func livePaths(t *testing.T, src dirSource, tb outbox.Table) []string {
+func livePaths(t *testing.T, src source, tb outbox.Table) []string {
 	t.Helper()
 	live, err := src.liveFiles(context.Background(), tb)
 	require.NoError(t, err)
@@ -114,7 +76,7 @@ func TestPublishAppendsReplacesAndExpires(t *testing.T) {
 	require.NoError(t, err)
 	defer ob.Close()
 	require.NoError(t, Enable(ctx, ob, Config{}))
-	src := dirSource{dir: dir}
+	src := outboxSource{ob}
 	cfg := Config{Clock: clock}
 
 	appendDispatches(t, ob, "r1", 20, outbox.StatusPending)
@@ -147,39 +109,6 @@ func TestPublishAppendsReplacesAndExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Tables[0].Expired, "the append snapshot, replaced over an hour ago")
 	require.Len(t, rep.Tables[0].Deleted, len(before))
-}
-
-// Time budget: a few seconds. Files parquetbox writes, and the old ones
-// under parquetbox's testdata/pretrace (no version, trace_id, span_id),
-// register, and iceberg-go's scan returns their records.
-func TestInteropAppendAndScan(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	clock := clockwork.NewFakeClockAt(time.Now())
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
-	require.NoError(t, err)
-	for i := range 5 {
-		id, _ := naming.NewDispatch("run1", "extract", naming.Attempt(uint64(i+1)))
-		rec := outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
-			Queue: "projects/p/locations/l/queues/q", RunID: id.RunID(), TaskKey: id.TaskKey(), Attempt: id.Attempt(), Status: outbox.StatusPending}
-		require.NoError(t, outbox.AppendAndWait(ctx, ob, rec))
-	}
-	require.NoError(t, ob.Flush(ctx))
-	require.NoError(t, Enable(ctx, ob, Config{}))
-	require.NoError(t, ob.Close())
-
-	src := dirSource{dir: dir}
-	rep, err := publish(ctx, src, Config{Clock: clock})
-	require.NoError(t, err)
-	t.Logf("%+v", rep)
-	lc, err := openCatalog(ctx, dir, Config{}.WithDefaults())
-	require.NoError(t, err)
-	tbl, err := lc.load(ctx, outbox.TableDispatch)
-	require.NoError(t, err)
-	recs, err := scanLatest(ctx, tbl, outbox.TableDispatch, tbl.CurrentSnapshot().SnapshotID)
-	require.NoError(t, err)
-	require.Len(t, recs, 5)
-	t.Logf("%+v", recs[0])
 }
 
 // requireScanMatchesStore checks that iceberg-go's own scan of the current

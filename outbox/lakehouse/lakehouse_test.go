@@ -26,8 +26,8 @@ func TestFileCatalogRefusedOnBucketRoot(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Catalog")
 	require.ErrorContains(t, err, "cannot commit atomically on bucket root mem://")
 	_, on, err := lakehouse.Enabled(ctx, ob)
-	require.Error(t, err, "a mem:// root is not shared with any catalog")
-	require.False(t, on)
+	require.NoError(t, err)
+	require.False(t, on, "nothing was switched on")
 }
 
 // Time budget: a few seconds (go list). A program that only dispatches,

@@ -12,8 +12,21 @@ type outboxSource struct{ ob *parquetbox.Outbox }
 
 func (s outboxSource) root() string { return s.ob.Root() }
 
+func (s outboxSource) objects() objects { return objects(s) }
+
 func (s outboxSource) liveFiles(ctx context.Context, t outbox.Table) ([]liveFile, error) {
-	files, err := s.ob.LiveFiles(ctx, t)
+	return convert(s.ob.LiveFiles(ctx, t))
+}
+
+func (s outboxSource) replacedFiles(ctx context.Context, t outbox.Table) ([]liveFile, error) {
+	return convert(s.ob.ReplacedFiles(ctx, t))
+}
+
+func (s outboxSource) removeReplaced(ctx context.Context, t outbox.Table, names []string) error {
+	return s.ob.RemoveReplaced(ctx, t, names)
+}
+
+func convert(files []parquetbox.LiveFile, err error) ([]liveFile, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -22,8 +35,4 @@ func (s outboxSource) liveFiles(ctx context.Context, t outbox.Table) ([]liveFile
 		out[i] = liveFile{name: f.Name, location: f.Location, day: f.Day, size: f.Size}
 	}
 	return out, nil
-}
-
-func (s outboxSource) removeReplaced(ctx context.Context, t outbox.Table, names []string) error {
-	return s.ob.RemoveReplaced(ctx, t, names)
 }

@@ -2,12 +2,9 @@ package lakehouse
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -114,11 +111,7 @@ func publish(ctx context.Context, src source, cfg Config) (Report, error) {
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
 	}
-	objs, err := openObjects(ctx, src.root())
-	if err != nil {
-		return Report{}, err
-	}
-	defer objs.close()
+	objs := src.objects()
 	if err := checkSwitch(ctx, objs, src.root(), cfg); err != nil {
 		return Report{}, err
 	}
@@ -305,10 +298,6 @@ func verify(ctx context.Context, tbl *table.Table, token string, want map[string
 	return false, nil
 }
 
-// pendingKey holds the files an expiry left unnamed, until they are
-// removed: a publisher that stops between the two finishes on its next run.
-func pendingKey(t outbox.Table) string { return metaDir + "/pending/" + string(t) + ".json" }
-
 // expire expires the snapshots superseded more than Grace ago and removes
 // the files no longer live that no remaining snapshot names.
 func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *table.Table, tp *TablePublication) error {
@@ -325,33 +314,7 @@ func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *t
 			expired = append(expired, entry.SnapshotID)
 		}
 	}
-	fsys, err := tbl.FS(ctx)
-	if err != nil {
-		return err
-	}
-	pending, err := p.readPending(ctx, t)
-	if err != nil {
-		return err
-	}
 	if len(expired) > 0 {
-		gone := map[string]struct{}{}
-		for _, id := range expired {
-			files, err := snapshotFiles(fsys, tbl.SnapshotByID(id))
-			if err != nil {
-				return err
-			}
-			for _, f := range files {
-				gone[f] = struct{}{}
-			}
-		}
-		for f := range gone {
-			pending = append(pending, f)
-		}
-		slices.Sort(pending)
-		pending = slices.Compact(pending)
-		if err := p.writePending(ctx, t, pending); err != nil {
-			return err
-		}
 		if err := l.check(ctx); err != nil {
 			return err
 		}
@@ -368,12 +331,18 @@ func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *t
 			return fmt.Errorf("expire %d snapshots: %w", len(expired), err)
 		}
 		tp.Expired = len(expired)
+		var err error
 		if tbl, err = p.lc.load(ctx, t); err != nil {
 			return err
 		}
 	}
-	if len(pending) == 0 {
-		return nil
+	replaced, err := p.src.replacedFiles(ctx, t)
+	if err != nil || len(replaced) == 0 {
+		return err
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return err
 	}
 	named := map[string]struct{}{}
 	for _, snap := range tbl.Metadata().Snapshots() {
@@ -385,66 +354,21 @@ func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *t
 			named[f] = struct{}{}
 		}
 	}
-	live, err := p.src.liveFiles(ctx, t)
-	if err != nil {
-		return err
-	}
-	for _, f := range live {
-		named[f.location] = struct{}{}
-	}
-	prefix, err := tablePrefix(p.src.root(), t)
-	if err != nil {
-		return err
-	}
 	var names []string
-	for _, f := range pending {
-		if _, ok := named[f]; ok {
-			continue
-		}
-		if name, ok := strings.CutPrefix(f, prefix); ok {
-			names = append(names, name)
+	for _, f := range replaced {
+		if _, ok := named[f.location]; !ok {
+			names = append(names, f.name)
 		}
 	}
-	if len(names) > 0 {
-		if err := l.check(ctx); err != nil {
-			return err
-		}
-		if err := p.src.removeReplaced(ctx, t, names); err != nil {
-			return fmt.Errorf("remove %d replaced files: %w", len(names), err)
-		}
-		tp.Deleted = names
+	if len(names) == 0 {
+		return nil
 	}
-	return p.objs.remove(ctx, pendingKey(t))
-}
-
-// tablePrefix is the location prefix of table t's files in a root.
-func tablePrefix(root string, t outbox.Table) (string, error) {
-	base, err := rootURL(root)
-	if err != nil {
-		return "", err
-	}
-	return base + "/" + string(t) + "/", nil
-}
-
-func (p *publisher) readPending(ctx context.Context, t outbox.Table) ([]string, error) {
-	data, err := p.objs.get(ctx, pendingKey(t))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var files []string
-	if err := json.Unmarshal(data, &files); err != nil {
-		return nil, fmt.Errorf("%s: %w", pendingKey(t), err)
-	}
-	return files, nil
-}
-
-func (p *publisher) writePending(ctx context.Context, t outbox.Table, files []string) error {
-	data, err := json.Marshal(files)
-	if err != nil {
+	if err := l.check(ctx); err != nil {
 		return err
 	}
-	return p.objs.put(ctx, pendingKey(t), data)
+	if err := p.src.removeReplaced(ctx, t, names); err != nil {
+		return fmt.Errorf("remove %d replaced files: %w", len(names), err)
+	}
+	tp.Deleted = names
+	return nil
 }

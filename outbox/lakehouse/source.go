@@ -20,9 +20,14 @@ type liveFile struct {
 type source interface {
 	// root is the outbox root (a directory or a bucket URL).
 	root() string
+	// objects are the root's objects under _iceberg/.
+	objects() objects
 	// liveFiles lists exactly the files the store's readers treat as
 	// live in table t, sorted by name.
 	liveFiles(ctx context.Context, t outbox.Table) ([]liveFile, error)
+	// replacedFiles lists the files of table t the store's readers read
+	// until a compaction folded them, still on storage.
+	replacedFiles(ctx context.Context, t outbox.Table) ([]liveFile, error)
 	// removeReplaced removes files of table t that are no longer live,
 	// refusing any that is.
 	removeReplaced(ctx context.Context, t outbox.Table, names []string) error

@@ -50,11 +50,7 @@ func Enable(ctx context.Context, ob *parquetbox.Outbox, cfg Config) error {
 	if err := checkCatalogForRoot(ob.Root(), cfg.Catalog); err != nil {
 		return err
 	}
-	objs, err := openObjects(ctx, ob.Root())
-	if err != nil {
-		return err
-	}
-	defer objs.close()
+	objs := objects{ob}
 	want := publication{Catalog: redact(cfg.Catalog), Namespace: cfg.Namespace, Grace: cfg.Grace.String()}
 	have, ok, err := readSwitch(ctx, objs)
 	if err != nil {
@@ -82,11 +78,7 @@ func Enable(ctx context.Context, ob *parquetbox.Outbox, cfg Config) error {
 // where they are (no longer kept current); files that were kept only for
 // old snapshots stay until Enable and Publish run again.
 func Disable(ctx context.Context, ob *parquetbox.Outbox) error {
-	objs, err := openObjects(ctx, ob.Root())
-	if err != nil {
-		return err
-	}
-	defer objs.close()
+	objs := objects{ob}
 	return objs.remove(ctx, switchKey)
 }
 
@@ -94,11 +86,7 @@ func Disable(ctx context.Context, ob *parquetbox.Outbox) error {
 // so with which Config (Catalog without a password: set it again, with
 // the password, before Publish).
 func Enabled(ctx context.Context, ob *parquetbox.Outbox) (Config, bool, error) {
-	objs, err := openObjects(ctx, ob.Root())
-	if err != nil {
-		return Config{}, false, err
-	}
-	defer objs.close()
+	objs := objects{ob}
 	p, ok, err := readSwitch(ctx, objs)
 	if err != nil || !ok {
 		return Config{}, false, err
