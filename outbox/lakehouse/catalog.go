@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -47,7 +48,17 @@ type lakeCatalog struct {
 // rootURL returns an outbox root as the URL Iceberg locations start with.
 func rootURL(root string) (string, error) {
 	if isBucketRoot(root) {
-		return strings.TrimRight(root, "/"), nil
+		// gs://bucket?prefix=p/ keeps its tables under gs://bucket/p/,
+		// where parquetbox's LiveFile.Location names them.
+		u, err := url.Parse(root)
+		if err != nil {
+			return "", err
+		}
+		base := u.Scheme + "://" + u.Host
+		if p := strings.Trim(u.Query().Get("prefix"), "/"); p != "" {
+			base += "/" + p
+		}
+		return base, nil
 	}
 	abs, err := filepath.Abs(strings.TrimPrefix(root, "file://"))
 	if err != nil {
