@@ -295,6 +295,7 @@ func (c *compaction) report(pc UnitCompaction) {
 	st.FilesOut += pc.FilesOut
 	st.RowsOut += pc.RowsOut
 	st.BytesOut += pc.BytesOut
+	st.KeptForPublication += pc.KeptForPublication
 	if st.Output == "" && len(pc.Outputs) > 0 {
 		st.Output = pc.Outputs[0]
 	}
@@ -656,22 +657,37 @@ func (c *compaction) commit(ctx context.Context, l *lease, files []*openFile, ke
 	c.base = newUnitCommit(next)
 	fs := c.o.files[c.t]
 	fs.invalidate()
+	// Read after the commit: a publisher that turns publication on and
+	// then lists the live files sees this commit, or this compaction sees
+	// the switch and keeps what a snapshot may name.
+	published := c.o.published(ctx)
 	for _, f := range files {
 		if keep[f] {
 			c.st.Kept = append(c.st.Kept, f.path)
 			c.o.log.Warn("outbox: compaction left a file with foreign rows in place", "path", f.path)
 			continue
 		}
+		if published {
+			// Hidden from now on; a later merge of this step carries
+			// it in its commit's consumed list, as it carries the
+			// hidden files the listing showed.
+			pc.KeptForPublication++
+			c.hidden = append(c.hidden, f.name)
+			continue
+		}
 		if err := c.o.store.remove(ctx, c.t, f.name); err != nil {
 			return fmt.Errorf("outbox: remove compacted input %s: %w", f.path, err)
 		}
 	}
-	// What the commit hides is removed too: inputs an interrupted
-	// compaction committed but left, and the outputs of compactions that
-	// lost (or crashed before committing) for this generation or an
-	// earlier one, which can never be committed now.
+	// What the commit hides is removed too: the outputs of compactions
+	// that lost (or crashed before committing) for this generation or an
+	// earlier one, which can never be committed now, and, unless the
+	// tables are published, inputs an interrupted compaction committed but
+	// left.
 	for _, name := range c.hidden {
-		if g, tagged := outputGen(name); (tagged && g <= next.Gen && !c.base.outputs[name]) || c.base.consumed[name] {
+		g, tagged := outputGen(name)
+		orphan := tagged && g <= next.Gen && !c.base.outputs[name] && !c.base.consumed[name]
+		if orphan || (!published && c.base.consumed[name]) {
 			if err := c.o.store.remove(ctx, c.t, name); err != nil {
 				c.o.log.Warn("outbox: could not remove a file no commit names", "path", c.o.store.where(c.t, name), "err", err)
 			}

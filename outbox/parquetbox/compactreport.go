@@ -30,6 +30,10 @@ type TableCompaction struct {
 	// Kept lists the inputs left in place because they hold foreign rows:
 	// compaction never deletes what it did not fold in.
 	Kept []string
+	// KeptForPublication counts the inputs folded in (or dropped by
+	// retention) but left on storage, invisible to the store's readers,
+	// because the tables are published (see PublicationKey).
+	KeptForPublication int
 	// Skipped lists damaged or foreign files left out, each with its path
 	// and the reason (a *FileError).
 	Skipped []error
@@ -81,10 +85,11 @@ type UnitCompaction struct {
 	Reason string
 	// FilesIn and FilesOut count files read and written.
 	FilesIn, FilesOut int
-	// RowsIn, RowsOut, Dropped, ForeignRows, BytesIn and BytesOut are as
-	// in Table.
+	// RowsIn, RowsOut, Dropped, ForeignRows, BytesIn, BytesOut and
+	// KeptForPublication are as in Table.
 	RowsIn, RowsOut, Dropped, ForeignRows int64
 	BytesIn, BytesOut                     int64
+	KeptForPublication                    int
 	// Outputs are the paths of the files written.
 	Outputs []string
 }

@@ -2,6 +2,7 @@ package parquetbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -54,10 +55,26 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 		}
 		return order[i].name < order[j].name
 	})
+	published := len(order) > 0 && o.published(ctx)
+	commits := map[outbox.Table]*commitView{}
 	for _, p := range order {
 		rs := groups[p]
 		sortRecordPtrs(rs)
 		name := fmt.Sprintf("%s%s-%016d.parquet", p.name, processor, seq)
+		if published {
+			c, ok := commits[p.t]
+			if !ok {
+				var err error
+				if c, err = loadCommits(ctx, o.store, p.t, o.files[p.t].currentCommits()); err != nil {
+					return fmt.Errorf("outbox: read commits of %s: %w", o.store.where(p.t, ""), err)
+				}
+				commits[p.t] = c
+			}
+			if err := o.writeOnce(ctx, p.t, name, rs, c); err != nil {
+				return err
+			}
+			continue
+		}
 		w, err := o.store.create(ctx, p.t, name)
 		if err != nil {
 			return fmt.Errorf("outbox: create %s: %w", o.store.where(p.t, name), err)
@@ -67,6 +84,54 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 		}
 		o.files[p.t].invalidate()
 	}
+	return nil
+}
+
+// writeOnce writes a run's file of published tables (see PublicationKey),
+// where a snapshot may name the file written the first time: a file of
+// that name already there (a segment converted again after a crash, an
+// exporter's batch written again after it took the batch over) is
+// checked to hold the run's rows and kept, never written over; one a
+// compaction folded in (by commits, the table's as read before) is not
+// written again, as its rows are in the compaction's outputs.
+func (o *Outbox) writeOnce(ctx context.Context, t outbox.Table, name string, recs []*outbox.Record, commits *commitView) error {
+	if c := commits.unit(unitOf(name)); c != nil && c.consumed[name] {
+		o.log.Info("outbox: a run's file a compaction folded in is not written again", "path", o.store.where(t, name))
+		return nil
+	}
+	w, err := o.store.createNew(ctx, t, name)
+	if err == nil {
+		err = writeRecords(w, t, recs)
+	}
+	o.files[t].invalidate()
+	if errors.Is(err, errExists) {
+		return o.checkWritten(ctx, t, name, len(recs))
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: write %s: %w", o.store.where(t, name), err)
+	}
+	return nil
+}
+
+// checkWritten checks that the file a run would have written, found
+// already there, holds as many rows as the run: the same source and
+// sequence number always name the same records.
+func (o *Outbox) checkWritten(ctx context.Context, t outbox.Table, name string, rows int) error {
+	where := o.store.where(t, name)
+	ra, size, err := o.store.open(ctx, t, name)
+	if err != nil {
+		return fmt.Errorf("outbox: check %s, written before: %w", where, err)
+	}
+	p, err := openParquet(where, t, ra, size)
+	if err != nil {
+		ra.Close()
+		return fmt.Errorf("outbox: %s is there but unreadable, and a published file is never written over: %w", where, err)
+	}
+	defer p.close()
+	if n := p.NumRows(); n != int64(rows) {
+		return fmt.Errorf("outbox: %s is there with %d rows where its run has %d: a published file is never written over, and a source's sequence number names one set of records", where, n, rows)
+	}
+	o.log.Info("outbox: a run's file was there already; kept as it is", "path", where)
 	return nil
 }
 

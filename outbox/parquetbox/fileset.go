@@ -41,6 +41,9 @@ type fileSet struct {
 	listed []storeEntry // the last listing
 	files  map[string]*openFile
 	bad    map[string]badFile
+	// checked are files LiveFiles found readable, in the version it
+	// opened.
+	checked map[string]fileVersion
 	// odd are the entries of the last listing outside the layout.
 	odd      []*FileError
 	listedAt time.Time
@@ -82,7 +85,7 @@ type badFile struct {
 
 func newFileSet(store tableStore, t outbox.Table, log *slog.Logger, cacheBloom bool, refresh time.Duration, clock clockwork.Clock, maxOpen int, cacheBytes int64) *fileSet {
 	return &fileSet{store: store, table: t, log: log, cacheBloom: cacheBloom, refresh: refresh, clock: clock,
-		maxOpen: maxOpen, cacheBytes: cacheBytes, files: map[string]*openFile{}, bad: map[string]badFile{}}
+		maxOpen: maxOpen, cacheBytes: cacheBytes, files: map[string]*openFile{}, bad: map[string]badFile{}, checked: map[string]fileVersion{}}
 }
 
 // invalidate makes the next read list the files again (after this process

@@ -61,6 +61,11 @@ type Options struct {
 	// ownership (Close does not close it). Use blob.PrefixedBucket for a
 	// prefix.
 	Bucket *blob.Bucket
+	// BucketURL is the URL engines and catalogs read Bucket by, with its
+	// prefix ("gs://bucket/prefix"): LiveFiles needs it for absolute
+	// locations, and messages name files by it. Only with Bucket; defaults
+	// to none (messages then say "bucket:").
+	BucketURL string
 	// LogDir is the local directory of the write-ahead log (in its wal/
 	// subdirectory). Defaults to Root when Root is a directory; required
 	// for a bucket unless ReadOnly.
@@ -190,6 +195,10 @@ func (o Options) validate() error {
 	switch {
 	case o.Root == "" && o.Bucket == nil:
 		return errors.New("outbox: Options.Root is empty")
+	case o.BucketURL != "" && o.Bucket == nil:
+		return fmt.Errorf("outbox: Options.BucketURL %q without Options.Bucket; it names an opened bucket (Root names its own)", o.BucketURL)
+	case o.BucketURL != "" && !isURL(o.BucketURL):
+		return fmt.Errorf("outbox: Options.BucketURL %q is not a URL; want scheme://bucket/prefix, for example gs://bucket/prefix", o.BucketURL)
 	case (o.Bucket != nil || isURL(o.Root)) && o.LogDir == "" && !o.ReadOnly:
 		return fmt.Errorf("outbox: Options.LogDir is empty; a bucket root (%s) needs a local directory for the log", o.rootName())
 	case o.Durability != Durable && o.Durability != Interval:

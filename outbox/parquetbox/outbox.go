@@ -104,7 +104,11 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 	}
 	switch {
 	case opts.Bucket != nil:
-		o.store = &blobStore{bucket: opts.Bucket, url: "bucket:"}
+		url := anonymousBucket
+		if opts.BucketURL != "" {
+			url = displayURL(opts.BucketURL)
+		}
+		o.store = &blobStore{bucket: opts.Bucket, url: url}
 	case isURL(opts.Root):
 		bs, err := openBlobStore(ctx, opts.Root)
 		if err != nil {

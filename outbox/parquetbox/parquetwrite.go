@@ -1,6 +1,7 @@
 package parquetbox
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -52,11 +53,17 @@ func (rw *rowWriter) close() error { return rw.w.Close() }
 
 // atomicFile writes a file so that it appears complete or not at all: data
 // goes to a hidden temporary file in the same directory, which is synced,
-// renamed into place, and the directory synced.
+// renamed into place, and the directory synced. With noReplace it is
+// linked into place instead, which fails (errExists) if the name exists.
 type atomicFile struct {
-	f    *os.File
-	path string
+	f         *os.File
+	path      string
+	noReplace bool
 }
+
+// errExists is the commit of a file created only if absent, when
+// something already had its name: nothing was written.
+var errExists = errors.New("a file of that name exists")
 
 func createAtomic(path string) (*atomicFile, error) {
 	dir := filepath.Dir(path)
@@ -87,7 +94,16 @@ func (a *atomicFile) commit() error {
 		os.Remove(a.f.Name())
 		return err
 	}
-	if err := os.Rename(a.f.Name(), a.path); err != nil {
+	if a.noReplace {
+		err := os.Link(a.f.Name(), a.path)
+		os.Remove(a.f.Name())
+		if errors.Is(err, os.ErrExist) {
+			return errExists
+		}
+		if err != nil {
+			return err
+		}
+	} else if err := os.Rename(a.f.Name(), a.path); err != nil {
 		os.Remove(a.f.Name())
 		return err
 	}

@@ -22,8 +22,11 @@ var _ outbox.RunWriter = (*Outbox)(nil)
 // appearing whole or not at all. Readers, stats, manifests and Compact
 // treat the files as any other run. Writing the same source and seq with
 // the same records again writes the same files, so a writer that crashed
-// before it could record that the run was written may simply repeat it;
-// the seq must therefore never be reused for other records, and source
+// before it could record that the run was written may simply repeat it
+// (while the tables are published, see PublicationKey, a file already
+// there is checked to hold as many rows and kept, and one a compaction
+// folded in is not written again: nothing a snapshot names is written
+// over); the seq must therefore never be reused for other records, and source
 // must differ from every other writer's (a UUID, or a lower-case name of
 // [0-9a-z_], at most 64 bytes). Records are checked as Append checks them
 // (an invalid or foreign one fails the whole run before anything is

@@ -1,6 +1,7 @@
 package parquetbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,9 @@ type tableStore interface {
 	openListed(ctx context.Context, t outbox.Table, e storeEntry) (readerAtCloser, error)
 	// create starts a file that appears under name only on commit.
 	create(ctx context.Context, t outbox.Table, name string) (storeWriter, error)
+	// createNew is create for a file that must never replace another:
+	// its commit fails with errExists, writing nothing, if name exists.
+	createNew(ctx context.Context, t outbox.Table, name string) (storeWriter, error)
 	// remove deletes a file; a missing one is not an error.
 	remove(ctx context.Context, t outbox.Table, name string) error
 	// sync makes removals durable (local directories).
@@ -204,6 +208,15 @@ func (s localStore) create(_ context.Context, t outbox.Table, name string) (stor
 	return createAtomic(filepath.Join(s.dir(t), name))
 }
 
+func (s localStore) createNew(_ context.Context, t outbox.Table, name string) (storeWriter, error) {
+	a, err := createAtomic(filepath.Join(s.dir(t), name))
+	if err != nil {
+		return nil, err
+	}
+	a.noReplace = true
+	return a, nil
+}
+
 func (s localStore) remove(_ context.Context, t outbox.Table, name string) error {
 	err := os.Remove(filepath.Join(s.dir(t), name))
 	if errors.Is(err, os.ErrNotExist) {
@@ -254,9 +267,13 @@ func isTemp(name string) bool { return strings.HasPrefix(name, ".") && strings.C
 // becomes visible only when its writer closes, so no rename is needed.
 type blobStore struct {
 	bucket *blob.Bucket
-	url    string // for messages
+	url    string // for messages and locations; anonymousBucket if unknown
 	owned  bool   // opened from a URL, closed with the outbox
 }
+
+// anonymousBucket names, in messages, a bucket given as Options.Bucket
+// without Options.BucketURL.
+const anonymousBucket = "bucket:"
 
 func openBlobStore(ctx context.Context, url string) (*blobStore, error) {
 	b, err := blob.OpenBucket(ctx, url)
@@ -353,6 +370,15 @@ func (s *blobStore) create(ctx context.Context, t outbox.Table, name string) (st
 	return &blobWriter{w: w, cancel: cancel, bucket: s.bucket, key: s.key(t, name)}, nil
 }
 
+// createNew writes the file in memory and then in one conditional write
+// (ifGenerationMatch=0 on GCS): a stream aborted half-way would have to
+// delete its key, which may be the file it must not replace. A file this
+// is used for (a log segment's or an exported batch's, for one table,
+// day and bucket) is small.
+func (s *blobStore) createNew(ctx context.Context, t outbox.Table, name string) (storeWriter, error) {
+	return &blobNewWriter{ctx: context.WithoutCancel(ctx), bucket: s.bucket, key: s.key(t, name)}, nil
+}
+
 func (s *blobStore) remove(ctx context.Context, t outbox.Table, name string) error {
 	err := s.bucket.Delete(ctx, s.key(t, name))
 	if gcerrors.Code(err) == gcerrors.NotFound {
@@ -426,3 +452,24 @@ func (w *blobWriter) abort() {
 	_ = w.w.Close()
 	_ = w.bucket.Delete(context.Background(), w.key)
 }
+
+// blobNewWriter is blobStore.createNew's writer.
+type blobNewWriter struct {
+	ctx    context.Context
+	bucket *blob.Bucket
+	key    string
+	buf    bytes.Buffer
+}
+
+func (w *blobNewWriter) Write(p []byte) (int, error) { return w.buf.Write(p) }
+
+func (w *blobNewWriter) commit() error {
+	err := w.bucket.WriteAll(w.ctx, w.key, w.buf.Bytes(), &blob.WriterOptions{IfNotExist: true, ContentType: "application/vnd.apache.parquet"})
+	switch gcerrors.Code(err) {
+	case gcerrors.FailedPrecondition, gcerrors.AlreadyExists:
+		return errExists
+	}
+	return err
+}
+
+func (w *blobNewWriter) abort() { w.buf.Reset() }

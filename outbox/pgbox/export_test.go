@@ -335,6 +335,69 @@ func TestExportRerunAfterACrashRewritesTheSameFiles(t *testing.T) {
 	require.Equal(t, pgbox.ExportStats{}, st)
 }
 
+// With the tree published as Iceberg tables (parquetbox.PublicationKey),
+// a batch taken over after a crash writes nothing over: the file its first
+// write left is kept as it is (the same file, not one written again under
+// its name), and once a compaction folded that file in and the publisher
+// removed it, the batch taken over again brings no row back.
+func TestExportRerunOfAPublishedTreeWritesNothingOver(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Open(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	o := openSchema(t, db, "published", clock)
+	root := t.TempDir()
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
+	require.NoError(t, err)
+	defer pq.Close()
+	created, err := pq.CreateRootObject(t.Context(), parquetbox.PublicationKey, []byte(`{}`))
+	require.NoError(t, err)
+	require.True(t, created)
+	first, second := newExporter(t, o, root), newExporter(t, o, root)
+	for i := range 20 {
+		appendStates(t, o, "pub", fmt.Sprintf("t%d", i), outbox.StatusPending, outbox.StatusCreated)
+	}
+	st, err := first.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, st.Batches)
+	written := files(t, root)
+	require.Len(t, written, 1)
+	before, err := os.Stat(filepath.Join(root, written[0]))
+	require.NoError(t, err)
+	const et = `"published"."ctdispatch_export_batches"`
+	crash := func() {
+		t.Helper()
+		_, err := db.ExecContext(t.Context(), `UPDATE `+et+` SET written_at = NULL WHERE batch = 1`)
+		require.NoError(t, err)
+		clock.Advance(pgbox.DefaultExportLease)
+	}
+
+	crash()
+	st, err = second.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, pgbox.ExportStats{Batches: []int64{1}, Rows: [3]int64{40, 0, 0}}, st)
+	require.Equal(t, written, files(t, root))
+	after, err := os.Stat(filepath.Join(root, written[0]))
+	require.NoError(t, err)
+	require.True(t, os.SameFile(before, after), "the file is the one first written")
+	require.Equal(t, before.ModTime(), after.ModTime())
+
+	require.NoError(t, pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true}))
+	require.Len(t, files(t, root), 2, "the folded file stays while the tree is published")
+	name := strings.TrimPrefix(written[0], string(outbox.TableDispatch)+"/")
+	require.NoError(t, pq.RemoveReplaced(t.Context(), outbox.TableDispatch, []string{name}))
+	output := files(t, root)
+	require.Len(t, output, 1)
+	require.NotEqual(t, written, output)
+	crash()
+	st, err = first.ExportOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, st.Batches)
+	require.Equal(t, output, files(t, root), "the batch's file is not written again")
+	rows, history := exportedTree(t, root, "pub")
+	require.Equal(t, [3]int64{20, 0, 0}, rows, "one row per ID, none twice")
+	require.Len(t, history, 20)
+}
+
 // Bad export options are refused with the field, the value and the rule.
 func TestExportOptionsAreChecked(t *testing.T) {
 	t.Parallel()
