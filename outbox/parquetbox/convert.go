@@ -92,9 +92,8 @@ func (o *Outbox) writeSegmentParquet(ctx context.Context, processor string, seq 
 // that name already there (a segment converted again after a crash, an
 // exporter's batch written again after it took the batch over) is
 // checked to hold the run's rows and kept, never written over; one a
-// compaction folded in is not written again, as its rows are in the
-// compaction's outputs.
-// The commits are the table's, read before.
+// compaction folded in (by commits, the table's as read before) is not
+// written again, as its rows are in the compaction's outputs.
 func (o *Outbox) writeOnce(ctx context.Context, t outbox.Table, name string, recs []*outbox.Record, commits *commitView) error {
 	if c := commits.unit(unitOf(name)); c != nil && c.consumed[name] {
 		o.log.Info("outbox: a run's file a compaction folded in is not written again", "path", o.store.where(t, name))

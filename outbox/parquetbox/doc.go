@@ -15,7 +15,9 @@
 //	<root>/wal/<processor>.lock                                held while the process lives
 //	<root>/wal/<processor>.json                                what the process announced (its default queue)
 //	<root>/_leases/<table>/<partition>.<seq>                   compactions' leases
+//	<root>/_commits/<table>/<unit>.<generation>                what each compaction made visible (see Compact)
 //	<root>/_manifests/<table>                                  what Compact saw of each table file, for lookups
+//	<root>/_iceberg/                                           the tables' Iceberg publication (see PublicationKey)
 //
 // Tables are partitioned the Hive way by the UTC day an ID was first
 // recorded (its created_at, which Append keeps for every later state of
@@ -219,6 +221,18 @@
 // and nothing retention dropped comes back. Inputs are removed after the
 // commit, so appends continue meanwhile and an interrupted compaction
 // loses nothing. Last, the table's manifest is refreshed (see Manifests).
+//
+// # Publication
+//
+// While the root object PublicationKey exists (the tables are published
+// as Iceberg tables by package outbox/lakehouse), a file a reader has
+// read is never removed nor written over by this package: compaction
+// leaves the inputs it folds (and the files of units retention drops) on
+// storage, hidden by the unit's commits, and a run written again keeps the
+// file already there. LiveFiles names the files the readers read now,
+// ReplacedFiles those kept, and RemoveReplaced removes kept ones, never a
+// live one. PutRootObject and its siblings keep the publisher's own small
+// objects under IcebergDir, beside the tables.
 //
 // # Other stores
 //
