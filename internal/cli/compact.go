@@ -364,17 +364,24 @@ func (c *compaction) round(ctx context.Context, quiet bool) error {
 		// stop this process before a unit's commit.
 		opts.BeforeCommit = func(context.Context) { pause.Point(pause.CompactCommit) }
 	}
-	if err := c.o.Compact(ctx, opts); err != nil {
-		return err
+	// A compaction that lost a unit stepped back from it and changed
+	// nothing there: what is live is still published, then the loss
+	// is reported (exit 4).
+	lost := c.o.Compact(ctx, opts)
+	if lost != nil && !errors.Is(lost, parquetbox.ErrUnitLost) {
+		return lost
 	}
 	pub, err := c.publication(ctx)
 	if err != nil {
-		return err
+		return errors.Join(lost, err)
 	}
 	if pub != nil {
 		if err := publish(ctx, w, c.o, *pub); err != nil {
-			return err
+			return errors.Join(lost, err)
 		}
+	}
+	if lost != nil {
+		return lost
 	}
 	if len(skipped) > 0 {
 		return &incompleteError{skipped: skipped, compaction: true}

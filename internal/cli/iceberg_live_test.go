@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -26,7 +27,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
 
+	"github.com/ctdispatch/ctdispatch/internal/gcsjson"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
@@ -41,8 +44,8 @@ type lakeScan struct {
 	rows     int
 	// ids holds each ID the snapshot names, with its rows.
 	ids map[string]int
-	// twice is a state (ID and version) the snapshot holds in two rows,
-	// or "".
+	// twice is a state (ID, version, status and update time) the
+	// snapshot holds in two rows, or "".
 	twice string
 }
 
@@ -78,9 +81,12 @@ func scanTable(ctx context.Context, cat catalog.Catalog, t outbox.Table) (lakeSc
 			return s, err
 		}
 		ids, versions := column(batch, idCol), column(batch, "version")
+		statuses, updated := column(batch, "status"), column(batch, "updated_at")
 		for i := range int(batch.NumRows()) {
 			id := stringAt(ids, i)
-			state := fmt.Sprintf("%s v%d", id, int64At(versions, i))
+			// Files written before version existed have none: their
+			// rows differ by status and time.
+			state := fmt.Sprintf("%s v%d %s %s", id, int64At(versions, i), stringAt(statuses, i), updated.ValueStr(i))
 			if states[state] && s.twice == "" {
 				s.twice = state
 			}
@@ -271,10 +277,23 @@ func (w *watched) count(re *regexp.Regexp) int {
 	return n
 }
 
+// hangGuard bounds a wait on a process's lines, so that a process that
+// stopped making progress fails the test with its output rather than
+// hanging it; no wait of a passing run comes near it.
+const hangGuard = 2 * time.Minute
+
 // waitLines waits until n stdout lines match re; the process ending
-// first fails the test.
+// first, or hangGuard passing, fails the test.
 func (w *watched) waitLines(t *testing.T, re *regexp.Regexp, n int) {
 	t.Helper()
+	expired := false
+	guard := time.AfterFunc(hangGuard, func() {
+		w.mu.Lock()
+		expired = true
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer guard.Stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -287,8 +306,10 @@ func (w *watched) waitLines(t *testing.T, re *regexp.Regexp, n int) {
 		if c >= n {
 			return
 		}
-		if w.ended {
-			t.Fatalf("%s ended after %d of %d lines matching %s; stderr: %s", w.name, c, n, re, w.stderr.String())
+		if w.ended || expired {
+			tail := w.lines[max(0, len(w.lines)-20):]
+			t.Fatalf("%s: %d of %d lines matching %s (ended %v); last lines:\n%s\nstderr: %s", w.name, c, n, re, w.ended,
+				strings.Join(tail, "\n"), w.stderr.String())
 		}
 		w.cond.Wait()
 	}
@@ -381,9 +402,14 @@ type liveRoot struct {
 	// flags each writer adds (a bucket root's --log-dir).
 	env        []string
 	writerArgs func(name string) []string
-	catalog    catalog.Catalog
-	// compactArgs are added to every compact (the catalog).
+	// catalog opens the catalog the reader scans through, once
+	// publication is on.
+	catalog func() catalog.Catalog
+	// compactArgs are added to every compact (the catalog); leaseTTL is
+	// the compactors' --lease-ttl: how long a killed one keeps its units
+	// and tables, and long enough for a round on the root's storage.
 	compactArgs []string
+	leaseTTL    string
 	// kills is how many SIGKILLs of a writer and of a compactor the run
 	// makes; perRound how many answers and commits each phase waits for.
 	kills, perRound int
@@ -404,12 +430,13 @@ func runLiveRoot(t *testing.T, lr liveRoot) {
 		return startLiveWriter(t, name, env, append(append([]string(nil), base...), lr.writerArgs(name)...)...)
 	}
 	compactor := func(name string) *watched {
-		return startWatched(t, name, env, append([]string{"compact", "--outbox", lr.root, "--every", "1s", "--lease-ttl", "2s"}, lr.compactArgs...)...)
+		return startWatched(t, name, env, append([]string{"compact", "--outbox", lr.root, "--every", "1s", "--lease-ttl", lr.leaseTTL}, lr.compactArgs...)...)
 	}
 
-	res := runBinary(t, env, "", append([]string{"compact", "--outbox", lr.root, "--iceberg"}, lr.compactArgs...)...)
+	res := runBinary(t, env, "", append([]string{"compact", "-v", "--outbox", lr.root, "--iceberg"}, lr.compactArgs...)...)
 	require.Equal(t, 0, res.code, res.stderr)
-	reader := startLakeReader(lr.catalog, outbox.TableDispatch)
+	cat := lr.catalog()
+	reader := startLakeReader(cat, outbox.TableDispatch)
 	writers := []*liveWriter{writer("w0"), writer("w1")}
 	compactors := []*watched{compactor("c0"), compactor("c1")}
 	var killed []*watched
@@ -439,7 +466,7 @@ func runLiveRoot(t *testing.T, lr liveRoot) {
 	require.Regexp(t, `(?m)^dispatch_outbox: iceberg: (appended|replaced|current): `, res.stdout)
 	scans, snapshots, failures, twice := reader.finish()
 
-	final, err := scanTable(context.Background(), lr.catalog, outbox.TableDispatch)
+	final, err := scanTable(context.Background(), cat, outbox.TableDispatch)
 	require.NoError(t, err)
 	require.Empty(t, final.twice)
 	res = runBinary(t, env, "", "query", "--outbox", lr.root, "--run", "live", "--format", "json")
@@ -491,5 +518,60 @@ func TestBinaryLiveRootPublishesIceberg(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "outbox")
 	require.NoError(t, os.Mkdir(root, 0o700))
 	runLiveRoot(t, liveRoot{root: root, writerArgs: func(string) []string { return nil },
-		catalog: fileCatalog(t, root), kills: 1, perRound: 150})
+		catalog: func() catalog.Catalog { return fileCatalog(t, root) }, leaseTTL: "2s", kills: 1, perRound: 150})
+}
+
+// bucketObjects lists every object of a bucket with its size and MD5.
+func bucketObjects(t *testing.T, bucket string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	b, err := blob.OpenBucket(ctx, bucket)
+	require.NoError(t, err)
+	defer b.Close()
+	out := map[string]string{}
+	it := b.List(nil)
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err)
+		out[o.Key] = fmt.Sprintf("%d %x", o.Size, o.MD5)
+	}
+}
+
+// The same on a bucket root (fake-gcs-server) with the SQL catalog on a
+// throwaway PostgreSQL, after --iceberg without a catalog was refused
+// there, naming --iceberg-catalog, with nothing changed. Writers keep
+// their logs on local disk (--log-dir), the restarted one in the killed
+// one's.
+//
+// Time budget: about 30 s (each phase waits for 100 answers per writer
+// and two commits per compactor).
+func TestBinaryLiveBucketRootPublishesIcebergToPostgres(t *testing.T) {
+	gcs := startFakeGCS(t, "outbox-lake")
+	t.Setenv(gcsjson.EmulatorEnv, gcs) // the reader reads the files from the bucket
+	root := "gs://outbox-lake?prefix=live/"
+	env := []string{gcsjson.EmulatorEnv + "=" + gcs}
+	logs := t.TempDir()
+	emu := startCLIEmulator(t)
+	res := runBinary(t, append(env, emulatorEnv+"="+emu.Addr()), "", append(append([]string(nil), dispatchArgs...), "--url", "https://w/x",
+		"--outbox", root, "--log-dir", filepath.Join(logs, "first"), "--run", "before", "--task", "a", "--attempt", "1")...)
+	require.Equal(t, 0, res.code, res.stderr)
+
+	before := bucketObjects(t, "gs://outbox-lake")
+	require.NotEmpty(t, before)
+	res = runBinary(t, env, "", "compact", "--outbox", root, "--iceberg")
+	require.Equal(t, 2, res.code)
+	require.Equal(t, "ctdispatch: --iceberg on a bucket outbox (gs://outbox-lake?prefix=live/) needs --iceberg-catalog: the file-based catalog cannot commit atomically on a bucket; give postgres://… (the SQL catalog) or https://… (a REST catalog)\n", res.stderr)
+	require.Empty(t, res.stdout)
+	require.Equal(t, before, bucketObjects(t, "gs://outbox-lake"), "nothing changed")
+
+	dsn := postgresURL(t, "&search_path=lake")
+	runLiveRoot(t, liveRoot{root: root, env: env,
+		writerArgs:  func(name string) []string { return []string{"--log-dir", filepath.Join(logs, name[:2])} },
+		catalog:     func() catalog.Catalog { return sqlCatalog(t, dsn) },
+		compactArgs: []string{"--iceberg-catalog", dsn},
+		leaseTTL:    "10s",
+		kills:       1, perRound: 100})
 }

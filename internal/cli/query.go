@@ -468,9 +468,11 @@ func queryAsOf(ctx context.Context, env *Env, out io.Writer, dir, asOf string, q
 	if err != nil {
 		return fmt.Errorf("iceberg tables: %w", err)
 	}
-	var recs, dels []outbox.Record
+	var recs []outbox.Record
 	for _, st := range status {
-		if !st.Published || (q.Table != "" && st.Table != q.Table) {
+		// A worker's deliveries are shown with --worker-outbox only, which
+		// --as-of does not read.
+		if !st.Published || st.Table == outbox.TableDeliveries || (q.Table != "" && st.Table != q.Table) {
 			continue
 		}
 		got, err := lakehouse.ReadAsOf(ctx, o, cfg, st.Table, at)
@@ -482,20 +484,15 @@ func queryAsOf(ctx context.Context, env *Env, out io.Writer, dir, asOf string, q
 			return err
 		}
 		for _, r := range got {
-			if !matches(q, &r) {
-				continue
-			}
-			if r.Table == outbox.TableDeliveries {
-				dels = append(dels, r)
-			} else {
+			if matches(q, &r) {
 				recs = append(recs, r)
 			}
 		}
 	}
-	if len(recs) == 0 && len(dels) == 0 {
+	if len(recs) == 0 {
 		return fmt.Errorf("no record with %s in %s as of %s", what, redact(dir), formatTime(at))
 	}
-	return writeRecords(out, format, recs, len(dels) > 0, dels)
+	return writeRecords(out, format, recs, false, nil)
 }
 
 // matches reports whether r is a record q asks for.
