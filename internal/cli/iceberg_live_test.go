@@ -42,8 +42,9 @@ import (
 type lakeScan struct {
 	snapshot int64
 	rows     int
-	// ids holds each ID the snapshot names, with its rows.
-	ids map[string]int
+	// ids holds each ID the snapshot names, with its rows; created
+	// those with a created row.
+	ids, created map[string]int
 	// twice is a state (ID, version, status and update time) the
 	// snapshot holds in two rows, or "".
 	twice string
@@ -61,7 +62,7 @@ func scanTable(ctx context.Context, cat catalog.Catalog, t outbox.Table) (lakeSc
 	if err != nil {
 		return lakeScan{}, err
 	}
-	s := lakeScan{ids: map[string]int{}}
+	s := lakeScan{ids: map[string]int{}, created: map[string]int{}}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return s, nil
@@ -92,6 +93,9 @@ func scanTable(ctx context.Context, cat catalog.Catalog, t outbox.Table) (lakeSc
 			}
 			states[state] = true
 			s.ids[id]++
+			if stringAt(statuses, i) == string(outbox.StatusCreated) {
+				s.created[id]++
+			}
 			s.rows++
 		}
 		batch.Release()
@@ -280,7 +284,7 @@ func (w *watched) count(re *regexp.Regexp) int {
 // hangGuard bounds a wait on a process's lines, so that a process that
 // stopped making progress fails the test with its output rather than
 // hanging it; no wait of a passing run comes near it.
-const hangGuard = 2 * time.Minute
+const hangGuard = 3 * time.Minute
 
 // waitLines waits until n stdout lines match re; the process ending
 // first, or hangGuard passing, fails the test.
@@ -411,8 +415,9 @@ type liveRoot struct {
 	compactArgs []string
 	leaseTTL    string
 	// kills is how many SIGKILLs of a writer and of a compactor the run
-	// makes; perRound how many answers and commits each phase waits for.
-	kills, perRound int
+	// makes; perRound how many answers, and commits how many commits of
+	// each compactor, each phase waits for.
+	kills, perRound, commits int
 }
 
 // runLiveRoot runs two writers and two compact --every processes on a
@@ -443,7 +448,7 @@ func runLiveRoot(t *testing.T, lr liveRoot) {
 	for k := range lr.kills {
 		// Mid-run: the writer has answered, the compactor has committed.
 		writers[0].waitLines(t, answered, lr.perRound)
-		compactors[0].waitLines(t, published, 2)
+		compactors[0].waitLines(t, published, lr.commits)
 		writers[0].kill()
 		compactors[0].kill()
 		killed = append(killed, writers[0].watched, compactors[0])
@@ -453,7 +458,7 @@ func runLiveRoot(t *testing.T, lr liveRoot) {
 	writers[0].waitLines(t, answered, lr.perRound)
 	writers[1].waitLines(t, answered, lr.perRound*(lr.kills+1))
 	for _, c := range compactors {
-		c.waitLines(t, published, 2)
+		c.waitLines(t, published, lr.commits)
 	}
 	for _, w := range writers {
 		w.end(t)
@@ -518,7 +523,7 @@ func TestBinaryLiveRootPublishesIceberg(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "outbox")
 	require.NoError(t, os.Mkdir(root, 0o700))
 	runLiveRoot(t, liveRoot{root: root, writerArgs: func(string) []string { return nil },
-		catalog: func() catalog.Catalog { return fileCatalog(t, root) }, leaseTTL: "2s", kills: 1, perRound: 150})
+		catalog: func() catalog.Catalog { return fileCatalog(t, root) }, leaseTTL: "2s", kills: 1, perRound: 150, commits: 2})
 }
 
 // bucketObjects lists every object of a bucket with its size and MD5.
@@ -546,8 +551,8 @@ func bucketObjects(t *testing.T, bucket string) map[string]string {
 // their logs on local disk (--log-dir), the restarted one in the killed
 // one's.
 //
-// Time budget: about 30 s (each phase waits for 100 answers per writer
-// and two commits per compactor).
+// Time budget: about 90 s (each phase waits for 50 answers per writer and
+// a commit per compactor; a round on the bucket takes seconds).
 func TestBinaryLiveBucketRootPublishesIcebergToPostgres(t *testing.T) {
 	gcs := startFakeGCS(t, "outbox-lake")
 	t.Setenv(gcsjson.EmulatorEnv, gcs) // the reader reads the files from the bucket
@@ -572,6 +577,6 @@ func TestBinaryLiveBucketRootPublishesIcebergToPostgres(t *testing.T) {
 		writerArgs:  func(name string) []string { return []string{"--log-dir", filepath.Join(logs, name[:2])} },
 		catalog:     func() catalog.Catalog { return sqlCatalog(t, dsn) },
 		compactArgs: []string{"--iceberg-catalog", dsn},
-		leaseTTL:    "10s",
-		kills:       1, perRound: 100})
+		leaseTTL:    "30s",
+		kills:       1, perRound: 50, commits: 1})
 }
