@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/internal/pause"
-	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -323,7 +322,7 @@ type compaction struct {
 	// pub is the publication the command was started with (nil: none);
 	// each round looks again at the root's switch, which another
 	// command may have turned since.
-	pub *lakehouse.Config
+	pub *lakeConfig
 }
 
 // round compacts once and publishes. quiet leaves out the units left
@@ -392,7 +391,7 @@ func (c *compaction) round(ctx context.Context, quiet bool) error {
 // publication is the publication this round makes: the root's switch as
 // it is now, with the catalog the command was given when it is the one
 // recorded (its password).
-func (c *compaction) publication(ctx context.Context) (*lakehouse.Config, error) {
+func (c *compaction) publication(ctx context.Context) (*lakeConfig, error) {
 	cfg, on, err := publishedConfig(ctx, c.env, c.o)
 	if err != nil || !on {
 		return nil, err

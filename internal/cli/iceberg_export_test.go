@@ -1,3 +1,5 @@
+//go:build iceberg
+
 package cli
 
 import (

@@ -15,7 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -464,7 +463,7 @@ func queryAsOf(ctx context.Context, env *Env, out io.Writer, dir, asOf string, q
 	if !on {
 		return errNotPublished(dir)
 	}
-	status, err := lakehouse.Status(ctx, o, cfg)
+	status, err := lakeStatus(ctx, o, cfg)
 	if err != nil {
 		return fmt.Errorf("iceberg tables: %w", err)
 	}
@@ -475,8 +474,8 @@ func queryAsOf(ctx context.Context, env *Env, out io.Writer, dir, asOf string, q
 		if !st.Published || st.Table == outbox.TableDeliveries || (q.Table != "" && st.Table != q.Table) {
 			continue
 		}
-		got, err := lakehouse.ReadAsOf(ctx, o, cfg, st.Table, at)
-		if errors.Is(err, lakehouse.ErrNoSnapshot) {
+		got, err := lakeReadAsOf(ctx, o, cfg, st.Table, at)
+		if errors.Is(err, errNoLakeSnapshot) {
 			return fmt.Errorf("--as-of %s: no snapshot of %s that old remains (replaced snapshots are kept for the outbox's grace, %s): %w",
 				formatTime(at), st.Table, cfg.Grace, err)
 		}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 
 	"github.com/spf13/cobra"
@@ -268,7 +267,7 @@ func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbo
 
 // icebergStats returns each table's current Iceberg snapshot when the
 // Parquet outbox at where publishes its tables (nil otherwise).
-func icebergStats(ctx context.Context, env *Env, where string) (map[outbox.Table]lakehouse.TableStatus, error) {
+func icebergStats(ctx context.Context, env *Env, where string) (map[outbox.Table]lakeTableStatus, error) {
 	if isPostgresURL(where) {
 		return nil, nil
 	}
@@ -281,11 +280,17 @@ func icebergStats(ctx context.Context, env *Env, where string) (map[outbox.Table
 	if err != nil || !on {
 		return nil, err
 	}
-	status, err := lakehouse.Status(ctx, o, cfg)
+	if !icebergLinked {
+		// The outbox's own statistics are still true; only its snapshots
+		// cannot be read here.
+		fmt.Fprintln(env.Err, "ctdispatch: the outbox publishes Iceberg tables; their snapshots are not shown: "+errNoIceberg.Error())
+		return nil, nil
+	}
+	status, err := lakeStatus(ctx, o, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("iceberg tables: %w", err)
 	}
-	out := make(map[outbox.Table]lakehouse.TableStatus, len(status))
+	out := make(map[outbox.Table]lakeTableStatus, len(status))
 	for _, st := range status {
 		out[st.Table] = st
 	}
@@ -294,7 +299,7 @@ func icebergStats(ctx context.Context, env *Env, where string) (map[outbox.Table
 
 // writeIceberg prints, after the tables, each one's current Iceberg
 // snapshot, when the outbox publishes them.
-func writeIceberg(w io.Writer, stats []parquetbox.TableStats, lake map[outbox.Table]lakehouse.TableStatus) error {
+func writeIceberg(w io.Writer, stats []parquetbox.TableStats, lake map[outbox.Table]lakeTableStatus) error {
 	if lake == nil {
 		return nil
 	}
