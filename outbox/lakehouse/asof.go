@@ -34,7 +34,11 @@ func ReadAsOf(ctx context.Context, ob *parquetbox.Outbox, cfg Config, t outbox.T
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	lc, err := openCatalog(ctx, ob.Root(), cfg)
+	root, err := ob.Location()
+	if err != nil {
+		return nil, err
+	}
+	lc, err := openCatalog(ctx, root, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/apache/iceberg-go"
@@ -106,26 +107,50 @@ func openCatalog(ctx context.Context, root string, cfg Config) (*lakeCatalog, er
 	return lc, nil
 }
 
-// openSQLCatalog opens iceberg-go's SQL catalog on PostgreSQL through
-// pgx's database/sql driver. The catalog names its tables without a
-// schema, so they go to the connection's search_path: the schema the URL
-// names there is created first when missing.
-func openSQLCatalog(ctx context.Context, dsn string, props iceberg.Properties) (catalog.Catalog, *sql.DB, error) {
+// DefaultCatalogSchema is the PostgreSQL schema of the SQL catalog's
+// tables when the catalog URL names none in its search_path.
+const DefaultCatalogSchema = "public"
+
+// catalogSchemaRule is what a catalog schema name may be: one name that
+// PostgreSQL reads in a search_path as written (unquoted, so not folded).
+var catalogSchemaRule = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// catalogSchema returns the schema a postgres:// catalog URL puts the SQL
+// catalog's tables in, and its connection settings.
+func catalogSchema(dsn string) (string, *pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", nil, fmt.Errorf("lakehouse: Config.Catalog %q: %w", redact(dsn), err)
+	}
+	schema, ok := cc.RuntimeParams["search_path"]
+	if !ok {
+		return DefaultCatalogSchema, cc, nil
+	}
+	if !catalogSchemaRule.MatchString(schema) {
+		return "", nil, fmt.Errorf("lakehouse: Config.Catalog %q has search_path %q; allowed: one schema name of lower-case letters, digits and '_' (at most 63, not starting with a digit), or none for %q",
+			redact(dsn), schema, DefaultCatalogSchema)
+	}
+	return schema, cc, nil
+}
+
+// openSQLCatalog opens iceberg-go's SQL catalog on PostgreSQL through
+// pgx's database/sql driver. The catalog names its two tables
+// (iceberg_tables, iceberg_namespace_properties) without a schema, so
+// PostgreSQL puts them in the first schema of the connection's
+// search_path, which by the server's default may be a schema named after
+// the user. Every connection's search_path is therefore set to exactly
+// one schema, the URL's search_path or DefaultCatalogSchema, created
+// first when missing.
+func openSQLCatalog(ctx context.Context, dsn string, props iceberg.Properties) (catalog.Catalog, *sql.DB, error) {
+	schema, cc, err := catalogSchema(dsn)
 	if err != nil {
 		return nil, nil, err
 	}
-	schema := cc.RuntimeParams["search_path"]
+	cc.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cc)
-	if schema != "" {
-		if strings.Contains(schema, ",") {
-			db.Close()
-			return nil, nil, fmt.Errorf("search_path %q names more than one schema; name the one schema of the catalog's tables", schema)
-		}
-		if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
-			db.Close()
-			return nil, nil, fmt.Errorf("create schema %q: %w", schema, err)
-		}
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("create schema %q: %w", schema, err)
 	}
 	cat, err := sqlcat.NewCatalog("ctdispatch", db, sqlcat.Postgres, props)
 	if err != nil {

@@ -25,8 +25,10 @@ type Config struct {
 	// server and is allowed only on a directory root, where a rename
 	// that does not replace is atomic. "postgres://…" (or "postgresql://…")
 	// is iceberg-go's SQL catalog on PostgreSQL: its two tables go to the
-	// schema named by the URL's search_path parameter (created if
-	// missing), else to "public". "http://…" or "https://…" is an Iceberg
+	// one schema the URL's search_path parameter names (created if
+	// missing; lower-case letters, digits and '_'), else to
+	// DefaultCatalogSchema, never where the server's default search_path
+	// would put them. "http://…" or "https://…" is an Iceberg
 	// REST catalog (BigLake metastore, Polaris, Lakekeeper). Defaults to
 	// "", the file-based catalog.
 	Catalog string
@@ -36,12 +38,16 @@ type Config struct {
 	// Grace is how long a snapshot stays readable after a newer one
 	// replaced it: snapshots older than Grace expire (never the current
 	// one), and a file a compaction or retention removed from the live set
-	// is deleted only once no unexpired snapshot names it. Defaults to
-	// DefaultGrace; at least a second.
+	// is deleted only once no unexpired snapshot names it. At least a
+	// second. Enable records it in the root; Publish, given 0, uses the
+	// recorded one, so a later process (ctdispatch compact) keeps the
+	// grace the root was enabled with, and a value set here overrides it
+	// for that call. Defaults to DefaultGrace (Enable, Status, ReadAsOf,
+	// and Publish on a switch that records none).
 	Grace time.Duration
 	// Properties are passed to the catalog and to the file IO iceberg-go
 	// reads and writes the root with (for example "gcs.service.host" and
-	// "gcs.noauth" for a Cloud Storage emulator, or "warehouse" and
+	// "gcs.no-auth" for a Cloud Storage emulator, or "warehouse" and
 	// "credential" for a REST catalog). Defaults to none.
 	Properties map[string]string
 	// LeaseTTL is how long a publisher's lease on a table lasts unless
@@ -91,8 +97,14 @@ func (c Config) WithDefaults() Config {
 
 // validate checks a Config after WithDefaults, naming the field at fault.
 func (c Config) validate() error {
-	if _, err := catalogKind(c.Catalog); err != nil {
+	kind, err := catalogKind(c.Catalog)
+	if err != nil {
 		return err
+	}
+	if kind == catalogSQL {
+		if _, _, err := catalogSchema(c.Catalog); err != nil {
+			return err
+		}
 	}
 	if strings.ContainsAny(c.Namespace, "/\\.") || c.Namespace == ".." {
 		return fmt.Errorf("lakehouse: Config.Namespace %q contains '/', '\\' or '.'; allowed: one name", c.Namespace)

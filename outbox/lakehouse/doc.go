@@ -25,10 +25,21 @@
 // catalog), with its metadata under <root>/_iceberg/<namespace>/<table>/:
 // no server, and never inside a table's directory. A bucket root needs a
 // catalog that commits atomically: PostgreSQL (iceberg-go's SQL catalog,
-// Config.Catalog "postgres://…", its tables in the schema the URL's
-// search_path names) or an Iceberg REST catalog ("https://…"); the
-// file-based catalog is refused there. The tables' metadata still lives
-// under <root>/_iceberg/.
+// Config.Catalog "postgres://…") or an Iceberg REST catalog
+// ("https://…"); the file-based catalog is refused there. The tables'
+// metadata still lives under <root>/_iceberg/.
+//
+// The SQL catalog keeps two tables, iceberg_tables and
+// iceberg_namespace_properties, which iceberg-go names without a schema,
+// so PostgreSQL would put them in the first schema of the connection's
+// search_path (by the server's default a schema named as the user, when
+// one exists). This package sets every connection's search_path to one
+// schema: the one the URL's search_path parameter names
+// ("postgres://…/db?search_path=ctdispatch", for a PostgreSQL outbox's
+// export the outbox's schema), created when missing, or
+// DefaultCatalogSchema ("public") when the URL names none. A search_path
+// of several schemas, or a name PostgreSQL would fold or need quoted, is
+// refused by Enable and Publish with an error naming it.
 //
 // # Schema
 //
@@ -55,7 +66,10 @@
 // Iceberg deletes no data file. Snapshots that stopped being current more
 // than Config.Grace (an hour) ago expire, and only then are the files they
 // alone named removed, through the store, which refuses to remove a live
-// file. Status reports each table's current snapshot; ReadAsOf reads a
+// file. Ages are measured by Config.Clock: each snapshot a publisher
+// commits records that clock's time in its summary
+// (ctdispatch.committed-at), as iceberg-go stamps snapshots with the
+// machine's clock. Status reports each table's current snapshot; ReadAsOf reads a
 // table as an older snapshot had it.
 //
 // # Errors

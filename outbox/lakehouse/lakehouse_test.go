@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob/memblob"
 
 	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
@@ -28,6 +29,18 @@ func TestFileCatalogRefusedOnBucketRoot(t *testing.T) {
 	_, on, err := lakehouse.Enabled(ctx, ob)
 	require.NoError(t, err)
 	require.False(t, on, "nothing was switched on")
+
+	// An opened bucket (Options.Bucket) is a bucket root too, by the URL
+	// it is read by; without that URL nothing can name its files.
+	opened, err := parquetbox.Open(ctx, parquetbox.Options{Bucket: memblob.OpenBucket(nil), BucketURL: "gs://lake/prod", LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
+	require.NoError(t, err)
+	defer opened.Close()
+	require.EqualError(t, lakehouse.Enable(ctx, opened, lakehouse.Config{}),
+		`lakehouse: the file-based catalog (Config.Catalog "") cannot commit atomically on bucket root gs://lake/prod; set Config.Catalog to a postgres:// (SQL catalog) or https:// (REST catalog) URL`)
+	unnamed, err := parquetbox.Open(ctx, parquetbox.Options{Bucket: memblob.OpenBucket(nil), LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
+	require.NoError(t, err)
+	defer unnamed.Close()
+	require.ErrorContains(t, lakehouse.Enable(ctx, unnamed, lakehouse.Config{Catalog: "postgres://u@h/db"}), "Options.BucketURL is empty")
 }
 
 // Time budget: a few seconds (go list). A program that only dispatches,

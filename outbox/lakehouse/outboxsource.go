@@ -10,7 +10,7 @@ import (
 // outboxSource is a parquetbox outbox as a source.
 type outboxSource struct{ ob *parquetbox.Outbox }
 
-func (s outboxSource) root() string { return s.ob.Root() }
+func (s outboxSource) location() (string, error) { return s.ob.Location() }
 
 func (s outboxSource) objects() objects { return objects(s) }
 

@@ -21,6 +21,12 @@ import (
 // the commit and so tell a commit that landed from one that was lost.
 const tokenProperty = "ctdispatch.publication"
 
+// committedAtProperty is the snapshot summary property holding the time,
+// by Config.Clock, a publisher committed the snapshot. Expiry measures a
+// snapshot's age by it: iceberg-go stamps a snapshot with the machine's
+// clock, which a test or a replay cannot steer.
+const committedAtProperty = "ctdispatch.committed-at"
+
 // maxAttempts bounds the commits Publish tries for one table in one run
 // (each after the previous one was lost or met another commit).
 const maxAttempts = 8
@@ -97,7 +103,8 @@ type TablePublication struct {
 // the files no longer live that no remaining snapshot names are removed
 // through the store (parquetbox's RemoveReplaced, which refuses a live
 // file). A query that started on a snapshot younger than the grace
-// therefore finds every file it names.
+// therefore finds every file it names. The grace is cfg.Grace when set,
+// else the one Enable recorded in the root.
 //
 // Publish fails with ErrNotEnabled on a root whose publication is off,
 // and with ErrCatalogMismatch when cfg names another catalog or namespace
@@ -107,15 +114,27 @@ func Publish(ctx context.Context, ob *parquetbox.Outbox, cfg Config) (Report, er
 }
 
 func publish(ctx context.Context, src source, cfg Config) (Report, error) {
+	callersGrace := cfg.Grace
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return Report{}, err
 	}
 	objs := src.objects()
-	if err := checkSwitch(ctx, objs, src.root(), cfg); err != nil {
+	root, err := src.location()
+	if err != nil {
 		return Report{}, err
 	}
-	lc, err := openCatalog(ctx, src.root(), cfg)
+	sw, err := checkSwitch(ctx, objs, root, cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	if cfg.Grace, err = recordedGrace(callersGrace, sw); err != nil {
+		return Report{}, err
+	}
+	if err := cfg.validate(); err != nil {
+		return Report{}, err
+	}
+	lc, err := openCatalog(ctx, root, cfg)
 	if err != nil {
 		return Report{}, err
 	}
@@ -232,7 +251,7 @@ func (p *publisher) commit(ctx context.Context, l *lease, t outbox.Table, tbl *t
 			p.cfg.BeforeCommit(string(t))
 		}
 		token := uuid.NewString()
-		props := iceberg.Properties{tokenProperty: token}
+		props := iceberg.Properties{tokenProperty: token, committedAtProperty: p.cfg.Clock.Now().UTC().Format(time.RFC3339Nano)}
 		txn := tbl.NewTransaction()
 		if len(del) == 0 {
 			err = txn.AddFiles(ctx, add, props, false)
@@ -310,7 +329,7 @@ func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *t
 			continue
 		}
 		// A snapshot stopped being current when the next one was made.
-		if i+1 < len(logs) && time.UnixMilli(logs[i+1].TimestampMs).Before(cutoff) && tbl.SnapshotByID(entry.SnapshotID) != nil {
+		if i+1 < len(logs) && committedAt(tbl, logs[i+1]).Before(cutoff) && tbl.SnapshotByID(entry.SnapshotID) != nil {
 			expired = append(expired, entry.SnapshotID)
 		}
 	}
@@ -371,4 +390,16 @@ func (p *publisher) expire(ctx context.Context, l *lease, t outbox.Table, tbl *t
 	}
 	tp.Deleted = names
 	return nil
+}
+
+// committedAt is when a snapshot of the log was committed: by the
+// publisher's clock when a publisher made it, else by the committer's
+// stamp.
+func committedAt(tbl *table.Table, entry table.SnapshotLogEntry) time.Time {
+	if snap := tbl.SnapshotByID(entry.SnapshotID); snap != nil && snap.Summary != nil {
+		if at, err := time.Parse(time.RFC3339Nano, snap.Summary.Properties[committedAtProperty]); err == nil {
+			return at
+		}
+	}
+	return time.UnixMilli(entry.TimestampMs)
 }

@@ -18,8 +18,9 @@ type liveFile struct {
 
 // source is what publication needs of an outbox root.
 type source interface {
-	// root is the outbox root (a directory or a bucket URL).
-	root() string
+	// location is the URL of the outbox root: "file:///abs/dir" or a
+	// bucket's URL with its prefix ("gs://bucket/prefix").
+	location() (string, error)
 	// objects are the root's objects under _iceberg/.
 	objects() objects
 	// liveFiles lists exactly the files the store's readers treat as

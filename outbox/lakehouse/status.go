@@ -44,7 +44,11 @@ func Status(ctx context.Context, ob *parquetbox.Outbox, cfg Config) ([]TableStat
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	lc, err := openCatalog(ctx, ob.Root(), cfg)
+	root, err := ob.Location()
+	if err != nil {
+		return nil, err
+	}
+	lc, err := openCatalog(ctx, root, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,11 @@ func Enable(ctx context.Context, ob *parquetbox.Outbox, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	if err := checkCatalogForRoot(ob.Root(), cfg.Catalog); err != nil {
+	root, err := ob.Location()
+	if err != nil {
+		return err
+	}
+	if err := checkCatalogForRoot(root, cfg.Catalog); err != nil {
 		return err
 	}
 	objs := objects{ob}
@@ -59,7 +63,7 @@ func Enable(ctx context.Context, ob *parquetbox.Outbox, cfg Config) error {
 	if ok {
 		if have.Catalog != want.Catalog || have.Namespace != want.Namespace {
 			return fmt.Errorf("%w: root %s publishes to catalog %q namespace %q, not %q namespace %q; Disable it first",
-				ErrCatalogMismatch, ob.Root(), have.Catalog, have.Namespace, want.Catalog, want.Namespace)
+				ErrCatalogMismatch, root, have.Catalog, have.Namespace, want.Catalog, want.Namespace)
 		}
 		if have.Grace == want.Grace {
 			return nil
@@ -116,19 +120,36 @@ func readSwitch(ctx context.Context, objs objects) (publication, bool, error) {
 
 // checkSwitch returns the switch's publication after checking that cfg
 // names the catalog and namespace it records.
-func checkSwitch(ctx context.Context, objs objects, root string, cfg Config) error {
+func checkSwitch(ctx context.Context, objs objects, root string, cfg Config) (publication, error) {
 	p, ok, err := readSwitch(ctx, objs)
 	if err != nil {
-		return err
+		return publication{}, err
 	}
 	if !ok {
-		return fmt.Errorf("%w: root %s has no %s", ErrNotEnabled, root, switchKey)
+		return publication{}, fmt.Errorf("%w: root %s has no %s", ErrNotEnabled, root, switchKey)
 	}
 	if p.Catalog != redact(cfg.Catalog) || p.Namespace != cfg.Namespace {
-		return fmt.Errorf("%w: root %s publishes to catalog %q namespace %q; Config names %q namespace %q",
+		return publication{}, fmt.Errorf("%w: root %s publishes to catalog %q namespace %q; Config names %q namespace %q",
 			ErrCatalogMismatch, root, p.Catalog, p.Namespace, redact(cfg.Catalog), cfg.Namespace)
 	}
-	return nil
+	return p, nil
+}
+
+// recordedGrace returns the grace a publication uses: the caller's
+// Config.Grace when set, else the one Enable recorded in the switch, else
+// DefaultGrace (a switch that records none).
+func recordedGrace(callers time.Duration, p publication) (time.Duration, error) {
+	if callers != 0 {
+		return callers, nil
+	}
+	if p.Grace == "" {
+		return DefaultGrace, nil
+	}
+	g, err := time.ParseDuration(p.Grace)
+	if err != nil {
+		return 0, fmt.Errorf("lakehouse: %s: grace %q: %w", switchKey, p.Grace, err)
+	}
+	return g, nil
 }
 
 // checkCatalogForRoot refuses the file-based catalog on a bucket root.

@@ -219,23 +219,41 @@ func (o *Outbox) liveFiles(t outbox.Table, entries []storeEntry) ([]LiveFile, er
 	return out, nil
 }
 
+// Location returns the URL engines and catalogs reach the root by, the
+// prefix of every LiveFile.Location, without a trailing "/": on a
+// directory root "file://" and its absolute path; on a bucket root the
+// bucket's URL without its query, with its prefix ("gs://bucket/prefix");
+// for Options.Bucket, Options.BucketURL so written, and an error naming
+// that option when it is empty. Root, by contrast, is the root as given
+// (empty for Options.Bucket).
+func (o *Outbox) Location() (string, error) {
+	switch s := o.store.(type) {
+	case localStore:
+		abs, err := filepath.Abs(s.root)
+		if err != nil {
+			return "", fmt.Errorf("outbox: the absolute path of %s: %w", s.root, err)
+		}
+		return "file://" + strings.TrimSuffix(filepath.ToSlash(abs), "/"), nil
+	case *blobStore:
+		if s.url == anonymousBucket {
+			return "", errors.New("outbox: the root's location: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)")
+		}
+		return s.url, nil
+	}
+	return "", fmt.Errorf("outbox: the root's location: unknown storage %T", o.store)
+}
+
 // tableLocation is the absolute location of table t's directory, ending
 // in "/" (see LiveFile.Location).
 func (o *Outbox) tableLocation(t outbox.Table) (string, error) {
-	switch s := o.store.(type) {
-	case localStore:
-		abs, err := filepath.Abs(s.dir(t))
-		if err != nil {
-			return "", fmt.Errorf("outbox: the absolute path of %s: %w", s.dir(t), err)
-		}
-		return "file://" + filepath.ToSlash(abs) + "/", nil
-	case *blobStore:
-		if s.url == anonymousBucket {
-			return "", fmt.Errorf("outbox: the location of %s's files: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)", t)
-		}
-		return s.url + "/" + string(t) + "/", nil
+	if s, ok := o.store.(*blobStore); ok && s.url == anonymousBucket {
+		return "", fmt.Errorf("outbox: the location of %s's files: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)", t)
 	}
-	return "", fmt.Errorf("outbox: the location of %s's files: unknown storage %T", t, o.store)
+	root, err := o.Location()
+	if err != nil {
+		return "", err
+	}
+	return root + "/" + string(t) + "/", nil
 }
 
 // fileVersion is a listed file's size and modification time.

@@ -320,3 +320,34 @@ func TestRemoveReplacedRefuses(t *testing.T) {
 	}
 	require.Equal(t, []string{conv(0), pending}, stored(t, c))
 }
+
+// Time budget: under a second. Location is the prefix of every
+// LiveFile.Location, whatever the root was given as; Root is the root as
+// given, empty for an opened bucket.
+func TestLocationOfEachKindOfRoot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"directory", Options{Root: dir, ReadOnly: true}, "file://" + filepath.ToSlash(dir)},
+		{"directory with a trailing slash", Options{Root: dir + "/", ReadOnly: true}, "file://" + filepath.ToSlash(dir)},
+		{"bucket URL with a prefix", Options{Root: "mem://?prefix=prod/", ReadOnly: true}, "mem://prod"},
+		{"opened bucket", Options{Bucket: memblob.OpenBucket(nil), BucketURL: "gs://lake/prod/", ReadOnly: true}, "gs://lake/prod"},
+	} {
+		o, err := Open(context.Background(), tc.opts)
+		require.NoError(t, err, tc.name)
+		got, err := o.Location()
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+		require.NoError(t, o.Close())
+	}
+	o, err := Open(context.Background(), Options{Bucket: memblob.OpenBucket(nil), ReadOnly: true})
+	require.NoError(t, err)
+	defer o.Close()
+	require.Empty(t, o.Root())
+	_, err = o.Location()
+	require.EqualError(t, err, "outbox: the root's location: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)")
+}
