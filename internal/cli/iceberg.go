@@ -78,7 +78,7 @@ func catalogName(v string) string {
 	if v == "" {
 		return "the file-based catalog under _iceberg/"
 	}
-	return v
+	return "catalog " + v
 }
 
 // errNotPublished is the error of a command that reads the Iceberg

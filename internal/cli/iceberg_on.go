@@ -101,7 +101,7 @@ func (f *icebergFlags) apply(ctx context.Context, env *Env, o *parquetbox.Outbox
 		return cfg, false, usagef("--iceberg on a bucket outbox (%s) needs --iceberg-catalog: the file-based catalog cannot commit atomically on a bucket; give postgres://… (the SQL catalog) or https://… (a REST catalog)", redact(root))
 	}
 	if enabled && redactCatalog(cfg.Catalog) != recorded.Catalog {
-		return cfg, false, usagef("this outbox publishes to catalog %s; run compact --no-iceberg first to publish to %s instead", catalogName(recorded.Catalog), catalogName(redactCatalog(cfg.Catalog)))
+		return cfg, false, usagef("this outbox publishes to %s; run compact --no-iceberg first to publish to %s instead", catalogName(recorded.Catalog), catalogName(redactCatalog(cfg.Catalog)))
 	}
 	if err := lakehouse.Enable(ctx, o, cfg); err != nil {
 		return cfg, false, err
