@@ -15,6 +15,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
 	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
+	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox/pgxlisten"
@@ -72,17 +73,22 @@ func outcomes(t *testing.T, box *pgbox.Outbox, id string) []outbox.Status {
 // dispatcher, which never polls either, hears of the outcome. When both
 // listening connections are killed (pg_terminate_backend), the intents
 // committed meanwhile are not lost: each listener, back, has its
-// dispatcher look at once. About 2 s.
+// dispatcher look at once. The test starts once both listeners listen
+// (each has told its dispatcher so), whatever the machine's speed. About
+// 2 s.
 func TestRelayWokenByTheCommit(t *testing.T) {
 	t.Parallel()
 	w := newTxWorld(t, clockwork.NewRealClock())
 	w.opts.NotifyGap = -1 // every transaction notifies
 	never := cloudtasks.Config{RelayInterval: time.Hour}
 	relayCfg, waiterCfg := never, never
-	relayCfg.Listener = w.listener(t)
-	waiterCfg.Listener, waiterCfg.NoRelay = w.listener(t), true
+	relayListener, waiterListener := newHeardListener(w.listener(t)), newHeardListener(w.listener(t))
+	relayCfg.Listener = relayListener
+	waiterCfg.Listener, waiterCfg.NoRelay = waiterListener, true
 	w.dispatcher(t, relayCfg)
 	waiter, box := w.dispatcher(t, waiterCfg)
+	relayListener.await(t, "")
+	waiterListener.await(t, "")
 	wait := func(ids ...string) {
 		t.Helper()
 		for _, id := range ids {
@@ -105,28 +111,91 @@ func TestRelayWokenByTheCommit(t *testing.T) {
 	require.Equal(t, []outbox.Status{outbox.StatusCreated}, outcomes(t, box, "dispatch:tx:gap:1"))
 }
 
-// A transaction that records an intent within the notify gap of another
-// sends no notification of its own; the relay woken by the other's, done
-// with it, looks again one gap later and finds it, though it never
-// polls. About 4 s.
-func TestRelayLooksAgainAfterTheGap(t *testing.T) {
-	t.Parallel()
-	w := newTxWorld(t, clockwork.NewRealClock())
-	w.opts.NotifyGap = 3 * time.Second
-	w.dispatcher(t, cloudtasks.Config{Listener: w.listener(t), RelayInterval: time.Hour})
-	waiter, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true, Listener: w.listener(t), RelayInterval: time.Hour})
-	created := func(ids ...string) {
-		t.Helper()
-		for _, id := range ids {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			rec, err := waiter.WaitOutcome(ctx, id)
-			cancel()
-			require.NoError(t, err)
-			require.Equal(t, outbox.StatusCreated, rec.Status, id)
+// heardListener passes a listener's notifications to the dispatcher and
+// then tells the test of each on heard, once the dispatcher is done with
+// it (a relay's nudge and its look again are set): "" when it listens. A
+// test that hears more than heard holds (100) reads them.
+type heardListener struct {
+	outbox.Listener
+	heard chan string
+}
+
+func newHeardListener(l outbox.Listener) heardListener {
+	return heardListener{Listener: l, heard: make(chan string, 100)}
+}
+
+func (h heardListener) Listen(ctx context.Context, channel string, notify func(string)) error {
+	return h.Listener.Listen(ctx, channel, func(payload string) {
+		notify(payload)
+		h.heard <- payload
+	})
+}
+
+// await returns once the dispatcher has heard payload, or fails the test
+// after a minute.
+func (h heardListener) await(t *testing.T, payload string) {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case p := <-h.heard:
+			if p == payload {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the dispatcher did not hear %q within a minute", payload)
 		}
 	}
-	created(commitIntents(t, w.db, waiter, "notifies")...)
-	created(commitIntents(t, w.db, waiter, "within", "the-gap")...)
+}
+
+// taskNames returns the names in txQueue of the tasks of ids.
+func taskNames(t *testing.T, ids []string) []string {
+	t.Helper()
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		nid, err := naming.Parse(id)
+		require.NoError(t, err)
+		names[i] = nid.TaskName(txQueue)
+	}
+	return names
+}
+
+// A transaction that records intents within the notify gap of another
+// sends no notification of its own; the relay woken by the other's looks
+// again one gap later and finds them, though it never polls. Keyed to
+// events, not to the machine's speed: the gap is an hour of real time
+// (the outbox's clock for it), so the second transaction falls within it
+// however slow the run, and the relay's look again runs on a fake clock
+// of its own, which the test moves by the gap only once the relay has
+// heard the first notification and the second transaction has
+// committed. Its RelayInterval (a thousand hours on that clock) never
+// comes: without the second look nothing finds them, and the gate waits
+// out its minute. About 1 s.
+func TestRelayLooksAgainAfterTheGap(t *testing.T) {
+	t.Parallel()
+	const gap = time.Hour
+	w := newTxWorld(t, clockwork.NewRealClock())
+	w.opts.NotifyGap = gap
+	w.gate = newGate()
+	w.gate.open() // holds nothing; tells of each CreateTask call
+	relayClock := clockwork.NewFakeClockAt(time.Now())
+	listener := newHeardListener(w.listener(t))
+	relay, _ := w.dispatcher(t, cloudtasks.Config{Listener: listener, RelayInterval: 1000 * time.Hour, Clock: relayClock})
+	writer, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+
+	first := commitIntents(t, w.db, writer, "notifies")
+	listener.await(t, outbox.NoticeIntents)
+	require.Equal(t, taskNames(t, first), w.gate.await(t, 1))
+	within := commitIntents(t, w.db, writer, "within", "the-gap")
+	relayClock.Advance(gap)
+	require.ElementsMatch(t, taskNames(t, within), w.gate.await(t, 2), "the relay looked again")
+	for _, id := range append(first, within...) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		rec, err := relay.WaitOutcome(ctx, id)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusCreated, rec.Status, id)
+	}
 	require.Equal(t, int64(3), w.calls.Load())
 }
 

@@ -130,7 +130,8 @@ func (g *gate) await(t testing.TB, n int) []string {
 }
 
 // dispatcher returns a dispatcher over its own pool and outbox (its own
-// processor), configured by cfg's relay fields.
+// processor), configured by cfg's relay fields, on cfg.Clock when set and
+// on the world's clock otherwise.
 func (w *txWorld) dispatcher(t testing.TB, cfg cloudtasks.Config) (*cloudtasks.Dispatcher, *pgbox.Outbox) {
 	t.Helper()
 	box, err := pgbox.New(w.open(t), w.opts)
@@ -138,7 +139,10 @@ func (w *txWorld) dispatcher(t testing.TB, cfg cloudtasks.Config) (*cloudtasks.D
 	cl, err := w.emu.NewClient(t.Context())
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
-	cfg.Project, cfg.Location, cfg.Queue, cfg.Clock = "p", "l", "q", w.clock
+	cfg.Project, cfg.Location, cfg.Queue = "p", "l", "q"
+	if cfg.Clock == nil {
+		cfg.Clock = w.clock
+	}
 	cfg.Client = countingClient{Client: cl, n: &w.calls, gate: w.gate}
 	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cfg)
 	require.NoError(t, err)
