@@ -163,12 +163,12 @@ func taskNames(t *testing.T, ids []string) []string {
 // A transaction that records intents within the notify gap of another
 // sends no notification of its own; the relay woken by the other's looks
 // again one gap later and finds them, though it never polls. Keyed to
-// events, not to the machine's speed: the gap is an hour of real time
-// (the outbox's clock for it), so the second transaction falls within it
-// however slow the run, and the relay's look again runs on a fake clock
-// of its own, which the test moves by the gap only once the relay has
-// heard the first notification and the second transaction has
-// committed. Its RelayInterval (a thousand hours on that clock) never
+// events, not to the machine's speed: the relay listens before the first
+// transaction commits; the gap is an hour of real time (the outbox's
+// clock for it), so the second transaction falls within it however slow
+// the run; and the relay's look again runs on a fake clock of its own,
+// which the test moves by the gap only once the relay has heard the first
+// notification and the second transaction has committed. Its RelayInterval (a thousand hours on that clock) never
 // comes: without the second look nothing finds them, and the gate waits
 // out its minute. About 1 s.
 func TestRelayLooksAgainAfterTheGap(t *testing.T) {
@@ -182,6 +182,7 @@ func TestRelayLooksAgainAfterTheGap(t *testing.T) {
 	listener := newHeardListener(w.listener(t))
 	relay, _ := w.dispatcher(t, cloudtasks.Config{Listener: listener, RelayInterval: 1000 * time.Hour, Clock: relayClock})
 	writer, _ := w.dispatcher(t, cloudtasks.Config{NoRelay: true})
+	listener.await(t, "") // listening: the first commit's notification reaches the relay
 
 	first := commitIntents(t, w.db, writer, "notifies")
 	listener.await(t, outbox.NoticeIntents)
