@@ -217,8 +217,10 @@ func (r *relay) drain(ctx context.Context) error {
 	return r.drainError()
 }
 
-// releaseTimeout bounds a stopping relay's release of what it holds,
-// past the drain: it releases what it can.
+// releaseTimeout bounds a stopping relay's releases, of the intents it
+// claimed and did not start and of those it holds after errors, which the
+// drain's bound (for the calls in flight) does not cut short: it
+// releases what it can.
 const releaseTimeout = 5 * time.Second
 
 func later(a, b time.Time) time.Time {
@@ -424,7 +426,13 @@ func (r *relay) work(ctx context.Context, ins []outbox.Intent, expires time.Time
 		})
 	}
 	if rest := ins[started:]; len(rest) > 0 {
-		if err := r.store.ReleaseIntents(ctx, rest); err != nil {
+		// The drain's bound is for the calls in flight, not for this:
+		// a release cut short by it would leave these claimed for
+		// nothing until their claims expire.
+		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		err := r.store.ReleaseIntents(release, rest)
+		cancel()
+		if err != nil {
 			r.d.log.WarnContext(ctx, "relay: stopping, and the intents it had not started could not be released", "intents", len(rest), "err", err)
 			r.mu.Lock()
 			r.unreleased = append(r.unreleased, rest...)

@@ -227,8 +227,8 @@ func TestRelayPollsForWhatNoNotificationAnnounced(t *testing.T) {
 
 // drainWorld commits six intents and starts a relay that works on two at
 // a time, both held at the gate: mid-batch, with four claimed and not
-// started.
-func drainWorld(t *testing.T, cfg cloudtasks.Config) (w *txWorld, relay, other *cloudtasks.Dispatcher, ids []string) {
+// started. The relay's outbox is wrap's when given.
+func drainWorld(t *testing.T, cfg cloudtasks.Config, wrap func(*pgbox.Outbox) outbox.Outbox) (w *txWorld, relay, other *cloudtasks.Dispatcher, ids []string) {
 	t.Helper()
 	w = newTxWorld(t, clockwork.NewRealClock())
 	w.gate = newGate()
@@ -236,6 +236,7 @@ func drainWorld(t *testing.T, cfg cloudtasks.Config) (w *txWorld, relay, other *
 	other, _ = w.dispatcher(t, cloudtasks.Config{NoRelay: true})
 	ids = commitIntents(t, w.db, other, "t0", "t1", "t2", "t3", "t4", "t5")
 	cfg.RelayConcurrency, cfg.RelayInterval = 2, time.Hour
+	w.wrap = wrap
 	relay, _ = w.dispatcher(t, cfg)
 	held := w.gate.await(t, 2)
 	require.Len(t, held, 2)
@@ -250,7 +251,7 @@ func drainWorld(t *testing.T, cfg cloudtasks.Config) (w *txWorld, relay, other *
 // every task once. About 2 s.
 func TestRelayCloseDrains(t *testing.T) {
 	t.Parallel()
-	w, relay, other, ids := drainWorld(t, cloudtasks.Config{})
+	w, relay, other, ids := drainWorld(t, cloudtasks.Config{}, nil)
 	closed := make(chan error, 1)
 	go func() { closed <- relay.Close(context.Background()) }()
 	require.Eventually(t, func() bool {
@@ -275,12 +276,33 @@ func TestRelayCloseDrains(t *testing.T) {
 	}
 }
 
+// slowRelease is an outbox whose ReleaseIntents first waits for before:
+// a database slow to answer.
+type slowRelease struct {
+	*pgbox.Outbox
+	before func() error
+}
+
+func (s slowRelease) ReleaseIntents(ctx context.Context, ins []outbox.Intent) error {
+	if err := s.before(); err != nil {
+		return err
+	}
+	return s.Outbox.ReleaseIntents(ctx, ins)
+}
+
 // A relay whose calls in flight outlast Config.RelayDrainTimeout still
-// releases what it did not start, and Close's error names the intents
-// left, when their claims expire and who takes them then. About 1 s.
+// releases what it did not start, even when the database answers the
+// release only after that bound (here it takes four times the bound, a
+// simulated slow server: the release has a bound of its own, so the
+// result does not depend on the machine's speed), and Close's error
+// names the intents left, when their claims expire and who takes them
+// then. About 1 s.
 func TestRelayCloseNamesWhatTheDrainLeft(t *testing.T) {
 	t.Parallel()
-	w, relay, _, ids := drainWorld(t, cloudtasks.Config{RelayDrainTimeout: 50 * time.Millisecond, RelayClaim: time.Hour})
+	const bound = 50 * time.Millisecond
+	slowly := func() error { time.Sleep(4 * bound); return nil }
+	w, relay, _, ids := drainWorld(t, cloudtasks.Config{RelayDrainTimeout: bound, RelayClaim: time.Hour},
+		func(box *pgbox.Outbox) outbox.Outbox { return slowRelease{Outbox: box, before: slowly} })
 	err := relay.Close(context.Background())
 	require.Error(t, err)
 	require.Regexp(t, `^cloudtasks: close: the relay's drain left claims: 2 intents were still being created or cancelled when it ended `+

@@ -51,6 +51,9 @@ type txWorld struct {
 	clock clockwork.Clock
 	calls atomic.Int64 // CreateTask calls that reached the emulator
 	gate  *gate        // when set, holds every CreateTask until opened
+	// wrap, when set, is the outbox the next dispatchers get instead of
+	// their own pgbox outbox.
+	wrap func(*pgbox.Outbox) outbox.Outbox
 }
 
 func newTxWorld(t testing.TB, clock clockwork.Clock) *txWorld {
@@ -144,7 +147,11 @@ func (w *txWorld) dispatcher(t testing.TB, cfg cloudtasks.Config) (*cloudtasks.D
 		cfg.Clock = w.clock
 	}
 	cfg.Client = countingClient{Client: cl, n: &w.calls, gate: w.gate}
-	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cfg)
+	var ob outbox.Outbox = box
+	if w.wrap != nil {
+		ob = w.wrap(box)
+	}
+	d, err := cloudtasks.NewDispatcher(t.Context(), ob, &cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close(context.Background())) })
 	return d, box
