@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
+
+	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
 // Config configures a Dispatcher. Zero fields take the defaults documented
@@ -83,14 +85,55 @@ type Config struct {
 	// Queue is empty; an empty non-nil list relays none. Intents of other queues are left to the relays of
 	// dispatchers that name them (or "ctdispatch relay --queue").
 	RelayQueues []string
-	// RelayInterval is how often the relay looks for intents that other
-	// transactions committed, when nothing wakes it sooner: a
-	// WaitOutcome call on this dispatcher wakes it at once. An intent
-	// committed elsewhere waits up to this long for a relay (about this
-	// long when intents come one at a time), and every relay runs one
-	// claim statement per interval when idle. Defaults to
-	// DefaultRelayInterval (200ms).
+	// RelayInterval is how long the relay waits, when nothing wakes it,
+	// before it looks for intents anyway, and how often WaitOutcome reads
+	// again when nothing tells it of an outcome. With a Listener it is the
+	// fallback poll: a notification wakes the relay at the commit, and
+	// the poll finds what a lost one did not announce (a listening
+	// connection that dropped, a restarted server, a pooler in
+	// transaction mode that delivers nothing), within about this long.
+	// Without one it is how long an intent committed in another process
+	// waits for a relay when intents come one at a time (WaitOutcome on
+	// this dispatcher wakes its relay at once). Every idle relay runs one
+	// claim statement per interval. Defaults to DefaultRelayInterval
+	// (200ms) without a Listener and DefaultRelayPollInterval (1s) with
+	// one.
 	RelayInterval time.Duration
+	// Listener wakes this dispatcher when its outbox's database has news,
+	// instead of leaving it to RelayInterval: the relay when a transaction
+	// that recorded an intent (DispatchTx, ScheduleTimerTx, CancelTx)
+	// commits, or another relay releases intents, and WaitOutcome when a
+	// relay in any process records an outcome. The program supplies it,
+	// since it holds a database connection of its own
+	// (outbox/pgbox/pgxlisten.New over pgx), and NewDispatcher starts it
+	// on the outbox's channel; the outbox must send notifications
+	// (outbox.Notices: pgbox, unless its Options.NoNotify). It also runs
+	// under NoRelay, for WaitOutcome. Defaults to none: the relay and
+	// WaitOutcome poll every RelayInterval.
+	Listener outbox.Listener
+	// RelayConcurrency is how many intents of a claimed batch (up to 64)
+	// the relay works on at once: CreateTask (or DeleteTask) calls in
+	// flight, each with its records. Defaults to DefaultRelayConcurrency
+	// (16).
+	RelayConcurrency int
+	// RelayClaim is how long the relay's claim on a batch of intents keeps
+	// other relays off them: it must outlast the batch's calls and their
+	// retries, or another relay repeats a create while it runs (harmless
+	// to the task, which Cloud Tasks dedups by name, but a wasted call and
+	// a second outcome row). It is also how long intents wait for another
+	// relay after their relay died, or stopped past its drain, holding
+	// them; a relay that stops in time releases them, and one whose
+	// database failed under it takes them back once it answers. Defaults
+	// to 2 × Retry.MaxElapsed + StaleAfter (3m with their defaults); at
+	// least Retry.MaxElapsed.
+	RelayClaim time.Duration
+	// RelayDrainTimeout bounds how long Close lets the relay's calls in
+	// flight finish once it has stopped claiming and released the intents
+	// it claimed and did not start; Close's context bounds it too. What is
+	// still in flight then keeps its claim (RelayClaim), and Close's error
+	// names it. Defaults to DefaultRelayDrainTimeout (30s), a Kubernetes
+	// pod's grace period.
+	RelayDrainTimeout time.Duration
 	// NoRelay keeps NewDispatcher from starting the relay that it starts
 	// when the outbox records intents (outbox.Intents: pgbox, Memory) and
 	// RelayQueues names a queue. Relay still runs a pass when called.
@@ -206,8 +249,16 @@ const (
 	DefaultRetryJitter     = 0.5
 	DefaultRetryMaxCalls   = 10
 	DefaultRetryMaxElapsed = time.Minute
-	// DefaultRelayInterval is Config.RelayInterval's default.
+	// DefaultRelayInterval is Config.RelayInterval's default without a
+	// Listener.
 	DefaultRelayInterval = 200 * time.Millisecond
+	// DefaultRelayPollInterval is Config.RelayInterval's default with a
+	// Listener: an idle relay then runs one statement a second.
+	DefaultRelayPollInterval = time.Second
+	// DefaultRelayConcurrency is Config.RelayConcurrency's default.
+	DefaultRelayConcurrency = 16
+	// DefaultRelayDrainTimeout is Config.RelayDrainTimeout's default.
+	DefaultRelayDrainTimeout = 30 * time.Second
 )
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -226,8 +277,21 @@ func (c Config) WithDefaults() Config {
 	if c.RelayQueues == nil && c.Queue != "" {
 		c.RelayQueues = []string{c.Queue}
 	}
-	if c.RelayInterval == 0 {
+	switch {
+	case c.RelayInterval != 0:
+	case c.Listener != nil:
+		c.RelayInterval = DefaultRelayPollInterval
+	default:
 		c.RelayInterval = DefaultRelayInterval
+	}
+	if c.RelayConcurrency == 0 {
+		c.RelayConcurrency = DefaultRelayConcurrency
+	}
+	if c.RelayClaim == 0 {
+		c.RelayClaim = 2*c.Retry.MaxElapsed + c.StaleAfter
+	}
+	if c.RelayDrainTimeout == 0 {
+		c.RelayDrainTimeout = DefaultRelayDrainTimeout
 	}
 	if c.BatchInFlight == 0 {
 		c.BatchInFlight = DefaultBatchInFlight
@@ -304,6 +368,12 @@ func (c Config) validate() error {
 		return bad("NameHold", c.NameHold.String(), "is negative")
 	case c.RelayInterval < 0:
 		return bad("RelayInterval", c.RelayInterval.String(), "is negative")
+	case c.RelayConcurrency < 0:
+		return bad("RelayConcurrency", fmt.Sprint(c.RelayConcurrency), "is negative; allowed: 1 or more, 0 for the default")
+	case c.RelayClaim < c.Retry.MaxElapsed:
+		return bad("RelayClaim", c.RelayClaim.String(), fmt.Sprintf("is below Retry.MaxElapsed (%s): another relay would repeat creates still being retried", c.Retry.MaxElapsed))
+	case c.RelayDrainTimeout < 0:
+		return bad("RelayDrainTimeout", c.RelayDrainTimeout.String(), "is negative")
 	case c.BatchInFlight < 0:
 		return bad("BatchInFlight", fmt.Sprint(c.BatchInFlight), "is negative; allowed: 1 or more, 0 for the default")
 	case c.Retry.Initial < 0:

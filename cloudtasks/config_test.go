@@ -49,6 +49,14 @@ func TestConfigErrors(t *testing.T) {
 			cloudtasks.ConfigError{Field: "NameHold", Value: "-1h0m0s", Rule: "is negative"}},
 		{"negative RelayInterval", func(c *cloudtasks.Config) { c.RelayInterval = -time.Second },
 			cloudtasks.ConfigError{Field: "RelayInterval", Value: "-1s", Rule: "is negative"}},
+		{"negative RelayConcurrency", func(c *cloudtasks.Config) { c.RelayConcurrency = -1 },
+			cloudtasks.ConfigError{Field: "RelayConcurrency", Value: "-1", Rule: "is negative; allowed: 1 or more, 0 for the default"}},
+		{"RelayClaim below the retries", func(c *cloudtasks.Config) { c.RelayClaim = 30 * time.Second },
+			cloudtasks.ConfigError{Field: "RelayClaim", Value: "30s", Rule: "is below Retry.MaxElapsed (1m0s): another relay would repeat creates still being retried"}},
+		{"negative RelayClaim", func(c *cloudtasks.Config) { c.RelayClaim, c.Retry.MaxElapsed = -time.Second, time.Second },
+			cloudtasks.ConfigError{Field: "RelayClaim", Value: "-1s", Rule: "is below Retry.MaxElapsed (1s): another relay would repeat creates still being retried"}},
+		{"negative RelayDrainTimeout", func(c *cloudtasks.Config) { c.RelayDrainTimeout = -time.Second },
+			cloudtasks.ConfigError{Field: "RelayDrainTimeout", Value: "-1s", Rule: "is negative"}},
 		{"bad relay queue", func(c *cloudtasks.Config) { c.RelayQueues = []string{"q", "no/slash"} },
 			cloudtasks.ConfigError{Field: "RelayQueues[1]", Value: "no/slash", Rule: "is not a queue ID; allowed: 1 to 100 of [A-Za-z0-9-]"}},
 		{"negative BatchInFlight", func(c *cloudtasks.Config) { c.BatchInFlight = -1 },
@@ -154,7 +162,13 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.Equal(t, 24*time.Hour, got.NameHold)
 	require.Equal(t, []string{"q"}, got.RelayQueues, "the relay takes the default queue")
 	require.Equal(t, 200*time.Millisecond, got.RelayInterval)
+	require.Equal(t, 16, got.RelayConcurrency)
+	require.Equal(t, 3*time.Minute, got.RelayClaim, "2 × Retry.MaxElapsed + StaleAfter")
+	require.Equal(t, 30*time.Second, got.RelayDrainTimeout)
 	require.False(t, got.NoRelay)
+	listening := cloudtasks.Config{Listener: deafListener{}, StaleAfter: time.Second, Retry: cloudtasks.RetryPolicy{MaxElapsed: 10 * time.Second}}.WithDefaults()
+	require.Equal(t, time.Second, listening.RelayInterval, "with a listener the interval is the fallback poll")
+	require.Equal(t, 21*time.Second, listening.RelayClaim)
 	require.Nil(t, cloudtasks.Config{Project: "p", Location: "l"}.WithDefaults().RelayQueues, "no default queue, no relay queue")
 	require.Equal(t, []string{}, cloudtasks.Config{Queue: "q", RelayQueues: []string{}}.WithDefaults().RelayQueues, "an empty list relays nothing")
 	require.Equal(t, cloudtasks.RetryPolicy{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.5, MaxCalls: 10, MaxElapsed: time.Minute}, got.Retry)
@@ -306,4 +320,13 @@ func TestRetryDefaultsSeenThroughOnRetry(t *testing.T) {
 			require.Equal(t, t0.Add(waited), b.clock.Now())
 		})
 	}
+}
+
+// deafListener hears nothing, as a listener behind a pooler in
+// transaction mode.
+type deafListener struct{}
+
+func (deafListener) Listen(ctx context.Context, _ string, _ func(string)) error {
+	<-ctx.Done()
+	return ctx.Err()
 }

@@ -83,6 +83,7 @@ type Dispatcher struct {
 	reserver  outbox.Reserver
 	claimer   outbox.Claimer
 	intents   outbox.Intents
+	notices   outbox.Notices
 	processor string
 	log       *slog.Logger
 	clock     clockwork.Clock
@@ -142,6 +143,13 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	d.reserver, _ = box.(outbox.Reserver)
 	d.claimer, _ = box.(outbox.Claimer)
 	d.intents, _ = box.(outbox.Intents)
+	if n, ok := box.(outbox.Notices); ok && n.NoticeChannel() != "" {
+		d.notices = n
+	}
+	if c.Listener != nil && d.notices == nil {
+		return nil, &ConfigError{Field: "Listener", Value: fmt.Sprintf("%T", c.Listener),
+			Rule: fmt.Sprintf("is set, but the outbox (%T) sends no notifications to listen for; it needs one that implements outbox.Notices (outbox/pgbox without Options.NoNotify)", box)}
+	}
 	m, err := newMetrics(c.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("cloudtasks: metrics: %w", err)
@@ -183,23 +191,29 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 // its outbox's.
 func (d *Dispatcher) ProcessorUUID() string { return d.processor }
 
-// Close stops new calls (they fail with ErrClosed), waits within ctx for
-// the calls in flight to finish and record their outcomes, flushes the
-// outbox (parquetbox rolls its log into Parquet) and closes the client if
-// the dispatcher opened it. The outbox stays open: it is the caller's. The
-// error says what could not be finished, for example how many calls were
-// still in flight when ctx ended; their records stay pending for Recover.
-// A second Close returns nil.
+// Close drains the relay (it claims no more intents, releases those it
+// claimed and did not start, and lets its calls in flight finish within
+// Config.RelayDrainTimeout), then stops new calls (they fail with
+// ErrClosed), waits within ctx for the calls in flight to finish and
+// record their outcomes, flushes the outbox (parquetbox rolls its log
+// into Parquet) and closes the client if the dispatcher opened it. The
+// outbox stays open: it is the caller's. The error says what could not be
+// finished: how many calls were still in flight when ctx ended (their
+// records stay pending for Recover), and which intents the relay still
+// held (they stay claimed for Config.RelayClaim, then another relay takes
+// them). A second Close returns nil.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	if d.flights.isClosed() {
 		return nil
 	}
 	var errs []error
 	if err := d.relay.close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("cloudtasks: close: the relay's pass did not end: %w", err))
+		errs = append(errs, err)
 	}
+	// The relay's calls that outlasted its drain are named by its error,
+	// and not waited for.
 	if err := wait(ctx, d.flights.close()); err != nil {
-		errs = append(errs, fmt.Errorf("cloudtasks: close: %d calls still in flight (their records stay pending for Recover): %w", d.flights.inFlight(), err))
+		errs = append(errs, fmt.Errorf("cloudtasks: close: %d calls still in flight (their records stay pending for Recover): %w", d.flights.inFlightButRelay(), err))
 	}
 	if err := d.box.Flush(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("cloudtasks: close: flush the outbox: %w", err))

@@ -166,11 +166,17 @@
 // relay creates the task after commit: NewDispatcher starts one for
 // Config.RelayQueues (by default Config.Queue) unless Config.NoRelay, and
 // relays of every dispatcher on the database share the intents through
-// claims. CancelTx records a cancel the same way, carried out by a relay.
-// WaitOutcome waits for the relay's outcome; Relay runs one pass. An
-// outbox.Memory records intents too, in transactions of its own
-// (Memory.Begin), so code and tests that use these calls run without a
-// database. See docs/transactional.md.
+// claims (Config.RelayClaim), Config.RelayConcurrency calls at a time.
+// With Config.Listener (package outbox/pgbox/pgxlisten) the commit's
+// notification wakes the relay, and Config.RelayInterval is the poll that
+// finds what a lost notification did not announce; without one the relay
+// polls every RelayInterval. Close drains it: it claims no more, releases
+// what it did not start and lets its calls finish within
+// Config.RelayDrainTimeout. CancelTx records a cancel the same way,
+// carried out by a relay. WaitOutcome waits for the relay's outcome;
+// Relay runs one pass. An outbox.Memory records intents too, in
+// transactions of its own (Memory.Begin), so code and tests that use these
+// calls run without a database. See docs/transactional.md.
 //
 // # Errors
 //

@@ -84,12 +84,15 @@ func (f *flight) isAnswered() bool {
 // operation, so that a Dispatch, a Cancel and a Recover of one ID never
 // race on its record. It also counts the work still running for Close.
 type flights struct {
-	mu      sync.Mutex
-	m       map[string]*flight
-	running int
-	closing bool
-	idle    []chan struct{} // closed when running next reaches 0
-	workers workers
+	mu       sync.Mutex
+	m        map[string]*flight
+	running  int
+	relaying int // the relay's flights among running: its drain bounds them
+	closing  bool
+	idle     []chan struct{} // closed when running next reaches 0
+	// closed when only relay flights run: what Close waits for
+	idleButRelay []chan struct{}
+	workers      workers
 }
 
 // workers runs flights on goroutines that ran an earlier flight. A new
@@ -159,6 +162,9 @@ func (t *flights) do(ctx context.Context, key string, op opKind, work func(*flig
 			}
 			t.m[key] = f
 			t.running++
+			if op == opRelay {
+				t.relaying++
+			}
 			t.mu.Unlock()
 			t.workers.start(func() { t.run(key, f, work) })
 			return f, ledFlight, wait(ctx, f.ready)
@@ -190,22 +196,38 @@ func (t *flights) finish(key string, f *flight) {
 	t.mu.Lock()
 	delete(t.m, key)
 	t.running--
+	if f.op == opRelay {
+		t.relaying--
+	}
 	if t.running == 0 {
 		for _, ch := range t.idle {
 			close(ch)
 		}
 		t.idle = nil
 	}
+	if t.running == t.relaying {
+		for _, ch := range t.idleButRelay {
+			close(ch)
+		}
+		t.idleButRelay = nil
+	}
 	t.mu.Unlock()
 	close(f.done)
 }
 
-// close refuses new flights and returns a channel closed once none runs.
+// close refuses new flights and returns a channel closed once none runs
+// but the relay's, which the relay's drain bounds (relay.close).
 func (t *flights) close() <-chan struct{} {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.closing = true
-	t.mu.Unlock()
-	return t.quiet()
+	ch := make(chan struct{})
+	if t.running == t.relaying {
+		close(ch)
+	} else {
+		t.idleButRelay = append(t.idleButRelay, ch)
+	}
+	return ch
 }
 
 // quiet returns a channel closed once no flight runs.
@@ -249,6 +271,14 @@ func (t *flights) inFlight() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.running
+}
+
+// inFlightButRelay returns how many flights other than the relay's are
+// running.
+func (t *flights) inFlightButRelay() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.running - t.relaying
 }
 
 // wait returns nil once ch is closed, or ctx's error if ctx ends first.

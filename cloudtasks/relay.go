@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/cloudtasks/apiv2/cloudtaskspb"
-	"golang.org/x/sync/errgroup"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -43,31 +46,66 @@ type RelayStats struct {
 	Errors int
 }
 
-// The relay's batch: how many intents one claim takes, and how many of
-// them are created at once.
-const (
-	relayBatch      = 64
-	relayConcurrent = 16
-)
+// relayBatch is how many intents one claim takes.
+const relayBatch = 64
 
 // relay creates the tasks of committed intents: its loop of passes, which
-// NewDispatcher starts when the outbox records intents, and the notices
-// WaitOutcome waits on. It makes its calls and records through the
-// dispatcher's flights, client and outbox, and decides by the same rules.
+// NewDispatcher starts when the outbox records intents, the listener that
+// wakes it, and the notices WaitOutcome waits on. It makes its calls and
+// records through the dispatcher's flights, client and outbox, and
+// decides by the same rules.
 type relay struct {
-	d     *Dispatcher
-	store outbox.Intents // nil when the outbox records no intents
+	d       *Dispatcher
+	store   outbox.Intents // nil when the outbox records no intents
+	notices outbox.Notices // nil when the outbox sends no notifications
+	queues  []string       // full resource names of Config.RelayQueues
 
-	wake chan struct{} // a pass is due at once
-	stop context.CancelFunc
-	done chan struct{} // closed when the loop has returned
+	wake     chan struct{} // a pass is due at once
+	stopping chan struct{} // closed by close: claim nothing, start nothing more
+	// halt ends the loop's waits for its calls in flight, at the drain's
+	// bound; quiet ends the listener and the announcer, once the loop is
+	// done.
+	halt, quiet context.CancelFunc
+	done        chan struct{} // closed when the loop has returned; nil without a loop
+	side        sync.WaitGroup
+	announce    chan struct{} // an outcome notification is due
+	closeOnce   sync.Once
+	closeErr    error
 
 	mu     sync.Mutex
-	notice chan struct{} // closed when this process records an outcome
+	notice chan struct{} // closed when an outcome is recorded, here or as notified
+	// held are the claimed intents that ended in an error and keep their
+	// claim: see held.
+	held []held
+	// left are the intents still in flight when the drain ended;
+	// unreleased, those claimed and not in flight that it could not
+	// release; claimsExpire, when the last of their claims expires.
+	left, unreleased []outbox.Intent
+	claimsExpire     time.Time
+	// trail nudges the loop one notice gap after the last notification
+	// of intents (lookAgainLater).
+	trail clockwork.Timer
+}
+
+// held is a claimed intent that ended in an error. One that Cloud Tasks
+// did not answer keeps its claim, which spaces the next try (the claim
+// time is its backoff); one that the outbox failed (the database) is
+// released before the next claim, so that the relay takes it again as
+// soon as the database answers instead of after the claim. Both are
+// released when the relay stops.
+type held struct {
+	in       outbox.Intent
+	expires  time.Time
+	retryNow bool
 }
 
 func newRelay(d *Dispatcher) *relay {
-	return &relay{d: d, store: d.intents, wake: make(chan struct{}, 1), notice: make(chan struct{})}
+	r := &relay{d: d, store: d.intents, notices: d.notices, wake: make(chan struct{}, 1), stopping: make(chan struct{}),
+		announce: make(chan struct{}, 1), notice: make(chan struct{})}
+	for _, q := range d.cfg.RelayQueues {
+		r.queues = append(r.queues, d.cfg.queuePath(q))
+	}
+	return r
 }
 
 // nudge asks the loop for a pass at once.
@@ -78,7 +116,8 @@ func (r *relay) nudge() {
 	}
 }
 
-// next returns a channel closed at the next outcome this process records.
+// next returns a channel closed at the next outcome recorded, by this
+// process or, as a notification says, by another.
 func (r *relay) next() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -93,30 +132,147 @@ func (r *relay) recorded() {
 	r.mu.Unlock()
 }
 
-// start starts the loop when the outbox records intents and some queue is
-// the dispatcher's to relay.
+// isStopping reports whether close has begun.
+func (r *relay) isStopping() bool {
+	select {
+	case <-r.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// start starts the listener when Config.Listener is set, and the loop
+// (with the announcer of its outcomes) when the outbox records intents
+// and some queue is the dispatcher's to relay.
 func (r *relay) start() {
-	if r.store == nil || r.d.cfg.NoRelay || len(r.d.cfg.RelayQueues) == 0 {
+	cfg := &r.d.cfg
+	relaying := r.store != nil && !cfg.NoRelay && len(r.queues) > 0
+	if relaying {
+		r.done = make(chan struct{})
+	}
+	var side context.Context
+	side, r.quiet = context.WithCancel(context.Background())
+	if cfg.Listener != nil {
+		r.side.Go(func() { r.listen(side) })
+	}
+	if !relaying {
 		return
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	r.stop, r.done = stop, make(chan struct{})
+	if r.notices != nil {
+		r.side.Go(func() { r.announcer(side) })
+	}
+	var ctx context.Context
+	ctx, r.halt = context.WithCancel(context.Background())
 	go r.loop(ctx)
 }
 
-// close ends the loop and waits, within ctx, for its pass to return;
-// intents it had claimed and not finished go to another relay once their
-// claims expire.
+// close stops the relay and drains it: the loop claims nothing more and
+// releases the intents it claimed and did not start, and its calls in
+// flight may finish for Config.RelayDrainTimeout, or until ctx ends if
+// sooner. It returns an error naming the intents still in flight then (or
+// not released), and who takes them.
 func (r *relay) close(ctx context.Context) error {
-	if r.stop == nil {
-		return nil
-	}
-	r.stop()
-	return wait(ctx, r.done)
+	r.closeOnce.Do(func() { r.closeErr = r.drain(ctx) })
+	return r.closeErr
 }
 
-// loop runs passes until ctx ends: at once when nudged, after
-// RelayInterval otherwise, and again at once after a full batch.
+func (r *relay) drain(ctx context.Context) error {
+	if r.quiet == nil {
+		return nil
+	}
+	defer r.quiet()
+	close(r.stopping)
+	if r.done == nil {
+		r.quiet()
+		r.side.Wait()
+		return nil
+	}
+	drain, cancel := context.WithTimeout(ctx, r.d.cfg.RelayDrainTimeout)
+	defer cancel()
+	if wait(drain, r.done) != nil {
+		r.halt()
+		<-r.done
+	}
+	r.halt()
+	release, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancelRelease()
+	if err := r.releaseHeld(release, true); err != nil {
+		r.d.log.WarnContext(ctx, "relay: stopping, and the intents it held after errors could not be released", "err", err)
+		r.mu.Lock()
+		for _, h := range r.held {
+			r.unreleased = append(r.unreleased, h.in)
+			r.claimsExpire = later(r.claimsExpire, h.expires)
+		}
+		r.held = nil
+		r.mu.Unlock()
+	}
+	r.quiet()
+	r.side.Wait()
+	r.mu.Lock()
+	if r.trail != nil {
+		r.trail.Stop()
+	}
+	r.mu.Unlock()
+	return r.drainError()
+}
+
+// releaseTimeout bounds a stopping relay's releases, of the intents it
+// claimed and did not start and of those it holds after errors, which the
+// drain's bound (for the calls in flight) does not cut short: it
+// releases what it can.
+const releaseTimeout = 5 * time.Second
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// drainError says what the drain left, or nil.
+func (r *relay) drainError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.left) == 0 && len(r.unreleased) == 0 {
+		return nil
+	}
+	var parts []string
+	if n := len(r.left); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s still being created or cancelled when it ended (Config.RelayDrainTimeout %s, or Close's context): %s",
+			n, plural(n, "intent was", "intents were"), r.d.cfg.RelayDrainTimeout, idList(r.left)))
+	}
+	if n := len(r.unreleased); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s claimed and not in flight could not be released: %s",
+			n, plural(n, "intent", "intents"), idList(r.unreleased)))
+	}
+	return fmt.Errorf("cloudtasks: close: the relay's drain left claims: %s; unless finished meanwhile they stay claimed until %s, "+
+		"when another relay takes them (its create finds a task this one made; Recover leaves IDs with an intent to the relays)",
+		strings.Join(parts, "; "), r.claimsExpire.UTC().Format(time.RFC3339))
+}
+
+// idList names up to three intents' IDs, then how many more.
+func idList(ins []outbox.Intent) string {
+	const most = 3
+	ids := make([]string, 0, most)
+	for i, in := range ins {
+		if i == most {
+			return strings.Join(ids, ", ") + fmt.Sprintf(" and %d more", len(ins)-most)
+		}
+		ids = append(ids, in.ID)
+	}
+	return strings.Join(ids, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// loop runs passes until close: at once when nudged (by WaitOutcome or
+// the listener), after RelayInterval otherwise.
 func (r *relay) loop(ctx context.Context) {
 	defer close(r.done)
 	d := r.d
@@ -126,16 +282,16 @@ func (r *relay) loop(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
-			d.log.WarnContext(ctx, "relay passes fail; trying again every interval", "err", err)
+			d.log.WarnContext(ctx, "relay passes fail; trying again every interval and when the listener reconnects", "err", err)
 		case err == nil && failing:
 			failing = false
 			d.log.InfoContext(ctx, "relay passes work again")
 		}
-		if err == nil && st.Claimed == relayBatch {
-			continue
+		if st.Claimed > 0 && d.log.Enabled(ctx, slog.LevelDebug) {
+			d.log.DebugContext(ctx, "relay pass", "claimed", st.Claimed, "created", st.Created, "errors", st.Errors)
 		}
 		select {
-		case <-ctx.Done():
+		case <-r.stopping:
 			return
 		case <-r.wake:
 		case <-d.clock.After(d.cfg.RelayInterval):
@@ -144,16 +300,21 @@ func (r *relay) loop(ctx context.Context) {
 }
 
 // Relay runs one relay pass: it claims the committed intents of
-// Config.RelayQueues (those of DispatchTx and ScheduleTimerTx calls, from
-// any process on the outbox's database), a batch at a time, and for each
-// creates the task outside any transaction and records the outcome over
-// the intent's pending record with a conditional append. Several relays
-// share the intents through their claims (FOR UPDATE SKIP LOCKED in
-// pgbox), and the conditional append keeps one outcome per version
-// whoever else writes; an ID that moved on since its intent is dropped
-// without a call. NewDispatcher starts a loop of passes itself (see
-// Config.NoRelay); call Relay to run one now, as "ctdispatch relay
-// --once" does.
+// Config.RelayQueues (those of DispatchTx, ScheduleTimerTx and CancelTx
+// calls, from any process on the outbox's database), a batch of up to 64
+// at a time for Config.RelayClaim, and for each creates the task outside
+// any transaction, Config.RelayConcurrency at once, and records the
+// outcome over the intent's pending record with a conditional append.
+// Several relays share the intents through their claims (FOR UPDATE SKIP
+// LOCKED in pgbox), and the conditional append keeps one outcome per
+// version whoever else writes; an ID that moved on since its intent is
+// dropped without a call. An intent whose create Cloud Tasks did not
+// answer keeps its claim until it expires, which spaces the next try; one
+// the outbox failed is released at the next pass, which so takes it again
+// as soon as the database answers. NewDispatcher starts a loop of passes
+// itself (see Config.NoRelay, Config.Listener and Config.RelayInterval),
+// which Close drains (Config.RelayDrainTimeout); call Relay to run one
+// pass now, as "ctdispatch relay --once" does.
 //
 // Errors: a *ConfigError when the outbox records no intents; an
 // *OutboxError when claiming failed. An intent that could not be finished
@@ -169,43 +330,117 @@ func (d *Dispatcher) Relay(ctx context.Context) (RelayStats, error) {
 	return d.relay.pass(ctx)
 }
 
-// pass is Relay's work.
+// pass is Relay's work: claim a batch, work it, and again while batches
+// come full. Once the relay is stopping it claims nothing more.
 func (r *relay) pass(ctx context.Context) (RelayStats, error) {
 	var st RelayStats
 	d := r.d
-	if r.store == nil || len(d.cfg.RelayQueues) == 0 {
+	if r.store == nil || len(r.queues) == 0 {
 		return st, nil
 	}
-	queues := make([]string, len(d.cfg.RelayQueues))
-	for i, q := range d.cfg.RelayQueues {
-		queues[i] = d.cfg.queuePath(q)
-	}
-	// A claim outlasts the retries of a batch's creates, so that another
-	// relay does not repeat them while they run.
-	claimFor := 2*d.cfg.Retry.MaxElapsed + d.cfg.StaleAfter
-	for {
-		ins, err := r.store.ClaimIntents(ctx, queues, relayBatch, claimFor)
+	for !r.isStopping() {
+		if err := r.releaseHeld(ctx, false); err != nil {
+			return st, err
+		}
+		expires := d.clock.Now().Add(d.cfg.RelayClaim)
+		ins, err := r.store.ClaimIntents(ctx, r.queues, relayBatch, d.cfg.RelayClaim)
 		if err != nil {
 			return st, &OutboxError{Op: OpClaimIntents, BeforeCall: true, Err: err}
 		}
 		st.Claimed += len(ins)
-		var mu sync.Mutex
-		var g errgroup.Group
-		g.SetLimit(relayConcurrent)
-		for _, in := range ins {
-			g.Go(func() error {
-				v, err := r.one(ctx, in)
-				mu.Lock()
-				defer mu.Unlock()
-				st.count(v, err)
-				return nil
-			})
-		}
-		_ = g.Wait() // one's errors are counted, not returned
+		r.work(ctx, ins, expires, &st)
 		if len(ins) < relayBatch || ctx.Err() != nil {
 			return st, ctx.Err()
 		}
 	}
+	return st, nil
+}
+
+// releaseHeld releases the held intents whose claims have not expired:
+// those an outbox error stopped, or all of them when the relay stops.
+func (r *relay) releaseHeld(ctx context.Context, all bool) error {
+	now := r.d.clock.Now()
+	r.mu.Lock()
+	r.held = slices.DeleteFunc(r.held, func(h held) bool { return !h.expires.After(now) })
+	var ins []outbox.Intent
+	for _, h := range r.held {
+		if all || h.retryNow {
+			ins = append(ins, h.in)
+		}
+	}
+	r.mu.Unlock()
+	if len(ins) == 0 {
+		return nil
+	}
+	if err := r.store.ReleaseIntents(ctx, ins); err != nil {
+		return &OutboxError{Op: OpClaimIntents, BeforeCall: true, Err: err}
+	}
+	r.mu.Lock()
+	r.held = slices.DeleteFunc(r.held, func(h held) bool {
+		return slices.ContainsFunc(ins, func(in outbox.Intent) bool { return in.ID == h.in.ID })
+	})
+	r.mu.Unlock()
+	return nil
+}
+
+// work runs the claimed intents ins, Config.RelayConcurrency at a time,
+// and counts what each did in st. Once the relay is stopping it starts no
+// more, and releases those it did not start at once, so that another
+// relay takes them during the drain. An intent that ends in an error is
+// held; one still in flight when ctx ends (at the drain's bound) is kept
+// in left. Their claims expire at expires.
+func (r *relay) work(ctx context.Context, ins []outbox.Intent, expires time.Time, st *RelayStats) {
+	var mu sync.Mutex // guards st
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, r.d.cfg.RelayConcurrency)
+	started := 0
+	for _, in := range ins {
+		select {
+		case slots <- struct{}{}:
+		case <-r.stopping:
+		}
+		if r.isStopping() {
+			break
+		}
+		started++
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s, err := r.one(ctx, in)
+			mu.Lock()
+			st.count(s, err)
+			mu.Unlock()
+			var oe *OutboxError
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			switch {
+			case err == nil:
+			case ctx.Err() != nil:
+				if !r.isStopping() {
+					return // a Relay call's context: its flight goes on and drops the intent
+				}
+				r.left = append(r.left, in)
+				r.claimsExpire = later(r.claimsExpire, expires)
+			default:
+				r.held = append(r.held, held{in: in, expires: expires, retryNow: errors.As(err, &oe)})
+			}
+		})
+	}
+	if rest := ins[started:]; len(rest) > 0 {
+		// The drain's bound is for the calls in flight, not for this:
+		// a release cut short by it would leave these claimed for
+		// nothing until their claims expire.
+		release, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		err := r.store.ReleaseIntents(release, rest)
+		cancel()
+		if err != nil {
+			r.d.log.WarnContext(ctx, "relay: stopping, and the intents it had not started could not be released", "intents", len(rest), "err", err)
+			r.mu.Lock()
+			r.unreleased = append(r.unreleased, rest...)
+			r.claimsExpire = later(r.claimsExpire, expires)
+			r.mu.Unlock()
+		}
+	}
+	wg.Wait()
 }
 
 // count adds one intent's result to st.
@@ -261,10 +496,10 @@ func (r *relay) cancel(ctx context.Context, in outbox.Intent) (outbox.Status, er
 		d.log.WarnContext(ctx, "relay: cancel refused; intent dropped", "id", in.ID, "err", err)
 	case err != nil:
 		return "", err
-	default:
-		r.recorded()
 	}
-	if derr := r.drop(ctx, in); derr != nil {
+	derr := r.drop(ctx, in)
+	r.outcome()
+	if derr != nil {
 		return "", derr
 	}
 	if err != nil {
@@ -285,6 +520,7 @@ func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
 	}
 	if !found || prev.Version != in.Version || prev.Status != outbox.StatusPending {
 		f.err = r.drop(ctx, in)
+		r.outcome()
 		return
 	}
 	var req cloudtaskspb.CreateTaskRequest
@@ -329,11 +565,11 @@ func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
 		f.relayed = rec.Status
 	}
 	d.m.outcome(ctx, kind, string(rec.Status), d.clock.Since(in.CreatedAt))
-	r.recorded()
 	if d.log.Enabled(ctx, slog.LevelDebug) {
 		d.log.DebugContext(ctx, "relayed", "id", in.ID, "status", rec.Status, "calls", calls)
 	}
 	f.err = r.drop(ctx, in)
+	r.outcome()
 }
 
 // drop removes a finished intent.
@@ -344,15 +580,27 @@ func (r *relay) drop(ctx context.Context, in outbox.Intent) error {
 	return nil
 }
 
+// outcome tells this process's waiters, and through the announcer other
+// processes', that an outcome is recorded and its intent gone: WaitOutcome
+// waits for both.
+func (r *relay) outcome() {
+	r.recorded()
+	select {
+	case r.announce <- struct{}{}:
+	default:
+	}
+}
+
 // WaitOutcome waits until the latest record of id (a dispatch or timer ID)
 // is no longer pending and no intent of the ID waits for a relay, and
 // returns it: created, already_existed or failed (with its gRPC code in
 // ErrorCode) once a relay has created the task of a committed DispatchTx
 // or ScheduleTimerTx, cancelled once it has carried out a CancelTx, or
-// whatever a Dispatch, Cancel or Recover recorded meanwhile. It wakes this dispatcher's relay, and
-// reads the outbox again whenever a relay of this process records an
-// outcome and every Config.RelayInterval, so it sees other processes'
-// relays too.
+// whatever a Dispatch, Cancel or Recover recorded meanwhile. It wakes this
+// dispatcher's relay, and reads the outbox again whenever a relay of this
+// process records an outcome, whenever Config.Listener hears that a relay
+// of any process did (relays notify when they record outcomes), and every
+// Config.RelayInterval, which finds what no notification announced.
 //
 // Errors: *RequestError for a malformed ID, or one with no record at all
 // (its transaction rolled back, or has not committed yet); *WaitError

@@ -93,6 +93,65 @@ type Intents interface {
 	// its place (another Version, or a delete) is kept; it stays claimed
 	// while the older one is worked on, and DropIntent releases it.
 	DropIntent(ctx context.Context, in Intent) error
+	// ReleaseIntents gives up this store's claims on ins, intents its
+	// relay claimed and will not work on (it is stopping, or the database
+	// failed under it), so that the next ClaimIntents of any relay returns
+	// them at once instead of after the claim time. An intent finished
+	// meanwhile, or claimed by another processor since its claim expired,
+	// is left as it is. A store that sends Notices wakes the listening
+	// relays when it released any.
+	ReleaseIntents(ctx context.Context, ins []Intent) error
+}
+
+// The payloads of the notifications a store that implements Notices
+// sends on its NoticeChannel. A transaction sends each at most once,
+// however many intents it records.
+const (
+	// NoticeIntents says that a transaction committed intents (or that a
+	// relay released some): relays wake and claim.
+	NoticeIntents = "intents"
+	// NoticeOutcomes says that a relay recorded outcomes of intents and
+	// dropped them: WaitOutcome reads again.
+	NoticeOutcomes = "outcomes"
+)
+
+// Notices is implemented by an Intents store that tells listeners when
+// there is work for a relay, so that relays need not poll for it: the
+// statements that record intents (AppendIntent, AppendCancel) send
+// NoticeIntents inside their transaction, so that only a commit wakes
+// anyone, at most once per NoticeGap (a transaction within the gap of
+// the one before sends none: the relay that one woke looks again
+// NoticeGap later), ReleaseIntents sends it too, and NotifyOutcomes sends
+// NoticeOutcomes. The notifications reach a Listener the program supplies
+// (package outbox/pgbox/pgxlisten for PostgreSQL, whose NOTIFY pgbox
+// sends). Delivery is best effort: a listener that was not listening
+// misses them, so a relay still polls, less often.
+type Notices interface {
+	// NoticeChannel returns the channel the store's notifications go to,
+	// or "" when it sends none (pgbox.Options.NoNotify).
+	NoticeChannel() string
+	// NoticeGap returns how long after a notification of intents the
+	// store sends no other (0: one per transaction): a relay woken by
+	// one looks again this much later.
+	NoticeGap() time.Duration
+	// NotifyOutcomes sends NoticeOutcomes in a statement of its own.
+	NotifyOutcomes(ctx context.Context) error
+}
+
+// Listener receives a store's notifications for a dispatcher
+// (cloudtasks.Config.Listener): the program supplies one, since it holds
+// a connection of its own that the store's pool must not lend out
+// (package outbox/pgbox/pgxlisten makes one over pgx).
+type Listener interface {
+	// Listen listens on channel until ctx ends, and then returns
+	// ctx.Err(). It calls notify with each notification's payload, one
+	// call at a time, and with "" each time it starts listening, the
+	// first time and after every reconnection: notifications sent while
+	// it was not listening are lost, so the dispatcher then looks for
+	// work as if notified. It reconnects by itself after the connection
+	// drops; an error it returns before ctx ends (a channel it cannot
+	// listen on) leaves the dispatcher polling.
+	Listen(ctx context.Context, channel string, notify func(payload string)) error
 }
 
 // Validate checks an intent as every store that records intents does

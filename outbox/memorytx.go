@@ -306,3 +306,20 @@ func (m *Memory) DropIntent(ctx context.Context, in Intent) error {
 	}
 	return nil
 }
+
+// ReleaseIntents implements Intents: the claims on ins end, so the next
+// ClaimIntents returns them. An intent dropped or replaced meanwhile is
+// left as it is.
+func (m *Memory) ReleaseIntents(ctx context.Context, ins []Intent) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, in := range ins {
+		if cur, ok := m.intents[in.ID]; ok && cur.Version == in.Version && cur.Delete == in.Delete {
+			cur.claimUntil = time.Time{}
+		}
+	}
+	return nil
+}

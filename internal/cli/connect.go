@@ -21,6 +21,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/internal/durability"
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
+	"github.com/ctdispatch/ctdispatch/outbox/pgbox/pgxlisten"
 )
 
 // reachTimeout bounds how long a command waits to reach Cloud Tasks (or
@@ -132,6 +133,7 @@ func probeEndpoint(ctx context.Context, env *Env, addr string) error {
 // order by close.
 type session struct {
 	ctx     context.Context // bounds the wait for calls in flight at close
+	cancel  context.CancelFunc
 	d       *cloudtasks.Dispatcher
 	closers []func() error
 	once    sync.Once
@@ -147,6 +149,9 @@ func (s *session) close() error {
 			errs = append(errs, c())
 		}
 		s.err = errors.Join(errs...)
+		if s.cancel != nil {
+			s.cancel()
+		}
 	})
 	return s.err
 }
@@ -225,6 +230,13 @@ func (c *connFlags) connect(ctx context.Context, env *Env, cfg cloudtasks.Config
 		cfg.OnRetry = retryPrinter(env.Err)
 	}
 	cfg.Logger = env.Logger
+	if pg && c.listen {
+		l, err := c.listener(env)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Listener = l
+	}
 	box, closeBox, err := c.openOutbox(ctx, env, mode, pg)
 	if err != nil && !pg { // a PostgreSQL outbox's error names it already
 		err = fmt.Errorf("open outbox: %w", err)
@@ -254,6 +266,20 @@ func (c *connFlags) openOutbox(ctx context.Context, env *Env, mode durability.Mo
 		return box, closeExporting(box, db.Close), nil
 	}
 	return durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
+}
+
+// listener returns the listener of a postgres:// --outbox's
+// notifications, on a connection of its own to the same database.
+func (c *connFlags) listener(env *Env) (*pgxlisten.Listener, error) {
+	dsn, _, err := postgresOptions(c.outbox)
+	if err != nil {
+		return nil, err
+	}
+	l, err := pgxlisten.New(pgxlisten.Config{ConnString: dsn, Logger: env.Logger})
+	if err != nil {
+		return nil, asUsage(fmt.Errorf("--outbox: %w", err))
+	}
+	return l, nil
 }
 
 // retryPrinter tells the user, one line per retry, why a command waits:

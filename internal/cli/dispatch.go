@@ -43,6 +43,9 @@ type connFlags struct {
 	// exportTo and exportInterval run a PostgreSQL outbox's exporter.
 	exportTo       string
 	exportInterval time.Duration
+	// listen gives a dispatcher on a PostgreSQL outbox a listener of its
+	// notifications (the relay command's).
+	listen bool
 }
 
 // registerModes adds the flags that choose how calls are recorded and

@@ -1,18 +1,25 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/url"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/cloudtasks"
+	"github.com/ctdispatch/ctdispatch/cloudtasks/emulator"
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/naming"
+	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
@@ -184,4 +191,74 @@ func TestUnmigratedDatabaseGetsTheMigrateHint(t *testing.T) {
 	require.Contains(t, stdout, "intents table \"public\".\"ctdispatch_intents\" ready\n")
 	code, _, stderr = runIn(t, map[string]string{outboxEnv: pg}, "stats")
 	require.Equal(t, 0, code, stderr)
+}
+
+// "ctdispatch relay" given SIGTERM mid-batch (six intents claimed, two
+// creates in flight) drains: it releases the four it did not start, lets
+// the two finish, exits 0 and leaves nothing claimed; "relay --once" then
+// creates the four. Each task is created once. About 5 s (builds the
+// binary).
+func TestRelayDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	pg := postgresURL(t, "")
+	code, _, stderr := runCLI(t, "migrate", "--outbox", pg)
+	require.Equal(t, 0, code, stderr)
+	db, err := sql.Open("pgx", pg)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	box, err := pgbox.New(db, pgbox.Options{})
+	require.NoError(t, err)
+	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cloudtasks.Config{Project: "p", Location: "europe-west1", Queue: "work",
+		EmulatorAddr: emu.Addr(), NoRelay: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close(context.Background()) })
+	tx, err := db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	var ids []string
+	for i := range 6 {
+		res, err := d.DispatchTx(t.Context(), pgbox.SQLTx(tx), cloudtasks.DispatchRequest{RunID: "run1", TaskKey: fmt.Sprintf("k%d", i),
+			Identity: naming.Attempt(1), Task: cloudtasks.Task{URL: "https://worker.example/load"}})
+		require.NoError(t, err)
+		ids = append(ids, res.ID)
+	}
+	require.NoError(t, tx.Commit())
+	// Each create takes a second: the relay is mid-batch when the signal
+	// comes.
+	require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"CreateTask"}, Rate: 1, Latency: time.Second}}}))
+
+	cmd := exec.Command(ctdispatchBinary(t), "relay", "--outbox", pg, "--project", "p", "--location", "europe-west1", "--queue", "work",
+		"--concurrency", "2", "--emulator", emu.Addr())
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	claims := func() (claimed, free int) {
+		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FILTER (WHERE claimed_by IS NOT NULL), count(*) FILTER (WHERE claimed_by IS NULL)
+			FROM `+pgbox.IntentTableName(pgbox.Options{})).Scan(&claimed, &free))
+		return claimed, free
+	}
+	require.Eventually(t, func() bool { claimed, _ := claims(); return claimed == 6 }, time.Minute, 5*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), errb.String())
+	require.Contains(t, errb.String(), "stopping: releasing the intents not started, finishing the calls in flight (at most --drain-timeout 30s)\nstopped: nothing left claimed\n")
+	claimed, free := claims()
+	require.Zero(t, claimed, "nothing left claimed")
+	finished := len(emu.Tasks(dqQueue))
+	require.Equal(t, 6, finished+free, "the calls in flight finished, the rest were released")
+	require.Positive(t, finished)
+
+	require.NoError(t, emu.SetFaults(emulator.Faults{}))
+	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", "relay", "--outbox", pg, "--project", "p", "--location", "europe-west1", "--queue", "work", "--once")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, fmt.Sprintf("%d claimed: %d created, 0 already existed, 0 failed, 0 cancelled, 0 moved on, 0 errors\n", free, free), stdout)
+	require.Len(t, emu.Tasks(dqQueue), 6)
+	for _, id := range ids {
+		hist, err := box.Lookup(t.Context(), outbox.Query{ID: id, History: true})
+		require.NoError(t, err)
+		statuses := make([]outbox.Status, len(hist))
+		for i, r := range hist {
+			statuses[i] = r.Status
+		}
+		require.Equal(t, []outbox.Status{outbox.StatusPending, outbox.StatusCreated}, statuses, id)
+	}
 }

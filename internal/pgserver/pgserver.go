@@ -280,28 +280,49 @@ func (c *Cluster) log() string {
 // use fails) and new ones work once Restart returns. The server runs as
 // the same user as before. Restart must not run concurrently with Stop.
 func (c *Cluster) Restart(ctx context.Context) error {
+	if err := c.Crash(ctx); err != nil {
+		return fmt.Errorf("pgserver: restart: %w", err)
+	}
+	if err := c.StartAgain(ctx); err != nil {
+		return fmt.Errorf("pgserver: restart: %w", err)
+	}
+	return nil
+}
+
+// Crash is the first half of Restart: it ends the server at once
+// (SIGQUIT, an immediate shutdown) and returns once it has exited. Until
+// StartAgain, connections fail; a test holds the server down that way
+// while it makes its client fail.
+func (c *Cluster) Crash(ctx context.Context) error {
 	cmd, exited := c.running()
 	if cmd == nil || cmd.Process == nil {
-		return errors.New("pgserver: restart: the server is not running")
+		return errors.New("pgserver: crash: the server is not running")
 	}
 	select {
 	case <-exited:
-		return fmt.Errorf("pgserver: restart: the server had exited: %s", firstLines(c.log()))
+		return fmt.Errorf("pgserver: crash: the server had exited: %s", firstLines(c.log()))
 	default:
 	}
 	if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
-		return fmt.Errorf("pgserver: restart: immediate shutdown: %w", err)
+		return fmt.Errorf("pgserver: crash: immediate shutdown: %w", err)
 	}
 	select {
 	case <-exited:
+		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("pgserver: restart: waiting for the immediate shutdown: %w", ctx.Err())
+		return fmt.Errorf("pgserver: crash: waiting for the immediate shutdown: %w", ctx.Err())
 	}
+}
+
+// StartAgain is the second half of Restart: it starts the server after
+// Crash, on the same data directory and socket, and returns once it
+// accepts connections (after replaying the WAL).
+func (c *Cluster) StartAgain(ctx context.Context) error {
 	if err := c.launch(); err != nil {
-		return fmt.Errorf("pgserver: restart: %w", err)
+		return fmt.Errorf("pgserver: start again: %w", err)
 	}
 	if err := c.waitReady(ctx); err != nil {
-		return fmt.Errorf("pgserver: restart: postgres did not start again: %w; its log: %s", err, firstLines(c.log()))
+		return fmt.Errorf("pgserver: start again: postgres did not start: %w; its log: %s", err, firstLines(c.log()))
 	}
 	return nil
 }

@@ -11,7 +11,8 @@ import (
 // A program that uses only the Parquet or in-memory store does not link
 // pgx: the dispatcher takes the outbox seam, and this package takes
 // database/sql, so only a program that picks the driver links it (the CLI
-// does), or pgxtx, the adapter of pgx's own transactions. About 2 s.
+// does), or pgxtx, the adapter of pgx's own transactions, or pgxlisten,
+// the relays' listener. About 2 s.
 func TestOnlyTheDriversImporterLinksPgx(t *testing.T) {
 	t.Parallel()
 	goBin, err := exec.LookPath("go")
@@ -27,6 +28,7 @@ func TestOnlyTheDriversImporterLinksPgx(t *testing.T) {
 		{mod + "outbox", false},
 		{mod + "outbox/pgbox", false},
 		{mod + "outbox/pgbox/pgxtx", true},
+		{mod + "outbox/pgbox/pgxlisten", true},
 		{"./testdata/parquetonly", false},
 		{mod + "internal/cli", true},
 	} {

@@ -117,7 +117,24 @@
 // LOCKED (ClaimIntents), create the tasks outside any transaction, record
 // the outcome with a conditional Append over the intent's pending
 // version, and delete the intent (DropIntent). ClaimPending leaves IDs
-// with an intent to the relays.
+// with an intent to the relays. A relay that stops, or whose outcome the
+// database failed to record, gives its claims back (ReleaseIntents); a
+// claim whose answer a crash lost is taken back by the outbox's next
+// claim.
+//
+// # Notifications
+//
+// The statement that records an intent also runs NOTIFY on the channel
+// NoticeChannel names ("public.ctdispatch_intents" by default), so that
+// relays listening there (cloudtasks.Config.Listener, package pgxlisten)
+// create the task at the commit instead of at their next poll: a
+// transaction that rolls back notifies nobody. PostgreSQL commits the
+// transactions that notified one at a time, each with its own WAL flush,
+// so an outbox notifies at most once per Options.NotifyGap (10ms); the
+// relay that a notification woke looks again one gap later for the
+// transactions that sent none. ReleaseIntents notifies too, and
+// NotifyOutcomes tells listening WaitOutcome calls that a relay recorded
+// outcomes. Options.NoNotify turns them off.
 //
 // # Recovery, claims and retention
 //

@@ -3,9 +3,13 @@ package pgbox
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/naming"
@@ -17,7 +21,10 @@ import (
 // that no relay has finished yet.
 const IntentTable = "intents"
 
-var _ outbox.Intents = (*Outbox)(nil)
+var (
+	_ outbox.Intents = (*Outbox)(nil)
+	_ outbox.Notices = (*Outbox)(nil)
+)
 
 // IntentTableName returns the quoted name (schema.table) of the intents
 // table opts name.
@@ -29,11 +36,21 @@ func IntentTableName(opts Options) string {
 type intents struct {
 	name, bare                        string
 	upsert, claim, drop, release, has string
+	// upsertNotify is upsert that also sends NoticeIntents on channel,
+	// which is "" under Options.NoNotify.
+	upsertNotify, channel string
+	// gap spaces the upserts that notify (Options.NotifyGap); last is
+	// when one last did, in Unix nanoseconds.
+	gap  time.Duration
+	last *atomic.Int64
 }
 
 func newIntents(o Options) intents {
-	in := intents{bare: o.TablePrefix + IntentTable}
+	in := intents{bare: o.TablePrefix + IntentTable, gap: o.NotifyGap, last: new(atomic.Int64)}
 	in.name = `"` + o.Schema + `"."` + in.bare + `"`
+	if !o.NoNotify {
+		in.channel = noticeChannel(o)
+	}
 	// A later transaction's intent of an ID (a repeat, with the newer
 	// pending record's version, or a cancel) replaces the ID's intent but
 	// keeps its claim: a relay working on the older one finishes first
@@ -45,14 +62,89 @@ func newIntents(o Options) intents {
 		ON CONFLICT (id) DO UPDATE SET op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
 			task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request,
 			created_at = EXCLUDED.created_at`
+	in.upsertNotify = in.notifying(in.upsert, true)
+	// $6 are the expiries of this outbox's claims whose answer was lost:
+	// their intents are this processor's and no relay works on them.
 	in.claim = `UPDATE ` + in.name + ` SET claimed_by = $2, claim_expires = $3 WHERE id IN (
-			SELECT id FROM ` + in.name + ` WHERE queue = ANY($1::text[]) AND (claim_expires IS NULL OR claim_expires <= $4)
+			SELECT id FROM ` + in.name + ` WHERE queue = ANY($1::text[])
+				AND (claim_expires IS NULL OR claim_expires <= $4 OR (claimed_by = $2 AND claim_expires = ANY($6::timestamptz[])))
 			ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED)
 		RETURNING op, record_table, id, version, queue, request, created_at`
 	in.drop = `DELETE FROM ` + in.name + ` WHERE id = $1 AND version = $2 AND op = $3`
-	in.release = `UPDATE ` + in.name + ` SET claimed_by = NULL, claim_expires = NULL WHERE id = $1 AND claimed_by = $2`
+	in.release = in.notifying(`UPDATE `+in.name+` SET claimed_by = NULL, claim_expires = NULL WHERE id = ANY($1::text[]) AND claimed_by = $2`, false)
 	in.has = `SELECT EXISTS (SELECT 1 FROM ` + in.name + ` WHERE id = $1)`
 	return in
+}
+
+// notifying returns stmt (an INSERT or UPDATE) so that it also sends
+// NoticeIntents on the channel: unconditionally when always, otherwise
+// only when it changed a row. The notification goes with the statement's
+// transaction: a caller's transaction notifies when it commits, and
+// PostgreSQL sends one notification per channel and payload however many
+// statements of the transaction asked for it.
+func (in intents) notifying(stmt string, always bool) string {
+	if in.channel == "" {
+		return stmt
+	}
+	notify := `pg_notify('` + in.channel + `', '` + outbox.NoticeIntents + `')`
+	if always {
+		return `WITH w AS (` + stmt + ` RETURNING 1) SELECT ` + notify + ` FROM w`
+	}
+	return `WITH w AS (` + stmt + ` RETURNING 1) SELECT ` + notify + ` WHERE EXISTS (SELECT 1 FROM w)`
+}
+
+// upsertFor returns the upsert a new intent uses now: the one that
+// notifies when the last one did at least gap ago (and this call is the
+// one that takes the turn), the plain one otherwise.
+func (in intents) upsertFor() string {
+	if in.channel == "" {
+		return in.upsert
+	}
+	// Real time, not the outbox's clock: the gap spares the server's
+	// commits, which a test's clock does not slow.
+	now := time.Now().UnixNano()
+	last := in.last.Load()
+	if now-last < int64(in.gap) || !in.last.CompareAndSwap(last, now) {
+		return in.upsert
+	}
+	return in.upsertNotify
+}
+
+// noticeChannel names the channel of the outbox's notifications after
+// its intents table, schema.table; a name longer than PostgreSQL's 63
+// bytes for a channel is replaced by a hash of it. Schema and prefix are
+// plain identifiers, so the name needs no quoting in a string literal.
+func noticeChannel(o Options) string {
+	name := o.Schema + "." + o.TablePrefix + IntentTable
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "ctdispatch_" + hex.EncodeToString(sum[:16])
+}
+
+// NoticeChannel implements outbox.Notices: the channel the outbox's
+// notifications go to, a relay's Listener listens on, and PostgreSQL's
+// LISTEN names (quoted: it holds a dot), or "" under Options.NoNotify.
+// It is the intents table's schema-qualified name, "public.ctdispatch_intents"
+// by default, or a hash of it when that is longer than 63 bytes.
+func (o *Outbox) NoticeChannel() string { return o.intents.channel }
+
+// NoticeGap implements outbox.Notices: Options.NotifyGap (0 when every
+// transaction notifies).
+func (o *Outbox) NoticeGap() time.Duration { return o.intents.gap }
+
+// NotifyOutcomes implements outbox.Notices: it sends NoticeOutcomes on
+// the outbox's channel, in a statement of its own. Under
+// Options.NoNotify it does nothing.
+func (o *Outbox) NotifyOutcomes(ctx context.Context) error {
+	if o.intents.channel == "" {
+		return nil
+	}
+	if _, err := o.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, o.intents.channel, outbox.NoticeOutcomes); err != nil {
+		return fmt.Errorf("pgbox: notify outcomes: %w", err)
+	}
+	return nil
 }
 
 // notAwaitingRelay is true of a row p of an outbox table whose ID has no
@@ -182,7 +274,7 @@ func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record
 	if !r.DueAt.IsZero() {
 		schedule = sql.NullTime{Time: r.DueAt, Valid: true}
 	}
-	if _, err := tx.Exec(ctx, o.intents.upsert, r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
+	if _, err := tx.Exec(ctx, o.intents.upsertFor(), r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
 		return txError(o.intents.name, "append intent to", err)
 	}
 	return nil
@@ -216,7 +308,7 @@ func (o *Outbox) AppendCancel(ctx context.Context, tx outbox.Tx, in outbox.Inten
 		return err // Validate checked it
 	}
 	now := o.clock.Now()
-	if _, err := tx.Exec(ctx, o.intents.upsert, in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),
+	if _, err := tx.Exec(ctx, o.intents.upsertFor(), in.ID, string(in.Table), in.Version, in.Queue, naming.TaskName(in.Queue, cloudTaskID),
 		sql.NullTime{}, []byte{}, now, opDelete); err != nil {
 		return txError(o.intents.name, "append intent to", err)
 	}
@@ -238,6 +330,12 @@ func (o *Outbox) HasIntent(ctx context.Context, id string) (bool, error) {
 // moment (FOR UPDATE SKIP LOCKED), and claims them for this processor
 // until claimFor from now. Only committed intents are seen: a transaction
 // that rolls back leaves none.
+//
+// A claim that fails may still have committed: the database crashed, or
+// the connection dropped, after the claim and before its answer. Its
+// intents are then this processor's and nobody's work, so the outbox
+// keeps the claim's expiry and its next ClaimIntents takes them back, at
+// once instead of after claimFor.
 func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, claimFor time.Duration) ([]outbox.Intent, error) {
 	switch {
 	case max < 1:
@@ -248,7 +346,21 @@ func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, cla
 		return nil, ctx.Err()
 	}
 	now := o.clock.Now()
-	rows, err := o.db.QueryContext(ctx, o.intents.claim, queues, o.processor, now.Add(claimFor), now, max)
+	// Microseconds, as PostgreSQL keeps it, so that a lost claim's expiry
+	// matches the row's exactly.
+	expires := now.Add(claimFor).Truncate(time.Microsecond)
+	out, err := o.claimIntents(ctx, queues, max, now, expires)
+	if err != nil {
+		o.lostClaims.add(expires)
+		return nil, err
+	}
+	// RETURNING gives no order: oldest first, as the claim picked them.
+	sortIntents(out)
+	return out, nil
+}
+
+func (o *Outbox) claimIntents(ctx context.Context, queues []string, max int, now, expires time.Time) ([]outbox.Intent, error) {
+	rows, err := o.db.QueryContext(ctx, o.intents.claim, queues, o.processor, expires, now, max, o.lostClaims.after(now))
 	if err != nil {
 		return nil, txError(o.intents.name, "claim from", err)
 	}
@@ -266,9 +378,39 @@ func (o *Outbox) ClaimIntents(ctx context.Context, queues []string, max int, cla
 	if err := rows.Err(); err != nil {
 		return nil, txError(o.intents.name, "claim from", err)
 	}
-	// RETURNING gives no order: oldest first, as the claim picked them.
-	sortIntents(out)
 	return out, nil
+}
+
+// lostClaims are the expiries of claims whose answer did not arrive, kept
+// until they pass. A later claim also takes back the intents still
+// claimed by this processor until one of them; those it leaves (past its
+// batch) the next one takes.
+type lostClaims struct {
+	mu       sync.Mutex
+	expiries []time.Time
+}
+
+// maxLostClaims bounds the expiries kept while claims keep failing (a
+// database down for long): the oldest are forgotten, and their intents
+// wait out their claims.
+const maxLostClaims = 32
+
+func (l *lostClaims) add(expires time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiries = append(l.expiries, expires)
+	if len(l.expiries) > maxLostClaims {
+		l.expiries = slices.Delete(l.expiries, 0, len(l.expiries)-maxLostClaims)
+	}
+}
+
+// after drops the expiries that now has passed (those intents are free
+// anyway) and returns the rest.
+func (l *lostClaims) after(now time.Time) []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiries = slices.DeleteFunc(l.expiries, func(t time.Time) bool { return !t.After(now) })
+	return slices.Clone(l.expiries)
 }
 
 // DropIntent implements outbox.Intents: it deletes in unless a later
@@ -283,8 +425,26 @@ func (o *Outbox) DropIntent(ctx context.Context, in outbox.Intent) error {
 	if n, err := res.RowsAffected(); err != nil || n > 0 {
 		return err
 	}
-	if _, err := o.db.ExecContext(ctx, o.intents.release, in.ID, o.processor); err != nil {
-		return txError(o.intents.name, "release a claim in", err)
+	return o.release(ctx, []string{in.ID})
+}
+
+// ReleaseIntents implements outbox.Intents: in one statement it clears
+// this processor's claims on ins, and, when it cleared any, notifies the
+// listening relays (unless Options.NoNotify).
+func (o *Outbox) ReleaseIntents(ctx context.Context, ins []outbox.Intent) error {
+	if len(ins) == 0 {
+		return ctx.Err()
+	}
+	ids := make([]string, len(ins))
+	for i, in := range ins {
+		ids[i] = in.ID
+	}
+	return o.release(ctx, ids)
+}
+
+func (o *Outbox) release(ctx context.Context, ids []string) error {
+	if _, err := o.db.ExecContext(ctx, o.intents.release, ids, o.processor); err != nil {
+		return txError(o.intents.name, "release claims in", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 )
@@ -15,6 +16,8 @@ const (
 	// DefaultTablePrefix starts the name of each table:
 	// ctdispatch_dispatch_outbox, ctdispatch_timers, ctdispatch_deliveries.
 	DefaultTablePrefix = "ctdispatch_"
+	// DefaultNotifyGap is Options.NotifyGap's default.
+	DefaultNotifyGap = 10 * time.Millisecond
 )
 
 // maxPrefix bounds TablePrefix so that the longest index name
@@ -45,6 +48,28 @@ type Options struct {
 	// dispatcher on the database, or in one "ctdispatch export" process:
 	// exporters share the work. Unset, nothing is exported.
 	Export ExportOptions
+	// NoNotify keeps the statements that record intents from sending the
+	// notification (PostgreSQL's NOTIFY, see NoticeChannel) that wakes
+	// listening relays. Where no relay listens (none has a
+	// cloudtasks.Config.Listener) it is wasted. Relays then find intents
+	// by polling. Defaults to off: notifications are sent.
+	NoNotify bool
+	// NotifyGap spaces this outbox's notifications of intents: a
+	// transaction that records an intent notifies unless one of this
+	// outbox's did less than NotifyGap before, so that its relays are
+	// woken at most once per gap by this process. PostgreSQL commits the
+	// transactions that notified one at a time, each waiting for its own
+	// WAL flush under a lock of the whole cluster: notifying in every
+	// transaction cut the commits per second of 64 concurrent callers
+	// by 30 to 60% on a server that syncs its WAL (BENCHMARKS.md). A
+	// transaction that did not notify is found by the relay woken by the
+	// one before it, which looks again NotifyGap later; one that commits
+	// later than that (a long transaction), or whose notifier rolled
+	// back, waits for the relay's poll (cloudtasks.Config.RelayInterval).
+	// Give every process on a database the same gap. Defaults to
+	// DefaultNotifyGap (10ms); a negative value notifies in every
+	// transaction.
+	NotifyGap time.Duration
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
@@ -58,6 +83,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
+	}
+	switch {
+	case o.NotifyGap == 0:
+		o.NotifyGap = DefaultNotifyGap
+	case o.NotifyGap < 0:
+		o.NotifyGap = 0
 	}
 	return o
 }

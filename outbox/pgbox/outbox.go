@@ -26,6 +26,9 @@ type Outbox struct {
 	batchStmt map[outbox.Table]string
 	w         writer
 	intents   intents
+	// lostClaims are the expiries of this outbox's ClaimIntents whose
+	// answer did not arrive: see ClaimIntents.
+	lostClaims lostClaims
 
 	// export runs Options.Export's exporter until Close.
 	export     *Exporter

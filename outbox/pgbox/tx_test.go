@@ -27,11 +27,12 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox/pgbox"
 )
 
-// txQueue is the queue of the tests' dispatches; txRemoteQueue, one only
-// a benchmark's remote relay takes.
+// txQueue is the queue of the tests' dispatches; txRemoteQueue and
+// txPollQueue, ones only a benchmark's remote relays take.
 const (
 	txQueue       = "projects/p/locations/l/queues/q"
 	txRemoteQueue = "projects/p/locations/l/queues/remote"
+	txPollQueue   = "projects/p/locations/l/queues/remote-poll"
 )
 
 // The transactional path's behaviours are tested in package cloudtasks
@@ -49,11 +50,15 @@ type txWorld struct {
 	opts  pgbox.Options
 	clock clockwork.Clock
 	calls atomic.Int64 // CreateTask calls that reached the emulator
+	gate  *gate        // when set, holds every CreateTask until opened
+	// wrap, when set, is the outbox the next dispatchers get instead of
+	// their own pgbox outbox.
+	wrap func(*pgbox.Outbox) outbox.Outbox
 }
 
 func newTxWorld(t testing.TB, clock clockwork.Clock) *txWorld {
 	t.Helper()
-	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock, Queues: []emulator.QueueConfig{{Name: txQueue}, {Name: txRemoteQueue}}})
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Clock: clock, Queues: []emulator.QueueConfig{{Name: txQueue}, {Name: txRemoteQueue}, {Name: txPollQueue}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { emu.Close() })
 	w := &txWorld{emu: emu, dsn: pgtest.New(t), clock: clock,
@@ -72,19 +77,64 @@ func (w *txWorld) open(t testing.TB) *sql.DB {
 	return db
 }
 
-// countingClient counts the CreateTask calls of a dispatcher.
+// countingClient counts the CreateTask calls of a dispatcher, and holds
+// each at the world's gate when it has one.
 type countingClient struct {
 	cloudtasks.Client
-	n *atomic.Int64
+	n    *atomic.Int64
+	gate *gate
 }
 
 func (c countingClient) CreateTask(ctx context.Context, req *cloudtaskspb.CreateTaskRequest, opts ...gax.CallOption) (*cloudtaskspb.Task, error) {
+	if c.gate != nil {
+		if err := c.gate.pass(ctx, req.GetTask().GetName()); err != nil {
+			return nil, err
+		}
+	}
 	c.n.Add(1)
 	return c.Client.CreateTask(ctx, req, opts...)
 }
 
+// gate holds the CreateTask calls that arrive at it until it is opened,
+// telling the test of each arrival: calls a test can keep in flight.
+type gate struct {
+	arrived chan string // the task names of the calls held
+	opened  chan struct{}
+	once    sync.Once
+}
+
+func newGate() *gate { return &gate{arrived: make(chan string, 1000), opened: make(chan struct{})} }
+
+func (g *gate) pass(ctx context.Context, name string) error {
+	g.arrived <- name
+	select {
+	case <-g.opened:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.opened) }) }
+
+// await returns the names of the next n calls to arrive.
+func (g *gate) await(t testing.TB, n int) []string {
+	t.Helper()
+	var names []string
+	for range n {
+		select {
+		case name := <-g.arrived:
+			names = append(names, name)
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d CreateTask calls arrived within a minute", len(names), n)
+		}
+	}
+	return names
+}
+
 // dispatcher returns a dispatcher over its own pool and outbox (its own
-// processor), configured by cfg's relay fields.
+// processor), configured by cfg's relay fields, on cfg.Clock when set and
+// on the world's clock otherwise.
 func (w *txWorld) dispatcher(t testing.TB, cfg cloudtasks.Config) (*cloudtasks.Dispatcher, *pgbox.Outbox) {
 	t.Helper()
 	box, err := pgbox.New(w.open(t), w.opts)
@@ -92,9 +142,16 @@ func (w *txWorld) dispatcher(t testing.TB, cfg cloudtasks.Config) (*cloudtasks.D
 	cl, err := w.emu.NewClient(t.Context())
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
-	cfg.Project, cfg.Location, cfg.Queue, cfg.Clock = "p", "l", "q", w.clock
-	cfg.Client = countingClient{Client: cl, n: &w.calls}
-	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cfg)
+	cfg.Project, cfg.Location, cfg.Queue = "p", "l", "q"
+	if cfg.Clock == nil {
+		cfg.Clock = w.clock
+	}
+	cfg.Client = countingClient{Client: cl, n: &w.calls, gate: w.gate}
+	var ob outbox.Outbox = box
+	if w.wrap != nil {
+		ob = w.wrap(box)
+	}
+	d, err := cloudtasks.NewDispatcher(t.Context(), ob, &cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close(context.Background())) })
 	return d, box

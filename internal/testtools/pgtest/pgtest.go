@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ctdispatch/ctdispatch/internal/pgserver"
 )
 
@@ -68,6 +70,20 @@ func Database() (dsn string, drop func() error, err error) {
 func skippable(err error, ci string) bool {
 	var missing *pgserver.MissingError
 	return errors.As(err, &missing) && ci != "true"
+}
+
+// OwnCluster starts a cluster of the test's own, for a test that crashes
+// or restarts it, and stops it when the test ends. A missing PostgreSQL
+// installation skips the test as New does.
+func OwnCluster(t testing.TB) *pgserver.Cluster {
+	t.Helper()
+	c, err := pgserver.Start()
+	if skippable(err, os.Getenv("CI")) {
+		t.Skip(err.Error())
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Stop() })
+	return c
 }
 
 // sharedCluster starts the package's cluster on first use.
