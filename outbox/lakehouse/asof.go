@@ -38,6 +38,7 @@ func ReadAsOf(ctx context.Context, ob *parquetbox.Outbox, cfg Config, t outbox.T
 	if err != nil {
 		return nil, err
 	}
+	useRootBucket(ob, root)
 	lc, err := openCatalog(ctx, root, cfg)
 	if err != nil {
 		return nil, err

@@ -49,13 +49,17 @@ type lakeCatalog struct {
 // rootURL returns an outbox root as the URL Iceberg locations start with.
 func rootURL(root string) (string, error) {
 	if isBucketRoot(root) {
-		// gs://bucket?prefix=p/ keeps its tables under gs://bucket/p/,
-		// where parquetbox's LiveFile.Location names them.
+		// gs://bucket/p (Outbox.Location) and gs://bucket?prefix=p/ keep
+		// their tables under gs://bucket/p/, where parquetbox's
+		// LiveFile.Location names them.
 		u, err := url.Parse(root)
 		if err != nil {
 			return "", err
 		}
 		base := u.Scheme + "://" + u.Host
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			base += "/" + p
+		}
 		if p := strings.Trim(u.Query().Get("prefix"), "/"); p != "" {
 			base += "/" + p
 		}

@@ -110,6 +110,9 @@ type TablePublication struct {
 // and with ErrCatalogMismatch when cfg names another catalog or namespace
 // than Enable recorded.
 func Publish(ctx context.Context, ob *parquetbox.Outbox, cfg Config) (Report, error) {
+	if root, err := ob.Location(); err == nil {
+		useRootBucket(ob, root)
+	} // else publish reports it
 	return publish(ctx, outboxSource{ob}, cfg)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"net/url"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/gcp"
-	"google.golang.org/api/option"
 
 	"github.com/ctdispatch/ctdispatch/internal/testtools/pgtest"
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -27,29 +25,21 @@ import (
 )
 
 // fakeGCS serves one bucket from fake-gcs-server (the server
-// internal/testtools/fakegcs runs as a program, here in process) on a
-// loopback port: iceberg-go's Cloud Storage IO makes its own client from
-// properties, so it needs an endpoint to reach, not an in-process
-// transport. It returns the bucket as the outbox opens it (the real GCS
-// client through gcsblob) and the properties that point iceberg-go's IO
-// at the same server.
+// internal/testtools/fakegcs runs as a program), in process, and returns
+// it as the outbox opens it: the real GCS client through gcsblob, whose
+// every request, uploads included, goes to the server. Iceberg reaches
+// the root through the outbox's own bucket (useRootBucket), so it needs
+// no properties of its own.
 func fakeGCS(t *testing.T, bucket string) (*blob.Bucket, map[string]string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1",
-		Port: uint16(port), PublicHost: fmt.Sprintf("127.0.0.1:%d", port)})
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true})
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
-	endpoint := srv.URL() + "/storage/v1/"
-	b, err := gcsblob.OpenBucket(context.Background(), gcp.NewAnonymousHTTPClient(gcp.DefaultTransport()), bucket,
-		&gcsblob.Options{ClientOptions: []option.ClientOption{option.WithEndpoint(endpoint)}})
+	b, err := gcsblob.OpenBucket(context.Background(), &gcp.HTTPClient{Client: *srv.HTTPClient()}, bucket, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
-	return b, map[string]string{"gcs.service.host": endpoint, "gcs.no-auth": "true", "gcs.usejsonapi": "true"}
+	return b, nil
 }
 
 // catalogURL turns a throwaway database's DSN into a postgres:// catalog

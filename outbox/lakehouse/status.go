@@ -48,6 +48,7 @@ func Status(ctx context.Context, ob *parquetbox.Outbox, cfg Config) ([]TableStat
 	if err != nil {
 		return nil, err
 	}
+	useRootBucket(ob, root)
 	lc, err := openCatalog(ctx, root, cfg)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gocloud.dev/blob"
 	"os"
 	"path/filepath"
 	"sort"
@@ -328,4 +329,16 @@ func (fs *fileSet) currentCommits() *commitView {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.commits
+}
+
+// Bucket is the bucket a bucket root's files are in (with the root's
+// prefix, as the outbox reads and writes it), nil for a directory root.
+// Tools that write beside the tables, such as the Iceberg publisher's
+// metadata under _iceberg/, use it to reach the same storage the same
+// way. The outbox owns it: do not close it.
+func (o *Outbox) Bucket() *blob.Bucket {
+	if s, ok := o.store.(*blobStore); ok {
+		return s.bucket
+	}
+	return nil
 }
