@@ -290,7 +290,7 @@ A progress bar is drawn on stderr when it is a terminal.`,
 				return err
 			}
 			c := compaction{env: env, w: cmd.OutOrStdout(), o: o, pub: pub,
-				opts: parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}}
+				opts: parquetbox.CompactConfig{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}}
 			if !looping {
 				if err := c.round(ctx, false); err != nil {
 					return err
@@ -318,7 +318,7 @@ type compaction struct {
 	env  *Env
 	w    io.Writer
 	o    *parquetbox.Outbox
-	opts parquetbox.CompactOptions
+	opts parquetbox.CompactConfig
 	// pub is the publication the command was started with (nil: none);
 	// each round looks again at the root's switch, which another
 	// command may have turned since.

@@ -81,7 +81,7 @@ $PGPASSWORD or ~/.pgpass.
 			if !once {
 				logger = warningsShown(env)
 			}
-			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Open: openExportTables, Interval: interval, Logger: logger})
+			e, err := pgbox.NewExporter(box, pgbox.ExportConfig{Root: to, Open: openExportTables, Interval: interval, Logger: logger})
 			if err != nil {
 				return err
 			}
@@ -151,15 +151,15 @@ func warningsShown(env *Env) *slog.Logger {
 
 // exportOptions are the export a dispatcher's PostgreSQL outbox runs, from
 // --export-to and --export-interval (none without --export-to).
-func (c *connFlags) exportOptions(env *Env) pgbox.ExportOptions {
+func (c *connFlags) exportOptions(env *Env) pgbox.ExportConfig {
 	if c.exportTo == "" {
-		return pgbox.ExportOptions{}
+		return pgbox.ExportConfig{}
 	}
-	return pgbox.ExportOptions{Root: c.exportTo, Open: openExportTables, Interval: c.exportInterval, Logger: env.Logger}
+	return pgbox.ExportConfig{Root: c.exportTo, Open: openExportTables, Interval: c.exportInterval, Logger: env.Logger}
 }
 
 // openExportTables opens the Parquet tables at root that a PostgreSQL
-// outbox's exporter writes to (pgbox.ExportOptions.Open): read-only, as
+// outbox's exporter writes to (pgbox.ExportConfig.Open): read-only, as
 // the exporter keeps no log of its own, and a local directory is created
 // (0700) when missing. The program wires the two stores: neither imports
 // the other.
@@ -169,7 +169,7 @@ func openExportTables(ctx context.Context, root string) (outbox.RunWriter, error
 			return nil, err
 		}
 	}
-	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	files, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func publishExport(ctx context.Context, env *Env, w io.Writer, root string) erro
 			return nil // nothing exported, nothing switched on
 		}
 	}
-	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true, Logger: env.Logger})
+	o, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true, Logger: env.Logger})
 	if err != nil {
 		return err
 	}

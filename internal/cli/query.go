@@ -38,7 +38,7 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 		if err := checkBucketURL(dir); err != nil {
 			return nil, err
 		}
-		return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
+		return parquetbox.Open(ctx, parquetbox.Config{Root: dir, ReadOnly: true, Logger: env.Logger})
 	}
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -47,7 +47,7 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 	if !info.IsDir() {
 		return nil, fmt.Errorf("outbox %s: not a directory", redact(dir))
 	}
-	return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
+	return parquetbox.Open(ctx, parquetbox.Config{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
 }
 
 const timeLayout = "2006-01-02T15:04:05.000000Z07:00"

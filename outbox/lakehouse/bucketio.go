@@ -22,7 +22,7 @@ var rootBuckets sync.Map
 // the outbox's own bucket (nil on a directory root: nothing to do), so
 // the metadata goes where the data is, with the same driver, endpoint
 // and credentials, whether the program opened the bucket by URL or gave
-// it in parquetbox's Options.Bucket.
+// it in parquetbox's Config.Bucket.
 func useRootBucket(ob *parquetbox.Outbox, root string) {
 	if b := ob.Bucket(); b != nil {
 		rootBuckets.Store(strings.TrimSuffix(root, "/"), b)

@@ -28,7 +28,7 @@ func ExamplePublish() {
 	}
 	defer os.RemoveAll(dir)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("019ad000-0000-7000-8000-000000000001"), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse("019ad000-0000-7000-8000-000000000001"), Clock: clock})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func ExamplePublish() {
 	}
 	show("first")
 	show("again")
-	if err := ob.Compact(ctx, parquetbox.CompactOptions{Full: true}); err != nil {
+	if err := ob.Compact(ctx, parquetbox.CompactConfig{Full: true}); err != nil {
 		log.Fatal(err)
 	}
 	show("compacted")

@@ -88,7 +88,7 @@ func TestExistingRootIsPublishedAsItIs(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "dispatch_outbox", "created_date=2026-02-01", "duckdb_small_zstd.parquet"), duck, 0o600))
 
 	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
 	writeDispatches(t, ob, clock, "r1", 3, true)

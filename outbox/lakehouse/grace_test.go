@@ -36,7 +36,7 @@ func TestPublishUsesTheRecordedGrace(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			clock := clockwork.NewFakeClockAt(t0)
-			ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: t.TempDir(), ProcessorUUID: uuid.New(), Clock: clock})
+			ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: t.TempDir(), ProcessorUUID: uuid.New(), Clock: clock})
 			require.NoError(t, err)
 			defer ob.Close()
 			require.NoError(t, lakehouse.Enable(ctx, ob, lakehouse.Config{Grace: tc.enable, Clock: clock}))

@@ -72,7 +72,7 @@ func TestPublishAppendsReplacesAndExpires(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := clockwork.NewFakeClockAt(time.Now())
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
 	require.NoError(t, Enable(ctx, ob, Config{}))
@@ -94,7 +94,7 @@ func TestPublishAppendsReplacesAndExpires(t *testing.T) {
 	require.Equal(t, first.SnapshotID, rep.Tables[0].SnapshotID)
 
 	before := currentFiles(t, dir, outbox.TableDispatch)
-	require.NoError(t, ob.Compact(ctx, parquetbox.CompactOptions{Full: true}))
+	require.NoError(t, ob.Compact(ctx, parquetbox.CompactConfig{Full: true}))
 	rep, err = publish(ctx, src, cfg)
 	require.NoError(t, err)
 	require.Equal(t, Replaced, rep.Tables[0].Action)

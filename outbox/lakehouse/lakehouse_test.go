@@ -20,7 +20,7 @@ import (
 func TestFileCatalogRefusedOnBucketRoot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: "mem://", LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: "mem://", LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
 	require.NoError(t, err)
 	defer ob.Close()
 	err = lakehouse.Enable(ctx, ob, lakehouse.Config{})
@@ -30,17 +30,17 @@ func TestFileCatalogRefusedOnBucketRoot(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, on, "nothing was switched on")
 
-	// An opened bucket (Options.Bucket) is a bucket root too, by the URL
+	// An opened bucket (Config.Bucket) is a bucket root too, by the URL
 	// it is read by; without that URL nothing can name its files.
-	opened, err := parquetbox.Open(ctx, parquetbox.Options{Bucket: memblob.OpenBucket(nil), BucketURL: "gs://lake/prod", LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
+	opened, err := parquetbox.Open(ctx, parquetbox.Config{Bucket: memblob.OpenBucket(nil), BucketURL: "gs://lake/prod", LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
 	require.NoError(t, err)
 	defer opened.Close()
 	require.EqualError(t, lakehouse.Enable(ctx, opened, lakehouse.Config{}),
 		`lakehouse: the file-based catalog (Config.Catalog "") cannot commit atomically on bucket root gs://lake/prod; set Config.Catalog to a postgres:// (SQL catalog) or https:// (REST catalog) URL`)
-	unnamed, err := parquetbox.Open(ctx, parquetbox.Options{Bucket: memblob.OpenBucket(nil), LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
+	unnamed, err := parquetbox.Open(ctx, parquetbox.Config{Bucket: memblob.OpenBucket(nil), LogDir: t.TempDir(), ProcessorUUID: uuid.New()})
 	require.NoError(t, err)
 	defer unnamed.Close()
-	require.ErrorContains(t, lakehouse.Enable(ctx, unnamed, lakehouse.Config{Catalog: "postgres://u@h/db"}), "Options.BucketURL is empty")
+	require.ErrorContains(t, lakehouse.Enable(ctx, unnamed, lakehouse.Config{Catalog: "postgres://u@h/db"}), "Config.BucketURL is empty")
 }
 
 // Time budget: a few seconds (go list). A program that only dispatches,

@@ -32,7 +32,7 @@ func TestLongScanAcrossSnapshotExpiry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
 	cfg := lakehouse.Config{Grace: time.Hour, Clock: clock}
@@ -58,7 +58,7 @@ func TestLongScanAcrossSnapshotExpiry(t *testing.T) {
 	answers := storeLatest(t, ob, "r1", "r2")
 
 	clock.Advance(30 * time.Minute)
-	require.NoError(t, ob.Compact(ctx, parquetbox.CompactOptions{Full: true}))
+	require.NoError(t, ob.Compact(ctx, parquetbox.CompactConfig{Full: true}))
 	rep, err := lakehouse.Publish(ctx, ob, cfg) // S3, S2 superseded at t0+60m
 	require.NoError(t, err)
 	require.Equal(t, lakehouse.Replaced, rep.Tables[0].Action)

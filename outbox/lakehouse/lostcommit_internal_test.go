@@ -60,7 +60,7 @@ func TestLostCommitIsDetectedAndRedone(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := clockwork.NewFakeClockAt(time.Now())
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
 	require.NoError(t, Enable(ctx, ob, Config{}))

@@ -85,7 +85,7 @@ func TestSQLCatalogOnBucketRoot(t *testing.T) {
 	dsn := pgtest.New(t)
 	bkt, props := fakeGCS(t, "lake-test")
 	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Bucket: blob.PrefixedBucket(bkt, "prod/"), BucketURL: "gs://lake-test/prod",
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Bucket: blob.PrefixedBucket(bkt, "prod/"), BucketURL: "gs://lake-test/prod",
 		LogDir: t.TempDir(), ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
@@ -120,7 +120,7 @@ func TestSQLCatalogOnBucketRoot(t *testing.T) {
 	require.Equal(t, lakehouseTable{snapshots: 2, operation: "append"}, *st)
 
 	clock.Advance(time.Minute)
-	require.NoError(t, ob.Compact(ctx, parquetbox.CompactOptions{Full: true}))
+	require.NoError(t, ob.Compact(ctx, parquetbox.CompactConfig{Full: true}))
 	rep, err = lakehouse.Publish(ctx, ob, cfg)
 	require.NoError(t, err)
 	require.Equal(t, lakehouse.Replaced, rep.Tables[0].Action)
@@ -155,7 +155,7 @@ func TestSQLCatalogSchemaWithoutSearchPath(t *testing.T) {
 
 	dir := t.TempDir()
 	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
 	cfg := lakehouse.Config{Catalog: catalogURL(t, dsn, ""), Clock: clock}
@@ -172,7 +172,7 @@ func TestSQLCatalogSchemaWithoutSearchPath(t *testing.T) {
 func TestSQLCatalogSearchPathRule(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: t.TempDir(), ProcessorUUID: uuid.New()})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: t.TempDir(), ProcessorUUID: uuid.New()})
 	require.NoError(t, err)
 	defer ob.Close()
 	rule := `; allowed: one schema name of lower-case letters, digits and '_' (at most 63, not starting with a digit), or none for "public"`

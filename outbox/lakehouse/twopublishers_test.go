@@ -28,7 +28,7 @@ func TestPausedPublisherRegistersNothingTwice(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
 	require.NoError(t, err)
 	defer ob.Close()
 	cfgB := lakehouse.Config{Clock: clock, LeaseTTL: time.Minute}

@@ -29,7 +29,7 @@ type LiveFile struct {
 	// ("file:///var/lib/ctdispatch/outbox/dispatch_outbox/created_date=…/….parquet");
 	// on a bucket root the bucket's URL without its query, the prefix and
 	// the object's key ("gs://bucket/prefix/dispatch_outbox/created_date=…/….parquet";
-	// for Options.Bucket, Options.BucketURL names the bucket).
+	// for Config.Bucket, Config.BucketURL names the bucket).
 	Location string
 	// Size is the file's size in bytes.
 	Size int64
@@ -224,9 +224,9 @@ func (o *Outbox) liveFiles(t outbox.Table, entries []storeEntry) ([]LiveFile, er
 // prefix of every LiveFile.Location, without a trailing "/": on a
 // directory root "file://" and its absolute path; on a bucket root the
 // bucket's URL without its query, with its prefix ("gs://bucket/prefix");
-// for Options.Bucket, Options.BucketURL so written, and an error naming
+// for Config.Bucket, Config.BucketURL so written, and an error naming
 // that option when it is empty. Root, by contrast, is the root as given
-// (empty for Options.Bucket).
+// (empty for Config.Bucket).
 func (o *Outbox) Location() (string, error) {
 	switch s := o.store.(type) {
 	case localStore:
@@ -237,7 +237,7 @@ func (o *Outbox) Location() (string, error) {
 		return "file://" + strings.TrimSuffix(filepath.ToSlash(abs), "/"), nil
 	case *blobStore:
 		if s.url == anonymousBucket {
-			return "", errors.New("outbox: the root's location: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)")
+			return "", errors.New("outbox: the root's location: Config.BucketURL is empty; set it to the URL engines read Config.Bucket by (gs://bucket/prefix)")
 		}
 		return s.url, nil
 	}
@@ -248,7 +248,7 @@ func (o *Outbox) Location() (string, error) {
 // in "/" (see LiveFile.Location).
 func (o *Outbox) tableLocation(t outbox.Table) (string, error) {
 	if s, ok := o.store.(*blobStore); ok && s.url == anonymousBucket {
-		return "", fmt.Errorf("outbox: the location of %s's files: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)", t)
+		return "", fmt.Errorf("outbox: the location of %s's files: Config.BucketURL is empty; set it to the URL engines read Config.Bucket by (gs://bucket/prefix)", t)
 	}
 	root, err := o.Location()
 	if err != nil {
