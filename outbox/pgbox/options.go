@@ -9,7 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	// DefaultSchema is the schema that holds the tables.
 	DefaultSchema = "public"
@@ -104,7 +104,7 @@ func (o Config) validate() error {
 		max      int
 	}{{"Schema", o.Schema, 63}, {"TablePrefix", o.TablePrefix, maxPrefix}} {
 		if !identifier.MatchString(f.v) || len(f.v) > f.max {
-			return &ConfigError{Field: "Options." + f.field, Value: strconv.Quote(f.v),
+			return &ConfigError{Field: "Config." + f.field, Value: strconv.Quote(f.v),
 				Rule: fmt.Sprintf("is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most %d bytes", f.max)}
 		}
 	}
