@@ -4,7 +4,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell go env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 
-.PHONY: all build image container-test test test-long readme-test lint fmt tools bench fuzz demo clean
+.PHONY: all build build-iceberg image container-test test test-long readme-test lint fmt tools bench fuzz demo clean
 
 all: lint test test-long
 
@@ -14,6 +14,13 @@ all: lint test test-long
 ## (Tests keep cgo: the race detector needs it.)
 build:
 	CGO_ENABLED=0 go build -o bin/ctdispatch ./cmd/ctdispatch
+
+## build-iceberg: the same binary with Iceberg publication (compact
+## --iceberg, stats' snapshots, query --as-of). Linking iceberg-go adds
+## its start-up to every command, so the default build leaves it out
+## (ADR 0017; the figures are in BENCHMARKS.md).
+build-iceberg:
+	CGO_ENABLED=0 go build -tags iceberg -o bin/ctdispatch ./cmd/ctdispatch
 
 ## image: the emulator's container image (Dockerfile) from the static
 ## binary and the build host's CA certificates (CA_CERTS, Debian's path by
@@ -54,6 +61,10 @@ demo:
 ## cores (docs/development.md); CI runs both, so no test is dropped. A
 ## plain go test ./... still runs everything.
 TEST_PKGS ?= ./...
+# TEST_TAGS: make test builds with Iceberg publication, so its tests run
+# (the binaries the CLI's tests build get the same tags); one test builds
+# the default binary and checks what it refuses.
+TEST_TAGS ?= iceberg
 LONG_PKGS := ./internal/chaos/
 TEST_JSON ?= bin/test.jsonl
 TESTSUMMARY := go run ./internal/testtools/testsummary
@@ -64,12 +75,12 @@ TEST_EXCEPT := $(if $(filter-out ./...,$(TEST_PKGS)),,-except '$(LONG_PKGS)')
 # the flags $(2): with -race where cgo and a C compiler are there.
 define go-test
 	@if [ "$$(go env CGO_ENABLED)" = 1 ] && command -v "$$(go env CC)" >/dev/null 2>&1; then \
-		echo go test -race -count=1 -json $(1) '| testsummary'; \
-		$(TESTSUMMARY) -fetch $(2) go test -race -count=1 -json $(1); \
+		echo go test -race -count=1 -tags "'$(TEST_TAGS)'" -json $(1) '| testsummary'; \
+		$(TESTSUMMARY) -fetch $(2) go test -race -count=1 -tags '$(TEST_TAGS)' -json $(1); \
 	else \
 		echo "make $@: no C compiler ($$(go env CC)) or cgo disabled: running without the race detector (-race needs cgo; install gcc)" >&2; \
-		echo CGO_ENABLED=0 go test -count=1 -json $(1) '| testsummary'; \
-		CGO_ENABLED=0 $(TESTSUMMARY) -fetch $(2) go test -count=1 -json $(1); \
+		echo CGO_ENABLED=0 go test -count=1 -tags "'$(TEST_TAGS)'" -json $(1) '| testsummary'; \
+		CGO_ENABLED=0 $(TESTSUMMARY) -fetch $(2) go test -count=1 -tags '$(TEST_TAGS)' -json $(1); \
 	fi
 endef
 
@@ -88,7 +99,9 @@ lint: tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
+	go vet -tags iceberg ./...
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags iceberg ./...
 
 ## tools: install the pinned linters
 tools:

@@ -51,7 +51,7 @@ func TestNewDispatcherWarnsOfALiveProcessWithAnotherDefaultQueue(t *testing.T) {
 					require.NoError(t, a.box.Close())
 				}
 			case "silent":
-				box, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: w.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: w.clock})
+				box, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: w.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: w.clock})
 				require.NoError(t, err)
 				t.Cleanup(func() { box.Close() })
 			case "dead":

@@ -68,7 +68,7 @@ func BenchmarkDispatch(b *testing.B) {
 			cfg := testConfig()
 			var box outbox.Outbox = outbox.NewMemory(nil)
 			if !mode.memory {
-				pb, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+				pb, err := parquetbox.Open(ctx, parquetbox.Config{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 				require.NoError(b, err)
 				defer pb.Close()
 				box = pb
@@ -94,7 +94,7 @@ func BenchmarkDispatchRatio(b *testing.B) {
 	emu := startEmulator(b)
 	client := emu.client(b)
 	ctx := context.Background()
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: b.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(b, err)
 	defer box.Close()
 	cfg := testConfig()
@@ -190,8 +190,8 @@ func benchmarkRepeat(b *testing.B, bucket, trusting bool) {
 	ctx := context.Background()
 	root := b.TempDir()
 	var shared *blob.Bucket
-	opts := func() parquetbox.Options {
-		o := parquetbox.Options{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())}
+	opts := func() parquetbox.Config {
+		o := parquetbox.Config{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())}
 		if bucket {
 			o.Root, o.Bucket, o.LogDir = "", shared, b.TempDir()
 		}
@@ -253,7 +253,7 @@ func BenchmarkCancel(b *testing.B) {
 	ctx := context.Background()
 	root := b.TempDir()
 	open := func() (*parquetbox.Outbox, *Dispatcher) {
-		box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())})
+		box, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())})
 		require.NoError(b, err)
 		b.Cleanup(func() { box.Close() })
 		cfg := testConfig()

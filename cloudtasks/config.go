@@ -107,7 +107,7 @@ type Config struct {
 	// since it holds a database connection of its own
 	// (outbox/pgbox/pgxlisten.New over pgx), and NewDispatcher starts it
 	// on the outbox's channel; the outbox must send notifications
-	// (outbox.Notices: pgbox, unless its Options.NoNotify). It also runs
+	// (outbox.Notices: pgbox, unless its Config.NoNotify). It also runs
 	// under NoRelay, for WaitOutcome. Defaults to none: the relay and
 	// WaitOutcome poll every RelayInterval.
 	Listener outbox.Listener

@@ -148,7 +148,7 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	}
 	if c.Listener != nil && d.notices == nil {
 		return nil, &ConfigError{Field: "Listener", Value: fmt.Sprintf("%T", c.Listener),
-			Rule: fmt.Sprintf("is set, but the outbox (%T) sends no notifications to listen for; it needs one that implements outbox.Notices (outbox/pgbox without Options.NoNotify)", box)}
+			Rule: fmt.Sprintf("is set, but the outbox (%T) sends no notifications to listen for; it needs one that implements outbox.Notices (outbox/pgbox without Config.NoNotify)", box)}
 	}
 	m, err := newMetrics(c.MeterProvider)
 	if err != nil {

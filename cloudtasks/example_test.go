@@ -169,7 +169,7 @@ func ExampleDispatcher_ScheduleTimer_restart() {
 	// What the orchestrator keeps of the failed attempt: its failure time.
 	failedAt := time.Date(2026, 1, 1, 11, 59, 58, 0, time.UTC)
 	schedule := func() {
-		box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root})
+		box, err := parquetbox.Open(ctx, parquetbox.Config{Root: root})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -365,7 +365,7 @@ func Example_parquetOutbox() {
 	}
 	defer emu.Close()
 
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: root})
 	if err != nil {
 		log.Fatal(err)
 	}

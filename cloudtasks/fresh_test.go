@@ -81,7 +81,7 @@ func newBucketWorld(t *testing.T) *bucketWorld {
 // the others, while the test moves the clock by hours.
 func (w *bucketWorld) open(t *testing.T, edit func(*cloudtasks.Config)) *proc {
 	t.Helper()
-	return w.openWith(t, edit, func(o *parquetbox.Options) {
+	return w.openWith(t, edit, func(o *parquetbox.Config) {
 		o.Root, o.Bucket, o.LogDir, o.PublishInterval = "", w.bucket, t.TempDir(), 24*time.Hour
 	})
 }

@@ -79,7 +79,7 @@ func (b *testBundle) newDispatcher(t testing.TB, edit func(*Config)) (*Dispatche
 	if edit != nil {
 		edit(&cfg)
 	}
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: b.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock})
 	require.NoError(t, err)
 	t.Cleanup(func() { box.Close() })
 	d, err := NewDispatcher(ctx, box, &cfg)

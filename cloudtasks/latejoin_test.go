@@ -96,7 +96,7 @@ var lateJoinStores = []lateJoinStore{
 	{name: "parquet", open: func(t *testing.T, gate *outcomeGate) (outbox.Outbox, outbox.Outbox) {
 		root := t.TempDir()
 		open := func() *parquetbox.Outbox {
-			box, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())})
+			box, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: root, ProcessorUUID: uuid.Must(uuid.NewV7())})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, box.Close()) })
 			return box
@@ -107,9 +107,9 @@ var lateJoinStores = []lateJoinStore{
 		db, err := sql.Open("pgx", pgtest.New(t))
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Options{}))
+		require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Config{}))
 		open := func() *pgbox.Outbox {
-			box, err := pgbox.New(db, pgbox.Options{})
+			box, err := pgbox.New(db, pgbox.Config{})
 			require.NoError(t, err)
 			return box
 		}

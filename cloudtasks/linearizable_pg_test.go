@@ -68,7 +68,7 @@ func TestHistoriesOverPostgresAreStrictlyLinearizable(t *testing.T) {
 		db, err := sql.Open("pgx", dsn)
 		require.NoError(t, err)
 		defer db.Close()
-		require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Options{}))
+		require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Config{}))
 		return dsn
 	}
 	for seed := range uint64(3) {

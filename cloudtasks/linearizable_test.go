@@ -159,11 +159,11 @@ func historyOutbox(t *testing.T) (outbox.Outbox, func() error) {
 	if dsn := os.Getenv(envPG); dsn != "" {
 		db, err := sql.Open("pgx", dsn)
 		require.NoError(t, err)
-		box, err := pgbox.New(db, pgbox.Options{})
+		box, err := pgbox.New(db, pgbox.Config{})
 		require.NoError(t, err)
 		return box, db.Close
 	}
-	pb, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7()), RefreshInterval: -1})
+	pb, err := parquetbox.Open(context.Background(), parquetbox.Config{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7()), RefreshInterval: -1})
 	require.NoError(t, err)
 	return pb, pb.Close
 }

@@ -49,7 +49,7 @@ func TestHelperProcess(t *testing.T) {
 	// The parent started the emulator; the child reaches it by address.
 	addr := os.Getenv(envAddr)
 	cfg := cloudtasks.Config{Project: "proj", Location: "europe-west1", Queue: "default"}
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: os.Getenv(envRoot), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	switch mode {
 	case "herd":

@@ -188,7 +188,7 @@ func TestCancelDeletesTheTaskInEveryQueueBlindFirstWritesMade(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { emu.Close() })
 	w := &world{emu: emu, clock: clock, root: t.TempDir()}
-	stale := func(o *parquetbox.Options) { o.RefreshInterval = time.Hour }
+	stale := func(o *parquetbox.Config) { o.RefreshInterval = time.Hour }
 	a := w.openWith(t, nil, stale)
 	b := w.openWith(t, func(c *cloudtasks.Config) { c.Queue = "other" }, stale)
 	for _, p := range []*proc{a, b} { // each takes its view of the other now

@@ -76,7 +76,7 @@ func (w *world) open(t *testing.T, edit func(*cloudtasks.Config)) *proc {
 
 // openWith is open whose editBox may also change the processor's outbox
 // options, for example to keep the tables in a bucket.
-func (w *world) openWith(t *testing.T, edit func(*cloudtasks.Config), editBox func(*parquetbox.Options)) *proc {
+func (w *world) openWith(t *testing.T, edit func(*cloudtasks.Config), editBox func(*parquetbox.Config)) *proc {
 	t.Helper()
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
@@ -85,7 +85,7 @@ func (w *world) openWith(t *testing.T, edit func(*cloudtasks.Config), editBox fu
 	if edit != nil {
 		edit(&cfg)
 	}
-	opts := parquetbox.Options{Root: w.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock}
+	opts := parquetbox.Config{Root: w.root, ProcessorUUID: uuid.Must(uuid.NewV7()), Clock: cfg.Clock}
 	if editBox != nil {
 		editBox(&opts)
 	}

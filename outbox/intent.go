@@ -128,7 +128,7 @@ const (
 // misses them, so a relay still polls, less often.
 type Notices interface {
 	// NoticeChannel returns the channel the store's notifications go to,
-	// or "" when it sends none (pgbox.Options.NoNotify).
+	// or "" when it sends none (pgbox.Config.NoNotify).
 	NoticeChannel() string
 	// NoticeGap returns how long after a notification of intents the
 	// store sends no other (0: one per transaction): a relay woken by

@@ -149,7 +149,7 @@ func BenchmarkDeliveriesRecorded(b *testing.B) {
 		mode parquetbox.Durability
 	}{{"durable", parquetbox.Durable}, {"interval", parquetbox.Interval}} {
 		b.Run(d.name, func(b *testing.B) {
-			box, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: b.TempDir(), Durability: d.mode})
+			box, err := parquetbox.Open(context.Background(), parquetbox.Config{Root: b.TempDir(), Durability: d.mode})
 			require.NoError(b, err)
 			b.Cleanup(func() { box.Close() })
 			benchDeliveries(b, box)

@@ -62,7 +62,7 @@ func runChild() int {
 		return fail(err)
 	}
 	block := os.Getenv(childBlockEnv) != ""
-	ob, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: os.Getenv(childOutboxEnv)})
+	ob, err := parquetbox.Open(context.Background(), parquetbox.Config{Root: os.Getenv(childOutboxEnv)})
 	if err != nil {
 		return fail(err)
 	}
@@ -185,7 +185,7 @@ func TestKilledInsideHandlerRedeliveryDoesTheWorkOnce(t *testing.T) {
 // ID, which within a task is the order of arrival.
 func readDeliveries(t *testing.T, root, run string) []outbox.Record {
 	t.Helper()
-	ob, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: root, ReadOnly: true})
+	ob, err := parquetbox.Open(context.Background(), parquetbox.Config{Root: root, ReadOnly: true})
 	require.NoError(t, err)
 	defer ob.Close()
 	recs, err := ob.Lookup(context.Background(), outbox.Query{Table: outbox.TableDeliveries, RunID: run, History: true})

@@ -144,7 +144,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 		}
 		cfg := cloudtasks.Config{Project: "ctdispatch-bench", Location: "local", Queue: path.Base(Queue), Client: t.client,
 			Logger: logger, Durability: dm.durability.Dispatcher(), Batch: dm.batch, BatchInFlight: c.BatchInFlight}
-		var opts parquetbox.Options
+		var opts parquetbox.Config
 		before := cpuTime()
 		if dm.durability != durability.Memory && !isPostgresURL(root) {
 			if root == "" {
@@ -154,7 +154,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 				}
 				t.tempDir, root = dir, dir
 			}
-			opts = parquetbox.Options{Root: filepath.Join(root, string(dm.mode)), Logger: logger}
+			opts = parquetbox.Config{Root: filepath.Join(root, string(dm.mode)), Logger: logger}
 		}
 		box, closeBox, err := t.openOutbox(ctx, c, dm.mode, dm.durability, root, opts)
 		if err != nil {
@@ -176,7 +176,7 @@ func (t *target) openDispatchers(ctx context.Context, c Config, logger *slog.Log
 
 // openOutbox opens the outbox of a dispatch mode: in a schema of its own
 // of the PostgreSQL database root names, or as durability.Open does.
-func (t *target) openOutbox(ctx context.Context, c Config, m Mode, dm durability.Mode, root string, opts parquetbox.Options) (outbox.Outbox, func() error, error) {
+func (t *target) openOutbox(ctx context.Context, c Config, m Mode, dm durability.Mode, root string, opts parquetbox.Config) (outbox.Outbox, func() error, error) {
 	if dm == durability.Memory || !isPostgresURL(root) {
 		return durability.Open(ctx, dm, opts)
 	}
@@ -199,7 +199,7 @@ func (t *target) openOutbox(ctx context.Context, c Config, m Mode, dm durability
 	if _, err := t.pg.ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
 		return nil, nil, err
 	}
-	box, err := pgbox.New(t.pg, pgbox.Options{Schema: schema})
+	box, err := pgbox.New(t.pg, pgbox.Config{Schema: schema})
 	if err != nil {
 		return nil, nil, err
 	}

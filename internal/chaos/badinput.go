@@ -61,7 +61,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	defer emu.Close()
 	root := filepath.Join(r.dir, "bad-input")
 	newDispatcher := func() (*durability.Dispatcher, error) {
-		return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root, Logger: r.log}, cloudtasks.Config{
+		return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Config{Root: root, Logger: r.log}, cloudtasks.Config{
 			Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(), Logger: r.log,
 		})
 	}
@@ -267,7 +267,7 @@ func (r *run) badInput(ctx context.Context) Result {
 	// Only the two unknown-queue requests reached the service, and they
 	// are recorded failed; everything else was refused before any I/O.
 	reached := map[string]bool{"dispatch:bad:t00000:1": true, "dispatch:bad:q:1": true}
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 	if err != nil {
 		problems = append(problems, "open outbox: "+err.Error())
 	} else {

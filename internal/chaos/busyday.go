@@ -81,7 +81,7 @@ func (r *run) busyDay(ctx context.Context) Result {
 		return fail(err.Error())
 	}
 	roots[0].open = func(ctx context.Context) (*parquetbox.Outbox, error) {
-		return parquetbox.Open(ctx, parquetbox.Options{Root: roots[0].root, ReadOnly: true, RefreshInterval: -1})
+		return parquetbox.Open(ctx, parquetbox.Config{Root: roots[0].root, ReadOnly: true, RefreshInterval: -1})
 	}
 	if host := r.opts.GCSEmulator; host != "" {
 		br, err := bucketRoot(ctx, host, filepath.Join(r.dir, "busy-day-logs"))
@@ -133,7 +133,7 @@ func bucketRoot(ctx context.Context, host, logDir string) (busyRoot, error) {
 			if err != nil {
 				return nil, err
 			}
-			return parquetbox.Open(ctx, parquetbox.Options{Bucket: blob.PrefixedBucket(bkt, prefix), ReadOnly: true, RefreshInterval: -1})
+			return parquetbox.Open(ctx, parquetbox.Config{Bucket: blob.PrefixedBucket(bkt, prefix), ReadOnly: true, RefreshInterval: -1})
 		},
 	}, nil
 }

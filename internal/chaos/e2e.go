@@ -816,14 +816,14 @@ func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
 	var box outbox.Outbox
 	switch l.store {
 	case storeParquet:
-		ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: filepath.Join(l.dir, "outbox"), ReadOnly: true, RefreshInterval: -1})
+		ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: filepath.Join(l.dir, "outbox"), ReadOnly: true, RefreshInterval: -1})
 		if err != nil {
 			return f, err
 		}
 		defer ob.Close()
 		box = ob
 	default:
-		ob, err := pgbox.New(l.db, pgbox.Options{})
+		ob, err := pgbox.New(l.db, pgbox.Config{})
 		if err != nil {
 			return f, err
 		}
@@ -836,7 +836,7 @@ func (l *e2eLeg) final(ctx context.Context) (e2eFinal, error) {
 	for _, r := range recs {
 		f.records[r.ID] = r
 	}
-	wb, err := pgbox.New(l.db, pgbox.Options{TablePrefix: e2eWorkerPrefix})
+	wb, err := pgbox.New(l.db, pgbox.Config{TablePrefix: e2eWorkerPrefix})
 	if err != nil {
 		return f, err
 	}

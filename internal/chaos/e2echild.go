@@ -164,7 +164,7 @@ func (c *e2eChild) dispatcher(ctx context.Context, clock clockwork.Clock) (*clou
 		Clock: clock, StaleAfter: c.StaleAfter, Retry: cloudtasks.RetryPolicy{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond}}
 	switch c.Store {
 	case storeParquet:
-		d, err := durability.OpenDispatcher(ctx, durability.Strict, parquetbox.Options{Root: c.Root, Clock: clock}, cfg)
+		d, err := durability.OpenDispatcher(ctx, durability.Strict, parquetbox.Config{Root: c.Root, Clock: clock}, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -174,7 +174,7 @@ func (c *e2eChild) dispatcher(ctx context.Context, clock clockwork.Clock) (*clou
 		if err != nil {
 			return nil, nil, err
 		}
-		box, err := pgbox.New(db, pgbox.Options{Clock: clock})
+		box, err := pgbox.New(db, pgbox.Config{Clock: clock})
 		if err != nil {
 			db.Close()
 			return nil, nil, err
@@ -384,7 +384,7 @@ func (c *e2eChild) serve(ctx context.Context, ew *eventWriter) error {
 	if err != nil {
 		return err
 	}
-	deliveries, err := pgbox.New(db, pgbox.Options{TablePrefix: e2eWorkerPrefix})
+	deliveries, err := pgbox.New(db, pgbox.Config{TablePrefix: e2eWorkerPrefix})
 	if err != nil {
 		return err
 	}
@@ -435,11 +435,11 @@ func e2eSetup(ctx context.Context, db *sql.DB, store string) error {
 	if err := worker.Migrate(ctx, db, worker.SQLConfig{}); err != nil {
 		return err
 	}
-	if err := pgbox.Migrate(ctx, db, pgbox.Options{TablePrefix: e2eWorkerPrefix}); err != nil {
+	if err := pgbox.Migrate(ctx, db, pgbox.Config{TablePrefix: e2eWorkerPrefix}); err != nil {
 		return err
 	}
 	if store == storePostgres {
-		if err := pgbox.Migrate(ctx, db, pgbox.Options{}); err != nil {
+		if err := pgbox.Migrate(ctx, db, pgbox.Config{}); err != nil {
 			return err
 		}
 	}

@@ -47,7 +47,7 @@ func (r *run) faults(ctx context.Context) Result {
 	}
 	defer emu.Close()
 	root := filepath.Join(r.dir, "faults")
-	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root, Logger: r.log}, cloudtasks.Config{
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Config{Root: root, Logger: r.log}, cloudtasks.Config{
 		Project: project, Location: location, Queue: queueID, EmulatorAddr: emu.Addr(),
 		Logger: r.log,
 		// Short delays keep the run quick; the calls bound stays at its
@@ -160,7 +160,7 @@ func (r *run) gaveUpThenRecover(ctx context.Context, addr, root string, b batch)
 	var st gaveUpStats
 	open := func(c cloudtasks.Config) (*durability.Dispatcher, error) {
 		c.Project, c.Location, c.Queue, c.EmulatorAddr, c.Logger = project, location, queueID, addr, r.log
-		return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root, Logger: r.log}, c)
+		return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Config{Root: root, Logger: r.log}, c)
 	}
 	request := func(i int) cloudtasks.DispatchRequest {
 		return cloudtasks.DispatchRequest{RunID: b.run, TaskKey: b.taskKey(i),

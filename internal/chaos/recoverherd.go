@@ -140,7 +140,7 @@ func seedStale(ctx context.Context, emu *emulator.Server, root string, b batch) 
 	if err != nil {
 		return nil, err
 	}
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ProcessorUUID: dead, Clock: past})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ProcessorUUID: dead, Clock: past})
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ type localHerd struct {
 // answered.
 func dispatchWhileRecovering(ctx context.Context, addr, root string, b batch, order []int) localHerd {
 	out := localHerd{created: map[string]int{}}
-	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: root}, cloudtasks.Config{
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Config{Root: root}, cloudtasks.Config{
 		Project: project, Location: location, Queue: queueID, EmulatorAddr: addr,
 	})
 	if err != nil {

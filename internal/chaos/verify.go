@@ -132,7 +132,7 @@ type tally struct {
 // readOutbox opens root read-only and collects every record of run.
 func readOutbox(ctx context.Context, root, run string) (tally, error) {
 	t := tally{created: map[string]int{}, latest: map[string]outbox.Record{}, byStatus: map[outbox.Status]int{}, procs: map[string]bool{}}
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true, RefreshInterval: -1})
 	if err != nil {
 		return t, err
 	}

@@ -36,7 +36,9 @@ func buildBinary(t *testing.T, pkg string) string {
 			return "", err
 		}
 		path := filepath.Join(dir, filepath.Base(pkg))
-		if out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
+		// The binary has what this test binary has: Iceberg publication
+		// with -tags iceberg (make test), none without.
+		if out, err := exec.Command("go", "build", "-tags", binaryTags, "-o", path, pkg).CombinedOutput(); err != nil {
 			return "", fmt.Errorf("go build %s: %v: %s", pkg, err, out)
 		}
 		return path, nil

@@ -70,7 +70,7 @@ func TestBinaryBucketOutbox(t *testing.T) {
 
 	// A dispatcher died after recording "pending" in the bucket.
 	ctx := context.Background()
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, LogDir: t.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, LogDir: t.TempDir(), ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	id, err := naming.NewDispatch("r", "lost", naming.Attempt(1))
 	require.NoError(t, err)

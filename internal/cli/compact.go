@@ -164,10 +164,11 @@ func isTerminal(w io.Writer) bool {
 
 func newCompactCmd(env *Env) *cobra.Command {
 	var dir, retention, target string
-	var leaseTTL time.Duration
+	var leaseTTL, every time.Duration
 	var full bool
+	var ice icebergFlags
 	cmd := &cobra.Command{
-		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE] [--full]",
+		Use:   "compact --outbox DIR [--retention QUEUE=DURATION,...] [--target-size SIZE] [--full] [--iceberg [--iceberg-catalog URI] | --no-iceberg] [--every[=DURATION]]",
 		Short: "Merge each unit's runs of similar size into sorted files, applying retention",
 		Long: `Merge each unit's runs of similar size into sorted files, applying retention.
 
@@ -218,6 +219,36 @@ anything was skipped the exit status is 3, as for query and stats: what
 it holds was not compacted. When a unit was lost (above) the exit status
 is 4 and the compaction stops there; run it again.
 
+Iceberg publication (docs/outbox.md, "Publishing as Iceberg"): --iceberg
+turns it on for the outbox, which remembers it (in _iceberg/publication.json)
+so that every later compact, and export onto it, publishes without the
+flag. Each run then ends by making each table's current Iceberg snapshot
+name exactly the files the outbox's readers read, in one commit per table
+(an append, or one replace of what the compaction folded by its outputs),
+verified after it lands, under a lease of its own (_iceberg/leases/): a
+table another run is publishing is reported busy. While publication is on,
+compaction leaves the files it folds on storage; a run removes them once no
+snapshot younger than --iceberg-grace (1h) names them, so a query that
+started on a snapshot finds every file it names. --iceberg-catalog chooses
+the catalog, recorded with the grace: by default the file-based one under
+_iceberg/ (a directory outbox only); postgres://… the SQL catalog on
+PostgreSQL (its tables in the schema the URL's search_path names; the
+password is not recorded: give it in $PGPASSWORD or ~/.pgpass, or give the
+flag again); http(s)://… a REST catalog. A bucket outbox needs one of the
+last two, and --iceberg without it is refused before anything changes.
+--no-iceberg turns publication off: compaction removes what it folds again,
+and the Iceberg metadata stays where it is, no longer kept current. One
+line per table says what was published ("iceberg: appended", "replaced",
+"current", "busy").
+
+--every DURATION keeps running: a round (compaction, then publication)
+every DURATION from the previous round's start, until SIGTERM or SIGINT,
+which end it after the round in progress with status 0. --every alone is
+every 15s: with dispatchers at the default --publish-interval (30s), a
+record is then readable through the Iceberg tables within about 50 s. Its
+rounds leave out the units they left untouched; a round that fails is
+reported on stderr and the next one runs.
+
 --retention takes queue=duration pairs; the queue is its ID or its full
 resource name, and * stands for every other queue. A duration is a number of
 days (7d), a Go duration (36h) or 0 (drop terminal records now). Without
@@ -225,8 +256,9 @@ days (7d), a Go duration (36h) or 0 (drop terminal records now). Without
 
 A progress bar is drawn on stderr when it is a terminal.`,
 		Example: `  ctdispatch compact --outbox ./outbox
-  ctdispatch compact --outbox ./outbox --retention orders=7d,audit=30d,*=90d`,
-		Args: cobra.NoArgs,
+  ctdispatch compact --outbox ./outbox --retention orders=7d,audit=30d,*=90d
+  ctdispatch compact --outbox ./outbox --iceberg --every`,
+		Args: everyArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := notForPostgres("compact", dir, `PostgreSQL keeps its own storage; delete finished records with "ctdispatch retain"`); err != nil {
 				return err
@@ -234,6 +266,10 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			ret, err := parquetbox.ParseRetention(retention)
 			if err != nil {
 				return usagef("--retention: %v", err)
+			}
+			looping := cmd.Flags().Changed("every")
+			if looping && every < time.Second {
+				return usagef("--every %s is below the minimum 1s", every)
 			}
 			ctx := cmd.Context()
 			limitOutboxMemory(env)
@@ -246,55 +282,124 @@ A progress bar is drawn on stderr when it is a terminal.`,
 			if err != nil {
 				return usagef("--target-size: %v", err)
 			}
-			w := cmd.OutOrStdout()
 			if leaseTTL < time.Second {
 				return usagef("--lease-ttl %s is below the minimum 1s", leaseTTL)
 			}
-			opts := parquetbox.CompactOptions{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}
-			var bar *progressBar
-			var skipped []*parquetbox.FileError
-			trace := &parquetbox.CompactTrace{
-				Unit: func(t outbox.Table, p parquetbox.UnitCompaction) {
-					if bar != nil {
-						bar.finish()
-					}
-					fmt.Fprintln(w, partitionLine(t, p))
-				},
-				// Each table's totals follow its partitions.
-				Table: func(st parquetbox.TableCompaction) {
-					if bar != nil {
-						bar.finish()
-					}
-					printTableTotals(w, st)
-					skipped = append(skipped, fileErrors(st.Skipped)...)
-				},
-			}
-			if isTerminal(env.Err) {
-				bar = &progressBar{w: env.Err, now: time.Now}
-				trace.Progress = bar.update
-			}
-			opts.Trace = trace
-			if pause.Armed(pause.CompactCommit) {
-				// $CTDISPATCH_PAUSE: the chaos suite and the fence tests
-				// stop this process before a unit's commit.
-				opts.BeforeCommit = func(context.Context) { pause.Point(pause.CompactCommit) }
-			}
-			if err := o.Compact(ctx, opts); err != nil {
+			pub, err := ice.resolve(ctx, env, o, dir)
+			if err != nil {
 				return err
 			}
-			if err := o.Close(); err != nil {
-				return err
+			c := compaction{env: env, w: cmd.OutOrStdout(), o: o, pub: pub,
+				opts: parquetbox.CompactConfig{Retention: ret, TargetFileBytes: targetBytes, LeaseTTL: leaseTTL, Full: full}}
+			if !looping {
+				if err := c.round(ctx, false); err != nil {
+					return err
+				}
+				return o.Close()
 			}
-			if len(skipped) > 0 {
-				return &incompleteError{skipped: skipped, compaction: true}
-			}
-			return nil
+			compactEvery(ctx, every, env.Err, func(ctx context.Context) error { return c.round(ctx, true) })
+			return o.Close()
 		},
 	}
 	cmd.Flags().StringVar(&dir, "outbox", "", "outbox directory (required)")
 	cmd.Flags().StringVar(&retention, "retention", "", "per-queue retention of terminal records, e.g. orders=7d,*=30d")
 	cmd.Flags().StringVar(&target, "target-size", "256MiB", "size past which a partition's output goes on in another file (KiB, MiB, GiB)")
-	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a unit's lease outlives a crashed compaction (a running one renews it)")
+	cmd.Flags().DurationVar(&leaseTTL, "lease-ttl", 10*time.Minute, "how long a unit's lease, and a table's publication lease, outlive a crashed compaction (a running one renews them)")
 	cmd.Flags().BoolVar(&full, "full", false, "fold every run of each unit into one, instead of merging runs of similar size")
+	cmd.Flags().DurationVar(&every, "every", 0, "keep running: compact (and publish) every DURATION until SIGTERM or SIGINT, which end it after the round in progress; --every alone is every "+defaultEvery.String())
+	cmd.Flags().Lookup("every").NoOptDefVal = defaultEvery.String()
+	ice.register(cmd.Flags())
 	return cmd
+}
+
+// compaction is one compact command's work: each round compacts the
+// outbox and, when its root publishes Iceberg tables, publishes them.
+type compaction struct {
+	env  *Env
+	w    io.Writer
+	o    *parquetbox.Outbox
+	opts parquetbox.CompactConfig
+	// pub is the publication the command was started with (nil: none);
+	// each round looks again at the root's switch, which another
+	// command may have turned since.
+	pub *lakeConfig
+}
+
+// round compacts once and publishes. quiet leaves out the units left
+// untouched, which a round of compact --every would otherwise repeat.
+func (c *compaction) round(ctx context.Context, quiet bool) error {
+	w := c.w
+	opts := c.opts
+	var bar *progressBar
+	var skipped []*parquetbox.FileError
+	trace := &parquetbox.CompactTrace{
+		Unit: func(t outbox.Table, p parquetbox.UnitCompaction) {
+			if bar != nil {
+				bar.finish()
+			}
+			if quiet && p.Action == parquetbox.UnitUntouched {
+				return
+			}
+			fmt.Fprintln(w, partitionLine(t, p))
+		},
+		// Each table's totals follow its partitions.
+		Table: func(st parquetbox.TableCompaction) {
+			if bar != nil {
+				bar.finish()
+			}
+			if !quiet || st.FilesIn > 0 || len(st.Skipped) > 0 || st.Dropped > 0 {
+				printTableTotals(w, st)
+			}
+			skipped = append(skipped, fileErrors(st.Skipped)...)
+		},
+	}
+	if isTerminal(c.env.Err) && !quiet {
+		bar = &progressBar{w: c.env.Err, now: time.Now}
+		trace.Progress = bar.update
+	}
+	opts.Trace = trace
+	if pause.Armed(pause.CompactCommit) {
+		// $CTDISPATCH_PAUSE: the chaos suite and the fence tests
+		// stop this process before a unit's commit.
+		opts.BeforeCommit = func(context.Context) { pause.Point(pause.CompactCommit) }
+	}
+	// A compaction that lost a unit stepped back from it and changed
+	// nothing there: what is live is still published, then the loss
+	// is reported (exit 4).
+	lost := c.o.Compact(ctx, opts)
+	if lost != nil && !errors.Is(lost, parquetbox.ErrUnitLost) {
+		return lost
+	}
+	pub, err := c.publication(ctx)
+	if err != nil {
+		return errors.Join(lost, err)
+	}
+	if pub != nil {
+		if err := publish(ctx, w, c.o, *pub); err != nil {
+			return errors.Join(lost, err)
+		}
+	}
+	if lost != nil {
+		return lost
+	}
+	if len(skipped) > 0 {
+		return &incompleteError{skipped: skipped, compaction: true}
+	}
+	return nil
+}
+
+// publication is the publication this round makes: the root's switch as
+// it is now, with the catalog the command was given when it is the one
+// recorded (its password).
+func (c *compaction) publication(ctx context.Context) (*lakeConfig, error) {
+	cfg, on, err := publishedConfig(ctx, c.env, c.o)
+	if err != nil || !on {
+		return nil, err
+	}
+	if c.pub != nil && redactCatalog(c.pub.Catalog) == cfg.Catalog {
+		cfg.Catalog = c.pub.Catalog
+	}
+	// A table's publication is leased as long as a unit's compaction.
+	cfg.LeaseTTL = c.opts.LeaseTTL
+	return &cfg, nil
 }

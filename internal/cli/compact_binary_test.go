@@ -28,7 +28,7 @@ func TestBinaryTwoCompactionsShareADay(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	const rounds, perRound = 4, 500
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000cc")})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000cc")})
 	require.NoError(t, err)
 	for round := range rounds {
 		for i := range perRound {
@@ -73,7 +73,7 @@ func TestBinaryTwoCompactionsShareADay(t *testing.T) {
 	}
 	require.Equal(t, want, by, "%s\n---\n%s", outs[0], outs[1])
 
-	r, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: true})
+	r, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ReadOnly: true})
 	require.NoError(t, err)
 	defer r.Close()
 	got, err := r.Lookup(ctx, outbox.Query{RunID: "share"})

@@ -265,7 +265,7 @@ func (c *connFlags) openOutbox(ctx context.Context, env *Env, mode durability.Mo
 		}
 		return box, closeExporting(box, db.Close), nil
 	}
-	return durability.Open(ctx, mode, parquetbox.Options{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
+	return durability.Open(ctx, mode, parquetbox.Config{Root: c.outbox, LogDir: c.logDir, Logger: env.Logger, PublishInterval: c.publishInterval})
 }
 
 // listener returns the listener of a postgres:// --outbox's

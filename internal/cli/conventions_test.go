@@ -117,7 +117,7 @@ func TestRecoverStaleAfterZeroAndErrors(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "outbox")
 	ctx := context.Background()
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.Must(uuid.NewV7())})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.Must(uuid.NewV7())})
 	require.NoError(t, err)
 	id, err := naming.NewDispatch("r", "fresh", naming.Attempt(1))
 	require.NoError(t, err)

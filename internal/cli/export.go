@@ -48,6 +48,15 @@ reason) and exits 3; without --once each batch that refuses rows logs a
 warning on stderr. "ctdispatch export refused" lists them, and removes
 them with --quarantine or --delete.
 
+When the Parquet root publishes its tables as Iceberg tables (turned on
+with "ctdispatch compact --outbox ROOT --iceberg"), export publishes them
+too: --once after its batches, printing a line per table, and without
+--once every --interval beside the batches (failures are logged on
+stderr). A batch written again after a crash goes to the same files,
+which the root keeps as they are, so no file, and no row, is registered
+twice. A PostgreSQL catalog is recorded without its password: give it in
+$PGPASSWORD or ~/.pgpass.
+
 ` + postgresURLHelp,
 		Example: `  ctdispatch export --outbox "$DATABASE_URL" --to ./outbox --once
   ctdispatch export --outbox "$DATABASE_URL" --to "gs://analytics?prefix=ctdispatch/"
@@ -72,17 +81,22 @@ them with --quarantine or --delete.
 			if !once {
 				logger = warningsShown(env)
 			}
-			e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: to, Open: openExportTables, Interval: interval, Logger: logger})
+			e, err := pgbox.NewExporter(box, pgbox.ExportConfig{Root: to, Open: openExportTables, Interval: interval, Logger: logger})
 			if err != nil {
 				return err
 			}
 			defer e.Close()
 			if !once {
+				stop := publishExportEvery(cmd.Context(), env, logger, to, interval)
+				defer stop()
 				return e.Run(cmd.Context())
 			}
 			st, err := e.ExportOnce(cmd.Context())
 			if err == nil || len(st.Batches) > 0 {
 				printExport(env.Out, st) // not "nothing to export" above an error
+			}
+			if err == nil {
+				err = publishExport(cmd.Context(), env, env.Out, to)
 			}
 			return errors.Join(err, refusedReport(st, where))
 		},
@@ -137,15 +151,15 @@ func warningsShown(env *Env) *slog.Logger {
 
 // exportOptions are the export a dispatcher's PostgreSQL outbox runs, from
 // --export-to and --export-interval (none without --export-to).
-func (c *connFlags) exportOptions(env *Env) pgbox.ExportOptions {
+func (c *connFlags) exportOptions(env *Env) pgbox.ExportConfig {
 	if c.exportTo == "" {
-		return pgbox.ExportOptions{}
+		return pgbox.ExportConfig{}
 	}
-	return pgbox.ExportOptions{Root: c.exportTo, Open: openExportTables, Interval: c.exportInterval, Logger: env.Logger}
+	return pgbox.ExportConfig{Root: c.exportTo, Open: openExportTables, Interval: c.exportInterval, Logger: env.Logger}
 }
 
 // openExportTables opens the Parquet tables at root that a PostgreSQL
-// outbox's exporter writes to (pgbox.ExportOptions.Open): read-only, as
+// outbox's exporter writes to (pgbox.ExportConfig.Open): read-only, as
 // the exporter keeps no log of its own, and a local directory is created
 // (0700) when missing. The program wires the two stores: neither imports
 // the other.
@@ -155,7 +169,7 @@ func openExportTables(ctx context.Context, root string) (outbox.RunWriter, error
 			return nil, err
 		}
 	}
-	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	files, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -181,4 +195,50 @@ func (c *connFlags) checkExport(pg bool) error {
 // database.
 func closeExporting(box *pgbox.Outbox, close func() error) func() error {
 	return func() error { return errors.Join(box.Close(), close()) }
+}
+
+// publishExport publishes the Iceberg tables of an export's root, when
+// the root publishes them, and prints what it did to w.
+func publishExport(ctx context.Context, env *Env, w io.Writer, root string) error {
+	if !strings.Contains(root, "://") {
+		if _, err := os.Stat(root); errors.Is(err, os.ErrNotExist) {
+			return nil // nothing exported, nothing switched on
+		}
+	}
+	o, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true, Logger: env.Logger})
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	cfg, on, err := publishedConfig(ctx, env, o)
+	if err != nil || !on {
+		return err
+	}
+	return publish(ctx, w, o, cfg)
+}
+
+// publishExportEvery publishes the export root's Iceberg tables every
+// interval, beside a running exporter, until ctx ends or stop is
+// called; what fails is logged.
+func publishExportEvery(ctx context.Context, env *Env, logger *slog.Logger, root string, interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var lines strings.Builder
+			if err := publishExport(ctx, env, &lines, root); err != nil && ctx.Err() == nil {
+				logger.Warn("export: iceberg publication failed; trying again next interval", "root", redact(root), "err", err)
+			}
+			logger.Debug("export: iceberg publication", "root", redact(root), "report", lines.String())
+		}
+	}()
+	return func() { cancel(); <-done }
 }

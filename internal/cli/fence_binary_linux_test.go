@@ -70,7 +70,7 @@ func TestBinaryPausedCompactionStepsBack(t *testing.T) {
 func pausedCompactionStepsBack(t *testing.T, root string, env []string, list func() []string) {
 	ctx := context.Background()
 	const rounds, perRound = 4, 250
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, LogDir: t.TempDir(), Buckets: 1, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000dd")})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, LogDir: t.TempDir(), Buckets: 1, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000dd")})
 	require.NoError(t, err)
 	for round := range rounds {
 		for i := range perRound {
@@ -86,7 +86,7 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	}
 	require.NoError(t, box.Close())
 	st, err := func() ([]parquetbox.TableStats, error) {
-		r, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+		r, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 		require.NoError(t, err)
 		defer r.Close()
 		return r.Stats(ctx)
@@ -139,7 +139,7 @@ func pausedCompactionStepsBack(t *testing.T, root string, env []string, list fun
 	require.Len(t, files, 1, "the second compaction's output alone: %v", files)
 	require.Regexp(t, `/compacted-\d+-[0-9a-f]{8}-g1-w4-0\.parquet$`, files[0])
 
-	r, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	r, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 	require.NoError(t, err)
 	defer r.Close()
 	got, err := r.Lookup(ctx, outbox.Query{RunID: "fence", History: true})

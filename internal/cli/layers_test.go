@@ -95,7 +95,7 @@ var envReaders = map[string][]string{
 
 // No library package reads the environment: a program passes what it reads
 // from its own variables in options (as ctdispatch sets
-// parquetbox.CompactOptions.BeforeCommit from $CTDISPATCH_PAUSE). The
+// parquetbox.CompactConfig.BeforeCommit from $CTDISPATCH_PAUSE). The
 // look-ups of the Google and gocloud clients for credentials are theirs.
 func TestLibraryReadsNoEnvironment(t *testing.T) {
 	t.Parallel()

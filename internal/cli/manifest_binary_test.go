@@ -34,7 +34,7 @@ func TestBinaryQueryWithAStaleManifest(t *testing.T) {
 	ctx := context.Background()
 	id, err := naming.NewDispatch("run2", "late", naming.Attempt(1))
 	require.NoError(t, err)
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000bb")})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-0000000000bb")})
 	require.NoError(t, err)
 	require.NoError(t, outbox.AppendAndWait(ctx, box, outbox.Record{Table: outbox.TableDispatch, ID: id.String(), CloudTaskID: id.CloudTaskID(),
 		Queue: cliQueue, RunID: "run2", TaskKey: "late", Attempt: "1", Status: outbox.StatusCreated, CreateCalls: 1,

@@ -48,7 +48,7 @@ worker migrate".
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), workerMigrateTimeout)
 			defer cancel()
-			box, db, err := connectPostgres(ctx, where, pgbox.ExportOptions{})
+			box, db, err := connectPostgres(ctx, where, pgbox.ExportConfig{})
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,7 @@ import (
 )
 
 // The query parameters of a postgres:// --outbox that name its tables
-// (pgbox.Options); they are taken out before the URL reaches the driver,
+// (pgbox.Config); they are taken out before the URL reaches the driver,
 // which would send them to the server as settings.
 const (
 	schemaParam = "ctdispatch_schema"
@@ -30,18 +30,18 @@ func isPostgresURL(s string) bool {
 
 // postgresOptions splits a postgres:// --outbox into the URL the driver
 // gets and the table names its ctdispatch_ parameters give.
-func postgresOptions(raw string) (string, pgbox.Options, error) {
+func postgresOptions(raw string) (string, pgbox.Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", pgbox.Options{}, usagef("--outbox %s is not a valid URL: %s", redact(raw), urlReason(err))
+		return "", pgbox.Config{}, usagef("--outbox %s is not a valid URL: %s", redact(raw), urlReason(err))
 	}
 	q := u.Query()
 	for _, p := range []string{schemaParam, prefixParam} {
 		if len(q[p]) > 1 {
-			return "", pgbox.Options{}, usagef("--outbox: %s is given %d times; give it once", p, len(q[p]))
+			return "", pgbox.Config{}, usagef("--outbox: %s is given %d times; give it once", p, len(q[p]))
 		}
 	}
-	opts := pgbox.Options{Schema: q.Get(schemaParam), TablePrefix: q.Get(prefixParam)}
+	opts := pgbox.Config{Schema: q.Get(schemaParam), TablePrefix: q.Get(prefixParam)}
 	q.Del(schemaParam)
 	q.Del(prefixParam)
 	u.RawQuery = q.Encode()
@@ -59,12 +59,12 @@ const maxIdleConns = 128
 // that cannot be reached, or whose tables "ctdispatch migrate" has not
 // made, is an error at once, not at the first record.
 func openPostgres(ctx context.Context, raw string) (*pgbox.Outbox, *sql.DB, error) {
-	return openPostgresExporting(ctx, raw, pgbox.ExportOptions{})
+	return openPostgresExporting(ctx, raw, pgbox.ExportConfig{})
 }
 
 // openPostgresExporting is openPostgres for an outbox that runs export
 // (none when it is zero) until its Close.
-func openPostgresExporting(ctx context.Context, raw string, export pgbox.ExportOptions) (*pgbox.Outbox, *sql.DB, error) {
+func openPostgresExporting(ctx context.Context, raw string, export pgbox.ExportConfig) (*pgbox.Outbox, *sql.DB, error) {
 	box, db, err := connectPostgres(ctx, raw, export)
 	if err != nil {
 		return nil, nil, err
@@ -79,7 +79,7 @@ func openPostgresExporting(ctx context.Context, raw string, export pgbox.ExportO
 
 // connectPostgres is openPostgresExporting without the check of the
 // tables, for migrate, which makes them.
-func connectPostgres(ctx context.Context, raw string, export pgbox.ExportOptions) (*pgbox.Outbox, *sql.DB, error) {
+func connectPostgres(ctx context.Context, raw string, export pgbox.ExportConfig) (*pgbox.Outbox, *sql.DB, error) {
 	dsn, opts, err := postgresOptions(raw)
 	if err != nil {
 		return nil, nil, err
@@ -97,7 +97,7 @@ func connectPostgres(ctx context.Context, raw string, export pgbox.ExportOptions
 	if err != nil {
 		db.Close()
 		if ce, ok := err.(*pgbox.ConfigError); ok {
-			param := map[string]string{"Options.Schema": schemaParam, "Options.TablePrefix": prefixParam}[ce.Field]
+			param := map[string]string{"Config.Schema": schemaParam, "Config.TablePrefix": prefixParam}[ce.Field]
 			return nil, nil, usagef("--outbox: %s=%s %s", param, strings.Trim(ce.Value, `"`), ce.Rule)
 		}
 		return nil, nil, err

@@ -123,7 +123,7 @@ func TestRelayCommand(t *testing.T) {
 	db, err := sql.Open("pgx", pg)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	box, err := pgbox.New(db, pgbox.Options{})
+	box, err := pgbox.New(db, pgbox.Config{})
 	require.NoError(t, err)
 	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cloudtasks.Config{Project: "p", Location: "europe-west1", Queue: "work",
 		EmulatorAddr: emu.Addr(), NoRelay: true})
@@ -207,7 +207,7 @@ func TestRelayDrainsOnSIGTERM(t *testing.T) {
 	db, err := sql.Open("pgx", pg)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	box, err := pgbox.New(db, pgbox.Options{})
+	box, err := pgbox.New(db, pgbox.Config{})
 	require.NoError(t, err)
 	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cloudtasks.Config{Project: "p", Location: "europe-west1", Queue: "work",
 		EmulatorAddr: emu.Addr(), NoRelay: true})
@@ -234,7 +234,7 @@ func TestRelayDrainsOnSIGTERM(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	claims := func() (claimed, free int) {
 		require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FILTER (WHERE claimed_by IS NOT NULL), count(*) FILTER (WHERE claimed_by IS NULL)
-			FROM `+pgbox.IntentTableName(pgbox.Options{})).Scan(&claimed, &free))
+			FROM `+pgbox.IntentTableName(pgbox.Config{})).Scan(&claimed, &free))
 		return claimed, free
 	}
 	require.Eventually(t, func() bool { claimed, _ := claims(); return claimed == 6 }, time.Minute, 5*time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -37,7 +38,7 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 		if err := checkBucketURL(dir); err != nil {
 			return nil, err
 		}
-		return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: true, Logger: env.Logger})
+		return parquetbox.Open(ctx, parquetbox.Config{Root: dir, ReadOnly: true, Logger: env.Logger})
 	}
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -46,7 +47,7 @@ func openOutbox(ctx context.Context, env *Env, dir string, readOnly bool) (*parq
 	if !info.IsDir() {
 		return nil, fmt.Errorf("outbox %s: not a directory", redact(dir))
 	}
-	return parquetbox.Open(ctx, parquetbox.Options{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
+	return parquetbox.Open(ctx, parquetbox.Config{Root: dir, ReadOnly: readOnly, Logger: env.Logger})
 }
 
 const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
@@ -297,8 +298,8 @@ func dash(s string) string {
 
 func newQueryCmd(env *Env) *cobra.Command {
 	var (
-		dir, workerDir, dispatchID, timerID, cloudTaskID, run, format string
-		history                                                       bool
+		dir, workerDir, dispatchID, timerID, cloudTaskID, run, format, asOf string
+		history                                                             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "query [--outbox DIR] [--worker-outbox DIR] (--dispatch-id ID | --timer-id ID | --cloud-task-id ID | --run RUN) [--history] [--format table|json|csv]",
@@ -319,6 +320,15 @@ given alone; at least one is required. The two are separate flags because
 they are different stores: a dispatcher's outbox holds dispatch_outbox and
 timers, a worker's holds deliveries, and each is written by its own fleet.
 
+--as-of TIME (RFC 3339) reads the outbox's Iceberg tables (see compact
+--iceberg) as the snapshot current at TIME had them: each ID in the state
+it had then, with iceberg-go's own scan, as an engine reading that
+snapshot does. Snapshots that a newer one replaced stay readable for the
+outbox's grace (compact --iceberg-grace, an hour by default); a TIME older
+than every snapshot kept is an error saying so. It reads --outbox only
+(a file or bucket outbox; an export's Parquet root for a PostgreSQL
+one), and not with --history: a snapshot holds what the files held.
+
 Formats: table (aligned columns, the default), json (JSON Lines: one object
 per line, keys as the Parquet columns) and csv (with a header). Exits 1 when
 nothing matches.
@@ -330,6 +340,7 @@ exit status is 3.`,
 		Example: `  ctdispatch query --outbox ./outbox --dispatch-id dispatch:run1:extract:1
   ctdispatch query --outbox ./outbox --cloud-task-id d_cxtoltqhbncw6nevn7hy53kqn6 --history
   ctdispatch query --outbox ./outbox --run run1 --format csv
+  ctdispatch query --outbox ./outbox --run run1 --as-of 2026-11-29T09:00:00Z
   ctdispatch query --outbox ./outbox --worker-outbox ./worker-outbox --dispatch-id dispatch:run1:extract:1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -364,6 +375,9 @@ exit status is 3.`,
 			}
 			q.History = history
 			ctx := cmd.Context()
+			if asOf != "" {
+				return queryAsOf(ctx, env, cmd.OutOrStdout(), dir, asOf, q, what, format, workerDir != "")
+			}
 			var (
 				recs, dels []outbox.Record
 				skipped    []*parquetbox.FileError
@@ -416,5 +430,77 @@ exit status is 3.`,
 	f.StringVar(&run, "run", "", "run ID: every dispatch and timer of the run")
 	f.BoolVar(&history, "history", false, "show every recorded state, not only the latest")
 	f.StringVar(&format, "format", "table", "output format: table, json (JSON Lines) or csv")
+	f.StringVar(&asOf, "as-of", "", "read the Iceberg snapshot current at this time (RFC 3339) instead of the outbox now")
 	return cmd
+}
+
+// queryAsOf answers q from the outbox's Iceberg snapshots current at the
+// time asOf names.
+func queryAsOf(ctx context.Context, env *Env, out io.Writer, dir, asOf string, q outbox.Query, what, format string, worker bool) error {
+	at, err := time.Parse(time.RFC3339, asOf)
+	if err != nil {
+		return usagef("--as-of %q is not an RFC 3339 time (2026-11-29T09:00:00Z)", asOf)
+	}
+	switch {
+	case worker:
+		return usagef("--as-of reads --outbox only; query a worker's outbox at a time with --outbox WORKER-OUTBOX --as-of")
+	case q.History:
+		return usagef("--as-of and --history exclude each other: a snapshot is read as each ID's state at that time")
+	case dir == "":
+		return usagef("--as-of needs --outbox DIR")
+	case isPostgresURL(dir):
+		return usagef("--as-of reads Iceberg tables, which a PostgreSQL outbox has not; give its export's root (export --to) as --outbox")
+	}
+	o, err := openOutbox(ctx, env, dir, true)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	cfg, on, err := publishedConfig(ctx, env, o)
+	if err != nil {
+		return err
+	}
+	if !on {
+		return errNotPublished(dir)
+	}
+	status, err := lakeStatus(ctx, o, cfg)
+	if err != nil {
+		return fmt.Errorf("iceberg tables: %w", err)
+	}
+	var recs []outbox.Record
+	for _, st := range status {
+		// A worker's deliveries are shown with --worker-outbox only, which
+		// --as-of does not read.
+		if !st.Published || st.Table == outbox.TableDeliveries || (q.Table != "" && st.Table != q.Table) {
+			continue
+		}
+		got, err := lakeReadAsOf(ctx, o, cfg, st.Table, at)
+		if errors.Is(err, errNoLakeSnapshot) {
+			return fmt.Errorf("--as-of %s: no snapshot of %s that old remains (replaced snapshots are kept for the outbox's grace, %s): %w",
+				formatTime(at), st.Table, cfg.Grace, err)
+		}
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			if matches(q, &r) {
+				recs = append(recs, r)
+			}
+		}
+	}
+	if len(recs) == 0 {
+		return fmt.Errorf("no record with %s in %s as of %s", what, redact(dir), formatTime(at))
+	}
+	return writeRecords(out, format, recs, false, nil)
+}
+
+// matches reports whether r is a record q asks for.
+func matches(q outbox.Query, r *outbox.Record) bool {
+	switch {
+	case q.ID != "":
+		return r.ID == q.ID
+	case q.CloudTaskID != "":
+		return r.CloudTaskID == q.CloudTaskID
+	}
+	return r.RunID == q.RunID
 }

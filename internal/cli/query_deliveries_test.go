@@ -27,7 +27,7 @@ func seedWorkerOutbox(t *testing.T) string {
 	dir := t.TempDir()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(cliT0.Add(time.Minute))
-	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(workerProc), Clock: clock})
+	o, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse(workerProc), Clock: clock})
 	require.NoError(t, err)
 	deliver := func(run, task, attempt, suffix string, retries int32, st outbox.Status, code int32) {
 		id, err := naming.Parse("dispatch:" + run + ":" + task + ":" + attempt)

@@ -22,7 +22,7 @@ func TestQueryTableShowsTraceIDs(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(cliT0)
-	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(cliProc), Clock: clock})
+	o, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse(cliProc), Clock: clock})
 	require.NoError(t, err)
 	d := outbox.Record{Table: outbox.TableDispatch, ID: "dispatch:run1:extract:1", CloudTaskID: "d_cxtoltqhbncw6nevn7hy53kqn6",
 		Queue: cliQueue, RunID: "run1", TaskKey: "extract", Attempt: "1", Status: outbox.StatusPending,

@@ -35,6 +35,20 @@ type statsJSON struct {
 	// Refused is a PostgreSQL outbox's rows the exporter refused to write
 	// (see "ctdispatch export refused"), when there are any.
 	Refused int64 `json:"refused,omitempty"`
+	// Iceberg is the table's current Iceberg snapshot, when the outbox
+	// publishes its tables.
+	Iceberg *icebergJSON `json:"iceberg,omitempty"`
+}
+
+// icebergJSON is the --format json form of a table's current Iceberg
+// snapshot.
+type icebergJSON struct {
+	SnapshotID int64  `json:"snapshot_id"`
+	Time       string `json:"snapshot_time"`
+	Files      int64  `json:"files"`
+	Rows       int64  `json:"rows"`
+	Snapshots  int    `json:"snapshots"`
+	Metadata   string `json:"metadata"`
 }
 
 // exportBacklog is what a PostgreSQL outbox's exporter left of a table:
@@ -131,6 +145,13 @@ refused").
 
 --format json prints JSON Lines: one object per table.
 
+When the outbox publishes its tables as Iceberg tables (compact
+--iceberg), a second table gives each one's current snapshot: its ID, when
+it was committed, the data files and rows it names (rows as the files hold
+them, every state not yet folded), and its metadata file, the one to point
+DuckDB's iceberg_scan or a BigQuery table at ("iceberg" in JSON). A table
+with no snapshot yet shows -.
+
 When the running dispatchers on a Parquet outbox (those sharing its log
 directory) announced different default queues, a warning line names each
 with its queue after the tables ({"default_queues_differ":[…]} in JSON): a
@@ -153,6 +174,10 @@ exit status is 3.`,
 			if err != nil {
 				return err
 			}
+			lake, err := icebergStats(ctx, env, dir)
+			if err != nil {
+				return err
+			}
 			// Deliveries are in a worker's outbox, not a dispatcher's.
 			stats = slices.DeleteFunc(stats, func(s parquetbox.TableStats) bool {
 				return s.Table == outbox.TableDeliveries && s.Absent()
@@ -165,6 +190,10 @@ exit status is 3.`,
 						ByKind: s.ByKind, ByProcessor: s.ByProcessor}
 					if b, ok := unexported[s.Table]; ok {
 						js.Unexported, js.Refused = &b.unexported, b.refused
+					}
+					if st, ok := lake[s.Table]; ok && st.Published {
+						js.Iceberg = &icebergJSON{SnapshotID: st.SnapshotID, Time: formatTime(st.Time), Files: st.Files,
+							Rows: st.Rows, Snapshots: st.Snapshots, Metadata: st.MetadataLocation}
 					}
 					err := enc.Encode(js)
 					if err != nil {
@@ -181,6 +210,9 @@ exit status is 3.`,
 					return err
 				}
 				writeUnexported(cmd.OutOrStdout(), stats, unexported)
+				if err := writeIceberg(cmd.OutOrStdout(), stats, lake); err != nil {
+					return err
+				}
 				writeDefaultQueues(cmd.OutOrStdout(), procs)
 			}
 			return reportSkipped(cmd.OutOrStdout(), format == "json", skipped, "")
@@ -231,4 +263,56 @@ func outboxStats(ctx context.Context, env *Env, where string) (stats []parquetbo
 	}
 	procs, err = o.Announced(ctx)
 	return stats, nil, procs, o.Damaged(), err
+}
+
+// icebergStats returns each table's current Iceberg snapshot when the
+// Parquet outbox at where publishes its tables (nil otherwise).
+func icebergStats(ctx context.Context, env *Env, where string) (map[outbox.Table]lakeTableStatus, error) {
+	if isPostgresURL(where) {
+		return nil, nil
+	}
+	o, err := openOutbox(ctx, env, where, true)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	cfg, on, err := publishedConfig(ctx, env, o)
+	if err != nil || !on {
+		return nil, err
+	}
+	if !icebergLinked {
+		// The outbox's own statistics are still true; only its snapshots
+		// cannot be read here.
+		fmt.Fprintln(env.Err, "ctdispatch: the outbox publishes Iceberg tables; their snapshots are not shown: "+errNoIceberg.Error())
+		return nil, nil
+	}
+	status, err := lakeStatus(ctx, o, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("iceberg tables: %w", err)
+	}
+	out := make(map[outbox.Table]lakeTableStatus, len(status))
+	for _, st := range status {
+		out[st.Table] = st
+	}
+	return out, nil
+}
+
+// writeIceberg prints, after the tables, each one's current Iceberg
+// snapshot, when the outbox publishes them.
+func writeIceberg(w io.Writer, stats []parquetbox.TableStats, lake map[outbox.Table]lakeTableStatus) error {
+	if lake == nil {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ICEBERG TABLE\tSNAPSHOT\tCOMMITTED AT\tFILES\tROWS\tMETADATA")
+	for _, s := range stats {
+		st := lake[s.Table]
+		if !st.Published || st.SnapshotID == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t0\t0\t%s\n", s.Table, dash(st.MetadataLocation))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\n", s.Table, st.SnapshotID, formatTime(st.Time), st.Files, st.Rows, st.MetadataLocation)
+	}
+	return tw.Flush()
 }

@@ -96,7 +96,7 @@ func TestStatsWarnsOfDifferentDefaultQueues(t *testing.T) {
 			dir := t.TempDir()
 			ctx := context.Background()
 			for _, p := range []outbox.Process{{ProcessorUUID: procA, DefaultQueue: queueA}, {ProcessorUUID: procB, DefaultQueue: tc.second}} {
-				o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse(p.ProcessorUUID)})
+				o, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse(p.ProcessorUUID)})
 				require.NoError(t, err)
 				t.Cleanup(func() { o.Close() })
 				require.NoError(t, o.Announce(ctx, p))

@@ -32,7 +32,9 @@ const scratchOutbox = "ctdispatch/scratch-outbox"
 // whether a key=value connection string is a valid value (only --dsn,
 // which goes to the driver as it is). import's --from is one too (the
 // --from of dispatch and timer is a file of requests).
-var storeFlags = map[string]bool{"outbox": false, "worker-outbox": false, "to": false, "export-to": false, "dsn": true}
+// compact's --iceberg-catalog is one too: a catalog database's URL, or a
+// REST catalog's http(s):// one (checkCatalogFlag).
+var storeFlags = map[string]bool{"outbox": false, "worker-outbox": false, "to": false, "export-to": false, "dsn": true, "iceberg-catalog": false}
 
 // documentOutboxEnv says in the help of every --outbox under cmd that
 // takes $CTDISPATCH_OUTBOX that it does.
@@ -64,7 +66,11 @@ func checkStoreFlags(cmd *cobra.Command, env *Env) error {
 		if name == "outbox" && fromEnv {
 			label += " (from $" + outboxEnv + ")"
 		}
-		if err := checkStore(label, f.Value.String(), storeFlags[name]); err != nil {
+		check := func() error { return checkStore(label, f.Value.String(), storeFlags[name]) }
+		if name == "iceberg-catalog" {
+			check = func() error { return checkCatalogFlag(f.Value.String()) }
+		}
+		if err := check(); err != nil {
 			return err
 		}
 	}

@@ -35,7 +35,7 @@ func TestStoreFlagsAreEveryCommandsStores(t *testing.T) {
 	t.Parallel()
 	env := Env{}.withDefaults()
 	require.Equal(t, []string{
-		"bench --outbox", "compact --outbox", "console --outbox", "console --worker-outbox", "demo --outbox",
+		"bench --outbox", "compact --iceberg-catalog", "compact --outbox", "console --outbox", "console --worker-outbox", "demo --outbox",
 		"dispatch --export-to", "dispatch --outbox", "export --outbox", "export --to", "export refused --outbox", "import --from", "import --outbox",
 		"migrate --outbox", "query --outbox", "query --worker-outbox", "recover --export-to", "recover --outbox",
 		"relay --export-to", "relay --outbox", "retain --outbox", "stats --outbox", "timer --export-to", "timer --outbox",

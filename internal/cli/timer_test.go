@@ -107,7 +107,7 @@ func TestRecoverCommand(t *testing.T) {
 
 	ctx := context.Background()
 	dead := uuid.Must(uuid.NewV7())
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: dead})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: dead})
 	require.NoError(t, err)
 	for _, task := range []string{"a", "b"} {
 		id, err := naming.NewDispatch("r", task, naming.Attempt(1))

@@ -89,7 +89,7 @@ func demoConsole(t *testing.T) (*consoleURL, *demo.Env) {
 	_, env, err := demo.Run(ctx, demo.Options{OutboxDir: dir, Keep: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { env.Close() })
-	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: dir}, cloudtasks.Config{
+	d, err := durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Config{Root: dir}, cloudtasks.Config{
 		Project: demo.Project, Location: demo.Location, Queue: demo.Queue, EmulatorAddr: env.Emulator.Addr(),
 	})
 	require.NoError(t, err)

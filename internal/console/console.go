@@ -248,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if cfg.PostgresOutbox != nil {
 			s.box = pgStore{cfg.PostgresOutbox}
 		} else {
-			files, err := parquetbox.Open(ctx, parquetbox.Options{Root: cfg.Outbox, ReadOnly: true, Logger: cfg.Logger})
+			files, err := parquetbox.Open(ctx, parquetbox.Config{Root: cfg.Outbox, ReadOnly: true, Logger: cfg.Logger})
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("console: outbox %s: %w", cfg.Outbox, err)
@@ -258,7 +258,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.health = newHealthCache(s.ctx, s.box, cfg)
 	}
 	if cfg.WorkerOutbox != "" {
-		s.workerBox, err = parquetbox.Open(ctx, parquetbox.Options{Root: cfg.WorkerOutbox, ReadOnly: true, Logger: cfg.Logger})
+		s.workerBox, err = parquetbox.Open(ctx, parquetbox.Config{Root: cfg.WorkerOutbox, ReadOnly: true, Logger: cfg.Logger})
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("console: worker outbox %s: %w", cfg.WorkerOutbox, err)

@@ -28,7 +28,7 @@ func seedWorkerOutbox(t *testing.T, ids map[string]naming.ID) string {
 	dir := t.TempDir()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(t0.Add(time.Minute))
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: workerProc, Clock: clock})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: workerProc, Clock: clock})
 	require.NoError(t, err)
 	for _, d := range []struct {
 		key, suffix string

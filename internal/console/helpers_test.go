@@ -203,7 +203,7 @@ func (b *bundle) record(key string, st outbox.Status, created, updated time.Time
 func (b *bundle) appendAll(t testing.TB, proc uuid.UUID, recs []outbox.Record) {
 	t.Helper()
 	ctx := context.Background()
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: b.dir, ProcessorUUID: proc, Clock: clockwork.NewFakeClockAt(t0)})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: b.dir, ProcessorUUID: proc, Clock: clockwork.NewFakeClockAt(t0)})
 	require.NoError(t, err)
 	for _, r := range recs {
 		require.NoError(t, outbox.AppendAndWait(ctx, box, r))

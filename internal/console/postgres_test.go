@@ -27,7 +27,7 @@ func TestConsoleOverPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(t0)
-	box, err := pgbox.New(pgtest.Open(t), pgbox.Options{Clock: clock})
+	box, err := pgbox.New(pgtest.Open(t), pgbox.Config{Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, box.Migrate(ctx))
 	b := &bundle{ids: map[string]naming.ID{}}

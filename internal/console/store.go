@@ -51,7 +51,7 @@ func (f fileStore) files() ([]tableFiles, error) { return listFiles(f.cfg.Outbox
 
 // dispatcher opens the files again for writing, with a log of their own.
 func (f fileStore) dispatcher(ctx context.Context, cfg *ctd.Config) (recoverer, error) {
-	return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Options{Root: f.cfg.Outbox, Logger: f.cfg.Logger}, *cfg)
+	return durability.OpenDispatcher(ctx, durability.Overlapped, parquetbox.Config{Root: f.cfg.Outbox, Logger: f.cfg.Logger}, *cfg)
 }
 
 // pgStore is an outbox in PostgreSQL, the caller's (Config.PostgresOutbox):

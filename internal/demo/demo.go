@@ -231,7 +231,7 @@ func run(ctx context.Context, opts Options, env *Env) (Summary, error) {
 	env.Emulator = emu
 	env.closers = append(env.closers, emu.Close)
 
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, Logger: opts.Logger})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, Logger: opts.Logger})
 	if err != nil {
 		return sum, err
 	}

@@ -56,7 +56,7 @@ func (m Mode) Dispatcher() cloudtasks.Durability {
 // Open opens the outbox m needs: an outbox.Memory on opts.Clock for
 // memory, else a parquetbox outbox with opts and the log durability of m.
 // The returned function closes it.
-func Open(ctx context.Context, m Mode, opts parquetbox.Options) (outbox.Outbox, func() error, error) {
+func Open(ctx context.Context, m Mode, opts parquetbox.Config) (outbox.Outbox, func() error, error) {
 	if m == Memory {
 		return outbox.NewMemory(opts.Clock), func() error { return nil }, nil
 	}
@@ -80,7 +80,7 @@ type Dispatcher struct {
 
 // OpenDispatcher opens the outbox of mode m at opts (as Open does) and a
 // dispatcher over it with cfg, whose Durability it sets from m.
-func OpenDispatcher(ctx context.Context, m Mode, opts parquetbox.Options, cfg cloudtasks.Config) (*Dispatcher, error) {
+func OpenDispatcher(ctx context.Context, m Mode, opts parquetbox.Config, cfg cloudtasks.Config) (*Dispatcher, error) {
 	box, closeBox, err := Open(ctx, m, opts)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ func TestModes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tt.mode, m)
 		require.Equal(t, tt.disp, m.Dispatcher(), tt.name)
-		box, closeBox, err := durability.Open(context.Background(), m, parquetbox.Options{Root: t.TempDir()})
+		box, closeBox, err := durability.Open(context.Background(), m, parquetbox.Config{Root: t.TempDir()})
 		require.NoError(t, err, tt.name)
 		_, isMem := box.(*outbox.Memory)
 		require.Equal(t, tt.inMem, isMem, tt.name)

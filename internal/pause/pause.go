@@ -14,7 +14,7 @@
 // pause and goes on.
 //
 // The library reads no environment: the point inside a compaction is
-// parquetbox's CompactOptions.BeforeCommit hook, which ctdispatch compact
+// parquetbox's CompactConfig.BeforeCommit hook, which ctdispatch compact
 // sets to Point(CompactCommit) when Armed(CompactCommit). The chaos
 // suite's e2e worker calls Point itself.
 package pause
@@ -34,7 +34,7 @@ const EnvVar = "CTDISPATCH_PAUSE"
 const (
 	// CompactCommit is in a compaction of one unit, after its last check
 	// of its lease and before its commit record makes its outputs
-	// visible (parquetbox's CompactOptions.BeforeCommit).
+	// visible (parquetbox's CompactConfig.BeforeCommit).
 	CompactCommit = "compact.commit"
 	// E2EWorkerBeforeCommit is in the chaos suite's e2e worker, after
 	// the handler applied its effect in the inbox's transaction and

@@ -1,4 +1,4 @@
-// Package cloudblob lets parquetbox.Options.Root name a Google Cloud Storage
+// Package cloudblob lets parquetbox.Config.Root name a Google Cloud Storage
 // bucket (gs://bucket/prefix) or an S3 bucket (s3://bucket?region=…).
 // Import it for its side effect:
 //

@@ -33,7 +33,7 @@ func TestGSURL(t *testing.T) {
 	t.Setenv("STORAGE_EMULATOR_HOST", srv.URL()[len("http://"):])
 
 	ctx := context.Background()
-	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: "gs://outbox-test?prefix=prod/", LogDir: t.TempDir()})
+	o, err := parquetbox.Open(ctx, parquetbox.Config{Root: "gs://outbox-test?prefix=prod/", LogDir: t.TempDir()})
 	require.NoError(t, err)
 	for i := range 3 {
 		require.NoError(t, outbox.AppendAndWait(ctx, o, outbox.Record{Table: outbox.TableDispatch,
@@ -59,7 +59,7 @@ func TestGSURL(t *testing.T) {
 	require.Len(t, data, 1, "three attempts of one task: one bucket")
 	require.Regexp(t, `^prod/dispatch_outbox/created_date=[0-9-]{10}/b[0-7]of8-[0-9a-f-]{36}-0000000000000000\.parquet$`, data[0])
 
-	ro, err := parquetbox.Open(ctx, parquetbox.Options{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
+	ro, err := parquetbox.Open(ctx, parquetbox.Config{Root: "gs://outbox-test?prefix=prod/", ReadOnly: true})
 	require.NoError(t, err)
 	defer ro.Close()
 	got, err := ro.Lookup(ctx, outbox.Query{RunID: "r"})

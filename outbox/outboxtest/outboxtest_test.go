@@ -38,7 +38,7 @@ func TestMemoryIntents(t *testing.T) {
 func TestFileOutbox(t *testing.T) {
 	t.Parallel()
 	newStore := func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
-		o, err := parquetbox.Open(context.Background(), parquetbox.Options{
+		o, err := parquetbox.Open(context.Background(), parquetbox.Config{
 			Root: t.TempDir(), ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
 		})
 		require.NoError(t, err)
@@ -84,12 +84,12 @@ func TestFileOutboxReadFromParquet(t *testing.T) {
 	t.Parallel()
 	newStore := func(t *testing.T, clock clockwork.Clock) outbox.Outbox {
 		root := t.TempDir()
-		o, err := parquetbox.Open(context.Background(), parquetbox.Options{
+		o, err := parquetbox.Open(context.Background(), parquetbox.Config{
 			Root: root, ProcessorUUID: uuid.MustParse(proc), Clock: clock, RefreshInterval: -1,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, o.Close()) })
-		r, err := parquetbox.Open(context.Background(), parquetbox.Options{Root: root, ReadOnly: true, Clock: clock, RefreshInterval: -1})
+		r, err := parquetbox.Open(context.Background(), parquetbox.Config{Root: root, ReadOnly: true, Clock: clock, RefreshInterval: -1})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, r.Close()) })
 		return flushed{Outbox: o, reader: r}

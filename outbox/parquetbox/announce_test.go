@@ -33,7 +33,7 @@ func TestAnnouncedListsTheLiveProcesses(t *testing.T) {
 	}
 	require.True(t, outbox.DefaultQueuesDiffer(want))
 
-	ro, err := Open(ctx, Options{Root: b.root, ReadOnly: true})
+	ro, err := Open(ctx, Config{Root: b.root, ReadOnly: true})
 	require.NoError(t, err)
 	defer ro.Close()
 	got, err := ro.Announced(ctx)
@@ -62,7 +62,7 @@ func TestAnnouncedSkipsTheDeadAndTheUnreadable(t *testing.T) {
 	require.NoError(t, os.WriteFile(dead, []byte(`{"processor_uuid":"`+procB+`","default_queue":"projects/p/locations/l/queues/b"}`), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(wal, procA+".json"), []byte("not json"), 0o600))
 
-	ro, err := Open(ctx, Options{Root: b.root, ReadOnly: true})
+	ro, err := Open(ctx, Config{Root: b.root, ReadOnly: true})
 	require.NoError(t, err)
 	defer ro.Close()
 	got, err := ro.Announced(ctx)

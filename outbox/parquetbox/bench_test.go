@@ -68,7 +68,7 @@ func (s *fsyncPerRecord) append(r *outbox.Record) error {
 //	go test -run '^$' -bench DurableAppend -benchtime 3000x ./outbox/
 func BenchmarkDurableAppend(b *testing.B) {
 	b.Run("group-commit", func(b *testing.B) {
-		o, err := Open(context.Background(), Options{Root: b.TempDir(), SegmentMaxBytes: 1 << 30})
+		o, err := Open(context.Background(), Config{Root: b.TempDir(), SegmentMaxBytes: 1 << 30})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func BenchmarkDurableAppend(b *testing.B) {
 func BenchmarkGroupCommit(b *testing.B) {
 	ctx := context.Background()
 	b.Run("group-commit", func(b *testing.B) {
-		o, err := Open(ctx, Options{Root: b.TempDir(), SegmentMaxBytes: 1 << 30})
+		o, err := Open(ctx, Config{Root: b.TempDir(), SegmentMaxBytes: 1 << 30})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 func BenchmarkLatest(b *testing.B) {
 	ctx := context.Background()
 	root := b.TempDir()
-	writer, err := Open(ctx, Options{Root: root})
+	writer, err := Open(ctx, Config{Root: root})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func BenchmarkLatest(b *testing.B) {
 	if err := writer.Close(); err != nil {
 		b.Fatal(err)
 	}
-	o, err := Open(ctx, Options{Root: root})
+	o, err := Open(ctx, Config{Root: root})
 	if err != nil {
 		b.Fatal(err)
 	}

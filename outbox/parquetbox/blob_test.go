@@ -72,7 +72,7 @@ func TestBucketStorage(t *testing.T) {
 			require.NoError(t, bkt.WriteAll(ctx, "dispatch_outbox/created_date=2026-03-01/broken.parquet", []byte("no"), nil))
 
 			// Another process reads the same bucket.
-			ro, err := Open(ctx, Options{Bucket: bkt, ReadOnly: true})
+			ro, err := Open(ctx, Config{Bucket: bkt, ReadOnly: true})
 			require.NoError(t, err)
 			defer ro.Close()
 			for _, ob := range []*Outbox{o, ro} {
@@ -88,7 +88,7 @@ func TestBucketStorage(t *testing.T) {
 			require.Equal(t, "bucket:/dispatch_outbox/created_date=2026-03-01/broken.parquet", ro.Damaged()[0].Path)
 			require.NoError(t, bkt.Delete(ctx, "dispatch_outbox/created_date=2026-03-01/broken.parquet"))
 
-			st, err := ro.compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
+			st, err := ro.compact(ctx, CompactConfig{Retention: Retention{"*": 0}})
 			require.NoError(t, err)
 			require.Equal(t, int64(4), st.Tables[0].RowsOut, "four pending kept, one created dropped")
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
@@ -149,7 +149,7 @@ func listKeys(t *testing.T, b *blob.Bucket) []string {
 func TestBucketURLRoot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, err := Open(ctx, Options{Root: "mem://", LogDir: t.TempDir()})
+	o, err := Open(ctx, Config{Root: "mem://", LogDir: t.TempDir()})
 	require.NoError(t, err)
 	require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("r", "t", "1", outbox.StatusCreated)))
 	require.NoError(t, o.Flush(ctx))

@@ -71,7 +71,7 @@ func TestCLIWithHostileFiles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	o, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-00000000000a")})
+	o, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.MustParse("00000000-0000-4000-8000-00000000000a")})
 	require.NoError(t, err)
 	id, err := naming.NewDispatch("r", "real", naming.Attempt(1))
 	require.NoError(t, err)

@@ -99,8 +99,8 @@ func (r Retention) String() string {
 	return strings.Join(parts, ",")
 }
 
-// CompactOptions configures Compact.
-type CompactOptions struct {
+// CompactConfig configures Compact.
+type CompactConfig struct {
 	// Tables to compact. Defaults to every table.
 	Tables []outbox.Table
 	// Retention drops terminal records older than their queue's retention.
@@ -134,7 +134,7 @@ type CompactOptions struct {
 	BeforeCommit func(ctx context.Context)
 }
 
-func (c CompactOptions) withDefaults() CompactOptions {
+func (c CompactConfig) withDefaults() CompactConfig {
 	if len(c.Tables) == 0 {
 		all := outbox.Tables()
 		c.Tables = all[:]
@@ -149,7 +149,7 @@ func (c CompactOptions) withDefaults() CompactOptions {
 }
 
 // Compact compacts each table unit by unit: a unit is one bucket of a
-// partition (see Options.Buckets), or a partition's files without a
+// partition (see Config.Buckets), or a partition's files without a
 // bucket.
 //
 // Within a unit, each file a log conversion wrote is a run of weight 1,
@@ -177,16 +177,16 @@ func (c CompactOptions) withDefaults() CompactOptions {
 // are removed after the commit: appends continue meanwhile, and an
 // interrupted compaction leaves the outbox as it was or as committed.
 //
-// Stats shows the tables afterwards; CompactOptions.Trace hears what was
+// Stats shows the tables afterwards; CompactConfig.Trace hears what was
 // done to each unit, as ctdispatch compact prints it.
-func (o *Outbox) Compact(ctx context.Context, opts CompactOptions) error {
+func (o *Outbox) Compact(ctx context.Context, opts CompactConfig) error {
 	_, err := o.compact(ctx, opts)
 	return err
 }
 
 // compact is Compact, returning its report, which it also gives
 // opts.Trace as it goes.
-func (o *Outbox) compact(ctx context.Context, opts CompactOptions) (compactStats, error) {
+func (o *Outbox) compact(ctx context.Context, opts CompactConfig) (compactStats, error) {
 	var stats compactStats
 	if err := o.checkOpen(); err != nil {
 		return stats, err
@@ -216,7 +216,7 @@ func (o *Outbox) compact(ctx context.Context, opts CompactOptions) (compactStats
 type compaction struct {
 	o      *Outbox
 	t      outbox.Table
-	opts   CompactOptions
+	opts   CompactConfig
 	trace  *CompactTrace
 	now    time.Time
 	holder string
@@ -232,7 +232,7 @@ type compaction struct {
 	hidden []string
 }
 
-func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactOptions, trace *CompactTrace) (TableCompaction, error) {
+func (o *Outbox) compactTable(ctx context.Context, t outbox.Table, opts CompactConfig, trace *CompactTrace) (TableCompaction, error) {
 	st := TableCompaction{Table: t}
 	c := &compaction{o: o, t: t, opts: opts, trace: trace, now: o.clock.Now(), holder: o.leaseHolder(), st: &st}
 	o.store.cleanTemps(ctx, t, c.now.Add(-time.Hour))

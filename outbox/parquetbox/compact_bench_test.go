@@ -18,7 +18,7 @@ import (
 
 // writeRounds writes rounds files of perRound dispatches each (a pending
 // state for every tenth, then the outcome) into one day of a table under
-// root, bucketed as a dispatcher with Options.Buckets = buckets writes
+// root, bucketed as a dispatcher with Config.Buckets = buckets writes
 // them: the input of a day's compaction.
 func writeRounds(tb testing.TB, root string, rounds, perRound, buckets int) {
 	tb.Helper()
@@ -92,12 +92,12 @@ func BenchmarkCompactDay(b *testing.B) {
 		if out, err := exec.Command("cp", "-r", src, root).CombinedOutput(); err != nil {
 			b.Fatal(err, string(out))
 		}
-		o, err := Open(ctx, Options{Root: root, ReadOnly: true})
+		o, err := Open(ctx, Config{Root: root, ReadOnly: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+		st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 		if err != nil {
 			b.Fatal(err)
 		}

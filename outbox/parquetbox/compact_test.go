@@ -76,10 +76,10 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	before, _ := filepath.Glob(filepath.Join(dir, "*", "*.parquet"))
 	require.Len(t, before, 3)
 
-	// Compact reports through CompactOptions.Trace what compact returns.
+	// Compact reports through CompactConfig.Trace what compact returns.
 	var progress []int64
 	var st compactStats
-	err := a.Compact(ctx, CompactOptions{
+	err := a.Compact(ctx, CompactConfig{
 		Tables:    []outbox.Table{outbox.TableDispatch},
 		Retention: Retention{"q": 7 * 24 * time.Hour},
 		Trace: &CompactTrace{
@@ -118,12 +118,12 @@ func TestCompactFoldsSortsAndAppliesRetention(t *testing.T) {
 	require.NoError(t, f.scan(func(r outbox.Record) error { ids = append(ids, r.ID); return nil }))
 	f.close()
 	require.Equal(t, []string{"dispatch:r1:b:1", "dispatch:r1:c:1", "dispatch:r1:z:1"}, ids)
-	st, err = a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = a.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, "", st.Tables[0].Output)
 
 	// Retention 0 drops every terminal record, never a pending one.
-	st, err = a.compact(ctx, CompactOptions{Retention: Retention{"*": 0}})
+	st, err = a.compact(ctx, CompactConfig{Retention: Retention{"*": 0}})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), st.Tables[0].Dropped)
 	got, err = a.Lookup(ctx, outbox.Query{RunID: "r1"})
@@ -146,7 +146,7 @@ func TestCompactInterruptedLeavesInputs(t *testing.T) {
 	}
 	dir := filepath.Join(b.root, string(outbox.TableDispatch))
 	before, _ := filepath.Glob(filepath.Join(dir, "*"))
-	_, err := o.compact(ctx, CompactOptions{Full: true, Trace: &CompactTrace{Progress: func(_ outbox.Table, done, _ int64) {
+	_, err := o.compact(ctx, CompactConfig{Full: true, Trace: &CompactTrace{Progress: func(_ outbox.Table, done, _ int64) {
 		if done > 3000 {
 			cancel()
 		}
@@ -165,7 +165,7 @@ func TestCompactWhileAppending(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	o := b.open(t, procA)
-	c, err := Open(ctx, Options{Root: b.root, ReadOnly: true})
+	c, err := Open(ctx, Config{Root: b.root, ReadOnly: true})
 	require.NoError(t, err)
 	defer c.Close()
 	var wg sync.WaitGroup
@@ -187,14 +187,14 @@ func TestCompactWhileAppending(t *testing.T) {
 		}
 	}()
 	for range 5 {
-		_, err := c.compact(ctx, CompactOptions{})
+		_, err := c.compact(ctx, CompactConfig{})
 		require.NoError(t, err)
 	}
 	wg.Wait()
 	close(errs)
 	require.NoError(t, <-errs)
 	require.NoError(t, o.Flush(ctx))
-	_, err = c.compact(ctx, CompactOptions{})
+	_, err = c.compact(ctx, CompactConfig{})
 	require.NoError(t, err)
 	got, err := c.Lookup(ctx, outbox.Query{RunID: "r"})
 	require.NoError(t, err)

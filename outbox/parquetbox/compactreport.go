@@ -67,7 +67,7 @@ const (
 )
 
 // UnitCompaction reports one unit of a compaction: a partition, or one
-// bucket of a partition (see Options.Buckets). CompactTrace.Unit receives
+// bucket of a partition (see Config.Buckets). CompactTrace.Unit receives
 // it.
 type UnitCompaction struct {
 	// Partition is the partition directory (created_date=2026-11-23).
@@ -124,7 +124,7 @@ type ManifestRefresh struct {
 
 // CompactTrace receives a compaction's report while it runs, as
 // net/http/httptrace's ClientTrace receives a request's events: set it as
-// CompactOptions.Trace to print or count what Compact does to each unit
+// CompactConfig.Trace to print or count what Compact does to each unit
 // (ctdispatch compact prints a line per unit and per table from it).
 // Each function may be nil; they are called from the goroutine that
 // called Compact, one at a time.

@@ -19,7 +19,7 @@ type convJob struct {
 // writeSegmentParquet writes a segment's records as one Parquet file per
 // table, partition and bucket,
 // <table>/created_date=<day>/b<k>of<n>-<processor>-<seq>.parquet (without
-// the bucket prefix when Options.Buckets is 1).
+// the bucket prefix when Config.Buckets is 1).
 // Writing the same segment twice produces the same files, so a crash
 // between this and the segment's removal is harmless. The records are
 // sorted through pointers, leaving the segment's own order (which readers

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 // while it runs, so the kill also lands in the middle of conversions.
 func crashChild(dir string) {
 	ctx := context.Background()
-	opts := Options{Root: dir, SegmentMaxBytes: 32 << 10}
+	opts := Config{Root: dir, SegmentMaxBytes: 32 << 10}
 	if os.Getenv(crashModeEnv) == "interval" {
 		// A process crash leaves written data in the kernel: Interval loses
 		// nothing then (only a machine crash can lose the last interval).

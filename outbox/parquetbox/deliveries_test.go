@@ -51,7 +51,7 @@ func TestCompactKeepsEachDelivery(t *testing.T) {
 	require.NoError(t, a.Flush(ctx))
 	require.NoError(t, bb.Flush(ctx))
 
-	st, err := a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDeliveries}, Full: true})
+	st, err := a.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDeliveries}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{9, 5}, [2]int64{st.Tables[0].RowsIn, st.Tables[0].RowsOut})
 	got, err := a.Lookup(ctx, outbox.Query{Table: outbox.TableDeliveries, CloudTaskID: id.CloudTaskID(), History: true})
@@ -70,7 +70,7 @@ func TestCompactKeepsEachDelivery(t *testing.T) {
 	}, rows)
 
 	b.clock.Advance(time.Hour)
-	st, err = a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDeliveries}, Retention: Retention{"*": time.Minute}})
+	st, err = a.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDeliveries}, Retention: Retention{"*": time.Minute}})
 	require.NoError(t, err)
 	require.Equal(t, int64(5), st.Tables[0].Dropped, "every delivery is past retention, the started one too")
 }

@@ -68,14 +68,14 @@
 // # Reading
 //
 // Memory does not grow with the outbox: this process's own IDs are
-// indexed within Options.IndexBytes (32 MiB) and IndexLimit, older IDs
+// indexed within Config.IndexBytes (32 MiB) and IndexLimit, older IDs
 // being answered from the files; between reads a table keeps at most
 // MaxOpenFiles (256) files open and their footers and bloom filters within
 // FileCacheBytes (64 MiB), least recently used closed first; listings are
 // reused for RefreshInterval.
 // Latest, Lookup and Pending see this process's records in memory, the
 // live logs of other processes (read incrementally), and every Parquet file;
-// their view of other processes is at most Options.RefreshInterval old.
+// their view of other processes is at most Config.RefreshInterval old.
 // Latest takes the newest of all of them by version (an ID this process
 // wrote is read in others' logs and the files too, so another process's
 // later cancel is seen), and Append refuses a record whose version any of
@@ -166,7 +166,7 @@
 // Append return at once an *UnavailableError matching
 // ErrUnavailable, naming the cause and the path; nothing is accepted that
 // could not be made durable. The writer retries a fresh segment with
-// backoff (100ms doubling to 10s, on Options.Clock) and takes appends again
+// backoff (100ms doubling to 10s, on Config.Clock) and takes appends again
 // as soon as one succeeds, without a restart; records accepted before stay
 // readable and reach Parquet (conversions retry too).
 //
@@ -183,28 +183,28 @@
 //
 // # Observability
 //
-// The outbox logs through Options.Logger (log/slog) only what needs a
+// The outbox logs through Config.Logger (log/slog) only what needs a
 // person: skipped files, dropped torn log tails, failed conversions, and
 // the replay of a stopped processor's log. Damaged lists the skipped files;
 // Stats counts records by status, queue, kind and processor. A
-// CompactTrace set in CompactOptions.Trace hears a compaction's progress
+// CompactTrace set in CompactConfig.Trace hears a compaction's progress
 // and what it did to each unit, each table and each manifest.
 //
 // # Buckets
 //
 // The tables (not the log) can live in a bucket through gocloud.dev/blob:
-// Options.Root "mem://", or "gs://…" and "s3://…" once package
-// outbox/cloudblob is imported, or an opened bucket in Options.Bucket; the
-// log then goes to Options.LogDir.
+// Config.Root "mem://", or "gs://…" and "s3://…" once package
+// outbox/cloudblob is imported, or an opened bucket in Config.Bucket; the
+// log then goes to Config.LogDir.
 //
 // # Compaction and retention
 //
-// Compact works unit by unit: a unit is one hash bucket (Options.Buckets,
+// Compact works unit by unit: a unit is one hash bucket (Config.Buckets,
 // in each file's name) of one partition. Within a unit, each converted
 // log segment is a sorted run, and runs of similar size are merged,
 // size-tiered with a fan-out of 4 (ADR 0011), into files sorted by ID
 // holding only the latest state of each ID, split at
-// CompactOptions.TargetFileBytes; so a row is rewritten about log₄(runs)
+// CompactConfig.TargetFileBytes; so a row is rewritten about log₄(runs)
 // times over a day, and a unit within its tiers' bounds is not rewritten.
 // Terminal records older than their queue's retention are dropped only
 // by a merge of every run of their unit (so no older pending state of a

@@ -41,7 +41,7 @@ func TestDuckDBReadsPartitionedTables(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(24 * time.Hour)
 	}
-	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "outside the table, where the globs below do not reach")
 	units := map[string]bool{}

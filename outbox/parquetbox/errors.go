@@ -44,7 +44,7 @@ var (
 	// the same processor UUID.
 	ErrProcessorInUse = errors.New("outbox: processor UUID in use by another process")
 	// ErrReadOnly is returned by Append and Flush on an outbox opened with
-	// Options.ReadOnly.
+	// Config.ReadOnly.
 	ErrReadOnly = errors.New("outbox: opened read-only")
 )
 

@@ -25,7 +25,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{
 		Root:          dir,
 		ProcessorUUID: uuid.MustParse("0b6f8e2a-3c1d-4f5e-8a9b-1c2d3e4f5a60"),
 		Clock:         clock,
@@ -91,7 +91,7 @@ func ExampleOutbox_Append() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	ob, err := parquetbox.Open(ctx, parquetbox.Options{Root: dir})
+	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir})
 	if err != nil {
 		panic(err)
 	}

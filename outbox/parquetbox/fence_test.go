@@ -20,7 +20,7 @@ var fenceStorages = []string{"directory", "fake GCS"}
 
 // fenceOptions returns options for proc (read-only when proc is "") on
 // the storage named, sharing b's clock and root.
-func fenceOptions(b *testBundle, storage string, bkt *blob.Bucket, proc string) Options {
+func fenceOptions(b *testBundle, storage string, bkt *blob.Bucket, proc string) Config {
 	opts := b.options(proc)
 	opts.ReadOnly = proc == ""
 	if storage != "directory" {
@@ -34,7 +34,7 @@ func fenceOptions(b *testBundle, storage string, bkt *blob.Bucket, proc string) 
 	return opts
 }
 
-func openFenced(t *testing.T, opts Options) *Outbox {
+func openFenced(t *testing.T, opts Config) *Outbox {
 	t.Helper()
 	o, err := Open(context.Background(), opts)
 	require.NoError(t, err)
@@ -106,7 +106,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				var aUnits []UnitCompaction
 				aDone := make(chan error, 1)
 				go func() {
-					_, err := a.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch},
+					_, err := a.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch},
 						Trace: &CompactTrace{
 							Unit: func(_ outbox.Table, p UnitCompaction) { aUnits = append(aUnits, p) },
 						},
@@ -131,7 +131,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				require.NoError(t, rec.Flush(ctx))
 				b.clock.Advance(11 * time.Minute)
 				bc := openFenced(t, fenceOptions(b, storage, bkt, ""))
-				opts := CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true}
+				opts := CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true}
 				want := int64(ids + others)
 				if retention {
 					opts.Retention, want = Retention{"*": 0}, 0
@@ -167,7 +167,7 @@ func TestLateCompactorIsFencedOut(t *testing.T) {
 				}
 
 				// A later tiered compaction leaves it so.
-				st, err = fresh.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+				st, err = fresh.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 				require.NoError(t, err)
 				read, listed = tableRows(t, fresh, outbox.TableDispatch)
 				require.Equal(t, [2]int64{want, want}, [2]int64{read, listed})
@@ -208,7 +208,7 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 			require.NoError(t, rec.Flush(ctx))
 			b.clock.Advance(time.Minute)
 			c := openFenced(t, fenceOptions(b, storage, bkt, ""))
-			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0}})
+			st, err := c.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0}})
 			require.NoError(t, err)
 			require.Equal(t, int64(1), st.Tables[0].Dropped)
 
@@ -248,7 +248,7 @@ func TestLatePendingAfterRetentionIsNotServed(t *testing.T) {
 
 			// Nor does a compaction folding the late file into an
 			// output, which readers serve whole.
-			st, err = c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+			st, err = c.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 			require.NoError(t, err)
 			require.Equal(t, UnitCompacted, st.Tables[0].Partitions[0].Action)
 			require.Equal(t, []string{"dispatch:r:y:1", "dispatch:r:x:2"}, pendingIDs())

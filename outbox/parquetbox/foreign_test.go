@@ -96,7 +96,7 @@ func TestReadsFilesWrittenByDuckDB(t *testing.T) {
 
 	// Compaction takes the foreign files in (sorting them) and the result
 	// answers the same.
-	cs, err := o.compact(ctx, CompactOptions{Full: true})
+	cs, err := o.compact(ctx, CompactConfig{Full: true})
 	require.NoError(t, err)
 	require.Equal(t, int64(2000), cs.Tables[0].RowsOut)
 	require.Equal(t, int64(100), cs.Tables[1].RowsOut)

@@ -60,14 +60,14 @@ func TestLatestFreshUnseenIsThePublicationIntervalWhereLogsAreNotShared(t *testi
 	b := setup(t)
 	for _, tc := range []struct {
 		name   string
-		edit   func(*Options)
+		edit   func(*Config)
 		unseen time.Duration
 	}{
-		{"directory, log in it", func(*Options) {}, 0},
-		{"directory, log dir named as the root", func(o *Options) { o.LogDir = b.root + "/." }, 0},
-		{"directory, log elsewhere", func(o *Options) { o.LogDir = filepath.Join(t.TempDir(), "log") }, DefaultPublishInterval},
-		{"bucket", func(o *Options) { o.Root, o.Bucket, o.LogDir = "", memblob.OpenBucket(nil), t.TempDir() }, DefaultPublishInterval},
-		{"bucket publishing every minute", func(o *Options) {
+		{"directory, log in it", func(*Config) {}, 0},
+		{"directory, log dir named as the root", func(o *Config) { o.LogDir = b.root + "/." }, 0},
+		{"directory, log elsewhere", func(o *Config) { o.LogDir = filepath.Join(t.TempDir(), "log") }, DefaultPublishInterval},
+		{"bucket", func(o *Config) { o.Root, o.Bucket, o.LogDir = "", memblob.OpenBucket(nil), t.TempDir() }, DefaultPublishInterval},
+		{"bucket publishing every minute", func(o *Config) {
 			o.Root, o.Bucket, o.LogDir, o.PublishInterval = "", memblob.OpenBucket(nil), t.TempDir(), time.Minute
 		}, time.Minute},
 	} {

@@ -79,7 +79,7 @@ func TestEntriesOutsideTheLayoutAreReportedNeverRead(t *testing.T) {
 	require.Equal(t, int64(1), st[0].IDs)
 	require.Equal(t, want, reported(st[0].Skipped))
 
-	cs, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"created_date=2026-03-01 compacted in=1 out=1 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, want, reported(fileErrors(cs.Tables[0].Skipped)))
@@ -108,7 +108,7 @@ func TestBucketObjectsOutsideTheLayoutAreReported(t *testing.T) {
 	} {
 		require.NoError(t, bkt.WriteAll(ctx, key, data, nil))
 	}
-	o, err := Open(ctx, Options{Bucket: bkt, ReadOnly: true})
+	o, err := Open(ctx, Config{Bucket: bkt, ReadOnly: true})
 	require.NoError(t, err)
 	defer o.Close()
 	st, err := o.Stats(ctx)

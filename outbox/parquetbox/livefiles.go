@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gocloud.dev/blob"
 	"os"
 	"path/filepath"
 	"sort"
@@ -28,7 +29,7 @@ type LiveFile struct {
 	// ("file:///var/lib/ctdispatch/outbox/dispatch_outbox/created_date=…/….parquet");
 	// on a bucket root the bucket's URL without its query, the prefix and
 	// the object's key ("gs://bucket/prefix/dispatch_outbox/created_date=…/….parquet";
-	// for Options.Bucket, Options.BucketURL names the bucket).
+	// for Config.Bucket, Config.BucketURL names the bucket).
 	Location string
 	// Size is the file's size in bytes.
 	Size int64
@@ -219,23 +220,41 @@ func (o *Outbox) liveFiles(t outbox.Table, entries []storeEntry) ([]LiveFile, er
 	return out, nil
 }
 
+// Location returns the URL engines and catalogs reach the root by, the
+// prefix of every LiveFile.Location, without a trailing "/": on a
+// directory root "file://" and its absolute path; on a bucket root the
+// bucket's URL without its query, with its prefix ("gs://bucket/prefix");
+// for Config.Bucket, Config.BucketURL so written, and an error naming
+// that option when it is empty. Root, by contrast, is the root as given
+// (empty for Config.Bucket).
+func (o *Outbox) Location() (string, error) {
+	switch s := o.store.(type) {
+	case localStore:
+		abs, err := filepath.Abs(s.root)
+		if err != nil {
+			return "", fmt.Errorf("outbox: the absolute path of %s: %w", s.root, err)
+		}
+		return "file://" + strings.TrimSuffix(filepath.ToSlash(abs), "/"), nil
+	case *blobStore:
+		if s.url == anonymousBucket {
+			return "", errors.New("outbox: the root's location: Config.BucketURL is empty; set it to the URL engines read Config.Bucket by (gs://bucket/prefix)")
+		}
+		return s.url, nil
+	}
+	return "", fmt.Errorf("outbox: the root's location: unknown storage %T", o.store)
+}
+
 // tableLocation is the absolute location of table t's directory, ending
 // in "/" (see LiveFile.Location).
 func (o *Outbox) tableLocation(t outbox.Table) (string, error) {
-	switch s := o.store.(type) {
-	case localStore:
-		abs, err := filepath.Abs(s.dir(t))
-		if err != nil {
-			return "", fmt.Errorf("outbox: the absolute path of %s: %w", s.dir(t), err)
-		}
-		return "file://" + filepath.ToSlash(abs) + "/", nil
-	case *blobStore:
-		if s.url == anonymousBucket {
-			return "", fmt.Errorf("outbox: the location of %s's files: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)", t)
-		}
-		return s.url + "/" + string(t) + "/", nil
+	if s, ok := o.store.(*blobStore); ok && s.url == anonymousBucket {
+		return "", fmt.Errorf("outbox: the location of %s's files: Config.BucketURL is empty; set it to the URL engines read Config.Bucket by (gs://bucket/prefix)", t)
 	}
-	return "", fmt.Errorf("outbox: the location of %s's files: unknown storage %T", t, o.store)
+	root, err := o.Location()
+	if err != nil {
+		return "", err
+	}
+	return root + "/" + string(t) + "/", nil
 }
 
 // fileVersion is a listed file's size and modification time.
@@ -310,4 +329,16 @@ func (fs *fileSet) currentCommits() *commitView {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return fs.commits
+}
+
+// Bucket is the bucket a bucket root's files are in (with the root's
+// prefix, as the outbox reads and writes it), nil for a directory root.
+// Tools that write beside the tables, such as the Iceberg publisher's
+// metadata under _iceberg/, use it to reach the same storage the same
+// way. The outbox owns it: do not close it.
+func (o *Outbox) Bucket() *blob.Bucket {
+	if s, ok := o.store.(*blobStore); ok {
+		return s.bucket
+	}
+	return nil
 }

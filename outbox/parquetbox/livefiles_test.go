@@ -201,7 +201,7 @@ func TestLiveFilesAreWhatTheReadersRead(t *testing.T) {
 			reached, release := make(chan struct{}), make(chan struct{})
 			aDone := make(chan error, 1)
 			go func() {
-				aDone <- a.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true,
+				aDone <- a.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true,
 					BeforeCommit: func(context.Context) { close(reached); <-release }})
 			}()
 			<-reached
@@ -215,7 +215,7 @@ func TestLiveFilesAreWhatTheReadersRead(t *testing.T) {
 			r.b.clock.Advance(11 * time.Minute)
 			bc := r.open(t, "")
 			var outs []string
-			err = bc.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true,
+			err = bc.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true,
 				Trace: &CompactTrace{Unit: func(_ outbox.Table, u UnitCompaction) { outs = append(outs, u.Outputs...) }}})
 			require.NoError(t, err)
 			require.Len(t, outs, 1)
@@ -249,20 +249,20 @@ func TestLiveFilesAreWhatTheReadersRead(t *testing.T) {
 // A bucket opened by the caller needs its URL for absolute locations.
 func TestLiveFilesOfAnUnnamedBucketNameTheOption(t *testing.T) {
 	t.Parallel()
-	o, err := Open(context.Background(), Options{Bucket: memblob.OpenBucket(nil), ReadOnly: true})
+	o, err := Open(context.Background(), Config{Bucket: memblob.OpenBucket(nil), ReadOnly: true})
 	require.NoError(t, err)
 	defer o.Close()
 	_, err = o.LiveFiles(context.Background(), outbox.TableDispatch)
-	require.EqualError(t, err, "outbox: the location of dispatch_outbox's files: Options.BucketURL is empty; set it to the URL engines read Options.Bucket by (gs://bucket/prefix)")
+	require.EqualError(t, err, "outbox: the location of dispatch_outbox's files: Config.BucketURL is empty; set it to the URL engines read Config.Bucket by (gs://bucket/prefix)")
 	_, err = o.LiveFiles(context.Background(), outbox.Table("orders"))
 	require.ErrorContains(t, err, "orders")
 
 	for _, tc := range []struct {
-		opts Options
+		opts Config
 		want string
 	}{
-		{Options{Root: t.TempDir(), BucketURL: "gs://b/p", ReadOnly: true}, `outbox: Options.BucketURL "gs://b/p" without Options.Bucket; it names an opened bucket (Root names its own)`},
-		{Options{Bucket: memblob.OpenBucket(nil), BucketURL: "b/p", ReadOnly: true}, `outbox: Options.BucketURL "b/p" is not a URL; want scheme://bucket/prefix, for example gs://bucket/prefix`},
+		{Config{Root: t.TempDir(), BucketURL: "gs://b/p", ReadOnly: true}, `outbox: Config.BucketURL "gs://b/p" without Config.Bucket; it names an opened bucket (Root names its own)`},
+		{Config{Bucket: memblob.OpenBucket(nil), BucketURL: "b/p", ReadOnly: true}, `outbox: Config.BucketURL "b/p" is not a URL; want scheme://bucket/prefix, for example gs://bucket/prefix`},
 	} {
 		_, err := Open(context.Background(), tc.opts)
 		require.EqualError(t, err, tc.want)
@@ -319,4 +319,35 @@ func TestRemoveReplacedRefuses(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.name)
 	}
 	require.Equal(t, []string{conv(0), pending}, stored(t, c))
+}
+
+// Time budget: under a second. Location is the prefix of every
+// LiveFile.Location, whatever the root was given as; Root is the root as
+// given, empty for an opened bucket.
+func TestLocationOfEachKindOfRoot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		opts Config
+		want string
+	}{
+		{"directory", Config{Root: dir, ReadOnly: true}, "file://" + filepath.ToSlash(dir)},
+		{"directory with a trailing slash", Config{Root: dir + "/", ReadOnly: true}, "file://" + filepath.ToSlash(dir)},
+		{"bucket URL with a prefix", Config{Root: "mem://?prefix=prod/", ReadOnly: true}, "mem://prod"},
+		{"opened bucket", Config{Bucket: memblob.OpenBucket(nil), BucketURL: "gs://lake/prod/", ReadOnly: true}, "gs://lake/prod"},
+	} {
+		o, err := Open(context.Background(), tc.opts)
+		require.NoError(t, err, tc.name)
+		got, err := o.Location()
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+		require.NoError(t, o.Close())
+	}
+	o, err := Open(context.Background(), Config{Bucket: memblob.OpenBucket(nil), ReadOnly: true})
+	require.NoError(t, err)
+	defer o.Close()
+	require.Empty(t, o.Root())
+	_, err = o.Location()
+	require.EqualError(t, err, "outbox: the root's location: Config.BucketURL is empty; set it to the URL engines read Config.Bucket by (gs://bucket/prefix)")
 }

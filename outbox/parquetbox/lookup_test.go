@@ -189,7 +189,7 @@ func TestPendingLargeOutbox(t *testing.T) {
 	if root == "" {
 		t.Skip("set CTDISPATCH_PENDING_ROOT to an outbox directory")
 	}
-	o, err := Open(context.Background(), Options{Root: root, ReadOnly: true})
+	o, err := Open(context.Background(), Config{Root: root, ReadOnly: true})
 	require.NoError(t, err)
 	defer o.Close()
 	start := time.Now()

@@ -21,7 +21,7 @@ import (
 // manifestDays writes 20 IDs a day on three days (runs r0, r1, r2, so
 // each day's file covers its own range of IDs) and compacts them; it
 // returns the manifest's path.
-func manifestDays(t *testing.T, b *testBundle, opts Options) string {
+func manifestDays(t *testing.T, b *testBundle, opts Config) string {
 	t.Helper()
 	ctx := context.Background()
 	o, err := Open(ctx, opts)
@@ -34,7 +34,7 @@ func manifestDays(t *testing.T, b *testBundle, opts Options) string {
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(24 * time.Hour)
 	}
-	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	m := st.Tables[0].Manifest
 	require.Equal(t, ManifestWritten, m.Action)
@@ -44,7 +44,7 @@ func manifestDays(t *testing.T, b *testBundle, opts Options) string {
 }
 
 // readOnly opens the outbox as a query does: a new process, nothing open.
-func readOnly(t *testing.T, b *testBundle, opts Options) *Outbox {
+func readOnly(t *testing.T, b *testBundle, opts Config) *Outbox {
 	t.Helper()
 	opts.ReadOnly, opts.ProcessorUUID = true, [16]byte{}
 	o, err := Open(context.Background(), opts)
@@ -136,7 +136,7 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 	// Another compaction replaces the day files those went into; the
 	// manifest put back is the first one, which names files now gone and
 	// misses their replacements.
-	st, err := w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := w.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.WriteFile(path, first, 0o600))
@@ -148,13 +148,13 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 
 	// The next compaction, with every partition untouched, sees the
 	// manifest is stale and writes it again.
-	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = w.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	for _, p := range st.Tables[0].Partitions {
 		require.Equal(t, UnitUntouched, p.Action)
 	}
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
-	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = w.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, ManifestCurrent, st.Tables[0].Manifest.Action)
 	require.NoError(t, os.Remove(path))
@@ -164,7 +164,7 @@ func TestStaleManifestNeverHidesARecord(t *testing.T) {
 		require.NoError(t, os.WriteFile(f, []byte("CTDMANI1"), 0o600))
 		require.NoError(t, os.Chtimes(f, b.clock.Now().Add(-age), b.clock.Now().Add(-age)))
 	}
-	st, err = w.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = w.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action, "a missing manifest is written again")
 	require.NoFileExists(t, old)
@@ -326,7 +326,7 @@ func TestManifestOfLargeOutbox(t *testing.T) {
 		t.Skip("set CTDISPATCH_MANIFEST_ROOT to an outbox directory")
 	}
 	ctx := context.Background()
-	o, err := Open(ctx, Options{Root: root, ReadOnly: true})
+	o, err := Open(ctx, Config{Root: root, ReadOnly: true})
 	require.NoError(t, err)
 	defer o.Close()
 	c := &compaction{o: o, t: outbox.TableDispatch}
@@ -356,7 +356,7 @@ func TestManifestBoundsOfLongIDs(t *testing.T) {
 		require.NoError(t, outbox.AppendAndWait(ctx, o, rec))
 	}
 	require.NoError(t, o.Flush(ctx))
-	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, ManifestWritten, st.Tables[0].Manifest.Action)
 	require.NoError(t, o.Close())

@@ -39,17 +39,17 @@ func (d Durability) String() string {
 	return fmt.Sprintf("Durability(%d)", int(d))
 }
 
-// DefaultPublishInterval is Options.PublishInterval's default: a running
+// DefaultPublishInterval is Config.PublishInterval's default: a running
 // dispatcher's records are in Parquet within 30 seconds.
 const DefaultPublishInterval = 30 * time.Second
 
-// MinPublishInterval is the shortest Options.PublishInterval: each
+// MinPublishInterval is the shortest Config.PublishInterval: each
 // publication writes a file per partition, so shorter would only multiply
 // small files.
 const MinPublishInterval = time.Second
 
-// Options configures Open.
-type Options struct {
+// Config configures Open.
+type Config struct {
 	// Root is where the tables live: a local directory (created 0700 if
 	// missing), or a bucket URL: mem://, and gs://bucket/prefix or
 	// s3://bucket?region=eu-west-1 once package outbox/cloudblob is
@@ -142,7 +142,7 @@ type Options struct {
 }
 
 // WithDefaults returns a copy of o with every unset field at its default.
-func (o Options) WithDefaults() Options {
+func (o Config) WithDefaults() Config {
 	if o.ProcessorUUID == uuid.Nil {
 		o.ProcessorUUID = uuid.New()
 	}
@@ -184,43 +184,56 @@ func (o Options) WithDefaults() Options {
 
 func isURL(s string) bool { return strings.Contains(s, "://") }
 
-func (o Options) rootName() string {
+func (o Config) rootName() string {
 	if o.Bucket != nil {
-		return "Options.Bucket"
+		return "Config.Bucket"
 	}
 	return o.Root
 }
 
-func (o Options) validate() error {
+func (o Config) validate() error {
 	switch {
 	case o.Root == "" && o.Bucket == nil:
-		return errors.New("outbox: Options.Root is empty")
+		return errors.New("outbox: Config.Root is empty")
 	case o.BucketURL != "" && o.Bucket == nil:
-		return fmt.Errorf("outbox: Options.BucketURL %q without Options.Bucket; it names an opened bucket (Root names its own)", o.BucketURL)
+		return fmt.Errorf("outbox: Config.BucketURL %q without Config.Bucket; it names an opened bucket (Root names its own)", o.BucketURL)
 	case o.BucketURL != "" && !isURL(o.BucketURL):
-		return fmt.Errorf("outbox: Options.BucketURL %q is not a URL; want scheme://bucket/prefix, for example gs://bucket/prefix", o.BucketURL)
+		return fmt.Errorf("outbox: Config.BucketURL %q is not a URL; want scheme://bucket/prefix, for example gs://bucket/prefix", o.BucketURL)
 	case (o.Bucket != nil || isURL(o.Root)) && o.LogDir == "" && !o.ReadOnly:
-		return fmt.Errorf("outbox: Options.LogDir is empty; a bucket root (%s) needs a local directory for the log", o.rootName())
+		return fmt.Errorf("outbox: Config.LogDir is empty; a bucket root (%s) needs a local directory for the log", o.rootName())
 	case o.Durability != Durable && o.Durability != Interval:
-		return fmt.Errorf("outbox: Options.Durability %d unknown; allowed: Durable, Interval", int(o.Durability))
+		return fmt.Errorf("outbox: Config.Durability %d unknown; allowed: Durable, Interval", int(o.Durability))
 	case o.FlushInterval < 0:
-		return fmt.Errorf("outbox: Options.FlushInterval %s is negative", o.FlushInterval)
+		return fmt.Errorf("outbox: Config.FlushInterval %s is negative", o.FlushInterval)
 	case o.SegmentMaxBytes < 0:
-		return fmt.Errorf("outbox: Options.SegmentMaxBytes %d is negative", o.SegmentMaxBytes)
+		return fmt.Errorf("outbox: Config.SegmentMaxBytes %d is negative", o.SegmentMaxBytes)
 	case o.PublishInterval < 0:
-		return fmt.Errorf("outbox: Options.PublishInterval %s is negative", o.PublishInterval)
+		return fmt.Errorf("outbox: Config.PublishInterval %s is negative", o.PublishInterval)
 	case o.PublishInterval != 0 && o.PublishInterval < MinPublishInterval:
-		return fmt.Errorf("outbox: Options.PublishInterval %s is below the minimum %s", o.PublishInterval, MinPublishInterval)
+		return fmt.Errorf("outbox: Config.PublishInterval %s is below the minimum %s", o.PublishInterval, MinPublishInterval)
 	case o.Buckets < 0 || o.Buckets > maxBuckets:
-		return fmt.Errorf("outbox: Options.Buckets %d out of range; allowed: 1 to %d (0 for the default, 8)", o.Buckets, maxBuckets)
+		return fmt.Errorf("outbox: Config.Buckets %d out of range; allowed: 1 to %d (0 for the default, 8)", o.Buckets, maxBuckets)
 	case o.IndexLimit < 0:
-		return fmt.Errorf("outbox: Options.IndexLimit %d is negative", o.IndexLimit)
+		return fmt.Errorf("outbox: Config.IndexLimit %d is negative", o.IndexLimit)
 	case o.IndexBytes < 0:
-		return fmt.Errorf("outbox: Options.IndexBytes %d is negative", o.IndexBytes)
+		return fmt.Errorf("outbox: Config.IndexBytes %d is negative", o.IndexBytes)
 	case o.MaxOpenFiles < 0:
-		return fmt.Errorf("outbox: Options.MaxOpenFiles %d is negative", o.MaxOpenFiles)
+		return fmt.Errorf("outbox: Config.MaxOpenFiles %d is negative", o.MaxOpenFiles)
 	case o.FileCacheBytes < 0:
-		return fmt.Errorf("outbox: Options.FileCacheBytes %d is negative", o.FileCacheBytes)
+		return fmt.Errorf("outbox: Config.FileCacheBytes %d is negative", o.FileCacheBytes)
 	}
 	return nil
 }
+
+// Options is the name Config had before settings were called Config in
+// every package.
+//
+// Deprecated: use Config. Options stays for one minor version.
+type Options = Config
+
+// CompactOptions is the name CompactConfig had before settings were
+// called Config in every package.
+//
+// Deprecated: use CompactConfig. CompactOptions stays for one minor
+// version.
+type CompactOptions = CompactConfig

@@ -11,7 +11,7 @@ import (
 // without setting them; BENCHMARKS.md measures its RSS with these.
 func TestOptionsDefaultBudgets(t *testing.T) {
 	t.Parallel()
-	o := Options{}.WithDefaults()
+	o := Config{}.WithDefaults()
 	require.Equal(t, int64(32<<20), o.IndexBytes)
 	require.Equal(t, 1_000_000, o.IndexLimit)
 	require.Equal(t, 256, o.MaxOpenFiles)

@@ -23,7 +23,7 @@ type recKey struct {
 
 // Outbox is an open outbox root. Its methods are safe for concurrent use.
 type Outbox struct {
-	opts      Options
+	opts      Config
 	root      string
 	walDir    string
 	processor string
@@ -83,7 +83,7 @@ type Outbox struct {
 // in place: a Parquet file with the table's columns and no rows, so that
 // DuckDB's queries of a table nothing was published to yet return no rows
 // instead of failing.
-func Open(ctx context.Context, opts Options) (*Outbox, error) {
+func Open(ctx context.Context, opts Config) (*Outbox, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

@@ -57,12 +57,12 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{root: t.TempDir(), clock: clockwork.NewFakeClockAt(t0), logs: &syncBuffer{}}
 }
 
-func (b *testBundle) options(proc string) Options {
+func (b *testBundle) options(proc string) Config {
 	var u uuid.UUID
 	if proc != "" {
 		u = uuid.MustParse(proc)
 	}
-	return Options{
+	return Config{
 		Root:            b.root,
 		ProcessorUUID:   u,
 		RefreshInterval: -1, // see other processes' writes at once
@@ -189,7 +189,7 @@ func TestAppendThenReadFromLogAndParquet(t *testing.T) {
 	require.NoError(t, o.Close())
 	require.ErrorIs(t, outbox.AppendAndWait(ctx, o, pending), ErrClosed)
 
-	ro, err := Open(ctx, Options{Root: b.root, ReadOnly: true})
+	ro, err := Open(ctx, Config{Root: b.root, ReadOnly: true})
 	require.NoError(t, err)
 	defer ro.Close()
 	check(ro)
@@ -440,15 +440,15 @@ func TestRecordCodecRoundTrip(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		opts Options
+		opts Config
 		want string
 	}{
-		{Options{}, "outbox: Options.Root is empty"},
-		{Options{Root: "gs://b/p"}, "outbox: Options.LogDir is empty; a bucket root (gs://b/p) needs a local directory for the log"},
-		{Options{Root: "x", Durability: 7}, "outbox: Options.Durability 7 unknown; allowed: Durable, Interval"},
-		{Options{Root: "x", FlushInterval: -1}, "outbox: Options.FlushInterval -1ns is negative"},
-		{Options{Root: "x", PublishInterval: -time.Second}, "outbox: Options.PublishInterval -1s is negative"},
-		{Options{Root: "x", PublishInterval: 500 * time.Millisecond}, "outbox: Options.PublishInterval 500ms is below the minimum 1s"},
+		{Config{}, "outbox: Config.Root is empty"},
+		{Config{Root: "gs://b/p"}, "outbox: Config.LogDir is empty; a bucket root (gs://b/p) needs a local directory for the log"},
+		{Config{Root: "x", Durability: 7}, "outbox: Config.Durability 7 unknown; allowed: Durable, Interval"},
+		{Config{Root: "x", FlushInterval: -1}, "outbox: Config.FlushInterval -1ns is negative"},
+		{Config{Root: "x", PublishInterval: -time.Second}, "outbox: Config.PublishInterval -1s is negative"},
+		{Config{Root: "x", PublishInterval: 500 * time.Millisecond}, "outbox: Config.PublishInterval 500ms is below the minimum 1s"},
 	} {
 		_, err := Open(context.Background(), tc.opts)
 		require.EqualError(t, err, tc.want)

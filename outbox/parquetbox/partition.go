@@ -72,7 +72,7 @@ func outsideLayout(where, reason string, dir bool, cause error) *FileError {
 	return &FileError{Path: where, Reason: reason, Dir: dir, Err: err}
 }
 
-// maxBuckets bounds Options.Buckets: each bucket is a file per converted
+// maxBuckets bounds Config.Buckets: each bucket is a file per converted
 // log segment and day.
 const maxBuckets = 256
 

@@ -77,14 +77,14 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, t0, got.CreatedAt)
 
-	cs, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " compacted in=2 out=3 dropped=0", day2 + " compacted in=1 out=1 dropped=0"}, actions(cs.Tables[0]))
 	compacted := partitionFiles(t, b.root, outbox.TableDispatch)
 	require.Len(t, compacted, 2)
 
 	// Nothing written since: nothing read, nothing rewritten.
-	cs, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err = o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " untouched in=0 out=0 dropped=0", day2 + " untouched in=0 out=0 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, "runs within the tiers' bounds", cs.Tables[0].Partitions[0].Reason)
@@ -93,7 +93,7 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	// One more record on day 2: only day 2 is compacted.
 	require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("r", "e", "1", outbox.StatusCreated)))
 	require.NoError(t, o.Flush(ctx))
-	cs, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err = o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " untouched in=0 out=0 dropped=0", day2 + " compacted in=2 out=2 dropped=0"}, actions(cs.Tables[0]))
 	require.Equal(t, compacted[0], partitionFiles(t, b.root, outbox.TableDispatch)[0], "day 1's file is the same file")
@@ -101,7 +101,7 @@ func TestPartitionsAndIncrementalCompaction(t *testing.T) {
 	// A week later with 3 days' retention: day 1 still holds pending
 	// records (b, c), so only its expired rows go; day 2 goes whole.
 	b.clock.Advance(7 * 24 * time.Hour)
-	cs, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 72 * time.Hour}})
+	cs, err = o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 72 * time.Hour}})
 	require.NoError(t, err)
 	require.Equal(t, []string{day1 + " compacted in=1 out=2 dropped=1", day2 + " dropped in=1 out=0 dropped=2"}, actions(cs.Tables[0]))
 	require.NoDirExists(t, filepath.Join(b.root, string(outbox.TableDispatch), day2))
@@ -175,7 +175,7 @@ func writeManyIDs(t *testing.T, open func(proc string) *Outbox, n int) {
 }
 
 // countRows counts the Parquet rows of the dispatch table and its IDs.
-func countRows(t *testing.T, opts Options) (rows, ids int64) {
+func countRows(t *testing.T, opts Config) (rows, ids int64) {
 	t.Helper()
 	opts.ReadOnly = true
 	o, err := Open(context.Background(), opts)
@@ -196,12 +196,12 @@ const compactChildEnv = "CTDISPATCH_OUTBOX_COMPACT_CHILD"
 func compactChild(dir string) {
 	ctx := context.Background()
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	o, err := Open(ctx, Options{Root: dir, ReadOnly: true})
+	o, err := Open(ctx, Config{Root: dir, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(4)
@@ -242,7 +242,7 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	writeManyIDs(t, func(proc string) *Outbox { return b.open(t, proc) }, 3000)
-	rows, ids := countRows(t, Options{Root: b.root})
+	rows, ids := countRows(t, Config{Root: b.root})
 	require.Equal(t, int64(6000), rows)
 	require.Equal(t, int64(3000), ids)
 
@@ -272,7 +272,7 @@ func TestTwoProcessesCompactingAtOnce(t *testing.T) {
 		require.NoError(t, start.Close())
 	}
 	wg.Wait()
-	rows, ids = countRows(t, Options{Root: b.root})
+	rows, ids = countRows(t, Config{Root: b.root})
 	require.Equal(t, int64(3000), rows, "each ID once")
 	require.Equal(t, int64(3000), ids)
 	var outputs int64
@@ -296,7 +296,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 	b := setup(t)
 	bkt := fakeGCSBucket(t)
 	logDir := t.TempDir()
-	opts := func(proc string) Options {
+	opts := func(proc string) Config {
 		o := b.options(proc)
 		o.Root, o.Bucket, o.LogDir = "", bkt, logDir
 		return o
@@ -320,7 +320,7 @@ func TestTwoCompactionsOnABucketAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+			st, err := c.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 			require.NoError(t, err)
 			results[i] = st
 		}()

@@ -82,7 +82,7 @@ func TestPublicationKeepsFoldedInputsInvisible(t *testing.T) {
 				require.NoError(t, w.Flush(ctx))
 				everything = append(everything, conv(gen-1))
 				var units []UnitCompaction
-				err := c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true,
+				err := c.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true,
 					Trace: &CompactTrace{Unit: func(_ outbox.Table, u UnitCompaction) { units = append(units, u) }}})
 				require.NoError(t, err)
 				require.Len(t, units, 1)
@@ -177,7 +177,7 @@ func TestPublicationHidesTheInputsOfEachMergeOfAStep(t *testing.T) {
 	_, err := c.CreateRootObject(ctx, PublicationKey, nil)
 	require.NoError(t, err)
 	var units []UnitCompaction
-	require.NoError(t, c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch},
+	require.NoError(t, c.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch},
 		Trace: &CompactTrace{Unit: func(_ outbox.Table, u UnitCompaction) { units = append(units, u) }}}))
 	require.Len(t, units, 1)
 	require.Equal(t, 2, units[0].Merges)
@@ -223,7 +223,7 @@ func TestPublicationKeepsAUnitRetentionDropped(t *testing.T) {
 	require.NoError(t, err)
 	r.b.clock.Advance(time.Hour)
 	var units []UnitCompaction
-	require.NoError(t, c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0},
+	require.NoError(t, c.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0},
 		Trace: &CompactTrace{Unit: func(_ outbox.Table, u UnitCompaction) { units = append(units, u) }}}))
 	require.Len(t, units, 1)
 	require.Equal(t, UnitDropped, units[0].Action)
@@ -235,7 +235,7 @@ func TestPublicationKeepsAUnitRetentionDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 	// A compaction finds nothing to read there and changes nothing.
-	require.NoError(t, c.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0}}))
+	require.NoError(t, c.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Retention: Retention{"*": 0}}))
 	require.Equal(t, []string{conv(0), conv(1)}, stored(t, c))
 	require.NoError(t, c.RemoveReplaced(ctx, outbox.TableDispatch, []string{conv(0), conv(1)}))
 	require.Empty(t, stored(t, c))

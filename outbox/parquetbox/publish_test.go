@@ -110,7 +110,7 @@ func TestPublishIntervalBoundsFilesPerPartitionOverADay(t *testing.T) {
 	r, err := Open(ctx, ro)
 	require.NoError(t, err)
 	defer r.Close()
-	st, err := r.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := r.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	folded := 0
 	for _, p := range st.Tables[0].Partitions {

@@ -54,7 +54,7 @@ func TestPublishedRunsAreNeverWrittenOver(t *testing.T) {
 			require.Contains(t, r.b.logs.String(), "a run's file was there already; kept as it is")
 
 			// Folded, removed by the publisher, then the run again.
-			require.NoError(t, o.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true}))
+			require.NoError(t, o.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true}))
 			require.NoError(t, o.RemoveReplaced(ctx, outbox.TableDispatch, []string{name}))
 			live := liveFiles(t, o, outbox.TableDispatch)
 			require.Len(t, live, 1)

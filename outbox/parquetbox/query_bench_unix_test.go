@@ -30,7 +30,7 @@ func BenchmarkQueryOnce(b *testing.B) {
 			q := outbox.Query{Table: outbox.TableDispatch, ID: "dispatch:run25000:task250:1", Summary: summary}
 			cpu0 := cpuTime(b)
 			for b.Loop() {
-				o, err := Open(ctx, Options{Root: root, ReadOnly: true})
+				o, err := Open(ctx, Config{Root: root, ReadOnly: true})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -79,7 +79,7 @@ var _ outbox.FreshReader = (*Outbox)(nil)
 // log (LogDir unset or the Root): processes sharing it read each other's
 // logs, so every kept record is read. Otherwise (a bucket, or a log kept
 // elsewhere) others' records are read once they are published, and unseen
-// is Options.PublishInterval: the longest a record of a process with the
+// is Config.PublishInterval: the longest a record of a process with the
 // same options waits in its log.
 func (o *Outbox) LatestFresh(ctx context.Context, t outbox.Table, id string) (outbox.Record, bool, time.Duration, error) {
 	if err := t.Validate(); err != nil {

@@ -18,7 +18,7 @@ func TestRecordsWalksTheWholeHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	o, err := Open(ctx, Options{Root: dir})
+	o, err := Open(ctx, Config{Root: dir})
 	require.NoError(t, err)
 	for _, key := range []string{"a", "b"} {
 		id, err := naming.NewDispatch("walk", key, naming.Attempt(1))
@@ -43,7 +43,7 @@ func TestRecordsWalksTheWholeHistory(t *testing.T) {
 	require.Empty(t, walk(o, outbox.TableTimers))
 	require.NoError(t, o.Close())
 
-	ro, err := Open(ctx, Options{Root: dir, ReadOnly: true})
+	ro, err := Open(ctx, Config{Root: dir, ReadOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { ro.Close() })
 	require.ElementsMatch(t, want, walk(ro, outbox.TableDispatch), "from the files")

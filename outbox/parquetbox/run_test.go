@@ -17,7 +17,7 @@ import (
 func TestWriteRunWritesAnotherStoresRecordsAsARun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	o, err := Open(t.Context(), Options{Root: b.root, ReadOnly: true, Buckets: 1, Clock: b.clock})
+	o, err := Open(t.Context(), Config{Root: b.root, ReadOnly: true, Buckets: 1, Clock: b.clock})
 	require.NoError(t, err)
 	t.Cleanup(func() { o.Close() })
 	pending := dispatchRec("run", "a", "1", outbox.StatusPending)
@@ -55,7 +55,7 @@ func TestWriteRunWritesAnotherStoresRecordsAsARun(t *testing.T) {
 func TestWriteRunPutsTheSchemaFilesInPlace(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	o, err := Open(t.Context(), Options{Root: root, ReadOnly: true})
+	o, err := Open(t.Context(), Config{Root: root, ReadOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { o.Close() })
 	entries, err := os.ReadDir(root)

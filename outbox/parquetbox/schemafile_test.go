@@ -52,7 +52,7 @@ func TestSchemaFileIsInEveryTableAndCountsAsNothing(t *testing.T) {
 	for _, st := range stats {
 		require.True(t, st.Absent(), "%s: %+v", st.Table, st)
 	}
-	cs, err := o.compact(ctx, CompactOptions{Full: true})
+	cs, err := o.compact(ctx, CompactConfig{Full: true})
 	require.NoError(t, err)
 	for _, tc := range cs.Tables {
 		require.Zero(t, tc.FilesIn, tc.Table)
@@ -80,7 +80,7 @@ func TestDuckDBDocsQueriesOnAFreshOutboxReturnNoRows(t *testing.T) {
 	t.Parallel()
 	root, workerRoot := t.TempDir(), t.TempDir()
 	for _, dir := range []string{root, workerRoot} {
-		o, err := Open(context.Background(), Options{Root: dir})
+		o, err := Open(context.Background(), Config{Root: dir})
 		require.NoError(t, err)
 		require.NoError(t, o.Close())
 	}

@@ -271,8 +271,8 @@ type blobStore struct {
 	owned  bool   // opened from a URL, closed with the outbox
 }
 
-// anonymousBucket names, in messages, a bucket given as Options.Bucket
-// without Options.BucketURL.
+// anonymousBucket names, in messages, a bucket given as Config.Bucket
+// without Config.BucketURL.
 const anonymousBucket = "bucket:"
 
 func openBlobStore(ctx context.Context, url string) (*blobStore, error) {

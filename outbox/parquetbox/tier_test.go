@@ -126,7 +126,7 @@ func aDay(t *testing.T, b *testBundle, o *Outbox, rounds, n int) (written, table
 		}
 		require.NoError(t, o.Flush(ctx))
 		b.clock.Advance(time.Minute)
-		st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+		st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 		require.NoError(t, err)
 		written += st.Tables[0].BytesOut
 		runs = map[string]int{}
@@ -211,7 +211,7 @@ func TestRetentionDropsOnlyInAMergeOfEveryRun(t *testing.T) {
 				require.NoError(t, outbox.AppendAndWait(ctx, o, dispatchRec("ret", fmt.Sprint("a", round), "1", outbox.StatusPending)))
 				require.NoError(t, o.Flush(ctx))
 			}
-			st, err := o.compact(ctx, CompactOptions{})
+			st, err := o.compact(ctx, CompactConfig{})
 			require.NoError(t, err)
 			require.Equal(t, 1, st.Tables[0].Partitions[0].RunsAfter)
 			// Runs 2–5: x created in the first of four more rounds.
@@ -225,7 +225,7 @@ func TestRetentionDropsOnlyInAMergeOfEveryRun(t *testing.T) {
 				require.NoError(t, o.Flush(ctx))
 			}
 			b.clock.Advance(2 * time.Hour)
-			st, err = o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Retention: tc.retention})
+			st, err = o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Retention: tc.retention})
 			require.NoError(t, err)
 			p := st.Tables[0].Partitions[0]
 			require.Equal(t, []any{UnitCompacted, 5, tc.runsAfter, tc.full}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full})
@@ -277,7 +277,7 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("b%dof4-%s-0000000000000000.parquet", k, procA), filepath.Base(f))
 	}
 
-	r, err := Open(ctx, Options{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
+	r, err := Open(ctx, Config{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { r.Close() })
 	for i, id := range []string{dispatchRec("bk", "7", "1", "").ID, dispatchRec("bk", "8", "1", "").ID} {
@@ -299,14 +299,14 @@ func TestBucketsSplitLookupsAndCompactions(t *testing.T) {
 	var wg sync.WaitGroup
 	done := make([]map[string]UnitAction, 2)
 	for i := range done {
-		c, err := Open(ctx, Options{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
+		c, err := Open(ctx, Config{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			done[i] = map[string]UnitAction{}
-			st, err := c.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+			st, err := c.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 			if err == nil {
 				for _, p := range st.Tables[0].Partitions {
 					done[i][p.Bucket] = p.Action
@@ -356,7 +356,7 @@ func TestLookupByIDOpensOneUnitPerDay(t *testing.T) {
 	// opened looks id up in a fresh reader and returns the units whose
 	// files it opened.
 	opened := func(id string) map[unitName]int {
-		r, err := Open(ctx, Options{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
+		r, err := Open(ctx, Config{Root: b.root, ReadOnly: true, Clock: b.clock, RefreshInterval: -1})
 		require.NoError(t, err)
 		defer r.Close()
 		got, err := r.Lookup(ctx, outbox.Query{ID: id})
@@ -417,11 +417,11 @@ func TestPastDayIsFoldedToTheRunBound(t *testing.T) {
 	require.Equal(t, map[string]int{"created_date=2026-03-01/": 4}, runs, "weights 4, 1, 1, 1 within the day")
 
 	b.clock.Advance(24 * time.Hour)
-	st, err := o.compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err := o.compact(context.Background(), CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
 	require.Equal(t, []any{UnitCompacted, 4, 1, true}, []any{p.Action, p.RunsBefore, p.RunsAfter, p.Full}, "bound for 7 rounds: 3")
-	st, err = o.compact(context.Background(), CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}})
+	st, err = o.compact(context.Background(), CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}})
 	require.NoError(t, err)
 	require.Equal(t, UnitUntouched, st.Tables[0].Partitions[0].Action)
 }
@@ -449,7 +449,7 @@ func TestFoldOfManyRunsReadsAtMostMaxFanIn(t *testing.T) {
 		require.NoError(t, o.Flush(ctx))
 	}
 	b.clock.Advance(2 * time.Hour)
-	st, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
+	st, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true, Retention: Retention{"*": time.Hour}})
 	require.NoError(t, err)
 	p := st.Tables[0].Partitions[0]
 	require.Equal(t, []any{UnitCompacted, rounds + 1, 1, 2, true, int64(1), rounds + 1 + 1},

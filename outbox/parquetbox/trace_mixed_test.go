@@ -92,7 +92,7 @@ func TestTraceColumnsInMixedDirectories(t *testing.T) {
 		}
 	}
 	check("before compaction")
-	st, err := o.compact(ctx, CompactOptions{Full: true})
+	st, err := o.compact(ctx, CompactConfig{Full: true})
 	require.NoError(t, err)
 	require.NotEmpty(t, st.Tables)
 	check("after compaction")

@@ -136,7 +136,7 @@ func TestForeignColumnTypes(t *testing.T) {
 	require.Len(t, pending, 1)
 	require.Equal(t, rec.ID, pending[0].ID)
 
-	cs, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	require.Equal(t, want, reported(fileErrors(cs.Tables[0].Skipped)))
 	require.Equal(t, int64(1), cs.Tables[0].RowsOut)
@@ -204,7 +204,7 @@ func TestForeignRowsAreNeverTrusted(t *testing.T) {
 	require.Equal(t, int64(2002), st[0].ForeignRows)
 	require.Equal(t, map[string]int64{"pending": 1}, st[0].ByStatus)
 
-	cs, err := o.compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
+	cs, err := o.compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableDispatch}, Full: true})
 	require.NoError(t, err)
 	tc := cs.Tables[0]
 	require.Equal(t, int64(1), tc.RowsOut)

@@ -126,7 +126,7 @@ func TestBlindWritesReadTheSameAcrossReadsAndCompaction(t *testing.T) {
 			require.NoError(t, a.Flush(ctx))
 			require.NoError(t, bb.Flush(ctx))
 			check("in files")
-			require.NoError(t, a.Compact(ctx, CompactOptions{Tables: []outbox.Table{outbox.TableTimers}, Full: true}))
+			require.NoError(t, a.Compact(ctx, CompactConfig{Tables: []outbox.Table{outbox.TableTimers}, Full: true}))
 			check("compacted")
 			hist, err := a.Lookup(ctx, outbox.Query{ID: rec.ID, History: true})
 			require.NoError(t, err)

@@ -30,7 +30,7 @@ func (req *request) answer(err error) {
 // Append checks r, fills it in (see outbox.Record.Prepare) and hands it
 // to the writer, whose group commit writes it with the records that wait
 // beside it. done, when not nil, is called once r is durable per
-// Options.Durability, or with the error that kept it from the log; it runs
+// Config.Durability, or with the error that kept it from the log; it runs
 // on the writer goroutine after the group commit, so it must return
 // quickly and must not call the outbox. The error returned instead is
 // immediate: the outbox is closed, read-only or unavailable, r is invalid,

@@ -35,7 +35,7 @@ func TestCheckNamesWhatIsMissing(t *testing.T) {
 	db := pgtest.Open(t)
 	ctx := t.Context()
 	schema := fmt.Sprintf("s%d", schemas.Add(1))
-	box, err := pgbox.New(db, pgbox.Options{Schema: schema})
+	box, err := pgbox.New(db, pgbox.Config{Schema: schema})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name, setup, want string
@@ -76,7 +76,7 @@ func TestNewDispatcherChecksTheTables(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	w := newTxWorld(t, clock)
-	opts := pgbox.Options{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}
+	opts := pgbox.Config{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}
 	box, err := pgbox.New(w.db, opts)
 	require.NoError(t, err)
 	cfg := cloudtasks.Config{Project: "p", Location: "l", Queue: "q", EmulatorAddr: w.emu.Addr(), Clock: clock}

@@ -23,7 +23,7 @@ func TestALostClaimIsTakenBack(t *testing.T) {
 	ctx := t.Context()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
 	db := pgtest.Open(t)
-	opts := Options{Schema: "lost", Clock: clock}
+	opts := Config{Schema: "lost", Clock: clock}
 	o, err := New(db, opts)
 	require.NoError(t, err)
 	other, err := New(db, opts)

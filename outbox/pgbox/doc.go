@@ -6,12 +6,12 @@
 //
 //	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
 //	…
-//	box, err := pgbox.New(db, pgbox.Options{})
+//	box, err := pgbox.New(db, pgbox.Config{})
 //	…
 //	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{…})
 //	…
 //	d.Close(ctx)
-//	box.Close() // stops the exporter, when Options.Export runs one
+//	box.Close() // stops the exporter, when Config.Export runs one
 //
 // Create the tables first, once per database, with Migrate or
 // "ctdispatch migrate --outbox postgres://…"; both are idempotent and safe
@@ -32,9 +32,9 @@
 // # Tables
 //
 // Three tables (and the intents table, below), named
-// Options.TablePrefix followed by the outbox table's own name
+// Config.TablePrefix followed by the outbox table's own name
 // (ctdispatch_dispatch_outbox, ctdispatch_timers, ctdispatch_deliveries)
-// in Options.Schema, hold one row per record: the
+// in Config.Schema, hold one row per record: the
 // columns of outbox.Record under their Parquet names, the record's
 // version, and a claim (dispatch_outbox and timers) for Recover. A row is
 // never updated except for its claim, so a table is the history of every
@@ -108,7 +108,7 @@
 //
 // # Intents: dispatching inside the caller's transaction
 //
-// A fourth table (Options.TablePrefix + "intents") holds, per ID, the
+// A fourth table (Config.TablePrefix + "intents") holds, per ID, the
 // encoded CreateTask request that a dispatcher's DispatchTx or
 // ScheduleTimerTx wrote inside the caller's transaction (SQLTx, or
 // pgxtx.Tx for pgx), beside the ID's pending record: both commit with the
@@ -130,11 +130,11 @@
 // create the task at the commit instead of at their next poll: a
 // transaction that rolls back notifies nobody. PostgreSQL commits the
 // transactions that notified one at a time, each with its own WAL flush,
-// so an outbox notifies at most once per Options.NotifyGap (10ms); the
+// so an outbox notifies at most once per Config.NotifyGap (10ms); the
 // relay that a notification woke looks again one gap later for the
 // transactions that sent none. ReleaseIntents notifies too, and
 // NotifyOutcomes tells listening WaitOutcome calls that a relay recorded
-// outcomes. Options.NoNotify turns them off.
+// outcomes. Config.NoNotify turns them off.
 //
 // # Recovery, claims and retention
 //
@@ -159,9 +159,9 @@
 // analysts query this store's history with the same DuckDB or BigQuery
 // queries as a Parquet outbox's, and "ctdispatch compact", "stats" and
 // the manifests work on the exported tree. It writes through an
-// outbox.RunWriter that the program opens (ExportOptions.Open: a
+// outbox.RunWriter that the program opens (ExportConfig.Open: a
 // *parquetbox.Outbox opened read-only), so this package links neither
-// parquet-go nor the bucket drivers. Options.Export runs one inside
+// parquet-go nor the bucket drivers. Config.Export runs one inside
 // every dispatcher's outbox; "ctdispatch export --outbox postgres://… --to
 // DIR" runs one alone. Rows go in numbered batches: a batch is claimed in
 // one short transaction under an advisory lock, which marks up to
@@ -186,7 +186,7 @@
 // tool) is not written and not marked: it is marked refused, stays in the
 // table, keeps its ID from Retain and is never claimed again. Each pass
 // reports such rows (ExportStats.Refused and RefusedSample, a warning to
-// ExportOptions.Logger) and counts them in MetricExportRefused. Refused
+// ExportConfig.Logger) and counts them in MetricExportRefused. Refused
 // lists them with the reason; DeleteRefused deletes them and
 // QuarantineRefused moves them whole into the export_quarantine table;
 // "ctdispatch export refused --outbox postgres://… [--delete |
@@ -194,7 +194,7 @@
 //
 // # Observability
 //
-// One metric goes to ExportOptions.MeterProvider (OpenTelemetry; no-op by
+// One metric goes to ExportConfig.MeterProvider (OpenTelemetry; no-op by
 // default):
 //
 //	ctdispatch.export.refused_rows  counter  table

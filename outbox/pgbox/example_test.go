@@ -42,7 +42,7 @@ func ExampleSQLTx() {
 		log.Fatal(err)
 	}
 
-	box, err := pgbox.New(db, pgbox.Options{})
+	box, err := pgbox.New(db, pgbox.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func ExampleExporter() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	box, err := pgbox.New(db, pgbox.Options{})
+	box, err := pgbox.New(db, pgbox.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -124,9 +124,9 @@ func ExampleExporter() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(root)
-	e, err := pgbox.NewExporter(box, pgbox.ExportOptions{Root: root,
+	e, err := pgbox.NewExporter(box, pgbox.ExportConfig{Root: root,
 		Open: func(ctx context.Context, root string) (outbox.RunWriter, error) {
-			files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+			files, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 			if err != nil {
 				return nil, err
 			}
@@ -142,7 +142,7 @@ func ExampleExporter() {
 	}
 	fmt.Println("batches", st.Batches, "rows", st.Rows)
 
-	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true})
+	files, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true})
 	if err != nil {
 		log.Fatal(err)
 	}

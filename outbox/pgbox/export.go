@@ -20,14 +20,14 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-// Defaults of ExportOptions.
+// Defaults of ExportConfig.
 const (
 	// DefaultExportInterval is how often an exporter looks for changes:
 	// a committed change is in Parquet within this long (one and a half
 	// times this with several exporters, which space their batches), plus
 	// the time a batch takes to write: inside a minute.
 	DefaultExportInterval = 30 * time.Second
-	// MinExportInterval is the shortest ExportOptions.Interval: every batch
+	// MinExportInterval is the shortest ExportConfig.Interval: every batch
 	// writes a file per table, day and bucket it touches, so shorter would
 	// only multiply small files.
 	MinExportInterval = time.Second
@@ -39,10 +39,10 @@ const (
 	DefaultExportLease = 2 * time.Minute
 )
 
-// ExportOptions configures an Exporter (and Options.Export, which runs one
+// ExportConfig configures an Exporter (and Config.Export, which runs one
 // inside the outbox). The zero value exports nothing: Root and Open are
 // required.
-type ExportOptions struct {
+type ExportConfig struct {
 	// Root is where the Parquet tables go: a local directory or a bucket
 	// URL, as Open takes it. The exporter hands it to Open and names it in
 	// its logs and errors.
@@ -79,14 +79,14 @@ type ExportOptions struct {
 	MeterProvider metric.MeterProvider
 }
 
-// set reports whether any option is given (Options.Export runs an
+// set reports whether any option is given (Config.Export runs an
 // exporter only then).
-func (e ExportOptions) set() bool {
+func (e ExportConfig) set() bool {
 	return e.Root != "" || e.Open != nil || e.Interval != 0 || e.BatchRows != 0 || e.Lease != 0 ||
 		e.Logger != nil || e.MeterProvider != nil
 }
 
-func (e ExportOptions) withDefaults() ExportOptions {
+func (e ExportConfig) withDefaults() ExportConfig {
 	if e.Interval == 0 {
 		e.Interval = DefaultExportInterval
 	}
@@ -105,7 +105,7 @@ func (e ExportOptions) withDefaults() ExportOptions {
 	return e
 }
 
-func (e ExportOptions) validate(field string) error {
+func (e ExportConfig) validate(field string) error {
 	switch {
 	case e.Root == "":
 		return &ConfigError{Field: field + ".Root", Value: `""`, Rule: "is required: a directory or a bucket URL for the Parquet tables"}
@@ -128,7 +128,7 @@ type exportTables struct {
 	bare    string // the batches table's own name, for its index
 }
 
-func exportTablesOf(o Options) exportTables {
+func exportTablesOf(o Config) exportTables {
 	q := func(name string) string { return `"` + o.Schema + `"."` + o.TablePrefix + name + `"` }
 	return exportTables{source: q("export"), batches: q("export_batches"), bare: o.TablePrefix + "export_batches"}
 }
@@ -172,7 +172,7 @@ func (o *Outbox) exportDDL() []string {
 // far as the export goes: no exporter was ever started on the database, or
 // every row of the ID is in a batch whose files are written (a refused
 // row, in no batch, keeps its ID).
-func exportedCondition(o Options, tb *table, l string) string {
+func exportedCondition(o Config, tb *table, l string) string {
 	et := exportTablesOf(o)
 	return `(NOT EXISTS (SELECT 1 FROM ` + et.source + `) OR NOT EXISTS (
 			SELECT 1 FROM ` + tb.name + ` u LEFT JOIN ` + et.batches + ` b ON b.batch = u.export_batch
@@ -213,12 +213,12 @@ const exportLock = 73_041_192
 // the files are written and is marked refused: it stays in the database,
 // in no batch, so Retain keeps its ID and no later batch takes it again.
 // Each batch that refuses rows is reported: in ExportStats (counts and a
-// few rows with the reason), in a warning to ExportOptions.Logger, and
+// few rows with the reason), in a warning to ExportConfig.Logger, and
 // in the counter MetricExportRefused. Outbox.Refused lists them all;
 // Outbox.DeleteRefused and QuarantineRefused remove them on purpose.
 type Exporter struct {
 	o    *Outbox
-	opts ExportOptions
+	opts ExportConfig
 	id   string // claims batches
 	et   exportTables
 	lock string // the tables' hash, the advisory lock's second key
@@ -238,12 +238,12 @@ type Exporter struct {
 // NewExporter returns an exporter of o's tables to opts.Root. It does no
 // I/O: the first pass registers the export in the database (from then on
 // Retain keeps unexported rows) and opens Root with opts.Open.
-func NewExporter(o *Outbox, opts ExportOptions) (*Exporter, error) {
+func NewExporter(o *Outbox, opts ExportConfig) (*Exporter, error) {
 	if o == nil {
 		return nil, &ConfigError{Field: "o", Value: "nil", Rule: "is required"}
 	}
 	opts = opts.withDefaults()
-	if err := opts.validate("ExportOptions"); err != nil {
+	if err := opts.validate("ExportConfig"); err != nil {
 		return nil, err
 	}
 	refused, err := opts.MeterProvider.Meter(meterName).Int64Counter(MetricExportRefused,
@@ -327,7 +327,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 	}
 }
 
-// Close closes the Parquet tables that ExportOptions.Open opened, if it
+// Close closes the Parquet tables that ExportConfig.Open opened, if it
 // was called. The exporter is not used after.
 func (e *Exporter) Close() error {
 	e.mu.Lock()
@@ -395,7 +395,7 @@ func (e *Exporter) prepare(ctx context.Context) (outbox.RunWriter, error) {
 	}
 	files, err := e.opts.Open(ctx, e.opts.Root)
 	if err == nil && files == nil {
-		err = errors.New("ExportOptions.Open returned no tables and no error")
+		err = errors.New("ExportConfig.Open returned no tables and no error")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgbox: export: open %s: %w", e.opts.Root, err)

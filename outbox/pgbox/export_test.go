@@ -48,7 +48,7 @@ func appendStates(t *testing.T, o outbox.Outbox, run, task string, statuses ...o
 // (every row of every file) and the whole history of run there.
 func exportedTree(t *testing.T, root, run string) (rows [3]int64, history []outbox.Record) {
 	t.Helper()
-	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1})
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: root, ReadOnly: true, RefreshInterval: -1})
 	require.NoError(t, err)
 	defer pq.Close()
 	st, err := pq.Stats(t.Context())
@@ -79,14 +79,14 @@ func files(t *testing.T, root string) []string {
 	return out
 }
 
-// parquetTables is the tests' ExportOptions.Open: the Parquet tables at
+// parquetTables is the tests' ExportConfig.Open: the Parquet tables at
 // root, one bucket per day so that a batch writes one file per table and
 // day.
 func parquetTables(ctx context.Context, root string) (outbox.RunWriter, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
-	files, err := parquetbox.Open(ctx, parquetbox.Options{Root: root, ReadOnly: true, Buckets: 1})
+	files, err := parquetbox.Open(ctx, parquetbox.Config{Root: root, ReadOnly: true, Buckets: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func parquetTables(ctx context.Context, root string) (outbox.RunWriter, error) {
 // newExporter returns an exporter of o to root.
 func newExporter(t *testing.T, o *pgbox.Outbox, root string) *pgbox.Exporter {
 	t.Helper()
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables})
+	e, err := pgbox.NewExporter(o, pgbox.ExportConfig{Root: root, Open: parquetTables})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	return e
@@ -177,7 +177,7 @@ func TestExportTakesATransactionThatCommitsAfterALaterOne(t *testing.T) {
 	tx, err := db.BeginTx(t.Context(), nil)
 	require.NoError(t, err)
 	defer tx.Rollback()
-	_, err = tx.ExecContext(t.Context(), `INSERT INTO `+pgbox.TableNames(pgbox.Options{Schema: "held"})[0]+` (dispatch_id, version, cloud_task_id, queue, run_id, task_key,
+	_, err = tx.ExecContext(t.Context(), `INSERT INTO `+pgbox.TableNames(pgbox.Config{Schema: "held"})[0]+` (dispatch_id, version, cloud_task_id, queue, run_id, task_key,
 		attempt, kind, status, error_code, create_calls, payload_sha256, processor_uuid, created_at, updated_at)
 		VALUES ($1, 1, $2, $3, 'held', 'early', '1', 'dispatch', 'pending', '', 0, '', $4, $5, $5)`,
 		"dispatch:held:early:1", mustCloudTaskID(t, "dispatch:held:early:1"), testQueue, writer.ProcessorUUID(), clock.Now())
@@ -211,7 +211,7 @@ func mustCloudTaskID(t *testing.T, id string) string {
 // openSchema returns a migrated outbox in schema of db.
 func openSchema(t *testing.T, db *sql.DB, schema string, clock clockwork.Clock) *pgbox.Outbox {
 	t.Helper()
-	o, err := pgbox.New(db, pgbox.Options{Schema: schema, Clock: clock})
+	o, err := pgbox.New(db, pgbox.Config{Schema: schema, Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, o.Migrate(t.Context()))
 	return o
@@ -231,7 +231,7 @@ func TestTwoExportersRacingExportEveryRowOnce(t *testing.T) {
 		db, err := sql.Open("pgx", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		boxes[i], err = pgbox.New(db, pgbox.Options{Schema: "racing", Clock: clock})
+		boxes[i], err = pgbox.New(db, pgbox.Config{Schema: "racing", Clock: clock})
 		require.NoError(t, err)
 		require.NoError(t, boxes[i].Migrate(t.Context()))
 		exporters[i] = newExporter(t, boxes[i], root)
@@ -346,7 +346,7 @@ func TestExportRerunOfAPublishedTreeWritesNothingOver(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	o := openSchema(t, db, "published", clock)
 	root := t.TempDir()
-	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
 	require.NoError(t, err)
 	defer pq.Close()
 	created, err := pq.CreateRootObject(t.Context(), parquetbox.PublicationKey, []byte(`{}`))
@@ -381,7 +381,7 @@ func TestExportRerunOfAPublishedTreeWritesNothingOver(t *testing.T) {
 	require.True(t, os.SameFile(before, after), "the file is the one first written")
 	require.Equal(t, before.ModTime(), after.ModTime())
 
-	require.NoError(t, pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true}))
+	require.NoError(t, pq.Compact(t.Context(), parquetbox.CompactConfig{Full: true}))
 	require.Len(t, files(t, root), 2, "the folded file stays while the tree is published")
 	name := strings.TrimPrefix(written[0], string(outbox.TableDispatch)+"/")
 	require.NoError(t, pq.RemoveReplaced(t.Context(), outbox.TableDispatch, []string{name}))
@@ -401,30 +401,30 @@ func TestExportRerunOfAPublishedTreeWritesNothingOver(t *testing.T) {
 // Bad export options are refused with the field, the value and the rule.
 func TestExportOptionsAreChecked(t *testing.T) {
 	t.Parallel()
-	o, err := pgbox.New(&sql.DB{}, pgbox.Options{})
+	o, err := pgbox.New(&sql.DB{}, pgbox.Config{})
 	require.NoError(t, err)
 	for _, c := range []struct {
-		opts  pgbox.ExportOptions
+		opts  pgbox.ExportConfig
 		field string
 	}{
-		{pgbox.ExportOptions{}, "ExportOptions.Root"},
-		{pgbox.ExportOptions{Root: "x"}, "ExportOptions.Open"},
-		{pgbox.ExportOptions{Root: "x", Open: parquetTables, Interval: time.Millisecond}, "ExportOptions.Interval"},
-		{pgbox.ExportOptions{Root: "x", Open: parquetTables, BatchRows: -1}, "ExportOptions.BatchRows"},
-		{pgbox.ExportOptions{Root: "x", Open: parquetTables, Lease: time.Millisecond}, "ExportOptions.Lease"},
+		{pgbox.ExportConfig{}, "ExportConfig.Root"},
+		{pgbox.ExportConfig{Root: "x"}, "ExportConfig.Open"},
+		{pgbox.ExportConfig{Root: "x", Open: parquetTables, Interval: time.Millisecond}, "ExportConfig.Interval"},
+		{pgbox.ExportConfig{Root: "x", Open: parquetTables, BatchRows: -1}, "ExportConfig.BatchRows"},
+		{pgbox.ExportConfig{Root: "x", Open: parquetTables, Lease: time.Millisecond}, "ExportConfig.Lease"},
 	} {
 		_, err := pgbox.NewExporter(o, c.opts)
 		var ce *pgbox.ConfigError
 		require.ErrorAs(t, err, &ce, c.field)
 		require.Equal(t, c.field, ce.Field)
 	}
-	_, err = pgbox.New(&sql.DB{}, pgbox.Options{Export: pgbox.ExportOptions{Interval: time.Minute}})
+	_, err = pgbox.New(&sql.DB{}, pgbox.Config{Export: pgbox.ExportConfig{Interval: time.Minute}})
 	var ce *pgbox.ConfigError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, "Options.Export.Root", ce.Field)
+	require.Equal(t, "Config.Export.Root", ce.Field)
 }
 
-// The exporter opens its tables through ExportOptions.Open at its first
+// The exporter opens its tables through ExportConfig.Open at its first
 // pass, again at the next pass when that failed (the error names Root),
 // and never again once it has them; Close closes what Open returned.
 func TestExportOpensItsTablesThroughOpen(t *testing.T) {
@@ -433,7 +433,7 @@ func TestExportOpensItsTablesThroughOpen(t *testing.T) {
 	root := t.TempDir()
 	var opened []*closeCounter
 	fail := errors.New("bucket unreachable")
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: func(ctx context.Context, at string) (outbox.RunWriter, error) {
+	e, err := pgbox.NewExporter(o, pgbox.ExportConfig{Root: root, Open: func(ctx context.Context, at string) (outbox.RunWriter, error) {
 		require.Equal(t, root, at)
 		if len(opened) == 0 {
 			opened = append(opened, nil)
@@ -474,7 +474,7 @@ func (c *closeCounter) Close() error {
 	return c.RunWriter.Close()
 }
 
-// Options.Export runs an exporter inside the outbox: its first pass at
+// Config.Export runs an exporter inside the outbox: its first pass at
 // New, then one every Interval; Flush exports what is left, and Close
 // stops it.
 func TestOptionsExportRunsInsideTheOutbox(t *testing.T) {
@@ -483,7 +483,7 @@ func TestOptionsExportRunsInsideTheOutbox(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	openSchema(t, db, "inside", clock)
 	root := t.TempDir()
-	o, err := pgbox.New(db, pgbox.Options{Schema: "inside", Clock: clock, Export: pgbox.ExportOptions{Root: root, Open: parquetTables, Interval: time.Minute}})
+	o, err := pgbox.New(db, pgbox.Config{Schema: "inside", Clock: clock, Export: pgbox.ExportConfig{Root: root, Open: parquetTables, Interval: time.Minute}})
 	require.NoError(t, err)
 	t.Cleanup(func() { o.Close() })
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the first pass is done; Run waits for the interval")
@@ -526,7 +526,7 @@ func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
 		require.Len(t, st.Batches, 1)
 	}
 	require.Len(t, files(t, root), 6)
-	pq, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
+	pq, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: root, ReadOnly: true, RefreshInterval: -1, Clock: clock})
 	require.NoError(t, err)
 	defer pq.Close()
 	before, err := pq.Lookup(t.Context(), outbox.Query{RunID: "fold"})
@@ -541,7 +541,7 @@ func TestExportedFilesAreCompactedLikeOtherRuns(t *testing.T) {
 			actions = append(actions, p.Action)
 		}
 	}}
-	require.NoError(t, pq.Compact(t.Context(), parquetbox.CompactOptions{Full: true, Trace: trace}))
+	require.NoError(t, pq.Compact(t.Context(), parquetbox.CompactConfig{Full: true, Trace: trace}))
 	require.Equal(t, []parquetbox.UnitAction{parquetbox.UnitCompacted}, actions)
 	require.Len(t, files(t, root), 1, "six runs folded into one file")
 	rows, after := exportedTree(t, root, "fold")
@@ -557,7 +557,7 @@ func TestExportWritesFullBatchesUntilOneIsNot(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	o := openIn(t, db, clock)
 	root := t.TempDir()
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables, BatchRows: 3})
+	e, err := pgbox.NewExporter(o, pgbox.ExportConfig{Root: root, Open: parquetTables, BatchRows: 3})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	for i := range 7 {
@@ -583,7 +583,7 @@ func TestRunningExportersShareOneBatchPerInterval(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var running sync.WaitGroup
 	start := func() {
-		e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables, Interval: time.Minute})
+		e, err := pgbox.NewExporter(o, pgbox.ExportConfig{Root: root, Open: parquetTables, Interval: time.Minute})
 		require.NoError(t, err)
 		running.Add(1)
 		go func() {

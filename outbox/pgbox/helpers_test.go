@@ -32,7 +32,7 @@ func openIn(t *testing.T, db *sql.DB, clock clockwork.Clock) *pgbox.Outbox {
 // a new schema of db.
 func openTwice(t *testing.T, db *sql.DB, clock clockwork.Clock) [2]*pgbox.Outbox {
 	t.Helper()
-	opts := pgbox.Options{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}
+	opts := pgbox.Config{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}
 	var boxes [2]*pgbox.Outbox
 	for i := range boxes {
 		o, err := pgbox.New(db, opts)

@@ -36,7 +36,7 @@ func TestImportKeepsAnswers(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	files, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: dir, Clock: clock})
+	files, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: dir, Clock: clock})
 	require.NoError(t, err)
 	d, err := cloudtasks.NewDispatcher(t.Context(), files, cfg)
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestImportKeepsAnswers(t *testing.T) {
 	require.NoError(t, d.Close(t.Context()))
 	require.NoError(t, files.Close())
 
-	src, err := parquetbox.Open(t.Context(), parquetbox.Options{Root: dir, ReadOnly: true, Clock: clock})
+	src, err := parquetbox.Open(t.Context(), parquetbox.Config{Root: dir, ReadOnly: true, Clock: clock})
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close() })
 	box := openIn(t, pgtest.Open(t), clock)

@@ -16,7 +16,7 @@ import (
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
 
-// IntentTable is the name, after Options.TablePrefix, of the table of
+// IntentTable is the name, after Config.TablePrefix, of the table of
 // intents: the CreateTask requests that callers' transactions recorded and
 // that no relay has finished yet.
 const IntentTable = "intents"
@@ -28,7 +28,7 @@ var (
 
 // IntentTableName returns the quoted name (schema.table) of the intents
 // table opts name.
-func IntentTableName(opts Options) string {
+func IntentTableName(opts Config) string {
 	return newIntents(opts.withDefaults()).name
 }
 
@@ -37,15 +37,15 @@ type intents struct {
 	name, bare                        string
 	upsert, claim, drop, release, has string
 	// upsertNotify is upsert that also sends NoticeIntents on channel,
-	// which is "" under Options.NoNotify.
+	// which is "" under Config.NoNotify.
 	upsertNotify, channel string
-	// gap spaces the upserts that notify (Options.NotifyGap); last is
+	// gap spaces the upserts that notify (Config.NotifyGap); last is
 	// when one last did, in Unix nanoseconds.
 	gap  time.Duration
 	last *atomic.Int64
 }
 
-func newIntents(o Options) intents {
+func newIntents(o Config) intents {
 	in := intents{bare: o.TablePrefix + IntentTable, gap: o.NotifyGap, last: new(atomic.Int64)}
 	in.name = `"` + o.Schema + `"."` + in.bare + `"`
 	if !o.NoNotify {
@@ -114,7 +114,7 @@ func (in intents) upsertFor() string {
 // its intents table, schema.table; a name longer than PostgreSQL's 63
 // bytes for a channel is replaced by a hash of it. Schema and prefix are
 // plain identifiers, so the name needs no quoting in a string literal.
-func noticeChannel(o Options) string {
+func noticeChannel(o Config) string {
 	name := o.Schema + "." + o.TablePrefix + IntentTable
 	if len(name) <= 63 {
 		return name
@@ -125,18 +125,18 @@ func noticeChannel(o Options) string {
 
 // NoticeChannel implements outbox.Notices: the channel the outbox's
 // notifications go to, a relay's Listener listens on, and PostgreSQL's
-// LISTEN names (quoted: it holds a dot), or "" under Options.NoNotify.
+// LISTEN names (quoted: it holds a dot), or "" under Config.NoNotify.
 // It is the intents table's schema-qualified name, "public.ctdispatch_intents"
 // by default, or a hash of it when that is longer than 63 bytes.
 func (o *Outbox) NoticeChannel() string { return o.intents.channel }
 
-// NoticeGap implements outbox.Notices: Options.NotifyGap (0 when every
+// NoticeGap implements outbox.Notices: Config.NotifyGap (0 when every
 // transaction notifies).
 func (o *Outbox) NoticeGap() time.Duration { return o.intents.gap }
 
 // NotifyOutcomes implements outbox.Notices: it sends NoticeOutcomes on
 // the outbox's channel, in a statement of its own. Under
-// Options.NoNotify it does nothing.
+// Config.NoNotify it does nothing.
 func (o *Outbox) NotifyOutcomes(ctx context.Context) error {
 	if o.intents.channel == "" {
 		return nil
@@ -430,7 +430,7 @@ func (o *Outbox) DropIntent(ctx context.Context, in outbox.Intent) error {
 
 // ReleaseIntents implements outbox.Intents: in one statement it clears
 // this processor's claims on ins, and, when it cleared any, notifies the
-// listening relays (unless Options.NoNotify).
+// listening relays (unless Config.NoNotify).
 func (o *Outbox) ReleaseIntents(ctx context.Context, ins []outbox.Intent) error {
 	if len(ins) == 0 {
 		return ctx.Err()

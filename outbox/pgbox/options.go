@@ -9,14 +9,14 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	// DefaultSchema is the schema that holds the tables.
 	DefaultSchema = "public"
 	// DefaultTablePrefix starts the name of each table:
 	// ctdispatch_dispatch_outbox, ctdispatch_timers, ctdispatch_deliveries.
 	DefaultTablePrefix = "ctdispatch_"
-	// DefaultNotifyGap is Options.NotifyGap's default.
+	// DefaultNotifyGap is Config.NotifyGap's default.
 	DefaultNotifyGap = 10 * time.Millisecond
 )
 
@@ -24,9 +24,9 @@ const (
 // (prefix, "dispatch_outbox", "_cloud_task_id") fits PostgreSQL's 63 bytes.
 const maxPrefix = 34
 
-// Options names the tables of an Outbox and gives it its clock. The zero
+// Config names the tables of an Outbox and gives it its clock. The zero
 // value is ready to use.
-type Options struct {
+type Config struct {
 	// Schema holds the tables. Defaults to DefaultSchema; Migrate creates
 	// it if needed. A plain lower-case identifier ([a-z_][a-z0-9_]*, at
 	// most 63 bytes).
@@ -47,7 +47,7 @@ type Options struct {
 	// dispatcher's Close calls) writes those left. Run it in every
 	// dispatcher on the database, or in one "ctdispatch export" process:
 	// exporters share the work. Unset, nothing is exported.
-	Export ExportOptions
+	Export ExportConfig
 	// NoNotify keeps the statements that record intents from sending the
 	// notification (PostgreSQL's NOTIFY, see NoticeChannel) that wakes
 	// listening relays. Where no relay listens (none has a
@@ -74,7 +74,7 @@ type Options struct {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
-func (o Options) withDefaults() Options {
+func (o Config) withDefaults() Config {
 	if o.Schema == "" {
 		o.Schema = DefaultSchema
 	}
@@ -93,9 +93,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func (o Options) validate() error {
+func (o Config) validate() error {
 	if o.Export.set() {
-		if err := o.Export.withDefaults().validate("Options.Export"); err != nil {
+		if err := o.Export.withDefaults().validate("Config.Export"); err != nil {
 			return err
 		}
 	}
@@ -104,7 +104,7 @@ func (o Options) validate() error {
 		max      int
 	}{{"Schema", o.Schema, 63}, {"TablePrefix", o.TablePrefix, maxPrefix}} {
 		if !identifier.MatchString(f.v) || len(f.v) > f.max {
-			return &ConfigError{Field: "Options." + f.field, Value: strconv.Quote(f.v),
+			return &ConfigError{Field: "Config." + f.field, Value: strconv.Quote(f.v),
 				Rule: fmt.Sprintf("is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most %d bytes", f.max)}
 		}
 	}
@@ -114,7 +114,7 @@ func (o Options) validate() error {
 // ConfigError names the option or argument that is wrong, its value and
 // the rule.
 type ConfigError struct {
-	// Field is the option, for example "Options.Schema".
+	// Field is the option, for example "Config.Schema".
 	Field string
 	// Value is the offending value as text.
 	Value string
@@ -126,3 +126,16 @@ type ConfigError struct {
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("pgbox: %s %s %s", e.Field, e.Value, e.Rule)
 }
+
+// Options is the name Config had before settings were called Config in
+// every package.
+//
+// Deprecated: use Config. Options stays for one minor version.
+type Options = Config
+
+// ExportOptions is the name ExportConfig had before settings were called
+// Config in every package.
+//
+// Deprecated: use ExportConfig. ExportOptions stays for one minor
+// version.
+type ExportOptions = ExportConfig

@@ -14,12 +14,12 @@ func TestOptionsRefusedNameTheField(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t)
 	for _, tt := range []struct {
-		opts pgbox.Options
+		opts pgbox.Config
 		want string
 	}{
-		{pgbox.Options{Schema: "Jobs"}, `pgbox: Options.Schema "Jobs" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 63 bytes`},
-		{pgbox.Options{TablePrefix: "a-b_"}, `pgbox: Options.TablePrefix "a-b_" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 34 bytes`},
-		{pgbox.Options{TablePrefix: "a_very_long_prefix_for_the_outbox_t"}, `pgbox: Options.TablePrefix "a_very_long_prefix_for_the_outbox_t" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 34 bytes`},
+		{pgbox.Config{Schema: "Jobs"}, `pgbox: Config.Schema "Jobs" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 63 bytes`},
+		{pgbox.Config{TablePrefix: "a-b_"}, `pgbox: Config.TablePrefix "a-b_" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 34 bytes`},
+		{pgbox.Config{TablePrefix: "a_very_long_prefix_for_the_outbox_t"}, `pgbox: Config.TablePrefix "a_very_long_prefix_for_the_outbox_t" is not a plain identifier; allowed: [a-z_][a-z0-9_]*, at most 34 bytes`},
 	} {
 		_, err := pgbox.New(nil, tt.opts)
 		require.EqualError(t, err, "pgbox: db nil is required")
@@ -27,8 +27,8 @@ func TestOptionsRefusedNameTheField(t *testing.T) {
 		require.EqualError(t, err, tt.want)
 	}
 	require.Equal(t, [3]string{`"public"."ctdispatch_dispatch_outbox"`, `"public"."ctdispatch_timers"`, `"public"."ctdispatch_deliveries"`},
-		pgbox.TableNames(pgbox.Options{}))
-	require.Equal(t, `"jobs"."cd_intents"`, pgbox.IntentTableName(pgbox.Options{Schema: "jobs", TablePrefix: "cd_"}))
+		pgbox.TableNames(pgbox.Config{}))
+	require.Equal(t, `"jobs"."cd_intents"`, pgbox.IntentTableName(pgbox.Config{Schema: "jobs", TablePrefix: "cd_"}))
 }
 
 // Migrate twice is a no-op the second time; a store whose tables were not
@@ -36,12 +36,12 @@ func TestOptionsRefusedNameTheField(t *testing.T) {
 func TestMigrateIsIdempotentAndNamedWhenMissing(t *testing.T) {
 	t.Parallel()
 	db := pgtest.Open(t)
-	o, err := pgbox.New(db, pgbox.Options{Schema: "jobs", TablePrefix: "cd_"})
+	o, err := pgbox.New(db, pgbox.Config{Schema: "jobs", TablePrefix: "cd_"})
 	require.NoError(t, err)
 	_, _, err = o.Latest(t.Context(), outbox.TableDispatch, "dispatch:r:t:1")
 	require.EqualError(t, err, `pgbox: "jobs"."cd_dispatch_outbox": the outbox tables do not exist; create them with "ctdispatch migrate --outbox postgres://…" or pgbox.Migrate`)
 	require.NoError(t, o.Migrate(t.Context()))
-	require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Options{Schema: "jobs", TablePrefix: "cd_"}))
+	require.NoError(t, pgbox.Migrate(t.Context(), db, pgbox.Config{Schema: "jobs", TablePrefix: "cd_"}))
 	var names []string
 	rows, err := db.QueryContext(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = 'jobs' ORDER BY tablename`)
 	require.NoError(t, err)

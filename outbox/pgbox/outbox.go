@@ -19,7 +19,7 @@ import (
 // process. Its methods are safe for concurrent use.
 type Outbox struct {
 	db        *sql.DB
-	opts      Options
+	opts      Config
 	clock     clockwork.Clock
 	processor string
 	tables    [3]*table // in the order of outbox.Tables
@@ -30,7 +30,7 @@ type Outbox struct {
 	// answer did not arrive: see ClaimIntents.
 	lostClaims lostClaims
 
-	// export runs Options.Export's exporter until Close.
+	// export runs Config.Export's exporter until Close.
 	export     *Exporter
 	stopExport context.CancelFunc
 	exportDone chan struct{}
@@ -47,7 +47,7 @@ type Outbox struct {
 // one statement, and database/sql keeps only two idle by default, so
 // without db.SetMaxIdleConns a busy dispatcher opens a new server process
 // for most statements.
-func New(db *sql.DB, opts Options) (*Outbox, error) {
+func New(db *sql.DB, opts Config) (*Outbox, error) {
 	if db == nil {
 		return nil, &ConfigError{Field: "db", Value: "nil", Rule: "is required"}
 	}
@@ -76,7 +76,7 @@ func New(db *sql.DB, opts Options) (*Outbox, error) {
 	return o, nil
 }
 
-// Close stops the exporter that Options.Export runs, if any, and waits for
+// Close stops the exporter that Config.Export runs, if any, and waits for
 // its pass under way; it does not close the database. Without an
 // exporter there is nothing to close. Call it after the dispatcher's
 // Close, whose Flush exports what is left.
@@ -180,7 +180,7 @@ func nullTime(r *outbox.Record) sql.NullTime {
 }
 
 // Flush returns at once when the outbox runs no exporter: every record is
-// committed when Append returns. With Options.Export it exports what is
+// committed when Append returns. With Config.Export it exports what is
 // committed and not yet exported, so that a dispatcher's Close leaves its
 // records in the Parquet tables too.
 func (o *Outbox) Flush(ctx context.Context) error {

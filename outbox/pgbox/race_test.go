@@ -31,7 +31,7 @@ func TestConcurrentWritersOneWinnerPerVersion(t *testing.T) {
 		db, err := sql.Open("pgx", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		boxes[i], err = pgbox.New(db, pgbox.Options{Schema: "race", Clock: clock})
+		boxes[i], err = pgbox.New(db, pgbox.Config{Schema: "race", Clock: clock})
 		require.NoError(t, err)
 		require.NoError(t, boxes[i].Migrate(t.Context()), "Migrate is safe from two processes at once")
 	}

@@ -71,7 +71,7 @@ func (o *Outbox) Lookup(ctx context.Context, q outbox.Query) ([]outbox.Record, e
 }
 
 // Pending returns the records of table t whose latest state is pending and
-// was written more than olderThan ago (by Options.Clock), by any
+// was written more than olderThan ago (by Config.Clock), by any
 // processor, oldest first, then by ID.
 func (o *Outbox) Pending(ctx context.Context, t outbox.Table, olderThan time.Duration) ([]outbox.Record, error) {
 	tb, err := o.table(t)

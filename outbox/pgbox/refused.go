@@ -58,7 +58,7 @@ func (r RefusedRow) String() string {
 
 // QuarantineTableName returns the quoted name (schema.table) of the
 // table QuarantineRefused moves refused rows to, for the tables opts name.
-func QuarantineTableName(opts Options) string {
+func QuarantineTableName(opts Config) string {
 	opts = opts.withDefaults()
 	return `"` + opts.Schema + `"."` + opts.TablePrefix + `export_quarantine"`
 }

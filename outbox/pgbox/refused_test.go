@@ -70,7 +70,7 @@ func TestExportReportsForeignRowsAndRetainKeepsThem(t *testing.T) {
 	db := pgtest.Open(t)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	o := openSchema(t, db, "foreign", clock)
-	names := pgbox.TableNames(pgbox.Options{Schema: "foreign"})
+	names := pgbox.TableNames(pgbox.Config{Schema: "foreign"})
 	for i := range 10 {
 		insertForged(t, db, names[0], "dispatch_id", fmt.Sprintf("dispatch:exp:f%d:1", i), clock.Now())
 	}
@@ -84,7 +84,7 @@ func TestExportReportsForeignRowsAndRetainKeepsThem(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	var log bytes.Buffer
 	root := t.TempDir()
-	e, err := pgbox.NewExporter(o, pgbox.ExportOptions{Root: root, Open: parquetTables,
+	e, err := pgbox.NewExporter(o, pgbox.ExportConfig{Root: root, Open: parquetTables,
 		Logger: slog.New(slog.NewTextHandler(&log, nil)), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
@@ -137,8 +137,8 @@ func TestRefusedRowsAreListedThenQuarantinedOrDeleted(t *testing.T) {
 	db := pgtest.Open(t)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	o := openSchema(t, db, "operator", clock)
-	names := pgbox.TableNames(pgbox.Options{Schema: "operator"})
-	quarantine := pgbox.QuarantineTableName(pgbox.Options{Schema: "operator"})
+	names := pgbox.TableNames(pgbox.Config{Schema: "operator"})
+	quarantine := pgbox.QuarantineTableName(pgbox.Config{Schema: "operator"})
 	require.Equal(t, `"operator"."ctdispatch_export_quarantine"`, quarantine)
 	for i := range 3 {
 		insertForged(t, db, names[0], "dispatch_id", fmt.Sprintf("dispatch:exp:f%d:1", i), clock.Now())

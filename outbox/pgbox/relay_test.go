@@ -47,7 +47,7 @@ func commitIntents(t *testing.T, db *sql.DB, d *cloudtasks.Dispatcher, keys ...s
 
 // intentClaims counts the intents of the world's schema: claimed (with
 // an unexpired claim) and not.
-func intentClaims(t *testing.T, db *sql.DB, opts pgbox.Options) (claimed, free int) {
+func intentClaims(t *testing.T, db *sql.DB, opts pgbox.Config) (claimed, free int) {
 	t.Helper()
 	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FILTER (WHERE claim_expires > now()), count(*) FILTER (WHERE claim_expires IS NULL OR claim_expires <= now())
 		FROM `+pgbox.IntentTableName(opts)).Scan(&claimed, &free))
@@ -328,7 +328,7 @@ func TestRelayTakesBackItsClaimsAfterADatabaseRestart(t *testing.T) {
 	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Queues: []emulator.QueueConfig{{Name: txQueue}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { emu.Close() })
-	w := &txWorld{emu: emu, dsn: dsn, clock: clockwork.NewRealClock(), opts: pgbox.Options{Schema: "restart"}, gate: newGate()}
+	w := &txWorld{emu: emu, dsn: dsn, clock: clockwork.NewRealClock(), opts: pgbox.Config{Schema: "restart"}, gate: newGate()}
 	t.Cleanup(w.gate.open)
 	w.db = w.open(t)
 	require.NoError(t, pgbox.Migrate(t.Context(), w.db, w.opts))

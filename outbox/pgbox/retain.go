@@ -22,7 +22,7 @@ type RetainStats struct {
 
 // Retain deletes the whole history of every ID whose latest state is
 // terminal (not pending) and was written more than olderThan ago (by
-// Options.Clock), in every table, in batches of at most 1,000 IDs per
+// Config.Clock), in every table, in batches of at most 1,000 IDs per
 // statement, and returns how many rows went from each table. An ID still
 // pending is never deleted, however old: Recover needs it. A repeat of a
 // deleted ID is answered as if it were new (Cloud Tasks answers

@@ -20,7 +20,7 @@ func TestRetainDeletesFinishedIDsInBatches(t *testing.T) {
 	db := pgtest.Open(t)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := clockwork.NewFakeClockAt(t0)
-	opts := pgbox.Options{Schema: "retain", Clock: clock}
+	opts := pgbox.Config{Schema: "retain", Clock: clock}
 	o, err := pgbox.New(db, opts)
 	require.NoError(t, err)
 	require.NoError(t, o.Migrate(t.Context()))

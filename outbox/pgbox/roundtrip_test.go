@@ -68,7 +68,7 @@ func TestRoundTripsPerDispatch(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { emu.Close() })
 			var s statements
-			box, err := pgbox.New(counted(t, &s), pgbox.Options{Clock: clock})
+			box, err := pgbox.New(counted(t, &s), pgbox.Config{Clock: clock})
 			require.NoError(t, err)
 			require.NoError(t, box.Migrate(t.Context()))
 			dispatch := func(key string) cloudtasks.DispatchResult {

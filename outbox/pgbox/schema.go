@@ -36,7 +36,7 @@ const (
 	traceColumns = `, trace_id, span_id`
 )
 
-func newTable(o Options, t outbox.Table) *table {
+func newTable(o Config, t outbox.Table) *table {
 	bare := o.TablePrefix + string(t)
 	tb := &table{t: t, bare: bare, name: `"` + o.Schema + `"."` + bare + `"`, id: t.IDColumn(), claims: t != outbox.TableDeliveries}
 	tb.cols = tb.id + ", " + recordColumns
@@ -155,8 +155,8 @@ const migrateLock = 7_304_119_220_260_002
 // indexes) that opts name, and the exporter's tables (see Exporter and
 // QuarantineTableName), if they do not exist. It is idempotent and safe
 // to run from several processes at once. It runs no exporter, whatever opts.Export says.
-func Migrate(ctx context.Context, db *sql.DB, opts Options) error {
-	opts.Export = ExportOptions{} // migrating runs no exporter
+func Migrate(ctx context.Context, db *sql.DB, opts Config) error {
+	opts.Export = ExportConfig{} // migrating runs no exporter
 	o, err := New(db, opts)
 	if err != nil {
 		return err
@@ -252,7 +252,7 @@ func (o *Outbox) Check(ctx context.Context) error {
 
 // TableNames returns the quoted names (schema.table) of the three tables
 // opts name, in the order of outbox.Tables.
-func TableNames(opts Options) [3]string {
+func TableNames(opts Config) [3]string {
 	opts = opts.withDefaults()
 	var names [3]string
 	for i, t := range outbox.Tables() {

@@ -155,8 +155,8 @@ func txDispatchRemote(b *testing.B, w *txWorld, d, waiter *cloudtasks.Dispatcher
 func BenchmarkDispatchTxCommits(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		opts pgbox.Options
-	}{{"notify", pgbox.Options{}}, {"notify-each", pgbox.Options{NotifyGap: -1}}, {"no-notify", pgbox.Options{NoNotify: true}}} {
+		opts pgbox.Config
+	}{{"notify", pgbox.Config{}}, {"notify-each", pgbox.Config{NotifyGap: -1}}, {"no-notify", pgbox.Config{NoNotify: true}}} {
 		b.Run(c.name, func(b *testing.B) {
 			w := newTxWorld(b, clockwork.NewRealClock())
 			w.opts.NoNotify, w.opts.NotifyGap = c.opts.NoNotify, c.opts.NotifyGap

@@ -47,7 +47,7 @@ type txWorld struct {
 	emu   *emulator.Server
 	db    *sql.DB
 	dsn   string
-	opts  pgbox.Options
+	opts  pgbox.Config
 	clock clockwork.Clock
 	calls atomic.Int64 // CreateTask calls that reached the emulator
 	gate  *gate        // when set, holds every CreateTask until opened
@@ -62,7 +62,7 @@ func newTxWorld(t testing.TB, clock clockwork.Clock) *txWorld {
 	require.NoError(t, err)
 	t.Cleanup(func() { emu.Close() })
 	w := &txWorld{emu: emu, dsn: pgtest.New(t), clock: clock,
-		opts: pgbox.Options{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}}
+		opts: pgbox.Config{Schema: fmt.Sprintf("s%d", schemas.Add(1)), Clock: clock}}
 	w.db = w.open(t)
 	require.NoError(t, pgbox.Migrate(t.Context(), w.db, w.opts))
 	return w

@@ -123,7 +123,7 @@ func TestParquetOutbox(t *testing.T) {
 	var box *parquetbox.Outbox
 	_, d, _ := start(t, func(clock clockwork.Clock) outbox.Outbox {
 		var err error
-		box, err = parquetbox.Open(ctx, parquetbox.Options{Root: root, Clock: clock})
+		box, err = parquetbox.Open(ctx, parquetbox.Config{Root: root, Clock: clock})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, box.Close()) })
 		return box

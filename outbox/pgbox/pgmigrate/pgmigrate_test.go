@@ -66,7 +66,7 @@ func TestMigrateAsTheOwnerOfItsSchemaOnly(t *testing.T) {
 	require.ErrorContains(t, err, "permission denied for database "+database, "the statement migrate no longer runs on an existing schema")
 
 	for range 2 {
-		require.NoError(t, pgbox.Migrate(ctx, app, pgbox.Options{Schema: "jobs"}))
+		require.NoError(t, pgbox.Migrate(ctx, app, pgbox.Config{Schema: "jobs"}))
 		require.NoError(t, worker.Migrate(ctx, app, worker.SQLConfig{Schema: "jobs"}))
 	}
 	var owners []string
@@ -101,11 +101,11 @@ func TestMigrateNamesTheStatementAndThePrivilege(t *testing.T) {
 		migrate func() error
 		want    string
 	}{
-		{"outbox, no schema", func() error { return pgbox.Migrate(ctx, app, pgbox.Options{Schema: "mine"}) },
+		{"outbox, no schema", func() error { return pgbox.Migrate(ctx, app, pgbox.Config{Schema: "mine"}) },
 			`pgbox: migrate mine: CREATE SCHEMA IF NOT EXISTS "mine": ERROR: permission denied for database ` + database + ` (SQLSTATE 42501); the role ` + r + ` needs CREATE on database ` + db + ` to make schema "mine" (GRANT CREATE ON DATABASE ` + db + ` TO ` + r + `), or an administrator makes the schema for it first (CREATE SCHEMA "mine" AUTHORIZATION ` + r + `), which migrating then leaves as it is`},
 		{"inbox, no schema", func() error { return worker.Migrate(ctx, app, worker.SQLConfig{Schema: "mine"}) },
 			`worker: migrate "mine"."ctdispatch_inbox": CREATE SCHEMA IF NOT EXISTS "mine": ERROR: permission denied for database ` + database + ` (SQLSTATE 42501); the role ` + r + ` needs CREATE on database ` + db + ` to make schema "mine" (GRANT CREATE ON DATABASE ` + db + ` TO ` + r + `), or an administrator makes the schema for it first (CREATE SCHEMA "mine" AUTHORIZATION ` + r + `), which migrating then leaves as it is`},
-		{"outbox, a schema of another role", func() error { return pgbox.Migrate(ctx, app, pgbox.Options{Schema: "theirs"}) },
+		{"outbox, a schema of another role", func() error { return pgbox.Migrate(ctx, app, pgbox.Config{Schema: "theirs"}) },
 			`pgbox: migrate theirs: CREATE TABLE IF NOT EXISTS "theirs"."ctdispatch_dispatch_outbox": ERROR: permission denied for schema theirs (SQLSTATE 42501); the role ` + r + ` needs CREATE on schema "theirs" (GRANT CREATE ON SCHEMA "theirs" TO ` + r + `), or to own it (ALTER SCHEMA "theirs" OWNER TO ` + r + `)`},
 		{"inbox, a table of another role", func() error { return worker.Migrate(ctx, app, worker.SQLConfig{Schema: "shared"}) },
 			`worker: migrate "shared"."ctdispatch_inbox": COMMENT ON TABLE "shared"."ctdispatch_inbox": ERROR: must be owner of table ctdispatch_inbox (SQLSTATE 42501); the role ` + r + ` needs to own the table the statement names, as the role that made it does (ALTER TABLE … OWNER TO ` + r + `), or the migration runs as that role`},

@@ -38,12 +38,12 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	if err := pgbox.Migrate(ctx, db, pgbox.Options{}); err != nil {
+	if err := pgbox.Migrate(ctx, db, pgbox.Config{}); err != nil {
 		log.Fatal(err)
 	}
 
 	open := func(noRelay bool) *cloudtasks.Dispatcher {
-		box, err := pgbox.New(db, pgbox.Options{})
+		box, err := pgbox.New(db, pgbox.Config{})
 		if err != nil {
 			log.Fatal(err)
 		}

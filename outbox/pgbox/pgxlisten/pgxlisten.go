@@ -118,7 +118,7 @@ func New(cfg Config) (*Listener, error) {
 // ctx.Err(), or at once an error for an empty channel.
 func (l *Listener) Listen(ctx context.Context, channel string, notify func(payload string)) error {
 	if channel == "" {
-		return errors.New("pgxlisten: listen: the channel is empty (the outbox sends no notifications: pgbox.Options.NoNotify)")
+		return errors.New("pgxlisten: listen: the channel is empty (the outbox sends no notifications: pgbox.Config.NoNotify)")
 	}
 	var failures uint64 // in a row
 	for {

@@ -77,14 +77,14 @@ func TestOneNotificationPerCommit(t *testing.T) {
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	box, err := pgbox.New(db, pgbox.Options{NotifyGap: -1})
+	box, err := pgbox.New(db, pgbox.Config{NotifyGap: -1})
 	require.NoError(t, err)
 	require.NoError(t, box.Migrate(ctx))
-	quiet, err := pgbox.New(db, pgbox.Options{NoNotify: true})
+	quiet, err := pgbox.New(db, pgbox.Config{NoNotify: true})
 	require.NoError(t, err)
-	spaced, err := pgbox.New(db, pgbox.Options{NotifyGap: time.Hour})
+	spaced, err := pgbox.New(db, pgbox.Config{NotifyGap: time.Hour})
 	require.NoError(t, err)
-	byDefault, err := pgbox.New(db, pgbox.Options{})
+	byDefault, err := pgbox.New(db, pgbox.Config{})
 	require.NoError(t, err)
 	require.Equal(t, "public.ctdispatch_intents", box.NoticeChannel())
 	require.Empty(t, quiet.NoticeChannel())
@@ -203,7 +203,7 @@ func TestListenerConfig(t *testing.T) {
 	l, err := pgxlisten.New(pgxlisten.Config{ConnString: "host=/nonexistent"})
 	require.NoError(t, err)
 	require.EqualError(t, l.Listen(t.Context(), "", func(string) {}),
-		"pgxlisten: listen: the channel is empty (the outbox sends no notifications: pgbox.Options.NoNotify)")
+		"pgxlisten: listen: the channel is empty (the outbox sends no notifications: pgbox.Config.NoNotify)")
 }
 
 // A dispatcher given a Listener over an outbox that sends no
@@ -215,5 +215,5 @@ func TestListenerNeedsANotifyingOutbox(t *testing.T) {
 	_, err = cloudtasks.NewDispatcher(t.Context(), outbox.NewMemory(clockwork.NewRealClock()), &cloudtasks.Config{
 		Project: "p", Location: "l", Queue: "q", EmulatorAddr: "127.0.0.1:1", Listener: l})
 	require.ErrorIs(t, err, cloudtasks.ErrInvalidConfig)
-	require.EqualError(t, err, `cloudtasks: Config.Listener "*pgxlisten.Listener" is set, but the outbox (*outbox.Memory) sends no notifications to listen for; it needs one that implements outbox.Notices (outbox/pgbox without Options.NoNotify)`)
+	require.EqualError(t, err, `cloudtasks: Config.Listener "*pgxlisten.Listener" is set, but the outbox (*outbox.Memory) sends no notifications to listen for; it needs one that implements outbox.Notices (outbox/pgbox without Config.NoNotify)`)
 }

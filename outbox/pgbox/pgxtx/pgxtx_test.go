@@ -38,7 +38,7 @@ func TestDispatchTxThroughPgx(t *testing.T) {
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	box, err := pgbox.New(db, pgbox.Options{Clock: clock})
+	box, err := pgbox.New(db, pgbox.Config{Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, box.Migrate(ctx))
 	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{Project: "p", Location: "l", Queue: "q",

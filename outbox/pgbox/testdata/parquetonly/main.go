@@ -12,7 +12,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	box, err := parquetbox.Open(ctx, parquetbox.Options{Root: "outbox"})
+	box, err := parquetbox.Open(ctx, parquetbox.Config{Root: "outbox"})
 	if err != nil {
 		log.Fatal(err)
 	}
