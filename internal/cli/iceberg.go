@@ -73,14 +73,6 @@ func redactCatalog(v string) string {
 	return u.String()
 }
 
-// catalogName names a recorded catalog in a message.
-func catalogName(v string) string {
-	if v == "" {
-		return "the file-based catalog under _iceberg/"
-	}
-	return "catalog " + v
-}
-
 // errNotPublished is the error of a command that reads the Iceberg
 // tables of an outbox that does not publish them.
 func errNotPublished(dir string) error {

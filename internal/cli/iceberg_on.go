@@ -175,3 +175,11 @@ func publish(ctx context.Context, w io.Writer, o *parquetbox.Outbox, cfg lakehou
 	}
 	return nil
 }
+
+// catalogName names a recorded catalog in a message.
+func catalogName(v string) string {
+	if v == "" {
+		return "the file-based catalog under _iceberg/"
+	}
+	return "catalog " + v
+}
