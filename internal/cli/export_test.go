@@ -216,5 +216,8 @@ func TestBinaryExportToABucket(t *testing.T) {
 	require.Len(t, strings.Split(strings.TrimSpace(res.stdout), "\n"), 3, res.stdout)
 	res = runBinary(t, env, "", "compact", "--outbox", root, "--full")
 	require.Equal(t, 0, res.code, res.stderr)
-	require.Regexp(t, `(?m)^dispatch_outbox: 1 files, 2 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention$`, res.stdout)
+	// The dispatcher's exporter wrote its two records in one batch, or in
+	// two when a pass came between the pending record and the outcome (a
+	// slower start of either process): the compaction folds them to one.
+	require.Regexp(t, `(?m)^dispatch_outbox: [12] files, 2 rows, \d+ bytes -> 1 files, 1 rows, \d+ bytes; 0 dropped by retention$`, res.stdout)
 }
