@@ -11,13 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
-	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // copyInto copies the files under src into dst.
@@ -87,10 +84,7 @@ func TestExistingRootIsPublishedAsItIs(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "dispatch_outbox", "created_date=2026-02-01"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "dispatch_outbox", "created_date=2026-02-01", "duckdb_small_zstd.parquet"), duck, 0o600))
 
-	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
-	require.NoError(t, err)
-	defer ob.Close()
+	ob, clock := openRoot(t, dir)
 	writeDispatches(t, ob, clock, "r1", 3, true)
 
 	// DuckDB's rows have no run_id: they are looked up by ID.

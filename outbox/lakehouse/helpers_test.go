@@ -14,6 +14,7 @@ import (
 	"github.com/apache/iceberg-go"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +30,17 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // t0 is the fake clocks' start: a fixed instant, so file names and days
 // are the same on every run.
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+// openRoot opens the outbox in dir as one process, on a fake clock at
+// t0 the test moves, and closes it when the test ends.
+func openRoot(t *testing.T, dir string) (*parquetbox.Outbox, *clockwork.FakeClock) {
+	t.Helper()
+	clock := clockwork.NewFakeClockAt(t0)
+	ob, err := parquetbox.Open(context.Background(), parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { ob.Close() })
+	return ob, clock
+}
 
 // writeDispatches records n dispatches of run as pending, then (when
 // created) as created, and flushes them into Parquet files.

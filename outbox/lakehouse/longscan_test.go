@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go/table"
-	"github.com/google/uuid"
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
@@ -31,15 +29,12 @@ func TestLongScanAcrossSnapshotExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
-	require.NoError(t, err)
-	defer ob.Close()
+	ob, clock := openRoot(t, dir)
 	cfg := lakehouse.Config{Grace: time.Hour, Clock: clock}
 	require.NoError(t, lakehouse.Enable(ctx, ob, cfg))
 
 	writeDispatches(t, ob, clock, "r1", 6, true)
-	_, err = lakehouse.Publish(ctx, ob, cfg) // S1
+	_, err := lakehouse.Publish(ctx, ob, cfg) // S1
 	require.NoError(t, err)
 	clock.Advance(30 * time.Minute)
 	writeDispatches(t, ob, clock, "r2", 4, true)

@@ -154,10 +154,7 @@ func TestSQLCatalogSchemaWithoutSearchPath(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	dir := t.TempDir()
-	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
-	require.NoError(t, err)
-	defer ob.Close()
+	ob, clock := openRoot(t, dir)
 	cfg := lakehouse.Config{Catalog: catalogURL(t, dsn, ""), Clock: clock}
 	require.NoError(t, lakehouse.Enable(ctx, ob, cfg))
 	writeDispatches(t, ob, clock, "r1", 2, false)

@@ -7,13 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctdispatch/ctdispatch/outbox"
 	"github.com/ctdispatch/ctdispatch/outbox/lakehouse"
-	"github.com/ctdispatch/ctdispatch/outbox/parquetbox"
 )
 
 // Time budget: a few seconds; every wait is on an event (the hook's
@@ -27,14 +24,11 @@ func TestPausedPublisherRegistersNothingTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	clock := clockwork.NewFakeClockAt(t0)
-	ob, err := parquetbox.Open(ctx, parquetbox.Config{Root: dir, ProcessorUUID: uuid.New(), Clock: clock})
-	require.NoError(t, err)
-	defer ob.Close()
+	ob, clock := openRoot(t, dir)
 	cfgB := lakehouse.Config{Clock: clock, LeaseTTL: time.Minute}
 	require.NoError(t, lakehouse.Enable(ctx, ob, cfgB))
 	writeDispatches(t, ob, clock, "r1", 4, true)
-	_, err = lakehouse.Publish(ctx, ob, cfgB)
+	_, err := lakehouse.Publish(ctx, ob, cfgB)
 	require.NoError(t, err)
 	writeDispatches(t, ob, clock, "r2", 3, true)
 
