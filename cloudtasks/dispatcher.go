@@ -79,10 +79,13 @@ type Dispatcher struct {
 	box      outbox.Outbox
 	// The optional interfaces box offers, resolved once by NewDispatcher;
 	// nil where it offers none.
-	fresh     outbox.FreshReader
-	reserver  outbox.Reserver
-	claimer   outbox.Claimer
-	intents   outbox.Intents
+	fresh    outbox.FreshReader
+	reserver outbox.Reserver
+	claimer  outbox.Claimer
+	intents  outbox.Intents
+	// bulk is intents' own outbox.BulkIntents, or perIDIntents over it;
+	// nil when intents is.
+	bulk      outbox.BulkIntents
 	notices   outbox.Notices
 	processor string
 	log       *slog.Logger
@@ -143,6 +146,11 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	d.reserver, _ = box.(outbox.Reserver)
 	d.claimer, _ = box.(outbox.Claimer)
 	d.intents, _ = box.(outbox.Intents)
+	if b, ok := box.(outbox.BulkIntents); ok && d.intents != nil {
+		d.bulk = b
+	} else if d.intents != nil {
+		d.bulk = perIDIntents{d.intents}
+	}
 	if n, ok := box.(outbox.Notices); ok && n.NoticeChannel() != "" {
 		d.notices = n
 	}

@@ -316,7 +316,8 @@ func (e *NameHeldError) Is(target error) bool { return target == ErrNameHeld }
 // returned beside the error) but not recorded; for OpRecordOutcome (strict
 // mode) the create call was made and its outcome not recorded.
 type OutboxError struct {
-	// ID is the internal ID; empty for OpListPending.
+	// ID is the internal ID; empty for OpListPending. For a statement of
+	// a DispatchManyTx batch, its first ID and how many more.
 	ID string
 	// Op is what the outbox failed to do.
 	Op OutboxOp

@@ -114,6 +114,55 @@ func ExampleDispatcher_DispatchTx() {
 	// after commit: created 1 task
 }
 
+// Many dispatches recorded in one transaction cost two statements on
+// PostgreSQL, however many there are: one reads every ID's record, one
+// writes every pending record and intent. Each request gets DispatchTx's
+// answer: a repeat of one already created is already_existed.
+func ExampleDispatcher_DispatchManyTx() {
+	ctx := context.Background()
+	emu, err := emulator.New(emulator.Config{DisableDelivery: true, Queues: []emulator.QueueConfig{{Name: exampleQueue}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer emu.Close()
+	box := outbox.NewMemory(nil)
+	d, err := cloudtasks.NewDispatcher(ctx, box, &cloudtasks.Config{
+		Project: "my-project", Location: "europe-west1", Queue: "work", EmulatorAddr: emu.Addr()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close(ctx)
+	request := func(order string) cloudtasks.DispatchRequest {
+		return cloudtasks.DispatchRequest{RunID: order, TaskKey: "ship", Identity: naming.Attempt(1),
+			Task: cloudtasks.Task{URL: "https://worker.example/ship"}}
+	}
+	if _, err := d.Dispatch(ctx, request("order-1001")); err != nil {
+		log.Fatal(err)
+	}
+
+	tx := box.Begin()
+	results, err := d.DispatchManyTx(ctx, tx, []cloudtasks.DispatchRequest{request("order-1001"), request("order-1002"), request("order-1003")})
+	if err != nil {
+		log.Fatal(err) // nothing of the batch is written: roll back
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+	for _, res := range results {
+		rec, err := d.WaitOutcome(ctx, res.ID)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res.ID, res.Outcome, "then", rec.Status)
+	}
+	fmt.Println("tasks in the queue:", emu.TaskCount())
+	// Output:
+	// dispatch:order-1001:ship:1 already_existed then created
+	// dispatch:order-1002:ship:1 queued then created
+	// dispatch:order-1003:ship:1 queued then created
+	// tasks in the queue: 3
+}
+
 // Attempt 1 of a task failed; the retry timer starts attempt 2 when the
 // backoff has passed. Its due time comes from the failure time, which the
 // orchestrator keeps with the failed attempt, so scheduling it again names

@@ -41,9 +41,11 @@
 // Claimer (recovering processes share the stale records), Reserver (a
 // new ID's first record is tried before any read, one round trip instead
 // of two), Intents (dispatches recorded inside the caller's transaction,
-// Tx, and carried out by a relay after commit) and FreshReader (a read
-// fresher than Latest, for a store whose Latest may be stale). Package
-// outboxtest's RunIntents checks the first three together. A store that
+// Tx, and carried out by a relay after commit), BulkIntents (a batch of
+// them read and recorded in one statement each; PrepareIntents holds the
+// rules of a batch) and FreshReader (a read fresher than Latest, for a
+// store whose Latest may be stale). Package outboxtest's RunIntents
+// checks the first four together. A store that
 // exports its records to another store's tables writes through a
 // RunWriter, which the program opens, so that no store package imports
 // another.
@@ -51,7 +53,7 @@
 // # Memory
 //
 // Memory implements every optional interface a database store does
-// (Claimer, Reserver, Intents, but not FreshReader: its Latest is never
+// (Claimer, Reserver, Intents, BulkIntents, but not FreshReader: its Latest is never
 // stale), so a dispatcher over it behaves as over PostgreSQL and the
 // tests of transactional dispatch and the relay need no database. Its
 // transactions are its own (Begin returns a MemoryTx, which Commit keeps

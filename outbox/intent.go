@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ctdispatch/ctdispatch/naming"
@@ -103,6 +104,61 @@ type Intents interface {
 	ReleaseIntents(ctx context.Context, ins []Intent) error
 }
 
+// BulkIntents is implemented by an Intents store that reads and records
+// many IDs at once inside a caller's transaction, in one statement each
+// (package outbox/pgbox, and Memory), so that a dispatcher's
+// DispatchManyTx costs two statements however many requests its batch
+// holds. A dispatcher whose store lacks it calls LatestTx and
+// AppendIntent once per ID instead, with the same answers.
+type BulkIntents interface {
+	// LatestManyTx is LatestTx of each of ids, all of table t, read
+	// inside tx: the newest record of every ID that has one, by ID. An
+	// ID never recorded has no entry.
+	LatestManyTx(ctx context.Context, tx Tx, t Table, ids []string) (map[string]Record, error)
+	// AppendIntents is AppendIntent of rs[i] and ins[i] for every i,
+	// inside tx, in one go. Each record is conditional on its own
+	// Version as AppendIntent's is: one refused is left out with its
+	// intent, and refused holds its *VersionConflictError, in the order
+	// of rs; the others are appended, each with its intent, and kept if
+	// and only if tx commits. A store that sends Notices sends
+	// NoticeIntents once for the call, as AppendIntent does. A batch
+	// PrepareIntents refuses (a bad record or intent, an ID twice) is
+	// its *RecordError, and nothing is appended.
+	AppendIntents(ctx context.Context, tx Tx, rs []Record, ins []Intent) (refused []*VersionConflictError, err error)
+}
+
+// PrepareIntents checks a batch of AppendIntents as every store does
+// before it writes anything: ins pairs with rs (the same length), every
+// record is of one table, no ID comes twice, and each record, filled in
+// by Record.Prepare with processor and now, goes with its intent as
+// Intent.Validate requires.
+// It returns the records filled in, in a slice of its own: rs is left as
+// it is. Errors are *RecordErrors naming the field.
+func PrepareIntents(rs []Record, ins []Intent, processor string, now time.Time) ([]Record, error) {
+	if len(ins) != len(rs) {
+		return nil, &RecordError{Field: "Intent", Value: fmt.Sprintf("%d intents", len(ins)), Rule: fmt.Sprintf("must pair with the %d records, one each", len(rs))}
+	}
+	out := slices.Clone(rs)
+	seen := make(map[string]int, len(rs))
+	for i := range out {
+		r := &out[i]
+		if r.Table != out[0].Table {
+			return nil, &RecordError{ID: r.ID, Field: "Table", Value: string(r.Table), Rule: fmt.Sprintf("differs from the first record's (%s): a batch appends to one table", out[0].Table)}
+		}
+		if j, ok := seen[r.ID]; ok {
+			return nil, &RecordError{ID: r.ID, Field: "ID", Value: r.ID, Rule: fmt.Sprintf("comes twice, at %d and %d: a batch appends one record per ID", j, i)}
+		}
+		seen[r.ID] = i
+		if err := r.Prepare(processor, now); err != nil {
+			return nil, err
+		}
+		if err := ins[i].Validate(r); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // The payloads of the notifications a store that implements Notices
 // sends on its NoticeChannel. A transaction sends each at most once,
 // however many intents it records.
@@ -117,12 +173,12 @@ const (
 
 // Notices is implemented by an Intents store that tells listeners when
 // there is work for a relay, so that relays need not poll for it: the
-// statements that record intents (AppendIntent, AppendCancel) send
-// NoticeIntents inside their transaction, so that only a commit wakes
-// anyone, at most once per NoticeGap (a transaction within the gap of
-// the one before sends none: the relay that one woke looks again
-// NoticeGap later), ReleaseIntents sends it too, and NotifyOutcomes sends
-// NoticeOutcomes. The notifications reach a Listener the program supplies
+// statements that record intents (AppendIntent, AppendCancel and
+// AppendIntents) send NoticeIntents inside their transaction, so that
+// only a commit wakes anyone, at most once per NoticeGap (a transaction
+// within the gap of the one before sends none: the relay that one woke
+// looks again NoticeGap later), ReleaseIntents sends it too, and
+// NotifyOutcomes sends NoticeOutcomes. The notifications reach a Listener the program supplies
 // (package outbox/pgbox/pgxlisten for PostgreSQL, whose NOTIFY pgbox
 // sends). Delivery is best effort: a listener that was not listening
 // misses them, so a relay still polls, less often.

@@ -10,7 +10,10 @@ import (
 	"time"
 )
 
-var _ Intents = (*Memory)(nil)
+var (
+	_ Intents     = (*Memory)(nil)
+	_ BulkIntents = (*Memory)(nil)
+)
 
 // ErrNoStatements is returned by a MemoryTx's Exec and Query: a Memory
 // transaction holds records, not a database's statements. A store that
@@ -213,6 +216,62 @@ func (m *Memory) AppendIntent(ctx context.Context, tx Tx, r Record, in Intent) e
 	in.CreatedAt = r.UpdatedAt
 	mt.intents[r.ID] = in
 	return nil
+}
+
+// LatestManyTx implements BulkIntents: LatestTx of each of ids.
+func (m *Memory) LatestManyTx(ctx context.Context, tx Tx, t Table, ids []string) (map[string]Record, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mt, err := m.open(tx)
+	if err != nil {
+		return nil, err
+	}
+	defer mt.mu.Unlock()
+	out := make(map[string]Record, len(ids))
+	for _, id := range ids {
+		if r, ok := mt.latestIn(t, id); ok {
+			out[id] = r
+		}
+	}
+	return out, nil
+}
+
+// AppendIntents implements BulkIntents: AppendIntent of each pair, each
+// record checked against what tx sees, after PrepareIntents has checked
+// them all.
+func (m *Memory) AppendIntents(ctx context.Context, tx Tx, rs []Record, ins []Intent) ([]*VersionConflictError, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rs, err := PrepareIntents(rs, ins, m.processor, m.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	mt, err := m.open(tx)
+	if err != nil {
+		return nil, err
+	}
+	defer mt.mu.Unlock()
+	var refused []*VersionConflictError
+	for i, r := range rs {
+		cur, ok := mt.latestIn(r.Table, r.ID)
+		if ok && r.Conflicts(&cur) {
+			refused = append(refused, &VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur})
+			continue
+		}
+		if ok {
+			r = follow([]Record{cur}, r)
+		}
+		mt.records = append(mt.records, r)
+		in := ins[i]
+		in.CreatedAt = r.UpdatedAt
+		mt.intents[r.ID] = in
+	}
+	return refused, nil
 }
 
 // AppendCancel implements Intents: inside tx it appends in, a delete

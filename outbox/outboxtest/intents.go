@@ -51,8 +51,14 @@ type Begin func(ctx context.Context) (tx outbox.Tx, commit, rollback func() erro
 //   - ClaimPending shares the stale pending records among concurrent
 //     claimers until the claims expire, leaves out the IDs whose intent
 //     waits for a relay, and returns none of the deliveries table.
+//   - A store that implements outbox.BulkIntents (the tests named Bulk…
+//     are skipped for one that does not) reads and appends a batch as
+//     LatestTx and AppendIntent would one ID at a time: each record under
+//     its own condition, the refused ones reported with the winner and
+//     left out with their intents, all kept only if the transaction
+//     commits; a batch that outbox.PrepareIntents refuses writes nothing.
 func RunIntents(t *testing.T, newStore func(t *testing.T, clock clockwork.Clock) (TxStore, Begin)) {
-	for _, tc := range intentTests {
+	for _, tc := range append(intentTests[:len(intentTests):len(intentTests)], bulkTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clockwork.NewFakeClockAt(T0)
 			s, begin := newStore(t, clock)

@@ -240,6 +240,12 @@ type batchRow struct {
 // batchArg encodes recs as a batch statement's argument, each marked
 // first as first (nil: none) says.
 func batchArg(recs []*outbox.Record, first []bool) (string, error) {
+	b, err := json.Marshal(batchRows(recs, first))
+	return string(b), err
+}
+
+// batchRows returns recs as a batch statement's argument carries them.
+func batchRows(recs []*outbox.Record, first []bool) []batchRow {
 	rows := make([]batchRow, len(recs))
 	for i, r := range recs {
 		rows[i] = batchRow{ID: r.ID, Version: r.Version, CloudTaskID: r.CloudTaskID, Queue: r.Queue, RunID: r.RunID, TaskKey: r.TaskKey,
@@ -255,8 +261,7 @@ func batchArg(recs []*outbox.Record, first []bool) (string, error) {
 			rows[i].DueAt = &due
 		}
 	}
-	b, err := json.Marshal(rows)
-	return string(b), err
+	return rows
 }
 
 // timestamp is t as PostgreSQL reads a timestamptz, to the microsecond
@@ -281,20 +286,10 @@ func nonEmpty(s string) *string {
 // ID marked false: the winner comes back in the same round trip. A record
 // marked first (Reserve) is refused when its ID has any row.
 func batchStatement(tb *table) string {
-	var values, returned, current []string
-	for _, c := range strings.Split(tb.cols, ",") {
-		c = strings.TrimSpace(c)
-		name := c
-		if c == tb.id {
-			name = "id"
-		}
-		v := "i." + name
-		if c == "updated_at" {
-			v = `GREATEST(i.updated_at, (SELECT max(t.updated_at) FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id) + interval '1 microsecond')`
-		}
-		values = append(values, v)
-		returned = append(returned, c)
-		current = append(current, "t."+c)
+	returned, values := insertColumns(tb)
+	current := make([]string, len(returned))
+	for i, c := range returned {
+		current[i] = "t." + c
 	}
 	return `WITH i AS (` + recordset(tb) + `),
 		ins AS (INSERT INTO ` + tb.name + ` (` + strings.Join(returned, ", ") + `)
@@ -309,9 +304,35 @@ func batchStatement(tb *table) string {
 			WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.` + tb.id + ` = i.id)`
 }
 
+// insertColumns returns tb's columns and the values a batch statement
+// inserts into them from its recordset's row i: the row's own, with
+// updated_at nudged past the ID's latest as a single append does.
+func insertColumns(tb *table) (cols, values []string) {
+	for _, c := range strings.Split(tb.cols, ",") {
+		c = strings.TrimSpace(c)
+		name := c
+		if c == tb.id {
+			name = "id"
+		}
+		v := "i." + name
+		if c == "updated_at" {
+			v = `GREATEST(i.updated_at, (SELECT max(t.updated_at) FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id) + interval '1 microsecond')`
+		}
+		cols, values = append(cols, c), append(values, v)
+	}
+	return cols, values
+}
+
 // recordset is the query that reads a batch statement's JSON argument
 // ($1) as rows of tb's columns, the ID's named id.
 func recordset(tb *table) string {
+	return recordsetOf(tb, "jsonb", "first boolean")
+}
+
+// recordsetOf is recordset read as kind (json or jsonb), with the extra
+// columns that follow tb's. AppendIntents's argument is json: jsonb keeps
+// no value above 256 MB, and a batch of requests may be larger.
+func recordsetOf(tb *table, kind, extra string) string {
 	var list []string
 	for _, c := range strings.Split(tb.cols, ",") {
 		name := strings.TrimSpace(c)
@@ -320,7 +341,7 @@ func recordset(tb *table) string {
 		}
 		list = append(list, name+" "+columnTypes[name])
 	}
-	return `SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(` + strings.Join(list, ", ") + `, first boolean)`
+	return `SELECT * FROM ` + kind + `_to_recordset($1::` + kind + `) AS x(` + strings.Join(list, ", ") + `, ` + extra + `)`
 }
 
 // columnTypes are the SQL types of the columns a batch row carries.

@@ -112,7 +112,11 @@
 // encoded CreateTask request that a dispatcher's DispatchTx or
 // ScheduleTimerTx wrote inside the caller's transaction (SQLTx, or
 // pgxtx.Tx for pgx), beside the ID's pending record: both commit with the
-// caller's change or not at all (AppendIntent). Relays claim committed
+// caller's change or not at all (AppendIntent). A DispatchManyTx batch
+// costs two statements in that transaction however large it is
+// (outbox.BulkIntents): LatestManyTx reads every ID's rows, and
+// AppendIntents writes every pending record and intent, each record under
+// its own condition, and notifies once. Relays claim committed
 // intents of their queues in one short statement with FOR UPDATE SKIP
 // LOCKED (ClaimIntents), create the tasks outside any transaction, record
 // the outcome with a conditional Append over the intent's pending

@@ -59,9 +59,7 @@ func newIntents(o Config) intents {
 	// cancel thus never runs beside the create it replaces.
 	in.upsert = `INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (id) DO UPDATE SET op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
-			task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request,
-			created_at = EXCLUDED.created_at`
+		ON CONFLICT (id) DO UPDATE SET ` + intentUpdate
 	in.upsertNotify = in.notifying(in.upsert, true)
 	// $6 are the expiries of this outbox's claims whose answer was lost:
 	// their intents are this processor's and no relay works on them.
@@ -75,6 +73,11 @@ func newIntents(o Config) intents {
 	in.has = `SELECT EXISTS (SELECT 1 FROM ` + in.name + ` WHERE id = $1)`
 	return in
 }
+
+// intentUpdate is how an intent replaces the one of its ID: every
+// column but the claim.
+const intentUpdate = `op = EXCLUDED.op, record_table = EXCLUDED.record_table, version = EXCLUDED.version, queue = EXCLUDED.queue,
+	task_name = EXCLUDED.task_name, schedule_time = EXCLUDED.schedule_time, request = EXCLUDED.request, created_at = EXCLUDED.created_at`
 
 // notifying returns stmt (an INSERT or UPDATE) so that it also sends
 // NoticeIntents on the channel: unconditionally when always, otherwise
@@ -94,20 +97,26 @@ func (in intents) notifying(stmt string, always bool) string {
 }
 
 // upsertFor returns the upsert a new intent uses now: the one that
-// notifies when the last one did at least gap ago (and this call is the
-// one that takes the turn), the plain one otherwise.
+// notifies when it is notifyTurn, the plain one otherwise.
 func (in intents) upsertFor() string {
+	if in.notifyTurn() {
+		return in.upsertNotify
+	}
+	return in.upsert
+}
+
+// notifyTurn reports whether a statement that records intents now
+// notifies: when the outbox notifies at all, the last one did at least
+// gap ago, and this call is the one that takes the turn.
+func (in intents) notifyTurn() bool {
 	if in.channel == "" {
-		return in.upsert
+		return false
 	}
 	// Real time, not the outbox's clock: the gap spares the server's
 	// commits, which a test's clock does not slow.
 	now := time.Now().UnixNano()
 	last := in.last.Load()
-	if now-last < int64(in.gap) || !in.last.CompareAndSwap(last, now) {
-		return in.upsert
-	}
-	return in.upsertNotify
+	return now-last >= int64(in.gap) && in.last.CompareAndSwap(last, now)
 }
 
 // noticeChannel names the channel of the outbox's notifications after

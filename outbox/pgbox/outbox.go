@@ -24,6 +24,7 @@ type Outbox struct {
 	processor string
 	tables    [3]*table // in the order of outbox.Tables
 	batchStmt map[outbox.Table]string
+	bulk      map[outbox.Table]bulkStatements
 	w         writer
 	intents   intents
 	// lostClaims are the expiries of this outbox's ClaimIntents whose
@@ -57,9 +58,11 @@ func New(db *sql.DB, opts Config) (*Outbox, error) {
 	}
 	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String(), intents: newIntents(opts)}
 	o.batchStmt = make(map[outbox.Table]string, len(o.tables))
+	o.bulk = make(map[outbox.Table]bulkStatements, len(o.tables))
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
 		o.batchStmt[t] = batchStatement(o.tables[i])
+		o.bulk[t] = newBulkStatements(o.tables[i], o.intents)
 	}
 	if opts.Export.set() {
 		e, err := NewExporter(o, opts.Export)

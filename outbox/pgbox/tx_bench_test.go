@@ -196,3 +196,56 @@ func BenchmarkDispatchTxCommits(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDispatchManyTxCommits measures how many transactions that
+// each record a batch of 100 dispatches commit per second, one caller at
+// a time: with one DispatchManyTx call (many: two statements for the
+// batch) and with 100 DispatchTx calls (each: three statements per
+// dispatch), each in the default notify mode. No relay runs: the intents
+// stay. Reports commits/s, dispatches/s and the load average (load1).
+// Run the binary several times for interleaved samples:
+//
+//	go test -c -o /tmp/pgbox.test ./outbox/pgbox/
+//	for i in 1 2 3; do (cd outbox/pgbox && /tmp/pgbox.test -test.run '^$' -test.bench DispatchManyTxCommits -test.benchtime 100x); done
+func BenchmarkDispatchManyTxCommits(b *testing.B) {
+	const batch = 100
+	for _, c := range []struct {
+		name string
+		many bool
+	}{{"many", true}, {"each", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			w := newTxWorld(b, clockwork.NewRealClock())
+			d, _ := w.dispatcher(b, cloudtasks.Config{NoRelay: true})
+			ctx := context.Background()
+			reqs := make([]cloudtasks.DispatchRequest, batch)
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				for j := range reqs {
+					key := fmt.Sprintf("c%d-%d", i, j)
+					reqs[j] = txRequest(key, key)
+				}
+				tx, err := w.db.BeginTx(ctx, nil)
+				require.NoError(b, err)
+				if c.many {
+					_, err = d.DispatchManyTx(ctx, pgbox.SQLTx(tx), reqs)
+				} else {
+					for _, req := range reqs {
+						if _, err = d.DispatchTx(ctx, pgbox.SQLTx(tx), req); err != nil {
+							break
+						}
+					}
+				}
+				if err != nil {
+					tx.Rollback()
+					b.Fatal(err)
+				}
+				require.NoError(b, tx.Commit())
+			}
+			elapsed := time.Since(start).Seconds()
+			b.ReportMetric(float64(b.N)/elapsed, "commits/s")
+			b.ReportMetric(float64(b.N*batch)/elapsed, "dispatches/s")
+			reportLoad(b)
+		})
+	}
+}
