@@ -330,30 +330,57 @@ func (d *Dispatcher) Relay(ctx context.Context) (RelayStats, error) {
 	return d.relay.pass(ctx)
 }
 
-// pass is Relay's work: claim a batch, work it, and again while batches
-// come full. Once the relay is stopping it claims nothing more.
+// pass is Relay's work: claim a batch, start it, and again while batches
+// come full. The next batch is claimed as soon as the last intent of the
+// one before has started, so that calls go on while it is claimed. Once
+// the relay is stopping it claims nothing more. It returns when every
+// intent it started has ended.
 func (r *relay) pass(ctx context.Context) (RelayStats, error) {
-	var st RelayStats
 	d := r.d
 	if r.store == nil || len(r.queues) == 0 {
-		return st, nil
+		return RelayStats{}, nil
 	}
+	w := &passWork{slots: make(chan struct{}, d.cfg.RelayConcurrency)}
+	err := r.claimAndStart(ctx, w)
+	w.wg.Wait()
+	return w.st, err
+}
+
+// claimAndStart is pass's loop of claims.
+func (r *relay) claimAndStart(ctx context.Context, w *passWork) error {
+	d := r.d
 	for !r.isStopping() {
 		if err := r.releaseHeld(ctx, false); err != nil {
-			return st, err
+			return err
 		}
 		expires := d.clock.Now().Add(d.cfg.RelayClaim)
 		ins, err := r.store.ClaimIntents(ctx, r.queues, relayBatch, d.cfg.RelayClaim)
 		if err != nil {
-			return st, &OutboxError{Op: OpClaimIntents, BeforeCall: true, Err: err}
+			return &OutboxError{Op: OpClaimIntents, BeforeCall: true, Err: err}
 		}
-		st.Claimed += len(ins)
-		r.work(ctx, ins, expires, &st)
+		w.add(func(st *RelayStats) { st.Claimed += len(ins) })
+		r.work(ctx, w, ins, expires)
 		if len(ins) < relayBatch || ctx.Err() != nil {
-			return st, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	return st, nil
+	return nil
+}
+
+// passWork is what the intents of one pass share: the slots that bound
+// their calls in flight, and the counts of what they did.
+type passWork struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex // guards st
+	st    RelayStats
+}
+
+// add updates the pass's counts.
+func (w *passWork) add(f func(st *RelayStats)) {
+	w.mu.Lock()
+	f(&w.st)
+	w.mu.Unlock()
 }
 
 // releaseHeld releases the held intents whose claims have not expired:
@@ -383,46 +410,33 @@ func (r *relay) releaseHeld(ctx context.Context, all bool) error {
 	return nil
 }
 
-// work runs the claimed intents ins, Config.RelayConcurrency at a time,
-// and counts what each did in st. Once the relay is stopping it starts no
+// work starts the claimed intents ins, each once one of w's slots is
+// free, and counts what each did in w; it returns once each has started
+// (w.wg waits for them to end). A slot is held from an intent's start
+// until its CreateTask (or cancel) call has ended: Config.RelayConcurrency
+// bounds the calls in flight, and the outcome's record and the intent's
+// drop that follow hold none. Once the relay is stopping it starts no
 // more, and releases those it did not start at once, so that another
 // relay takes them during the drain. An intent that ends in an error is
 // held; one still in flight when ctx ends (at the drain's bound) is kept
 // in left. Their claims expire at expires.
-func (r *relay) work(ctx context.Context, ins []outbox.Intent, expires time.Time, st *RelayStats) {
-	var mu sync.Mutex // guards st
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, r.d.cfg.RelayConcurrency)
+func (r *relay) work(ctx context.Context, w *passWork, ins []outbox.Intent, expires time.Time) {
 	started := 0
 	for _, in := range ins {
 		select {
-		case slots <- struct{}{}:
+		case w.slots <- struct{}{}:
 		case <-r.stopping:
 		}
 		if r.isStopping() {
 			break
 		}
 		started++
-		wg.Go(func() {
-			defer func() { <-slots }()
-			s, err := r.one(ctx, in)
-			mu.Lock()
-			st.count(s, err)
-			mu.Unlock()
-			var oe *OutboxError
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			switch {
-			case err == nil:
-			case ctx.Err() != nil:
-				if !r.isStopping() {
-					return // a Relay call's context: its flight goes on and drops the intent
-				}
-				r.left = append(r.left, in)
-				r.claimsExpire = later(r.claimsExpire, expires)
-			default:
-				r.held = append(r.held, held{in: in, expires: expires, retryNow: errors.As(err, &oe)})
-			}
+		free := sync.OnceFunc(func() { <-w.slots })
+		w.wg.Go(func() {
+			defer free()
+			s, err := r.one(ctx, in, free)
+			w.add(func(st *RelayStats) { st.count(s, err) })
+			r.ended(ctx, in, expires, err)
 		})
 	}
 	if rest := ins[started:]; len(rest) > 0 {
@@ -440,7 +454,26 @@ func (r *relay) work(ctx context.Context, ins []outbox.Intent, expires time.Time
 			r.mu.Unlock()
 		}
 	}
-	wg.Wait()
+}
+
+// ended keeps what an intent's error says of its claim: held after an
+// error (released before the next claim when the outbox failed), or left
+// when the drain's bound cut it short.
+func (r *relay) ended(ctx context.Context, in outbox.Intent, expires time.Time, err error) {
+	var oe *OutboxError
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		if !r.isStopping() {
+			return // a Relay call's context: its flight goes on and drops the intent
+		}
+		r.left = append(r.left, in)
+		r.claimsExpire = later(r.claimsExpire, expires)
+	default:
+		r.held = append(r.held, held{in: in, expires: expires, retryNow: errors.As(err, &oe)})
+	}
 }
 
 // count adds one intent's result to st.
@@ -464,13 +497,13 @@ func (st *RelayStats) count(s outbox.Status, err error) {
 // one creates the task of one claimed intent in a relay flight, which a
 // Dispatch, Cancel or Recover of the ID in this process waits out (and it
 // theirs). It returns the status it recorded, or "" when the ID had moved
-// on.
-func (r *relay) one(ctx context.Context, in outbox.Intent) (outbox.Status, error) {
+// on. It calls free once its call has ended (or is not to be made).
+func (r *relay) one(ctx context.Context, in outbox.Intent, free func()) (outbox.Status, error) {
 	if in.Delete {
 		return r.cancel(ctx, in)
 	}
 	d := r.d
-	f, _, err := d.flights.do(ctx, in.ID, opRelay, func(f *flight) { r.create(ctx, f, in) })
+	f, _, err := d.flights.do(ctx, in.ID, opRelay, func(f *flight) { r.create(ctx, f, in, free) })
 	if err != nil {
 		return "", err
 	}
@@ -510,8 +543,9 @@ func (r *relay) cancel(ctx context.Context, in outbox.Intent) (outbox.Status, er
 
 // create is the work of a relay flight: if the intent's pending record is
 // still the ID's latest, create the task and record the outcome (by
-// onCreate, as Dispatch does), then drop the intent.
-func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
+// onCreate, as Dispatch does), then drop the intent (in the outcome's
+// write when the store can). It calls free once the call has ended.
+func (r *relay) create(leader context.Context, f *flight, in outbox.Intent, free func()) {
 	ctx, d := workContext(leader), r.d
 	prev, found, err := d.box.Latest(ctx, in.Table, in.ID)
 	if err != nil {
@@ -535,6 +569,7 @@ func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
 	calls, err := d.call(callSpans(ctx), "CreateTask", codes.AlreadyExists, func(ctx context.Context) error {
 		return d.createTask(ctx, in.ID, &req)
 	})
+	free()
 	rec := prev
 	rec.Follow(&prev, d.clock.Now())
 	rec.CreateCalls += int32(calls)
@@ -550,7 +585,7 @@ func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
 		rec.ErrorCode = v.code.String()
 	}
 	rec.Status = v.status
-	err = outbox.AppendAndWait(ctx, d.box, rec)
+	dropped, err := r.record(ctx, rec, in)
 	switch {
 	case errors.Is(err, outbox.ErrVersionConflict):
 		d.outcomeOvertaken(ctx, rec, err)
@@ -568,8 +603,21 @@ func (r *relay) create(leader context.Context, f *flight, in outbox.Intent) {
 	if d.log.Enabled(ctx, slog.LevelDebug) {
 		d.log.DebugContext(ctx, "relayed", "id", in.ID, "status", rec.Status, "calls", calls)
 	}
-	f.err = r.drop(ctx, in)
+	if !dropped {
+		f.err = r.drop(ctx, in)
+	}
 	r.outcome()
+}
+
+// record appends rec, the outcome of in, and waits until it is kept. When
+// the store appends outcomes (outbox.OutcomeAppender) the same write drops
+// in, and dropped is true whenever the append was kept or refused as
+// overtaken; otherwise the caller drops in.
+func (r *relay) record(ctx context.Context, rec outbox.Record, in outbox.Intent) (dropped bool, err error) {
+	if oa, ok := r.store.(outbox.OutcomeAppender); ok {
+		return true, oa.AppendOutcome(ctx, rec, in)
+	}
+	return false, outbox.AppendAndWait(ctx, r.d.box, rec)
 }
 
 // drop removes a finished intent.

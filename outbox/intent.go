@@ -159,6 +159,36 @@ func PrepareIntents(rs []Record, ins []Intent, processor string, now time.Time) 
 	return out, nil
 }
 
+// OutcomeAppender is implemented by an Intents store that records a
+// relayed intent's outcome and drops the intent in one write (pgbox: in
+// the statement that appends the record, beside the concurrent appends
+// it groups). A relay uses it when its outbox has it, and Append, then
+// DropIntent, otherwise.
+type OutcomeAppender interface {
+	// AppendOutcome appends r, the outcome of the create intent in, as
+	// Append does (conditional on r.Version), returns once it is kept,
+	// and drops in as DropIntent does, in the same write: in is dropped
+	// when r is kept and when r is refused with a *VersionConflictError
+	// (the ID moved on, and in has nothing left to do), and on any other
+	// error neither happened, or, when the error matches ErrKeptUnknown,
+	// both may have.
+	AppendOutcome(ctx context.Context, r Record, in Intent) error
+}
+
+// CheckOutcome checks that in, whose outcome r is, is a create intent of
+// r's ID, as every OutcomeAppender does before it writes; the error is a
+// *RecordError naming the intent.
+func CheckOutcome(r *Record, in *Intent) error {
+	if r.Table != TableDispatch && r.Table != TableTimers {
+		return &RecordError{ID: r.ID, Field: "Table", Value: string(r.Table), Rule: "has no intents; allowed: dispatch_outbox, timers"}
+	}
+	if in.Delete || in.ID != r.ID || in.Table != r.Table {
+		return &RecordError{ID: r.ID, Field: "Intent", Value: fmt.Sprintf("%s %s delete=%t", in.Table, in.ID, in.Delete),
+			Rule: fmt.Sprintf("must be the create intent whose outcome the record is (%s %s)", r.Table, r.ID)}
+	}
+	return nil
+}
+
 // The payloads of the notifications a store that implements Notices
 // sends on its NoticeChannel. A transaction sends each at most once,
 // however many intents it records.

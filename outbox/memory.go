@@ -83,9 +83,14 @@ func (m *Memory) Append(ctx context.Context, r Record, done func(error)) error {
 // the latest record (a *VersionConflictError), or, when first, unless the
 // ID has any record: then it returns that latest record and kept false.
 func (m *Memory) keep(r Record, first bool) (latest Record, kept bool, err error) {
-	k := recKey{r.Table, r.ID}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.keepLocked(r, first)
+}
+
+// keepLocked is keep with m.mu held.
+func (m *Memory) keepLocked(r Record, first bool) (latest Record, kept bool, err error) {
+	k := recKey{r.Table, r.ID}
 	h := m.history[k]
 	n := len(h)
 	switch {

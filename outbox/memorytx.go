@@ -355,6 +355,12 @@ func (m *Memory) DropIntent(ctx context.Context, in Intent) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.dropLocked(in)
+	return nil
+}
+
+// dropLocked is DropIntent with m.mu held.
+func (m *Memory) dropLocked(in Intent) {
 	cur, ok := m.intents[in.ID]
 	switch {
 	case !ok:
@@ -363,7 +369,31 @@ func (m *Memory) DropIntent(ctx context.Context, in Intent) error {
 	default:
 		cur.claimUntil = time.Time{}
 	}
-	return nil
+}
+
+var _ OutcomeAppender = (*Memory)(nil)
+
+// AppendOutcome implements OutcomeAppender: it appends r as Append does
+// and drops in as DropIntent does, under one hold of the mutex, so no
+// reader sees one without the other.
+func (m *Memory) AppendOutcome(ctx context.Context, r Record, in Intent) error {
+	if err := CheckOutcome(&r, &in); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.Prepare(m.processor, m.clock.Now()); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, _, err := m.keepLocked(r, false)
+	if err != nil && !errors.Is(err, ErrVersionConflict) {
+		return err
+	}
+	m.dropLocked(in)
+	return err
 }
 
 // ReleaseIntents implements Intents: the claims on ins end, so the next

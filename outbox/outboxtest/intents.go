@@ -46,6 +46,9 @@ type Begin func(ctx context.Context) (tx outbox.Tx, commit, rollback func() erro
 //     first, each to one claimer until its claim expires; a cancel that
 //     replaces a claimed intent waits until DropIntent of the claimed one
 //     releases it; DropIntent of the intent itself ends it (HasIntent).
+//   - AppendOutcome (when the store has it) keeps an intent's outcome and
+//     drops the intent in one write; over a replaced intent it is refused
+//     as overtaken and releases the replacement.
 //   - Reserve keeps only an ID's first record and otherwise answers with
 //     the newest.
 //   - ClaimPending shares the stale pending records among concurrent
@@ -223,6 +226,64 @@ var intentTests = []struct {
 		_, ok, err := b.s.Latest(b.ctx, outbox.TableDispatch, "dispatch:tx:bad:1")
 		require.NoError(t, err)
 		require.False(t, ok)
+	}},
+	{"AppendOutcomeDropsTheIntentInTheSameWrite", func(t *testing.T, b *txBundle) {
+		oa, ok := b.s.(outbox.OutcomeAppender)
+		if !ok {
+			t.Skipf("%T appends outcomes and drops intents apart", b.s)
+		}
+		r, in := intent("relayed", 1)
+		b.inTx(t, true, func(tx outbox.Tx) { require.NoError(t, b.s.AppendIntent(b.ctx, tx, r, in)) })
+		claimed := b.claim(t, []string{queue}, 10)
+		require.Len(t, claimed, 1)
+		pending := b.latest(t, outbox.TableDispatch, r.ID)
+		b.clock.Advance(time.Second)
+		out := pending
+		out.Follow(&pending, b.clock.Now())
+		out.Status = outbox.StatusCreated
+		require.NoError(t, oa.AppendOutcome(b.ctx, out, claimed[0]))
+		got := b.latest(t, outbox.TableDispatch, r.ID)
+		require.Equal(t, []any{outbox.StatusCreated, int64(2), T0.Add(time.Second)}, []any{got.Status, got.Version, got.UpdatedAt})
+		require.False(t, b.has(t, r.ID), "the outcome's write dropped the intent")
+
+		// A later transaction replaced the claimed intent: the outcome is
+		// refused as overtaken, the replaced intent is gone, and the
+		// replacement is released at once.
+		r, in = intent("replaced", 1)
+		b.inTx(t, true, func(tx outbox.Tx) { require.NoError(t, b.s.AppendIntent(b.ctx, tx, r, in)) })
+		claimed = b.claim(t, []string{queue}, 10)
+		require.Len(t, claimed, 1)
+		pending = b.latest(t, outbox.TableDispatch, r.ID)
+		again, againIn := intent("replaced", 2)
+		again.Follow(&pending, b.clock.Now())
+		b.inTx(t, true, func(tx outbox.Tx) { require.NoError(t, b.s.AppendIntent(b.ctx, tx, again, againIn)) })
+		require.Empty(t, b.claim(t, []string{queue}, 10), "the replacement keeps the claim")
+		out = pending
+		out.Follow(&pending, b.clock.Now())
+		out.Status = outbox.StatusCreated
+		var vc *outbox.VersionConflictError
+		require.ErrorAs(t, oa.AppendOutcome(b.ctx, out, claimed[0]), &vc)
+		require.Equal(t, []any{outbox.StatusPending, int64(2)}, []any{vc.Current.Status, vc.Current.Version})
+		next := b.claim(t, []string{queue}, 10)
+		require.Len(t, next, 1, "released at once")
+		require.Equal(t, []any{r.ID, int64(2), false}, []any{next[0].ID, next[0].Version, next[0].Delete})
+
+		// Bad pairs are refused before anything is written.
+		var re *outbox.RecordError
+		other := out
+		other.ID = "dispatch:tx:other:1"
+		require.ErrorAs(t, oa.AppendOutcome(b.ctx, other, next[0]), &re)
+		require.Equal(t, "Intent", re.Field)
+		cancel := next[0]
+		cancel.Delete = true
+		require.ErrorAs(t, oa.AppendOutcome(b.ctx, out, cancel), &re)
+		require.Equal(t, "Intent", re.Field)
+		delivery := out
+		delivery.Table = outbox.TableDeliveries
+		require.ErrorAs(t, oa.AppendOutcome(b.ctx, delivery, next[0]), &re)
+		require.Equal(t, "Table", re.Field)
+		require.True(t, b.has(t, r.ID), "the refused calls dropped nothing")
+		require.Equal(t, outbox.StatusPending, b.latest(t, outbox.TableDispatch, r.ID).Status)
 	}},
 	{"CancelReplacesAnIntentAndWaitsForItsClaim", func(t *testing.T, b *txBundle) {
 		r, in := intent("raced", 1)

@@ -54,7 +54,8 @@ type writeKey struct {
 type write struct {
 	tb    *table
 	rec   *outbox.Record
-	first bool // refused if the ID has any record (Reserve)
+	first bool           // refused if the ID has any record (Reserve)
+	drop  *outbox.Intent // dropped by the same statement (AppendOutcome)
 	done  chan struct{}
 
 	kept    bool
@@ -64,8 +65,8 @@ type write struct {
 
 // write queues r for the next batch and waits for its result. A ctx that
 // ends first is an error that cannot say whether r is kept.
-func (o *Outbox) write(ctx context.Context, tb *table, r *outbox.Record, first bool) (*write, error) {
-	w := &write{tb: tb, rec: r, first: first, done: make(chan struct{})}
+func (o *Outbox) write(ctx context.Context, tb *table, r *outbox.Record, first bool, drop *outbox.Intent) (*write, error) {
+	w := &write{tb: tb, rec: r, first: first, drop: drop, done: make(chan struct{})}
 	o.w.mu.Lock()
 	o.w.queue = append(o.w.queue, w)
 	start := o.w.running < maxInFlight
@@ -181,11 +182,23 @@ func (o *Outbox) insertBatch(ctx context.Context, tb *table, ws []*write) error 
 		return err
 	}
 	byID := make(map[string]*write, len(ws))
+	var drops []dropRow
 	for _, w := range ws {
 		w.kept, w.current = false, nil
 		byID[w.rec.ID] = w
+		if w.drop != nil {
+			drops = append(drops, dropRow{ID: w.drop.ID, Version: w.drop.Version, Op: opOf(*w.drop)})
+		}
 	}
-	rows, err := o.db.QueryContext(ctx, o.batchStmt[tb.t], arg)
+	stmt, args := o.batchStmt[tb.t], []any{arg}
+	if len(drops) > 0 {
+		b, err := json.Marshal(drops)
+		if err != nil {
+			return err
+		}
+		stmt, args = o.batchDropStmt[tb.t], append(args, string(b), o.processor)
+	}
+	rows, err := o.db.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return sentStatementError(err)
 	}
@@ -237,6 +250,14 @@ type batchRow struct {
 	First          bool    `json:"first"`
 }
 
+// dropRow is one intent a batch statement drops, as its second JSON
+// argument carries it.
+type dropRow struct {
+	ID      string `json:"id"`
+	Version int64  `json:"version"`
+	Op      string `json:"op"`
+}
+
 // batchArg encodes recs as a batch statement's argument, each marked
 // first as first (nil: none) says.
 func batchArg(recs []*outbox.Record, first []bool) (string, error) {
@@ -284,8 +305,10 @@ func nonEmpty(s string) *string {
 // nudged past the ID's latest as a single append does, and returns the
 // inserted rows marked true and, for each record refused, the rows of its
 // ID marked false: the winner comes back in the same round trip. A record
-// marked first (Reserve) is refused when its ID has any row.
-func batchStatement(tb *table) string {
+// marked first (Reserve) is refused when its ID has any row. drops, when
+// not empty, are more WITH queries that run once the inserts are done
+// (batchDrops).
+func batchStatement(tb *table, drops string) string {
 	returned, values := insertColumns(tb)
 	current := make([]string, len(returned))
 	for i, c := range returned {
@@ -297,7 +320,7 @@ func batchStatement(tb *table) string {
 			WHERE i.version = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id AND (t.version >= i.version OR i.first))
 			ORDER BY i.id
 			ON CONFLICT (` + tb.id + `, version) WHERE version > 0 DO NOTHING
-			RETURNING ` + strings.Join(returned, ", ") + `)
+			RETURNING ` + strings.Join(returned, ", ") + `)` + drops + `
 		SELECT ` + strings.Join(returned, ", ") + `, true FROM ins
 		UNION ALL
 		SELECT ` + strings.Join(current, ", ") + `, false FROM i JOIN ` + tb.name + ` t ON t.` + tb.id + ` = i.id
@@ -321,6 +344,29 @@ func insertColumns(tb *table) (cols, values []string) {
 		cols, values = append(cols, c), append(values, v)
 	}
 	return cols, values
+}
+
+// batchDrops returns the WITH queries by which a batch statement of a
+// table with intents also drops the intents its second argument ($2, a
+// JSON array of dropRows) names, as DropIntent does: each is deleted
+// unless a later transaction replaced it (another version or op), and
+// then this processor's claim ($3) on the replacement is released, with
+// a notification of intents (unless the outbox sends none). They read
+// ins first, so every record row is locked before any intent row, in
+// the order a DispatchTx takes them.
+func batchDrops(in intents) string {
+	released := "1"
+	if in.channel != "" {
+		released = `pg_notify('` + in.channel + `', '` + outbox.NoticeIntents + `')`
+	}
+	return `,
+		d AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS d(id text, version bigint, op text)),
+		dropped AS (DELETE FROM ` + in.name + ` x USING d
+			WHERE x.id = d.id AND x.version = d.version AND x.op = d.op AND (SELECT count(*) FROM ins) >= 0
+			RETURNING x.id),
+		released AS (UPDATE ` + in.name + ` x SET claimed_by = NULL, claim_expires = NULL FROM d
+			WHERE x.id = d.id AND x.claimed_by = $3 AND NOT EXISTS (SELECT 1 FROM dropped WHERE dropped.id = d.id)
+			RETURNING ` + released + `)`
 }
 
 // recordset is the query that reads a batch statement's JSON argument
@@ -380,7 +426,7 @@ func (o *Outbox) Reserve(ctx context.Context, r outbox.Record) (outbox.Record, b
 	if r.Version != 1 {
 		return outbox.Record{}, false, &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1: Reserve writes an ID's first record"}
 	}
-	err := o.appendRecord(ctx, r, nil, true)
+	err := o.appendRecord(ctx, r, nil, true, nil)
 	var vc *outbox.VersionConflictError
 	if errors.As(err, &vc) {
 		return vc.Current, false, nil

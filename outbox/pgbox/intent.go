@@ -437,6 +437,21 @@ func (o *Outbox) DropIntent(ctx context.Context, in outbox.Intent) error {
 	return o.release(ctx, []string{in.ID})
 }
 
+var _ outbox.OutcomeAppender = (*Outbox)(nil)
+
+// AppendOutcome implements outbox.OutcomeAppender: r goes into the batch
+// statement that groups concurrent appends (see Append), and that
+// statement also deletes in, or, when a later transaction replaced it,
+// releases this processor's claim on the replacement and notifies the
+// listening relays, as DropIntent does: one statement and one commit for
+// the outcome and the drop, instead of one each.
+func (o *Outbox) AppendOutcome(ctx context.Context, r outbox.Record, in outbox.Intent) error {
+	if err := outbox.CheckOutcome(&r, &in); err != nil {
+		return err
+	}
+	return o.appendRecord(ctx, r, nil, false, &in)
+}
+
 // ReleaseIntents implements outbox.Intents: in one statement it clears
 // this processor's claims on ins, and, when it cleared any, notifies the
 // listening relays (unless Config.NoNotify).

@@ -25,8 +25,11 @@ type Outbox struct {
 	tables    [3]*table // in the order of outbox.Tables
 	batchStmt map[outbox.Table]string
 	bulk      map[outbox.Table]bulkStatements
-	w         writer
-	intents   intents
+	// batchDropStmt are the batch statements that also drop intents
+	// (AppendOutcome), of the tables with intents.
+	batchDropStmt map[outbox.Table]string
+	w             writer
+	intents       intents
 	// lostClaims are the expiries of this outbox's ClaimIntents whose
 	// answer did not arrive: see ClaimIntents.
 	lostClaims lostClaims
@@ -59,10 +62,14 @@ func New(db *sql.DB, opts Config) (*Outbox, error) {
 	o := &Outbox{db: db, opts: opts, clock: opts.Clock, processor: uuid.Must(uuid.NewV7()).String(), intents: newIntents(opts)}
 	o.batchStmt = make(map[outbox.Table]string, len(o.tables))
 	o.bulk = make(map[outbox.Table]bulkStatements, len(o.tables))
+	o.batchDropStmt = make(map[outbox.Table]string, len(o.tables))
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
-		o.batchStmt[t] = batchStatement(o.tables[i])
+		o.batchStmt[t] = batchStatement(o.tables[i], "")
 		o.bulk[t] = newBulkStatements(o.tables[i], o.intents)
+		if o.tables[i].claims {
+			o.batchDropStmt[t] = batchStatement(o.tables[i], batchDrops(o.intents))
+		}
 	}
 	if opts.Export.set() {
 		e, err := NewExporter(o, opts.Export)
@@ -123,12 +130,12 @@ func (o *Outbox) ProcessorUUID() string { return o.processor }
 // increases per ID. An error from the database itself (a connection lost
 // while committing) cannot say whether the record was kept: read Latest.
 func (o *Outbox) Append(ctx context.Context, r outbox.Record, done func(error)) error {
-	return o.appendRecord(ctx, r, done, false)
+	return o.appendRecord(ctx, r, done, false, nil)
 }
 
 // appendRecord is Append; when first, r is refused if the ID has any
 // record at all (Reserve).
-func (o *Outbox) appendRecord(ctx context.Context, r outbox.Record, done func(error), first bool) error {
+func (o *Outbox) appendRecord(ctx context.Context, r outbox.Record, done func(error), first bool, drop *outbox.Intent) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -142,7 +149,7 @@ func (o *Outbox) appendRecord(ctx context.Context, r outbox.Record, done func(er
 	if r.Version < 0 {
 		return &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "is negative; allowed: 0 (unconditional) or above"}
 	}
-	w, err := o.write(ctx, tb, &r, first)
+	w, err := o.write(ctx, tb, &r, first, drop)
 	if err != nil {
 		return err
 	}

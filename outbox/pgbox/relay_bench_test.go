@@ -149,8 +149,9 @@ func drainBacklog(b *testing.B, w *txWorld, writer *cloudtasks.Dispatcher, tag s
 		require.NoError(b, tx.Commit())
 	}
 	ds := make([]*cloudtasks.Dispatcher, relays)
+	dbs := make([]*sql.DB, relays)
 	for i := range ds {
-		ds[i] = w.drainer(b, concurrency)
+		ds[i], dbs[i] = w.drainer(b, concurrency)
 	}
 	var created atomic.Int64
 	var g errgroup.Group
@@ -170,19 +171,19 @@ func drainBacklog(b *testing.B, w *txWorld, writer *cloudtasks.Dispatcher, tag s
 	took := time.Since(start)
 	b.StopTimer()
 	require.Equal(b, int64(b.N), created.Load(), "every intent created once")
-	for _, d := range ds {
+	for i, d := range ds {
 		require.NoError(b, d.Close(ctx))
+		require.NoError(b, dbs[i].Close()) // so the rounds' pools do not add up past the server's max_connections
 	}
 	return took
 }
 
 // drainer returns a dispatcher over a pool and outbox of its own whose
 // relay runs only when called (Dispatcher.Relay), concurrency creates at
-// a time. The caller closes it.
-func (w *txWorld) drainer(b *testing.B, concurrency int) *cloudtasks.Dispatcher {
+// a time, and its pool. The caller closes both.
+func (w *txWorld) drainer(b *testing.B, concurrency int) (*cloudtasks.Dispatcher, *sql.DB) {
 	db, err := sql.Open("pgx", w.dsn)
 	require.NoError(b, err)
-	b.Cleanup(func() { db.Close() })
 	db.SetMaxIdleConns(concurrency + 2)
 	box, err := pgbox.New(db, w.opts)
 	require.NoError(b, err)
@@ -192,5 +193,5 @@ func (w *txWorld) drainer(b *testing.B, concurrency int) *cloudtasks.Dispatcher 
 	d, err := cloudtasks.NewDispatcher(context.Background(), box, &cloudtasks.Config{Project: "p", Location: "l", Queue: "q",
 		Client: cl, Clock: w.clock, NoRelay: true, RelayConcurrency: concurrency})
 	require.NoError(b, err)
-	return d
+	return d, db
 }
