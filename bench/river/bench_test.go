@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,13 +22,14 @@ import (
 // faster or cheaper), with the one-minute load average (load1). b.N is
 // the measured transactions of each side (rounds, for CommitToStart). The
 // PostgreSQL settings that matter are logged. `make bench-river` runs
-// them with the counts BENCHMARKS.md quotes.
+// them with the counts BENCHMARKS.md quotes; each runs for about a
+// minute or less on the 2-core development machine.
 
 // BenchmarkInsertTx is one dispatch or job per caller's transaction
 // (txLine): begin→insert→commit latency p50 and p99, and the client's
 // and the server's CPU per call, in blocks of 100 calls per side.
 //
-//	cd bench/river && go test -run '^$' -bench 'InsertTx$' -benchtime 2000x
+//	cd bench/river && go test -run '^$' -bench 'InsertTx$' -benchtime 5000x
 func BenchmarkInsertTx(b *testing.B) {
 	w := newWorld(b)
 	logSettings(b, w)
@@ -44,7 +46,7 @@ func BenchmarkInsertTx(b *testing.B) {
 // or job, in blocks of 5 transactions per side. ctdispatch's side is a
 // loop of DispatchTx calls until DispatchManyTx is merged (dispatchMany).
 //
-//	cd bench/river && go test -run '^$' -bench 'InsertManyTx' -benchtime 200x
+//	cd bench/river && go test -run '^$' -bench 'InsertManyTx' -benchtime 300x
 func BenchmarkInsertManyTx(b *testing.B) {
 	w := newWorld(b)
 	logSettings(b, w)
@@ -59,7 +61,7 @@ func BenchmarkInsertManyTx(b *testing.B) {
 // BenchmarkCommitToStart is commit-to-task against commit-to-job-start
 // (startLine), one lone call of each side every 150 ms: p50 and p99.
 //
-//	cd bench/river && go test -run '^$' -bench 'CommitToStart' -benchtime 300x
+//	cd bench/river && go test -run '^$' -bench 'CommitToStart' -benchtime 400x
 func BenchmarkCommitToStart(b *testing.B) {
 	w := newWorld(b)
 	logSettings(b, w)
@@ -121,13 +123,24 @@ func reportLoad(b *testing.B) {
 // settings are the server's settings that decide what a commit costs.
 var settings = []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "shared_buffers", "max_connections"}
 
-// logSettings logs settings as SHOW reads them on w's server.
+// settingsLogged keeps logSettings to once a process: every benchmark
+// runs on the same cluster.
+var settingsLogged sync.Once
+
+// logSettings logs settings as SHOW reads them on w's server, once.
 func logSettings(b *testing.B, w *world) {
+	settingsLogged.Do(func() {
+		b.Logf("PostgreSQL: %s; %d CPUs, GOMAXPROCS %d", show(b, w), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	})
+}
+
+// show returns settings as SHOW reads them on w's server.
+func show(b *testing.B, w *world) string {
 	var out []string
 	for _, name := range settings {
 		var v string
 		require.NoError(b, w.callers.QueryRow(context.Background(), "SHOW "+name).Scan(&v))
 		out = append(out, name+"="+v)
 	}
-	b.Logf("PostgreSQL: %s; %d CPUs, GOMAXPROCS %d", strings.Join(out, " "), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	return strings.Join(out, " ")
 }
