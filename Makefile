@@ -4,7 +4,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell go env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 
-.PHONY: all build build-iceberg image container-test test test-long readme-test lint fmt tools bench fuzz demo clean
+.PHONY: all build build-iceberg image container-test test test-long test-river readme-test lint fmt tools bench bench-river fuzz demo clean
 
 all: lint test test-long
 
@@ -86,6 +86,17 @@ endef
 
 test:
 	$(call go-test,$(TEST_PKGS),$(TEST_EXCEPT) -save $(TEST_JSON))
+ifeq ($(TEST_PKGS),./...)
+	@$(MAKE) --no-print-directory test-river
+endif
+
+## test-river: bench/river's check that each line of make bench-river
+## still runs (a few transactions each, about 15 s). It is a module of its
+## own (river is a dependency of that module only), which ./... does not
+## enter, so make test runs it here when it runs the whole module.
+RIVER_DIR := bench/river
+test-river:
+	cd $(RIVER_DIR) && go test -count=1 -run '^TestLines$$' ./...
 
 test-long:
 	$(call go-test,$(LONG_PKGS),-save bin/test-long.jsonl)
@@ -102,6 +113,9 @@ lint: tools
 	go vet -tags iceberg ./...
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags iceberg ./...
+	@cd $(RIVER_DIR) && go mod tidy -diff || \
+		{ echo "$(RIVER_DIR)/go.mod is not tidy: run (cd $(RIVER_DIR) && go mod tidy), as after any change to the main go.mod"; exit 1; }
+	cd $(RIVER_DIR) && go vet ./... && $(STATICCHECK) ./...
 
 ## tools: install the pinned linters
 tools:
@@ -124,6 +138,17 @@ bench:
 	grep 'SHA256AllocBaseline/' bench.txt | sed 's/SHA256AllocBaseline/HashID/' > bench-alloc.txt
 	grep '^BenchmarkCloudTaskID/' bench.txt | sed 's/CloudTaskID/HashID/' > bench-cloudtaskid.txt
 	$(BENCHSTAT) bench-baseline.txt bench-alloc.txt bench-cloudtaskid.txt
+
+## bench-river: ctdispatch beside river on one throwaway PostgreSQL
+## (bench/river, a module of its own): per call in a caller's transaction,
+## 100 per transaction, commit to task against commit to job start, each
+## with the counts BENCHMARKS.md ("Beside river") quotes; about 3 minutes
+## on 2 cores. Run it on an idle machine: it prints the load average.
+bench-river:
+	cd $(RIVER_DIR) && go test -c -o ../../bin/riverbench.test .
+	cd $(RIVER_DIR) && ../../bin/riverbench.test -test.run '^$$' -test.bench 'InsertTx$$' -test.benchtime 5000x
+	cd $(RIVER_DIR) && ../../bin/riverbench.test -test.run '^$$' -test.bench 'InsertManyTx$$' -test.benchtime 300x
+	cd $(RIVER_DIR) && ../../bin/riverbench.test -test.run '^$$' -test.bench 'CommitToStart$$' -test.benchtime 400x
 
 ## fuzz: a short run of each fuzz target (FUZZTIME=60s to change it)
 FUZZTIME ?= 30s
