@@ -43,8 +43,8 @@ func BenchmarkInsertTx(b *testing.B) {
 
 // BenchmarkInsertManyTx is bulkSize (100) dispatches or jobs per caller's
 // transaction (bulkLine): latency per transaction, and CPU per dispatch
-// or job, in blocks of 5 transactions per side. ctdispatch's side is a
-// loop of DispatchTx calls until DispatchManyTx is merged (dispatchMany).
+// or job, in blocks of 5 transactions per side. ctdispatch's side is one
+// DispatchManyTx call per transaction (dispatchMany).
 //
 //	cd bench/river && go test -run '^$' -bench 'InsertManyTx' -benchtime 300x
 func BenchmarkInsertManyTx(b *testing.B) {

@@ -88,18 +88,11 @@ func bulkLine(tb testing.TB, w *world, n, block int) (ctd, riv *side) {
 	return ctd, riv
 }
 
-// dispatchMany is ctdispatch's bulk path in the caller's transaction. It
-// is a loop of DispatchTx calls, one statement each, until
-// Dispatcher.DispatchManyTx (being built on branch bulk) is merged: then
-// this body becomes `_, err := d.DispatchManyTx(ctx, tx, reqs)` and the
-// bulk row of BENCHMARKS.md is measured again.
+// dispatchMany is ctdispatch's bulk path in the caller's transaction:
+// one DispatchManyTx call, two statements for the batch.
 func dispatchMany(ctx context.Context, d *cloudtasks.Dispatcher, tx outbox.Tx, reqs []cloudtasks.DispatchRequest) error {
-	for _, r := range reqs {
-		if _, err := d.DispatchTx(ctx, tx, r); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := d.DispatchManyTx(ctx, tx, reqs)
+	return err
 }
 
 // alternate runs each side once unmeasured, then n measured transactions

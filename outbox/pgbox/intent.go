@@ -246,45 +246,21 @@ func txError(table, op string, err error) error {
 	return fmt.Errorf("pgbox: %s %s: %w", op, table, err)
 }
 
-// AppendIntent implements outbox.Intents: inside tx it inserts r (a pending
-// record, conditional on its Version as Append is) and then in, the task's
+// AppendIntent implements outbox.Intents: inside tx, in one statement
+// (AppendIntents's, with one record), it inserts r (a pending record,
+// conditional on its Version as Append is) and then in, the task's
 // CreateTask request, replacing an unfinished intent of the same ID. Both
 // are kept if and only if tx commits; until then no other transaction sees
 // them, and a concurrent writer of the same version waits for tx to end.
+// A refused r is a *outbox.VersionConflictError holding the ID's latest
+// record as tx sees it (a second statement reads it).
 func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record, in outbox.Intent) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tb, err := o.table(r.Table)
+	refused, err := o.AppendIntents(ctx, tx, []outbox.Record{r}, []outbox.Intent{in})
 	if err != nil {
 		return err
 	}
-	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
-		return err
-	}
-	if err := in.Validate(&r); err != nil {
-		return err
-	}
-	n, err := tx.Exec(ctx, tb.insert, insertArgs(&r)...)
-	if err != nil {
-		return txError(tb.name, "append", err)
-	}
-	if n == 0 {
-		cur, ok, err := o.LatestTx(ctx, tx, r.Table, r.ID)
-		switch {
-		case err != nil:
-			return fmt.Errorf("pgbox: append %s %s: version %d refused; reading the winner: %w", r.Table, r.ID, r.Version, err)
-		case !ok:
-			return fmt.Errorf("pgbox: append %s %s: version %d refused, but no record of the ID is left to read", r.Table, r.ID, r.Version)
-		}
-		return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
-	}
-	schedule := sql.NullTime{}
-	if !r.DueAt.IsZero() {
-		schedule = sql.NullTime{Time: r.DueAt, Valid: true}
-	}
-	if _, err := tx.Exec(ctx, o.intents.upsertFor(), r.ID, string(r.Table), r.Version, r.Queue, r.TaskName, schedule, in.Request, r.UpdatedAt, opCreate); err != nil {
-		return txError(o.intents.name, "append intent to", err)
+	if len(refused) > 0 {
+		return refused[0]
 	}
 	return nil
 }

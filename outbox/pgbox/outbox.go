@@ -174,21 +174,6 @@ func (o *Outbox) conflict(ctx context.Context, r *outbox.Record) error {
 	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
 }
 
-// insertArgs are the values of tb.insert, in the order of its columns.
-func insertArgs(r *outbox.Record) []any {
-	args := []any{r.ID, r.Version, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey, r.Attempt, r.Kind, string(r.Status), r.ErrorCode,
-		r.CreateCalls, r.PayloadSHA256, r.ProcessorUUID, r.CreatedAt, r.UpdatedAt, nullTime(r)}
-	if r.Table == outbox.TableDeliveries {
-		d := &r.Delivery
-		args = append(args, d.RetryCount, d.ExecutionCount, d.HTTPStatus, d.Latency.Microseconds())
-	}
-	return append(args, sql.NullString{String: r.TraceID, Valid: r.TraceID != ""}, sql.NullString{String: r.SpanID, Valid: r.SpanID != ""})
-}
-
-func nullTime(r *outbox.Record) sql.NullTime {
-	return sql.NullTime{Time: r.DueAt, Valid: !r.DueAt.IsZero()}
-}
-
 // Flush returns at once when the outbox runs no exporter: every record is
 // committed when Append returns. With Config.Export it exports what is
 // committed and not yet exported, so that a dispatcher's Close leaves its
