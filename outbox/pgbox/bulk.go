@@ -29,7 +29,17 @@ type bulkStatements struct {
 }
 
 func newBulkStatements(tb *table, in intents) bulkStatements {
-	s := bulkStatements{latest: `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE ` + tb.id + ` = ANY (ARRAY(SELECT json_array_elements_text($1::json)))`}
+	// One probe of the ID's index per ID, whatever the planner thinks of
+	// the table's size: OFFSET 0 keeps the lateral subquery from being
+	// flattened into a join, which a plan made (and cached) while the
+	// table was small runs as a scan of the whole table however large it
+	// has grown since.
+	var cols []string
+	for _, c := range strings.Split(tb.cols, ",") {
+		cols = append(cols, "r."+strings.TrimSpace(c))
+	}
+	s := bulkStatements{latest: `SELECT ` + strings.Join(cols, ", ") + ` FROM json_array_elements_text($1::json) AS k(id)
+		CROSS JOIN LATERAL (SELECT * FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = k.id OFFSET 0) r`}
 	if tb.claims {
 		s.appendIntents = appendIntentsStatement(tb, in, false)
 		s.appendNotify = appendIntentsStatement(tb, in, true)
