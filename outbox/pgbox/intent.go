@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,23 +248,65 @@ func txError(table, op string, err error) error {
 	return fmt.Errorf("pgbox: %s %s: %w", op, table, err)
 }
 
-// AppendIntent implements outbox.Intents: inside tx, in one statement
-// (AppendIntents's, with one record), it inserts r (a pending record,
-// conditional on its Version as Append is) and then in, the task's
-// CreateTask request, replacing an unfinished intent of the same ID. Both
-// are kept if and only if tx commits; until then no other transaction sees
+// AppendIntent implements outbox.Intents: inside tx, in one statement, it
+// inserts r (a pending record, conditional on its Version as Append is)
+// and then in, the task's CreateTask request, replacing an unfinished
+// intent of the same ID. Both are kept if and only if tx commits; until then no other transaction sees
 // them, and a concurrent writer of the same version waits for tx to end.
-// A refused r is a *outbox.VersionConflictError holding the ID's latest
-// record as tx sees it (a second statement reads it).
 func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record, in outbox.Intent) error {
-	refused, err := o.AppendIntents(ctx, tx, []outbox.Record{r}, []outbox.Intent{in})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tb, err := o.table(r.Table)
 	if err != nil {
 		return err
 	}
-	if len(refused) > 0 {
-		return refused[0]
+	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
+		return err
+	}
+	if err := in.Validate(&r); err != nil {
+		return err
+	}
+	stmt := o.appendIntent[r.Table]
+	if o.intents.notifyTurn() {
+		stmt = o.appendIntentNotify[r.Table]
+	}
+	n, err := tx.Exec(ctx, stmt, append(insertArgs(&r), r.TaskName, in.Request)...)
+	if err != nil {
+		return txError(tb.name, "append", err)
+	}
+	if n == 0 {
+		cur, ok, err := o.LatestTx(ctx, tx, r.Table, r.ID)
+		switch {
+		case err != nil:
+			return fmt.Errorf("pgbox: append %s %s: version %d refused; reading the winner: %w", r.Table, r.ID, r.Version, err)
+		case !ok:
+			return fmt.Errorf("pgbox: append %s %s: version %d refused, but no record of the ID is left to read", r.Table, r.ID, r.Version)
+		}
+		return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
 	}
 	return nil
+}
+
+// appendIntentStatement returns AppendIntent's statement on tb, a table
+// with intents: tb's insert of the record (its parameters, then the
+// task's name and request), and, when it inserted, the intent's upsert,
+// in one statement and one round trip. It returns one row when it
+// inserted (with the notification of intents, when notify) and none when
+// the record was refused.
+func appendIntentStatement(tb *table, in intents, notify bool) string {
+	k := strings.Count(tb.cols, ",") + 1 // the record's parameters
+	name, request := "$"+strconv.Itoa(k+1), "$"+strconv.Itoa(k+2)
+	stmt := `WITH ins AS (` + tb.insert + ` RETURNING 1),
+		w AS (INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
+			SELECT $1::text, '` + string(tb.t) + `', $2::bigint, $4::text, ` + name + `::text, $16::timestamptz, ` + request + `::bytea, $15::timestamptz, '` + opCreate + `' FROM ins
+			ON CONFLICT (id) DO UPDATE SET ` + intentUpdate + `
+			RETURNING 1)
+		SELECT `
+	if notify && in.channel != "" {
+		return stmt + `pg_notify('` + in.channel + `', '` + outbox.NoticeIntents + `') FROM w`
+	}
+	return stmt + `1 FROM w`
 }
 
 // The intents' op column.

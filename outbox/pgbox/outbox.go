@@ -28,8 +28,11 @@ type Outbox struct {
 	// batchDropStmt are the batch statements that also drop intents
 	// (AppendOutcome), of the tables with intents.
 	batchDropStmt map[outbox.Table]string
-	w             writer
-	intents       intents
+	// appendIntent and appendIntentNotify are AppendIntent's statements
+	// (appendIntentStatement), of the tables with intents.
+	appendIntent, appendIntentNotify map[outbox.Table]string
+	w                                writer
+	intents                          intents
 	// lostClaims are the expiries of this outbox's ClaimIntents whose
 	// answer did not arrive: see ClaimIntents.
 	lostClaims lostClaims
@@ -63,12 +66,15 @@ func New(db *sql.DB, opts Config) (*Outbox, error) {
 	o.batchStmt = make(map[outbox.Table]string, len(o.tables))
 	o.bulk = make(map[outbox.Table]bulkStatements, len(o.tables))
 	o.batchDropStmt = make(map[outbox.Table]string, len(o.tables))
+	o.appendIntent, o.appendIntentNotify = make(map[outbox.Table]string), make(map[outbox.Table]string)
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
 		o.batchStmt[t] = batchStatement(o.tables[i], "")
 		o.bulk[t] = newBulkStatements(o.tables[i], o.intents)
 		if o.tables[i].claims {
 			o.batchDropStmt[t] = batchStatement(o.tables[i], batchDrops(o.intents))
+			o.appendIntent[t] = appendIntentStatement(o.tables[i], o.intents, false)
+			o.appendIntentNotify[t] = appendIntentStatement(o.tables[i], o.intents, true)
 		}
 	}
 	if opts.Export.set() {
@@ -172,6 +178,21 @@ func (o *Outbox) conflict(ctx context.Context, r *outbox.Record) error {
 		return fmt.Errorf("pgbox: append %s %s: version %d refused, but no record of the ID is left to read (removed by Retain?)", r.Table, r.ID, r.Version)
 	}
 	return &outbox.VersionConflictError{Table: r.Table, ID: r.ID, Version: r.Version, Current: cur}
+}
+
+// insertArgs are the values of tb.insert, in the order of its columns.
+func insertArgs(r *outbox.Record) []any {
+	args := []any{r.ID, r.Version, r.CloudTaskID, r.Queue, r.RunID, r.TaskKey, r.Attempt, r.Kind, string(r.Status), r.ErrorCode,
+		r.CreateCalls, r.PayloadSHA256, r.ProcessorUUID, r.CreatedAt, r.UpdatedAt, nullTime(r)}
+	if r.Table == outbox.TableDeliveries {
+		d := &r.Delivery
+		args = append(args, d.RetryCount, d.ExecutionCount, d.HTTPStatus, d.Latency.Microseconds())
+	}
+	return append(args, sql.NullString{String: r.TraceID, Valid: r.TraceID != ""}, sql.NullString{String: r.SpanID, Valid: r.SpanID != ""})
+}
+
+func nullTime(r *outbox.Record) sql.NullTime {
+	return sql.NullTime{Time: r.DueAt, Valid: !r.DueAt.IsZero()}
 }
 
 // Flush returns at once when the outbox runs no exporter: every record is

@@ -22,7 +22,7 @@ type table struct {
 	cols   string // the columns a read returns, in scan order
 	claims bool   // dispatch_outbox and timers carry a claim
 
-	byID, byCloudTaskID, byRunID, pending, claim, retain, stats string
+	insert, byID, byCloudTaskID, byRunID, pending, claim, retain, stats string
 }
 
 // recordColumns are the columns every table has, in scan order after the
@@ -40,10 +40,25 @@ func newTable(o Config, t outbox.Table) *table {
 	bare := o.TablePrefix + string(t)
 	tb := &table{t: t, bare: bare, name: `"` + o.Schema + `"."` + bare + `"`, id: t.IDColumn(), claims: t != outbox.TableDeliveries}
 	tb.cols = tb.id + ", " + recordColumns
+	values := 16
 	if t == outbox.TableDeliveries {
 		tb.cols += deliveryColumns
+		values += 4
 	}
 	tb.cols += traceColumns
+	values += 2
+	params := make([]string, values)
+	for i := range params {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	// One statement per append, so an append is one round trip: the
+	// version check and the unique index decide together, and updated_at
+	// is nudged past the ID's latest so that it strictly increases.
+	params[14] = `GREATEST($15::timestamptz, (SELECT max(updated_at) FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1) + interval '1 microsecond')`
+	tb.insert = `INSERT INTO ` + tb.name + ` (` + tb.cols + `)
+		SELECT ` + strings.Join(params, ", ") + `
+		WHERE $2::bigint = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1 AND version >= $2::bigint)
+		ON CONFLICT (` + tb.id + `, version) WHERE version > 0 DO NOTHING`
 	tb.byID = `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1`
 	tb.byCloudTaskID = `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE cloud_task_id = $1`
 	tb.byRunID = `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE run_id = $1`
