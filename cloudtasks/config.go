@@ -111,10 +111,12 @@ type Config struct {
 	// under NoRelay, for WaitOutcome. Defaults to none: the relay and
 	// WaitOutcome poll every RelayInterval.
 	Listener outbox.Listener
-	// RelayConcurrency is how many intents of a claimed batch (up to 64)
-	// the relay works on at once: CreateTask (or DeleteTask) calls in
-	// flight, each with its records. Defaults to DefaultRelayConcurrency
-	// (16).
+	// RelayConcurrency is how many CreateTask (or DeleteTask) calls the
+	// relay has in flight at once, each with the read before it; the
+	// outcome's record and the intent's drop that follow a call do not
+	// count (with pgbox they share one grouped statement), and the next
+	// batch (up to 64) is claimed once the last of the one before has
+	// started. Defaults to DefaultRelayConcurrency (16).
 	RelayConcurrency int
 	// RelayClaim is how long the relay's claim on a batch of intents keeps
 	// other relays off them: it must outlast the batch's calls and their

@@ -154,7 +154,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 		"how often to look for committed intents when no notification comes (default 1s; "+cloudtasks.DefaultRelayInterval.String()+" with --listen=false)")
 	fl.DurationVar(&f.drain, "drain-timeout", cloudtasks.DefaultRelayDrainTimeout, "on SIGINT or SIGTERM: how long the calls in flight may finish before it exits 1 naming those left")
 	fl.DurationVar(&f.claim, "claim", 0, "how long a claim on a batch of intents keeps other relays off it, and how long a dead relay's intents wait (default 2 × the retries' 1m + 1m: 3m; at least 1m)")
-	fl.IntVar(&f.concurrency, "concurrency", cloudtasks.DefaultRelayConcurrency, "intents created at once")
+	fl.IntVar(&f.concurrency, "concurrency", cloudtasks.DefaultRelayConcurrency, "CreateTask or DeleteTask calls in flight at once")
 }
 
 // config checks the flags and returns the dispatcher's relay settings.
