@@ -105,10 +105,11 @@ test-long:
 readme-test:
 	scripts/readme-test
 
-## lint: gofmt, go vet and staticcheck must all be clean
+## lint: gofmt, go mod tidy, go vet and staticcheck must all be clean
 lint: tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@go mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
 	go vet ./...
 	go vet -tags iceberg ./...
 	$(STATICCHECK) ./...

@@ -85,17 +85,19 @@ type Dispatcher struct {
 	intents  outbox.Intents
 	// bulk is intents' own outbox.BulkIntents, or perIDIntents over it;
 	// nil when intents is.
-	bulk      outbox.BulkIntents
-	notices   outbox.Notices
-	processor string
-	log       *slog.Logger
-	clock     clockwork.Clock
-	m         *metrics
-	flights   flights
-	batches   *batcher // nil unless Config.Batch
-	relay     *relay
-	tracer    *tracing.Tracer
-	prop      tracing.Propagator
+	bulk outbox.BulkIntents
+	// intentReserver is intents' own outbox.IntentReserver, or nil.
+	intentReserver outbox.IntentReserver
+	notices        outbox.Notices
+	processor      string
+	log            *slog.Logger
+	clock          clockwork.Clock
+	m              *metrics
+	flights        flights
+	batches        *batcher // nil unless Config.Batch
+	relay          *relay
+	tracer         *tracing.Tracer
+	prop           tracing.Propagator
 	// sendStarts are the producer spans' starts for the default queue.
 	sendStarts sendStarts
 	// unpropagated is set once a call with a span injected no trace
@@ -146,6 +148,9 @@ func NewDispatcher(ctx context.Context, box outbox.Outbox, cfg *Config) (*Dispat
 	d.reserver, _ = box.(outbox.Reserver)
 	d.claimer, _ = box.(outbox.Claimer)
 	d.intents, _ = box.(outbox.Intents)
+	if d.intents != nil {
+		d.intentReserver, _ = box.(outbox.IntentReserver)
+	}
 	if b, ok := box.(outbox.BulkIntents); ok && d.intents != nil {
 		d.bulk = b
 	} else if d.intents != nil {

@@ -28,7 +28,10 @@ import (
 // intent holding the whole CreateTask request (task name, queue, target,
 // headers, body up to MaxTaskSize, OIDC settings, schedule time) and
 // answers OutcomeQueued. No Cloud Tasks call is made; a tx that rolls
-// back leaves no trace, and no task is ever created for it.
+// back leaves no trace, and no task is ever created for it. With an
+// outbox that implements outbox.IntentReserver (pgbox, Memory) it first
+// writes the record and intent as the ID's first, unless tx sees a
+// record of it, and reads only then: a new ID costs one statement.
 //
 // After commit, a relay (see Config.RelayQueues and Relay) in any
 // dispatcher on the database creates the task and records created,
@@ -92,12 +95,15 @@ func (d *Dispatcher) submitTx(ctx context.Context, tx outbox.Tx, id naming.ID, t
 }
 
 // recordIntent checks id inside tx and records its pending record and
-// intent there. Another transaction that wrote the ID's next version and
-// committed first makes it read again (READ COMMITTED sees that write),
-// at most rereads times.
+// intent there. With an outbox.IntentReserver it first records them as
+// the ID's first, without reading (one statement for a new ID), and
+// reads only when that is refused. Another transaction that wrote the
+// ID's next version and committed first makes it read again (READ
+// COMMITTED sees that write), at most rereads times.
 func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.ID, t *Task, queuePath string, now time.Time) (DispatchResult, error) {
 	key, table := id.String(), outbox.TableOf(id)
 	fp := naming.PayloadFingerprint(t.Body)
+	reserve := d.intentReserver != nil
 	for try := 0; ; try++ {
 		req := t.createRequest(id, queuePath, now)
 		if err := d.injectTrace(ctx, t, req); err != nil {
@@ -106,7 +112,12 @@ func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.I
 		if err := t.checkSize(req); err != nil {
 			return DispatchResult{}, err
 		}
-		prev, found, err := d.intents.LatestTx(ctx, tx, table, key)
+		var prev outbox.Record
+		var found bool
+		var err error
+		if !reserve {
+			prev, found, err = d.intents.LatestTx(ctx, tx, table, key)
+		}
 		if err != nil {
 			return DispatchResult{}, &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
 		}
@@ -134,7 +145,21 @@ func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.I
 		if err != nil {
 			return DispatchResult{}, fmt.Errorf("cloudtasks: encode the CreateTask request of %s: %w", key, err)
 		}
-		err = d.intents.AppendIntent(ctx, tx, rec, outbox.Intent{Table: table, ID: key, Version: rec.Version, Queue: rec.Queue, Request: body})
+		in := outbox.Intent{Table: table, ID: key, Version: rec.Version, Queue: rec.Queue, Request: body}
+		if reserve {
+			reserve = false
+			kept, err := d.intentReserver.ReserveIntent(ctx, tx, rec, in)
+			if err != nil {
+				return DispatchResult{}, &OutboxError{ID: key, Op: OpRecordPending, BeforeCall: true, Err: err}
+			}
+			if kept {
+				res.Outcome, res.FirstRecorded = OutcomeQueued, rec.CreatedAt
+				return res, nil
+			}
+			try-- // the ID has a record: read it, as though this were the first try
+			continue
+		}
+		err = d.intents.AppendIntent(ctx, tx, rec, in)
 		if errors.Is(err, outbox.ErrVersionConflict) && try < rereads {
 			now = d.clock.Now()
 			continue

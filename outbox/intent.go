@@ -159,6 +159,22 @@ func PrepareIntents(rs []Record, ins []Intent, processor string, now time.Time) 
 	return out, nil
 }
 
+// IntentReserver is implemented by an Intents store that records an ID's
+// first intent without a read before it (package outbox/pgbox, and
+// Memory): a dispatcher's DispatchTx and ScheduleTimerTx try it first,
+// so that dispatching a new ID costs one statement in the caller's
+// transaction, and read the ID only when it is refused.
+type IntentReserver interface {
+	// ReserveIntent appends r, an ID's first pending record (Version 1),
+	// and in, its intent, inside tx, as AppendIntent does, unless tx sees
+	// a record of the ID (of any version, 0 included) or another
+	// transaction commits the ID's version 1 first: then it appends
+	// nothing and returns kept false, and the caller reads the ID
+	// (LatestTx) and appends what follows it. A record that is not
+	// Version 1 is a *RecordError.
+	ReserveIntent(ctx context.Context, tx Tx, r Record, in Intent) (kept bool, err error)
+}
+
 // OutcomeAppender is implemented by an Intents store that records a
 // relayed intent's outcome and drops the intent in one write (pgbox: in
 // the statement that appends the record, beside the concurrent appends

@@ -218,6 +218,24 @@ func (m *Memory) AppendIntent(ctx context.Context, tx Tx, r Record, in Intent) e
 	return nil
 }
 
+var _ IntentReserver = (*Memory)(nil)
+
+// ReserveIntent implements IntentReserver: AppendIntent of r and in
+// unless tx sees a record of r's ID.
+func (m *Memory) ReserveIntent(ctx context.Context, tx Tx, r Record, in Intent) (bool, error) {
+	if r.Version != 1 {
+		return false, &RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1: ReserveIntent writes an ID's first record"}
+	}
+	if _, ok, err := m.LatestTx(ctx, tx, r.Table, r.ID); err != nil || ok {
+		return false, err
+	}
+	err := m.AppendIntent(ctx, tx, r, in)
+	if errors.Is(err, ErrVersionConflict) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // LatestManyTx implements BulkIntents: LatestTx of each of ids.
 func (m *Memory) LatestManyTx(ctx context.Context, tx Tx, t Table, ids []string) (map[string]Record, error) {
 	if err := t.Validate(); err != nil {

@@ -46,6 +46,8 @@ type Begin func(ctx context.Context) (tx outbox.Tx, commit, rollback func() erro
 //     first, each to one claimer until its claim expires; a cancel that
 //     replaces a claimed intent waits until DropIntent of the claimed one
 //     releases it; DropIntent of the intent itself ends it (HasIntent).
+//   - ReserveIntent (when the store has it) keeps an ID's first record
+//     and intent, and nothing for an ID with any record.
 //   - AppendOutcome (when the store has it) keeps an intent's outcome and
 //     drops the intent in one write; over a replaced intent it is refused
 //     as overtaken and releases the replacement.
@@ -284,6 +286,46 @@ var intentTests = []struct {
 		require.Equal(t, "Table", re.Field)
 		require.True(t, b.has(t, r.ID), "the refused calls dropped nothing")
 		require.Equal(t, outbox.StatusPending, b.latest(t, outbox.TableDispatch, r.ID).Status)
+	}},
+	{"ReserveIntentKeepsOnlyAnIDsFirst", func(t *testing.T, b *txBundle) {
+		ri, ok := b.s.(outbox.IntentReserver)
+		if !ok {
+			t.Skipf("%T reads before every intent", b.s)
+		}
+		reserve := func(commit bool, r outbox.Record, in outbox.Intent) bool {
+			t.Helper()
+			var kept bool
+			b.inTx(t, commit, func(tx outbox.Tx) {
+				var err error
+				kept, err = ri.ReserveIntent(b.ctx, tx, r, in)
+				require.NoError(t, err)
+			})
+			return kept
+		}
+		r, in := intent("first", 1)
+		require.True(t, reserve(false, r, in), "kept in its transaction")
+		require.False(t, b.has(t, r.ID), "which rolled back")
+		require.True(t, reserve(true, r, in))
+		require.True(t, b.has(t, r.ID))
+		require.Equal(t, []any{outbox.StatusPending, int64(1)}, []any{b.latest(t, outbox.TableDispatch, r.ID).Status, b.latest(t, outbox.TableDispatch, r.ID).Version})
+		require.False(t, reserve(true, r, in), "the ID has a record")
+		hist, err := b.s.Lookup(b.ctx, outbox.Query{ID: r.ID, History: true})
+		require.NoError(t, err)
+		require.Len(t, hist, 1, "the refused reserve wrote nothing")
+
+		old := dispatch("tx", "imported", "1", outbox.StatusCreated) // version 0: from files written before versions
+		require.NoError(t, outbox.AppendAndWait(b.ctx, b.s, old))
+		r, in = intent("imported", 1)
+		require.False(t, reserve(true, r, in), "a version 0 record is a record")
+		require.False(t, b.has(t, r.ID))
+
+		r, in = intent("second", 2)
+		b.inTx(t, false, func(tx outbox.Tx) {
+			_, err := ri.ReserveIntent(b.ctx, tx, r, in)
+			var re *outbox.RecordError
+			require.ErrorAs(t, err, &re)
+			require.Equal(t, "Version", re.Field)
+		})
 	}},
 	{"CancelReplacesAnIntentAndWaitsForItsClaim", func(t *testing.T, b *txBundle) {
 		r, in := intent("raced", 1)

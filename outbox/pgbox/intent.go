@@ -254,26 +254,9 @@ func txError(table, op string, err error) error {
 // intent of the same ID. Both are kept if and only if tx commits; until then no other transaction sees
 // them, and a concurrent writer of the same version waits for tx to end.
 func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record, in outbox.Intent) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tb, err := o.table(r.Table)
+	n, err := o.execIntent(ctx, tx, &r, &in, o.appendIntent, o.appendIntentNotify)
 	if err != nil {
 		return err
-	}
-	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
-		return err
-	}
-	if err := in.Validate(&r); err != nil {
-		return err
-	}
-	stmt := o.appendIntent[r.Table]
-	if o.intents.notifyTurn() {
-		stmt = o.appendIntentNotify[r.Table]
-	}
-	n, err := tx.Exec(ctx, stmt, append(insertArgs(&r), r.TaskName, in.Request)...)
-	if err != nil {
-		return txError(tb.name, "append", err)
 	}
 	if n == 0 {
 		cur, ok, err := o.LatestTx(ctx, tx, r.Table, r.ID)
@@ -288,16 +271,59 @@ func (o *Outbox) AppendIntent(ctx context.Context, tx outbox.Tx, r outbox.Record
 	return nil
 }
 
-// appendIntentStatement returns AppendIntent's statement on tb, a table
-// with intents: tb's insert of the record (its parameters, then the
+var _ outbox.IntentReserver = (*Outbox)(nil)
+
+// ReserveIntent implements outbox.IntentReserver: AppendIntent's one
+// statement, with the record inserted only if the ID has none at all (a
+// concurrent first record makes it wait for that transaction, and then
+// refuse). Refused, it reads nothing: the caller does.
+func (o *Outbox) ReserveIntent(ctx context.Context, tx outbox.Tx, r outbox.Record, in outbox.Intent) (bool, error) {
+	if r.Version != 1 {
+		return false, &outbox.RecordError{ID: r.ID, Field: "Version", Value: fmt.Sprint(r.Version), Rule: "must be 1: ReserveIntent writes an ID's first record"}
+	}
+	n, err := o.execIntent(ctx, tx, &r, &in, o.reserveIntent, o.reserveIntentNotify)
+	return n > 0, err
+}
+
+// execIntent checks r and in and runs stmt, or notify when it is the
+// notification's turn, over them in tx; it returns the rows the
+// statement returned: 1 when it inserted, 0 when it refused.
+func (o *Outbox) execIntent(ctx context.Context, tx outbox.Tx, r *outbox.Record, in *outbox.Intent, stmt, notify map[outbox.Table]string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	tb, err := o.table(r.Table)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Prepare(o.processor, o.clock.Now()); err != nil {
+		return 0, err
+	}
+	if err := in.Validate(r); err != nil {
+		return 0, err
+	}
+	s := stmt[r.Table]
+	if o.intents.notifyTurn() {
+		s = notify[r.Table]
+	}
+	n, err := tx.Exec(ctx, s, append(insertArgs(r), r.TaskName, in.Request)...)
+	if err != nil {
+		return 0, txError(tb.name, "append", err)
+	}
+	return n, nil
+}
+
+// intentStatement returns AppendIntent's statement on tb, a table with
+// intents (insert being tb.insert; ReserveIntent's with tb.reserve): the
+// insert of the record (its parameters, then the
 // task's name and request), and, when it inserted, the intent's upsert,
 // in one statement and one round trip. It returns one row when it
 // inserted (with the notification of intents, when notify) and none when
 // the record was refused.
-func appendIntentStatement(tb *table, in intents, notify bool) string {
+func intentStatement(tb *table, insert string, in intents, notify bool) string {
 	k := strings.Count(tb.cols, ",") + 1 // the record's parameters
 	name, request := "$"+strconv.Itoa(k+1), "$"+strconv.Itoa(k+2)
-	stmt := `WITH ins AS (` + tb.insert + ` RETURNING 1),
+	stmt := `WITH ins AS (` + insert + ` RETURNING 1),
 		w AS (INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
 			SELECT $1::text, '` + string(tb.t) + `', $2::bigint, $4::text, ` + name + `::text, $16::timestamptz, ` + request + `::bytea, $15::timestamptz, '` + opCreate + `' FROM ins
 			ON CONFLICT (id) DO UPDATE SET ` + intentUpdate + `

@@ -29,10 +29,12 @@ type Outbox struct {
 	// (AppendOutcome), of the tables with intents.
 	batchDropStmt map[outbox.Table]string
 	// appendIntent and appendIntentNotify are AppendIntent's statements
-	// (appendIntentStatement), of the tables with intents.
+	// (intentStatement), of the tables with intents.
 	appendIntent, appendIntentNotify map[outbox.Table]string
-	w                                writer
-	intents                          intents
+	// reserveIntent and reserveIntentNotify are ReserveIntent's.
+	reserveIntent, reserveIntentNotify map[outbox.Table]string
+	w                                  writer
+	intents                            intents
 	// lostClaims are the expiries of this outbox's ClaimIntents whose
 	// answer did not arrive: see ClaimIntents.
 	lostClaims lostClaims
@@ -67,14 +69,17 @@ func New(db *sql.DB, opts Config) (*Outbox, error) {
 	o.bulk = make(map[outbox.Table]bulkStatements, len(o.tables))
 	o.batchDropStmt = make(map[outbox.Table]string, len(o.tables))
 	o.appendIntent, o.appendIntentNotify = make(map[outbox.Table]string), make(map[outbox.Table]string)
+	o.reserveIntent, o.reserveIntentNotify = make(map[outbox.Table]string), make(map[outbox.Table]string)
 	for i, t := range outbox.Tables() {
 		o.tables[i] = newTable(opts, t)
 		o.batchStmt[t] = batchStatement(o.tables[i], "")
 		o.bulk[t] = newBulkStatements(o.tables[i], o.intents)
 		if o.tables[i].claims {
 			o.batchDropStmt[t] = batchStatement(o.tables[i], batchDrops(o.intents))
-			o.appendIntent[t] = appendIntentStatement(o.tables[i], o.intents, false)
-			o.appendIntentNotify[t] = appendIntentStatement(o.tables[i], o.intents, true)
+			o.appendIntent[t] = intentStatement(o.tables[i], o.tables[i].insert, o.intents, false)
+			o.appendIntentNotify[t] = intentStatement(o.tables[i], o.tables[i].insert, o.intents, true)
+			o.reserveIntent[t] = intentStatement(o.tables[i], o.tables[i].reserve, o.intents, false)
+			o.reserveIntentNotify[t] = intentStatement(o.tables[i], o.tables[i].reserve, o.intents, true)
 		}
 	}
 	if opts.Export.set() {

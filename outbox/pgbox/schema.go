@@ -22,7 +22,7 @@ type table struct {
 	cols   string // the columns a read returns, in scan order
 	claims bool   // dispatch_outbox and timers carry a claim
 
-	insert, byID, byCloudTaskID, byRunID, pending, claim, retain, stats string
+	insert, reserve, byID, byCloudTaskID, byRunID, pending, claim, retain, stats string
 }
 
 // recordColumns are the columns every table has, in scan order after the
@@ -55,10 +55,16 @@ func newTable(o Config, t outbox.Table) *table {
 	// version check and the unique index decide together, and updated_at
 	// is nudged past the ID's latest so that it strictly increases.
 	params[14] = `GREATEST($15::timestamptz, (SELECT max(updated_at) FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1) + interval '1 microsecond')`
-	tb.insert = `INSERT INTO ` + tb.name + ` (` + tb.cols + `)
+	insertIf := func(cond string) string {
+		return `INSERT INTO ` + tb.name + ` (` + tb.cols + `)
 		SELECT ` + strings.Join(params, ", ") + `
-		WHERE $2::bigint = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1 AND version >= $2::bigint)
+		WHERE ` + cond + `
 		ON CONFLICT (` + tb.id + `, version) WHERE version > 0 DO NOTHING`
+	}
+	tb.insert = insertIf(`$2::bigint = 0 OR NOT EXISTS (SELECT 1 FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1 AND version >= $2::bigint)`)
+	// reserve is insert for an ID's first record: refused if the ID has
+	// any (ReserveIntent).
+	tb.reserve = insertIf(`NOT EXISTS (SELECT 1 FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1)`)
 	tb.byID = `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE ` + tb.id + ` = $1`
 	tb.byCloudTaskID = `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE cloud_task_id = $1`
 	tb.byRunID = `SELECT ` + tb.cols + ` FROM ` + tb.name + ` WHERE run_id = $1`
