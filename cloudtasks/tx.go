@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/ctdispatch/ctdispatch/naming"
 	"github.com/ctdispatch/ctdispatch/outbox"
 )
@@ -104,7 +102,7 @@ func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.I
 	key, table := id.String(), outbox.TableOf(id)
 	fp := naming.PayloadFingerprint(t.Body)
 	reserve := d.intentReserver != nil
-	for try := 0; ; try++ {
+	for try := 0; ; {
 		req := t.createRequest(id, queuePath, now)
 		if err := d.injectTrace(ctx, t, req); err != nil {
 			return DispatchResult{}, err
@@ -112,40 +110,20 @@ func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.I
 		if err := t.checkSize(req); err != nil {
 			return DispatchResult{}, err
 		}
-		var prev outbox.Record
-		var found bool
-		var err error
+		var prev *outbox.Record
 		if !reserve {
-			prev, found, err = d.intents.LatestTx(ctx, tx, table, key)
-		}
-		if err != nil {
-			return DispatchResult{}, &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
-		}
-		if found {
-			if req, err = d.requestFor(ctx, id, t, req, &prev, now); err != nil {
-				return DispatchResult{}, err
+			p, found, err := d.intents.LatestTx(ctx, tx, table, key)
+			if err != nil {
+				return DispatchResult{}, &OutboxError{ID: key, Op: OpRead, BeforeCall: true, Err: err}
+			}
+			if found {
+				prev = &p
 			}
 		}
-		res := DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
-		if found {
-			if done, err := d.answerFromRecord(ctx, &res, &prev, fp, now); done || err != nil {
-				return res, err
-			}
+		res, rec, in, done, err := d.pendingIntent(ctx, id, t, req, prev, fp, now)
+		if done || err != nil {
+			return res, err
 		}
-		rec := recordOf(id, req.GetParent())
-		rec.TaskName, rec.Status, rec.PayloadSHA256 = res.TaskName, outbox.StatusPending, fp
-		traceIDs(ctx, &rec)
-		if found {
-			rec.CreateCalls = prev.CreateCalls
-			rec.Follow(&prev, now)
-		} else {
-			rec.Follow(nil, now)
-		}
-		body, err := proto.Marshal(req)
-		if err != nil {
-			return DispatchResult{}, fmt.Errorf("cloudtasks: encode the CreateTask request of %s: %w", key, err)
-		}
-		in := outbox.Intent{Table: table, ID: key, Version: rec.Version, Queue: rec.Queue, Request: body}
 		if reserve {
 			reserve = false
 			kept, err := d.intentReserver.ReserveIntent(ctx, tx, rec, in)
@@ -156,11 +134,11 @@ func (d *Dispatcher) recordIntent(ctx context.Context, tx outbox.Tx, id naming.I
 				res.Outcome, res.FirstRecorded = OutcomeQueued, rec.CreatedAt
 				return res, nil
 			}
-			try-- // the ID has a record: read it, as though this were the first try
-			continue
+			continue // the ID has a record: read it
 		}
 		err = d.intents.AppendIntent(ctx, tx, rec, in)
 		if errors.Is(err, outbox.ErrVersionConflict) && try < rereads {
+			try++
 			now = d.clock.Now()
 			continue
 		}

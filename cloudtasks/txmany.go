@@ -249,35 +249,52 @@ func (d *Dispatcher) recordIntents(ctx context.Context, tx outbox.Tx, b *txBatch
 // item's result and, when queued, returns the pending record and intent
 // to write.
 func (d *Dispatcher) answerTx(it *txItem, latest map[string]outbox.Record, now time.Time) (outbox.Record, outbox.Intent, bool, error) {
-	req := it.req
 	prev, found := latest[it.key]
+	var p *outbox.Record
 	if found {
-		var err error
-		if req, err = d.requestFor(it.ctx, it.id, it.task, req, &prev, now); err != nil {
-			return outbox.Record{}, outbox.Intent{}, false, err
-		}
+		p = &prev
 	}
-	it.res = DispatchResult{ID: it.key, CloudTaskID: it.id.CloudTaskID(), TaskName: req.GetTask().GetName()}
-	if found {
-		if done, err := d.answerFromRecord(it.ctx, &it.res, &prev, it.fp, now); done || err != nil {
-			return outbox.Record{}, outbox.Intent{}, false, err
-		}
-	}
-	rec := recordOf(it.id, req.GetParent())
-	rec.TaskName, rec.Status, rec.PayloadSHA256 = it.res.TaskName, outbox.StatusPending, it.fp
-	traceIDs(it.ctx, &rec)
-	if found {
-		rec.CreateCalls = prev.CreateCalls
-		rec.Follow(&prev, now)
-	} else {
-		rec.Follow(nil, now)
-	}
-	body, err := proto.Marshal(req)
-	if err != nil {
-		return outbox.Record{}, outbox.Intent{}, false, fmt.Errorf("cloudtasks: encode the CreateTask request of %s: %w", it.key, err)
+	res, rec, in, done, err := d.pendingIntent(it.ctx, it.id, it.task, it.req, p, it.fp, now)
+	it.res = res
+	if done || err != nil {
+		return outbox.Record{}, outbox.Intent{}, false, err
 	}
 	it.res.Outcome, it.res.FirstRecorded = OutcomeQueued, rec.CreatedAt
-	return rec, outbox.Intent{Table: rec.Table, ID: it.key, Version: rec.Version, Queue: rec.Queue, Request: body}, true, nil
+	return rec, in, true, nil
+}
+
+// pendingIntent answers a transactional dispatch of id whose latest
+// record is prev (nil: none), as Dispatch would before its call, with
+// req, the task's CreateTask request: done when res holds the answer
+// (already_existed), err when the ID may not be dispatched now, and
+// otherwise the pending record and intent to write (res then lacks only
+// its outcome).
+func (d *Dispatcher) pendingIntent(ctx context.Context, id naming.ID, t *Task, req *cloudtaskspb.CreateTaskRequest, prev *outbox.Record, fp string,
+	now time.Time) (res DispatchResult, rec outbox.Record, in outbox.Intent, done bool, err error) {
+	key := id.String()
+	if prev != nil {
+		if req, err = d.requestFor(ctx, id, t, req, prev, now); err != nil {
+			return res, rec, in, false, err
+		}
+	}
+	res = DispatchResult{ID: key, CloudTaskID: id.CloudTaskID(), TaskName: req.GetTask().GetName()}
+	if prev != nil {
+		if done, err = d.answerFromRecord(ctx, &res, prev, fp, now); done || err != nil {
+			return res, rec, in, done, err
+		}
+	}
+	rec = recordOf(id, req.GetParent())
+	rec.TaskName, rec.Status, rec.PayloadSHA256 = res.TaskName, outbox.StatusPending, fp
+	traceIDs(ctx, &rec)
+	if prev != nil {
+		rec.CreateCalls = prev.CreateCalls
+	}
+	rec.Follow(prev, now)
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return res, rec, in, false, fmt.Errorf("cloudtasks: encode the CreateTask request of %s: %w", key, err)
+	}
+	return res, rec, outbox.Intent{Table: rec.Table, ID: key, Version: rec.Version, Queue: rec.Queue, Request: body}, false, nil
 }
 
 // batchSubject names a batch's IDs in an error: the first, and how many
