@@ -137,3 +137,55 @@ func TestParquetOutbox(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, outbox.StatusCreated, latest.Status)
 }
+
+// Dispatches recorded in the caller's transaction, as docs/transactional.md
+// shows them, on the in-memory store: a batch and a single call in one
+// transaction, a rolled-back one that leaves nothing, the relay that
+// creates the committed ones, and the batch's refusals.
+func TestDispatchInATransaction(t *testing.T) {
+	ctx := context.Background()
+	var m *outbox.Memory
+	emu, d, _ := start(t, func(c clockwork.Clock) outbox.Outbox { m = outbox.NewMemory(c); return m })
+	req := func(key string) cloudtasks.DispatchRequest {
+		return cloudtasks.DispatchRequest{RunID: "order42", TaskKey: key, Identity: naming.Attempt(1),
+			Task: cloudtasks.Task{URL: "https://worker.acme.example/" + key, Body: []byte(key)}}
+	}
+
+	rolledBack := m.Begin()
+	_, err := d.DispatchManyTx(ctx, rolledBack, []cloudtasks.DispatchRequest{req("ship"), req("invoice")})
+	require.NoError(t, err)
+	require.NoError(t, rolledBack.Rollback())
+
+	tx := m.Begin()
+	many, err := d.DispatchManyTx(ctx, tx, []cloudtasks.DispatchRequest{req("ship"), req("invoice")})
+	require.NoError(t, err)
+	one, err := d.DispatchTx(ctx, tx, req("notify"))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	var ids []string
+	for _, r := range append(many, one) {
+		require.Equal(t, cloudtasks.OutcomeQueued, r.Outcome, r.ID)
+		ids = append(ids, r.ID)
+	}
+	require.Equal(t, []string{"dispatch:order42:ship:1", "dispatch:order42:invoice:1", "dispatch:order42:notify:1"}, ids)
+
+	_, err = d.Relay(ctx)
+	require.NoError(t, err)
+	for _, id := range ids {
+		rec, err := d.WaitOutcome(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusCreated, rec.Status, id)
+	}
+	require.Equal(t, 3, emu.TaskCount(), "the rolled-back batch created nothing")
+
+	again := m.Begin()
+	repeat, err := d.DispatchManyTx(ctx, again, []cloudtasks.DispatchRequest{req("ship"), req("refund")})
+	require.NoError(t, err)
+	require.Equal(t, []any{cloudtasks.OutcomeAlreadyExisted, true, cloudtasks.OutcomeQueued},
+		[]any{repeat[0].Outcome, repeat[0].Skipped, repeat[1].Outcome})
+	_, err = d.DispatchManyTx(ctx, again, []cloudtasks.DispatchRequest{req("pack"), req("pack")})
+	var re *cloudtasks.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "reqs[1]", re.Field)
+	require.NoError(t, again.Rollback())
+}
