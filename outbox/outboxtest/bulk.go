@@ -105,11 +105,7 @@ var bulkTests = []struct {
 	{"BulkNextVersionsReplaceIntents", func(t *testing.T, b *txBundle) {
 		bulk := b.bulkOf(t)
 		rs, ins := intents("x", "y")
-		b.inTx(t, true, func(tx outbox.Tx) {
-			refused, err := bulk.AppendIntents(b.ctx, tx, rs, ins)
-			require.NoError(t, err)
-			require.Empty(t, refused)
-		})
+		b.appendAll(t, true, bulk, rs, ins)
 		first := b.claim(t, []string{queue}, 10)
 		require.Len(t, first, 2)
 		for _, in := range first {
@@ -121,11 +117,7 @@ var bulkTests = []struct {
 			rs[i].Follow(&prev, b.clock.Now())
 			ins[i].Version = rs[i].Version
 		}
-		b.inTx(t, true, func(tx outbox.Tx) {
-			refused, err := bulk.AppendIntents(b.ctx, tx, rs, ins)
-			require.NoError(t, err)
-			require.Empty(t, refused)
-		})
+		b.appendAll(t, true, bulk, rs, ins)
 		for _, r := range rs {
 			got := b.latest(t, outbox.TableDispatch, r.ID)
 			require.Equal(t, []any{int64(2), T0, T0.Add(time.Second)}, []any{got.Version, got.CreatedAt, got.UpdatedAt})
@@ -137,11 +129,7 @@ var bulkTests = []struct {
 	{"BulkRolledBackKeepsNothing", func(t *testing.T, b *txBundle) {
 		bulk := b.bulkOf(t)
 		rs, ins := intents("r1", "r2")
-		b.inTx(t, false, func(tx outbox.Tx) {
-			refused, err := bulk.AppendIntents(b.ctx, tx, rs, ins)
-			require.NoError(t, err)
-			require.Empty(t, refused)
-		})
+		b.appendAll(t, false, bulk, rs, ins)
 		for _, r := range rs {
 			_, ok, err := b.s.Latest(b.ctx, outbox.TableDispatch, r.ID)
 			require.NoError(t, err)
@@ -188,4 +176,15 @@ var bulkTests = []struct {
 		})
 		require.False(t, b.has(t, "dispatch:tx:ok:1"))
 	}},
+}
+
+// appendAll appends rs and ins with bulk in a transaction that commits,
+// or rolls back when commit is false, and requires every one kept in it.
+func (b *txBundle) appendAll(t *testing.T, commit bool, bulk outbox.BulkIntents, rs []outbox.Record, ins []outbox.Intent) {
+	t.Helper()
+	b.inTx(t, commit, func(tx outbox.Tx) {
+		refused, err := bulk.AppendIntents(b.ctx, tx, rs, ins)
+		require.NoError(t, err)
+		require.Empty(t, refused)
+	})
 }
