@@ -12,17 +12,18 @@ import (
 
 var _ outbox.BulkIntents = (*Outbox)(nil)
 
-// maxBulkArg bounds the JSON argument of one AppendIntents statement:
-// PostgreSQL takes no text value longer than 1 GB, and a batch near that
-// would hold the server's memory for the whole statement anyway.
+// maxBulkArg bounds the arguments of one AppendIntents statement (the
+// records' JSON and the requests' bytes): PostgreSQL takes no value
+// longer than 1 GB, and a batch near that would hold the server's memory
+// for the whole statement anyway.
 const maxBulkArg = 512 << 20
 
 // bulkStatements are the statements of outbox.BulkIntents on one table.
 type bulkStatements struct {
 	// latest reads every row of the IDs its JSON array ($1) names.
 	latest string
-	// appendIntents appends the records of its JSON argument ($1) with
-	// their intents, and returns the IDs it refused; appendNotify does
+	// appendIntents appends the records of its arguments with their
+	// intents, and returns the IDs it refused; appendNotify does
 	// the same and notifies (appendIntentsStatement). Both are empty for
 	// the deliveries table, which has no intents.
 	appendIntents, appendNotify string
@@ -48,7 +49,8 @@ func newBulkStatements(tb *table, in intents) bulkStatements {
 }
 
 // appendIntentsStatement returns the statement of AppendIntents on tb:
-// from its JSON argument ($1), the records whose condition holds (no row
+// from its arguments (intentRecordset: the records as JSON in $1, their
+// requests as bytes in $2), the records whose condition holds (no row
 // of the ID with their Version or a higher one; the unique index settles
 // two writers of one version) are inserted as Append inserts them, in ID
 // order, and each one inserted gets its intent, upserted as AppendIntent
@@ -62,7 +64,7 @@ func newBulkStatements(tb *table, in intents) bulkStatements {
 // it is one statement, so one round trip whatever the batch's size.
 func appendIntentsStatement(tb *table, in intents, notify bool) string {
 	cols, values := insertColumns(tb)
-	stmt := `WITH i AS (` + recordsetOf(tb, "json", "task_name text, request text") + `),
+	stmt := `WITH i AS (` + intentRecordset(tb) + `),
 		ins AS (INSERT INTO ` + tb.name + ` (` + strings.Join(cols, ", ") + `)
 			SELECT ` + strings.Join(values, ", ") + ` FROM i
 			WHERE COALESCE((SELECT max(t.version) FROM ` + tb.name + ` t WHERE t.` + tb.id + ` = i.id AND t.version > 0), 0) < i.version
@@ -70,7 +72,7 @@ func appendIntentsStatement(tb *table, in intents, notify bool) string {
 			ON CONFLICT (` + tb.id + `, version) WHERE version > 0 DO NOTHING
 			RETURNING ` + tb.id + `),
 		w AS (INSERT INTO ` + in.name + ` (id, record_table, version, queue, task_name, schedule_time, request, created_at, op)
-			SELECT i.id, '` + string(tb.t) + `', i.version, i.queue, i.task_name, i.due_at, decode(i.request, 'base64'), i.updated_at, '` + opCreate + `'
+			SELECT i.id, '` + string(tb.t) + `', i.version, i.queue, i.task_name, i.due_at, i.request, i.updated_at, '` + opCreate + `'
 			FROM i JOIN ins ON ins.` + tb.id + ` = i.id
 			ORDER BY i.id
 			ON CONFLICT (id) DO UPDATE SET ` + intentUpdate + `
@@ -123,7 +125,26 @@ func (o *Outbox) LatestManyTx(ctx context.Context, tx outbox.Tx, t outbox.Table,
 type intentRow struct {
 	batchRow
 	TaskName string `json:"task_name"`
-	Request  []byte `json:"request"` // base64, as encoding/json writes bytes
+}
+
+// intentRecordset is the query that reads the AppendIntents statement's
+// arguments as rows of tb's columns (the ID's named id), the task's name
+// and its request: the records from the JSON array $1, and each one's
+// request from the bytea array $2 at the same place, sent as bytes
+// rather than as base64 inside the JSON, which the server would parse
+// and decode.
+func intentRecordset(tb *table) string {
+	var defs, names []string
+	for _, c := range strings.Split(tb.cols, ",") {
+		name := strings.TrimSpace(c)
+		if name == tb.id {
+			name = "id"
+		}
+		defs, names = append(defs, name+" "+columnTypes[name]), append(names, name)
+	}
+	defs, names = append(defs, "task_name text"), append(names, "task_name", "n")
+	return `SELECT x.*, ($2::bytea[])[x.n] AS request
+		FROM ROWS FROM (json_to_recordset($1::json) AS (` + strings.Join(defs, ", ") + `)) WITH ORDINALITY AS x(` + strings.Join(names, ", ") + `)`
 }
 
 // AppendIntents implements outbox.BulkIntents: after outbox.PrepareIntents
@@ -147,7 +168,7 @@ func (o *Outbox) AppendIntents(ctx context.Context, tx outbox.Tx, rs []outbox.Re
 	if err != nil {
 		return nil, err
 	}
-	arg, err := intentsArg(rs, ins)
+	arg, requests, err := intentsArg(rs, ins)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +176,7 @@ func (o *Outbox) AppendIntents(ctx context.Context, tx outbox.Tx, rs []outbox.Re
 	if o.intents.notifyTurn() {
 		stmt = o.bulk[t].appendNotify
 	}
-	refusedIDs, err := o.appendIntentRows(ctx, tx, tb, stmt, arg)
+	refusedIDs, err := o.appendIntentRows(ctx, tx, tb, stmt, arg, requests)
 	if err != nil || len(refusedIDs) == 0 {
 		return nil, err
 	}
@@ -181,10 +202,10 @@ func (o *Outbox) AppendIntents(ctx context.Context, tx outbox.Tx, rs []outbox.Re
 	return refused, nil
 }
 
-// appendIntentRows runs stmt, an AppendIntents statement, over arg in tx
-// and returns the IDs it refused.
-func (o *Outbox) appendIntentRows(ctx context.Context, tx outbox.Tx, tb *table, stmt, arg string) ([]string, error) {
-	rows, err := tx.Query(ctx, stmt, arg)
+// appendIntentRows runs stmt, an AppendIntents statement, over arg and
+// requests in tx and returns the IDs it refused.
+func (o *Outbox) appendIntentRows(ctx context.Context, tx outbox.Tx, tb *table, stmt, arg string, requests [][]byte) ([]string, error) {
+	rows, err := tx.Query(ctx, stmt, arg, requests)
 	if err != nil {
 		return nil, txError(tb.name, "append intents to", err)
 	}
@@ -206,23 +227,27 @@ func (o *Outbox) appendIntentRows(ctx context.Context, tx outbox.Tx, tb *table, 
 }
 
 // intentsArg encodes rs and their intents as the AppendIntents
-// statement's argument.
-func intentsArg(rs []outbox.Record, ins []outbox.Intent) (string, error) {
+// statement's arguments: the records as JSON, the requests as they are.
+func intentsArg(rs []outbox.Record, ins []outbox.Intent) (string, [][]byte, error) {
 	recs := make([]*outbox.Record, len(rs))
 	for i := range rs {
 		recs[i] = &rs[i]
 	}
 	rows := batchRows(recs, nil)
 	out := make([]intentRow, len(rs))
+	requests := make([][]byte, len(rs))
+	size := 0
 	for i := range rs {
-		out[i] = intentRow{batchRow: rows[i], TaskName: rs[i].TaskName, Request: ins[i].Request}
+		out[i] = intentRow{batchRow: rows[i], TaskName: rs[i].TaskName}
+		requests[i] = ins[i].Request
+		size += len(ins[i].Request)
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if len(b) > maxBulkArg {
-		return "", fmt.Errorf("pgbox: append %d intents: the statement's argument is %d bytes; at most %d allowed: append them in smaller batches", len(rs), len(b), maxBulkArg)
+	if size += len(b); size > maxBulkArg {
+		return "", nil, fmt.Errorf("pgbox: append %d intents: the statement's arguments are %d bytes; at most %d allowed: append them in smaller batches", len(rs), size, maxBulkArg)
 	}
-	return string(b), nil
+	return string(b), requests, nil
 }
