@@ -117,24 +117,7 @@ func TestRelayCommand(t *testing.T) {
 	t.Parallel()
 	emu := startCLIEmulator(t)
 	pg := postgresURL(t, "")
-	code, _, stderr := runCLI(t, "migrate", "--outbox", pg)
-	require.Equal(t, 0, code, stderr)
-
-	db, err := sql.Open("pgx", pg)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	box, err := pgbox.New(db, pgbox.Config{})
-	require.NoError(t, err)
-	d, err := cloudtasks.NewDispatcher(t.Context(), box, &cloudtasks.Config{Project: "p", Location: "europe-west1", Queue: "work",
-		EmulatorAddr: emu.Addr(), NoRelay: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close(context.Background()) })
-	tx, err := db.BeginTx(t.Context(), nil)
-	require.NoError(t, err)
-	_, err = d.DispatchTx(t.Context(), pgbox.SQLTx(tx), cloudtasks.DispatchRequest{RunID: "run1", TaskKey: "load", Identity: naming.Attempt(1),
-		Task: cloudtasks.Task{URL: "https://worker.example/load"}})
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
+	commitDispatches(t, emu, pg, "load")
 
 	relay := []string{"relay", "--outbox", pg, "--project", "p", "--location", "europe-west1", "--queues", "work,other", "--once"}
 	code, stdout, stderr := runWithEnv(t, emu.Addr(), "", append(relay, "--json")...)
@@ -193,15 +176,13 @@ func TestUnmigratedDatabaseGetsTheMigrateHint(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 }
 
-// "ctdispatch relay" given SIGTERM mid-batch (six intents claimed, two
-// creates in flight) drains: it releases the four it did not start, lets
-// the two finish, exits 0 and leaves nothing claimed; "relay --once" then
-// creates the four. Each task is created once. About 5 s (builds the
-// binary).
-func TestRelayDrainsOnSIGTERM(t *testing.T) {
-	t.Parallel()
-	emu := startCLIEmulator(t)
-	pg := postgresURL(t, "")
+// commitDispatches migrates the outbox at pg with "ctdispatch migrate",
+// then records a dispatch of each of keys (run "run1", attempt 1) in one
+// committed transaction, as a Go program with a dispatcher of its own
+// that relays nothing would, and returns the database, its outbox and
+// the IDs.
+func commitDispatches(t *testing.T, emu *emulator.Server, pg string, keys ...string) (*sql.DB, *pgbox.Outbox, []string) {
+	t.Helper()
 	code, _, stderr := runCLI(t, "migrate", "--outbox", pg)
 	require.Equal(t, 0, code, stderr)
 	db, err := sql.Open("pgx", pg)
@@ -216,13 +197,26 @@ func TestRelayDrainsOnSIGTERM(t *testing.T) {
 	tx, err := db.BeginTx(t.Context(), nil)
 	require.NoError(t, err)
 	var ids []string
-	for i := range 6 {
-		res, err := d.DispatchTx(t.Context(), pgbox.SQLTx(tx), cloudtasks.DispatchRequest{RunID: "run1", TaskKey: fmt.Sprintf("k%d", i),
+	for _, key := range keys {
+		res, err := d.DispatchTx(t.Context(), pgbox.SQLTx(tx), cloudtasks.DispatchRequest{RunID: "run1", TaskKey: key,
 			Identity: naming.Attempt(1), Task: cloudtasks.Task{URL: "https://worker.example/load"}})
 		require.NoError(t, err)
 		ids = append(ids, res.ID)
 	}
 	require.NoError(t, tx.Commit())
+	return db, box, ids
+}
+
+// "ctdispatch relay" given SIGTERM mid-batch (six intents claimed, two
+// creates in flight) drains: it releases the four it did not start, lets
+// the two finish, exits 0 and leaves nothing claimed; "relay --once" then
+// creates the four. Each task is created once. About 5 s (builds the
+// binary).
+func TestRelayDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	emu := startCLIEmulator(t)
+	pg := postgresURL(t, "")
+	db, box, ids := commitDispatches(t, emu, pg, "k0", "k1", "k2", "k3", "k4", "k5")
 	// Each create takes a second: the relay is mid-batch when the signal
 	// comes.
 	require.NoError(t, emu.SetFaults(emulator.Faults{Rules: []emulator.FaultRule{{Methods: []string{"CreateTask"}, Rate: 1, Latency: time.Second}}}))
