@@ -207,11 +207,13 @@ func commitDispatches(t *testing.T, emu *emulator.Server, pg string, keys ...str
 	return db, box, ids
 }
 
-// "ctdispatch relay" given SIGTERM mid-batch (six intents claimed, two
-// creates in flight) drains: it releases the four it did not start, lets
-// the two finish, exits 0 and leaves nothing claimed; "relay --once" then
-// creates the four. Each task is created once. About 5 s (builds the
-// binary).
+// "ctdispatch relay" given SIGTERM mid-batch (six intents claimed, each
+// create taking a second, two at a time) drains: it releases those it did
+// not start, lets those in flight finish, exits 0 and leaves nothing
+// claimed; "relay --once" then creates the rest. Each task is created
+// once. The signal waits for the claim and for the first task to exist,
+// so at least one create has run whatever the machine's speed. About 5 s
+// (builds the binary).
 func TestRelayDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	emu := startCLIEmulator(t)
@@ -232,6 +234,7 @@ func TestRelayDrainsOnSIGTERM(t *testing.T) {
 		return claimed, free
 	}
 	require.Eventually(t, func() bool { claimed, _ := claims(); return claimed == 6 }, time.Minute, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(emu.Tasks(dqQueue)) > 0 }, time.Minute, 5*time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), errb.String())
 	require.Contains(t, errb.String(), "stopping: releasing the intents not started, finishing the calls in flight (at most --drain-timeout 30s)\nstopped: nothing left claimed\n")
